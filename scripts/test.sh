@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The project's test command (see README): bash scripts/test.sh [extra cargo test args]
+# Installs the system tools the integration tests need (real redis-server,
+# faketime) on a Debian/Ubuntu machine when they are missing, then runs
+# every test target.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    fi
+fi
+
+APT_UPDATED=0
+apt_install() {
+    # $1 = command that must exist, $2 = Debian package providing it
+    local cmd="$1" pkg="$2"
+    if command -v "$cmd" >/dev/null 2>&1; then
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "scripts/test.sh: '$cmd' is missing and apt-get is not available; install '$pkg' by hand" >&2
+        exit 1
+    fi
+    if [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; then
+        echo "scripts/test.sh: '$cmd' is missing; run as root or install sudo, or install '$pkg' by hand" >&2
+        exit 1
+    fi
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        echo "scripts/test.sh: running apt-get update"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+        APT_UPDATED=1
+    fi
+    echo "scripts/test.sh: installing $pkg (for '$cmd')"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg"
+    if ! command -v "$cmd" >/dev/null 2>&1; then
+        echo "scripts/test.sh: '$cmd' still missing after installing $pkg" >&2
+        exit 1
+    fi
+}
+
+apt_install redis-server redis-server
+apt_install faketime faketime
+
+# The tests start their own redis-server processes; the Debian package also
+# starts a system service on 6379, which the tests don't use (they pick free ports).
+
+if [ -f Cargo.lock ]; then
+    exec cargo test --all-targets --locked "$@"
+else
+    exec cargo test --all-targets "$@"
+fi

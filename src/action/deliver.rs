@@ -1,0 +1,216 @@
+//! One HTTP delivery with bounded retries, all inside the job's deadline.
+//!
+//! Each action supplies how to build its request and how to read the answer; this module owns
+//! the headers every request carries, the retry loop, the backoff and the body size cap.
+
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{RequestBuilder, StatusCode};
+use tokio::time::Instant;
+
+use super::{ActionError, Delivery, SendContext};
+
+/// Most attempts one slot makes, even when the deadline would allow more.
+pub const MAX_ATTEMPTS: u32 = 8;
+/// First backoff; doubled each retry.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(250);
+/// Longest backoff between two attempts.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Most of a response body read: enough for any robot's JSON answer, and a 10 MB answer from a
+/// misbehaving receiver costs nothing.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What a receiver answered.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub retry_after: Option<Duration>,
+    pub body: String,
+}
+
+/// An action's reading of one answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Success,
+    /// Worth another attempt (network error, 5xx, 429, a robot's rate limit).
+    Retry {
+        reason: String,
+        after: Option<Duration>,
+    },
+    /// Final: another attempt would get the same answer.
+    Fail(String),
+}
+
+/// Sends until `classify` says success or fail, or the deadline or attempt cap is reached.
+pub async fn deliver(
+    ctx: &SendContext<'_>,
+    request: impl Fn() -> RequestBuilder,
+    classify: impl Fn(&Answer) -> Verdict,
+) -> Result<Delivery, ActionError> {
+    let mut last = String::from("no attempt made before the deadline");
+    for attempt in 1..=MAX_ATTEMPTS {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            return Err(ActionError::GaveUp { attempts: attempt - 1, reason: last });
+        }
+        let verdict = attempt_once(ctx, request(), ctx.deadline - now, &classify).await;
+        match verdict {
+            Verdict::Success => return Ok(Delivery { attempts: attempt }),
+            Verdict::Fail(reason) => return Err(ActionError::Rejected { attempts: attempt, reason }),
+            Verdict::Retry { reason, after } => {
+                let delay = after.unwrap_or_else(|| backoff(attempt));
+                if attempt == MAX_ATTEMPTS || Instant::now() + delay >= ctx.deadline {
+                    return Err(ActionError::GaveUp { attempts: attempt, reason });
+                }
+                tracing::debug!(job = ctx.job, slot = %ctx.slot, attempt, %reason, "retrying");
+                last = reason;
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+    Err(ActionError::GaveUp { attempts: MAX_ATTEMPTS, reason: last })
+}
+
+async fn attempt_once(
+    ctx: &SendContext<'_>,
+    request: RequestBuilder,
+    remaining: Duration,
+    classify: &impl Fn(&Answer) -> Verdict,
+) -> Verdict {
+    let request = request.headers(slotcron_headers(ctx)).timeout(remaining);
+    match request.send().await {
+        Ok(response) => match read_answer(response).await {
+            Ok(answer) => classify(&answer),
+            Err(e) => retry(format!("reading the answer failed: {}", e.without_url())),
+        },
+        Err(e) => retry(describe_send_error(&e)),
+    }
+}
+
+fn retry(reason: String) -> Verdict {
+    Verdict::Retry { reason, after: None }
+}
+
+/// reqwest's error without the URL (it carries the webhook key) but with its cause.
+fn describe_send_error(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    };
+    let mut text = kind.to_owned();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The headers every request carries, so receivers can see who sent what and deduplicate.
+fn slotcron_headers(ctx: &SendContext<'_>) -> HeaderMap {
+    let slot = ctx.slot.rfc3339_utc();
+    let pairs = [
+        ("x-slotcron-job", ctx.job.to_owned()),
+        ("x-slotcron-slot", slot.clone()),
+        ("x-slotcron-replica", ctx.replica.to_owned()),
+        ("idempotency-key", format!("{}/{}", ctx.job, slot)),
+    ];
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        if let Ok(value) = value.parse() {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
+async fn read_answer(mut response: reqwest::Response) -> Result<Answer, reqwest::Error> {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = MAX_BODY_BYTES - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_BODY_BYTES {
+            break;
+        }
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    Ok(Answer { status, retry_after, body })
+}
+
+/// The verdict on the HTTP status alone: 2xx success, 429 and 5xx retried, other codes final.
+pub fn status_verdict(answer: &Answer) -> Verdict {
+    let status = answer.status;
+    if status.is_success() {
+        Verdict::Success
+    } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        Verdict::Retry {
+            reason: format!("HTTP {status}: {}", snippet(&answer.body)),
+            after: answer.retry_after,
+        }
+    } else {
+        Verdict::Fail(format!("HTTP {status}: {}", snippet(&answer.body)))
+    }
+}
+
+/// The start of a body, for an error message.
+pub fn snippet(body: &str) -> String {
+    const MAX: usize = 200;
+    let body = body.trim();
+    match body.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &body[..i]),
+        None => body.to_owned(),
+    }
+}
+
+/// Exponential backoff with jitter: attempt 1 waits 125–250 ms, attempt 2 250–500 ms, …
+fn backoff(attempt: u32) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1 << attempt.saturating_sub(1).min(10));
+    let cap = exp.min(BACKOFF_MAX);
+    rand::rng().random_range(cap / 2..=cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            retry_after: None,
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_verdict(&answer(204, "")), Verdict::Success);
+        assert!(matches!(status_verdict(&answer(503, "")), Verdict::Retry { .. }));
+        assert!(matches!(status_verdict(&answer(429, "")), Verdict::Retry { .. }));
+        assert!(matches!(status_verdict(&answer(404, "")), Verdict::Fail(_)));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert!(backoff(1) <= BACKOFF_BASE);
+        assert!(backoff(3) >= BACKOFF_BASE * 2);
+        assert!(backoff(30) <= BACKOFF_MAX);
+    }
+
+    #[test]
+    fn snippet_is_bounded() {
+        assert_eq!(snippet(&"é".repeat(500)).chars().count(), 201);
+    }
+}

@@ -1,0 +1,101 @@
+//! What the winner of a slot does: push to a WeCom robot, call a URL, or write a log line.
+//!
+//! Every action runs against a deadline (the job's timeout, cut short by the lock's validity)
+//! and reports a `Delivery` or an `ActionError` that says why, with secrets scrubbed.
+
+pub mod deliver;
+pub mod http;
+pub mod log;
+pub mod template;
+pub mod wecom;
+
+use chrono_tz::Tz;
+use tokio::time::Instant;
+
+use crate::schedule::Slot;
+use template::Templates;
+
+/// A checked action of a job.
+#[derive(Debug)]
+pub enum Action {
+    Wecom(wecom::WecomAction),
+    Http(http::HttpAction),
+    Log(log::LogAction),
+}
+
+impl Action {
+    /// The action's `type` in jobs.toml.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Wecom(_) => "wecom",
+            Action::Http(_) => "http",
+            Action::Log(_) => "log",
+        }
+    }
+
+    /// Where the action sends, redacted; `None` for actions that send nowhere.
+    pub fn target(&self) -> Option<String> {
+        match self {
+            Action::Wecom(a) => Some(a.webhook.to_string()),
+            Action::Http(a) => Some(format!("{} {}", a.method, a.url)),
+            Action::Log(_) => None,
+        }
+    }
+
+    pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
+        match self {
+            Action::Wecom(a) => a.execute(ctx).await,
+            Action::Http(a) => a.execute(ctx).await,
+            Action::Log(a) => a.execute(ctx).await,
+        }
+    }
+}
+
+/// Everything an action needs for one slot.
+pub struct SendContext<'a> {
+    pub job: &'a str,
+    pub slot: Slot,
+    pub zone: Tz,
+    pub replica: &'a str,
+    /// No attempt starts after this instant.
+    pub deadline: Instant,
+    pub client: &'a reqwest::Client,
+    pub templates: &'a Templates,
+}
+
+/// A successful delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    pub attempts: u32,
+}
+
+/// Why an action did not deliver.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("rejected after {attempts} attempt(s): {reason}")]
+    Rejected { attempts: u32, reason: String },
+    #[error("gave up after {attempts} attempt(s) within the job's timeout: {reason}")]
+    GaveUp { attempts: u32, reason: String },
+    #[error("field {field}: {reason}")]
+    Render { field: &'static str, reason: String },
+    #[error("field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes")]
+    TooLarge { field: &'static str, limit: usize, size: usize, msgtype: &'static str },
+}
+
+impl ActionError {
+    /// How many requests were sent.
+    pub fn attempts(&self) -> u32 {
+        match self {
+            ActionError::Rejected { attempts, .. } | ActionError::GaveUp { attempts, .. } => *attempts,
+            ActionError::Render { .. } | ActionError::TooLarge { .. } => 0,
+        }
+    }
+}
+
+/// The HTTP client all actions share: one connection pool per replica.
+pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("slotcron/", env!("CARGO_PKG_VERSION")))
+        .tcp_nodelay(true)
+        .build()
+}

@@ -1,0 +1,182 @@
+//! The command line: `slotcron run` and `slotcron check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use chrono::Utc;
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Config};
+use crate::scheduler;
+use crate::schedule::SystemClock;
+use crate::telemetry::{self, LogFormat};
+
+/// Exit code for a configuration that does not check.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit code for a failure at run time.
+pub const EXIT_RUNTIME: u8 = 1;
+
+#[derive(Debug, Parser)]
+#[command(name = "slotcron", version, about = "Cron for fleets: every replica schedules, one wins each slot")]
+pub struct Cli {
+    /// Log format: text for people, json (one object a line) for containers.
+    #[arg(long, global = true, env = "SLOTCRON_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the schedule: race for every slot, run the slots this replica wins.
+    Run(RunArgs),
+    /// Check the configuration and print each job's next slots.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// Path to jobs.toml.
+    #[arg(long, short = 'c', env = "SLOTCRON_CONFIG", default_value = "jobs.toml")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// This replica's name in logs and lock tokens (default: the hostname).
+    #[arg(long, env = "SLOTCRON_REPLICA_ID")]
+    pub replica_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// How many upcoming slots to print per job.
+    #[arg(long, default_value_t = 5)]
+    pub next: usize,
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Both rustls users (reqwest, redis) share the ring provider; installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match cli.command {
+        Command::Check(args) => check(&args),
+        Command::Run(args) => run(args, cli.log_format),
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    config::load(path).map_err(|errors| {
+        eprintln!("{errors}");
+        eprintln!("slotcron: {} error(s) in {}; nothing started", errors.errors.len(), path.display());
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    let config = match load(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    print!("{}", render_check(&config, args.next));
+    ExitCode::SUCCESS
+}
+
+/// The text `check` prints: the lock, then each job with its next slots in its zone.
+pub fn render_check(config: &Config, next: usize) -> String {
+    let mut out = String::new();
+    let lock = match &config.redis {
+        Some(redis) => {
+            let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
+            format!("redlock over {} node(s): {}", nodes.len(), nodes.join(", "))
+        }
+        None => "standalone (in-process lock, one replica only)".to_owned(),
+    };
+    out.push_str(&format!("{}: ok, {} job(s), lock: {lock}\n", config.path.display(), config.jobs.len()));
+    for warning in &config.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    let now = Utc::now();
+    for job in &config.jobs {
+        let target = job.action.target().map(|t| format!(" -> {t}")).unwrap_or_default();
+        out.push_str(&format!(
+            "\njob {:?}: {:?} in {}, timeout {}, {}{target}\n",
+            job.name,
+            job.schedule.expression(),
+            job.zone(),
+            humantime::format_duration(job.timeout),
+            job.action.kind(),
+        ));
+        for slot in job.schedule.upcoming(now, next) {
+            out.push_str(&format!("  {}\n", slot.rfc3339_in(job.zone())));
+        }
+    }
+    for name in &config.disabled {
+        out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
+    }
+    out
+}
+
+fn run(args: RunArgs, format: LogFormat) -> ExitCode {
+    telemetry::init(format);
+    let config = match load(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let replica = args.replica_id.unwrap_or_else(default_replica_id);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("slotcron: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(watch_signals(shutdown.clone()));
+        scheduler::run(config, replica, Arc::new(SystemClock), shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "slotcron stopped on an error");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+fn default_replica_id() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// First SIGTERM or SIGINT: graceful shutdown. A second one: exit at once.
+async fn watch_signals(shutdown: CancellationToken) {
+    if wait_for_signal().await.is_err() {
+        tracing::warn!("cannot listen for signals; stop with SIGKILL");
+        return;
+    }
+    tracing::info!("signal received: finishing running slots (send again to exit at once)");
+    shutdown.cancel();
+    if wait_for_signal().await.is_ok() {
+        tracing::warn!("second signal: exiting without waiting");
+        std::process::exit(i32::from(EXIT_RUNTIME));
+    }
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

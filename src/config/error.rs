@@ -1,0 +1,99 @@
+//! Config errors that name the file, the job and the field (and the line, for TOML syntax).
+
+use std::fmt;
+
+/// Where in jobs.toml an error is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// The file as a whole (missing, unreadable, not UTF-8, no jobs).
+    File,
+    /// A TOML syntax error, with the job it falls in when that can be told.
+    Line { line: usize, column: usize, job: Option<String> },
+    /// A field of a section: `[scheduler]`, `[redis]`, a job, or the top level.
+    Field { section: Section, field: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Section {
+    Top,
+    Scheduler,
+    Redis,
+    Job(String),
+}
+
+/// One problem in jobs.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub location: Location,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn file(message: impl Into<String>) -> Self {
+        ConfigError { location: Location::File, message: message.into() }
+    }
+
+    pub fn field(section: Section, field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            location: Location::Field { section, field: field.into() },
+            message: message.into(),
+        }
+    }
+
+    /// The job this error is about, if any.
+    pub fn job(&self) -> Option<&str> {
+        match &self.location {
+            Location::Field { section: Section::Job(name), .. } => Some(name),
+            Location::Line { job, .. } => job.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The field this error is about, if any.
+    pub fn field_name(&self) -> Option<&str> {
+        match &self.location {
+            Location::Field { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// Every problem found in one file; slotcron reports them all before exiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    pub path: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write_one(f, &self.path, e)?;
+        }
+        Ok(())
+    }
+}
+
+fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Result {
+    match &e.location {
+        Location::File => write!(f, "{path}: {}", e.message),
+        Location::Line { line, column, job: Some(job) } => {
+            write!(f, "{path}:{line}:{column}: job {job:?}: {}", e.message)
+        }
+        Location::Line { line, column, job: None } => write!(f, "{path}:{line}:{column}: {}", e.message),
+        Location::Field { section, field } => {
+            let section = match section {
+                Section::Top => String::new(),
+                Section::Scheduler => "[scheduler] ".to_owned(),
+                Section::Redis => "[redis] ".to_owned(),
+                Section::Job(name) => format!("job {name:?}, "),
+            };
+            write!(f, "{path}: {section}field {field:?}: {}", e.message)
+        }
+    }
+}

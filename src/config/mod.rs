@@ -1,0 +1,585 @@
+//! jobs.toml, parsed once at start into checked types.
+//!
+//! Loading never panics and never stops at the first problem: it reports every error it finds,
+//! each naming the file, the job and the field (the line for TOML syntax), and the caller exits
+//! non-zero before anything starts.
+
+pub mod env;
+pub mod error;
+mod raw;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use toml::{Table, Value};
+use url::Url;
+
+use crate::action::http::HttpAction;
+use crate::action::log::LogAction;
+use crate::action::template::{Content, Templates};
+use crate::action::wecom::{self, MsgType, WecomAction};
+use crate::action::Action;
+use crate::lock::{LockConfig, NodeUrl};
+use crate::schedule::Schedule;
+use crate::secret::{Scrubber, Secret, SecretUrl};
+pub use env::{Env, ProcessEnv};
+pub use error::{ConfigError, ConfigErrors, Location, Section};
+use raw::{RawAction, RawHttp, RawJob, RawLog, RawMsgType, RawRedis, RawScheduler, RawWecom};
+
+/// Default `[scheduler] key_prefix`.
+pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
+/// Default `[scheduler] max_clock_skew`.
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(10);
+/// Default job `timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest job name: it is part of every Redis key.
+const MAX_JOB_NAME: usize = 100;
+
+/// A checked configuration.
+#[derive(Debug)]
+pub struct Config {
+    pub path: PathBuf,
+    pub scheduler: SchedulerConfig,
+    /// `None`: standalone mode, an in-process lock.
+    pub redis: Option<RedisConfig>,
+    /// Enabled jobs, in file order.
+    pub jobs: Vec<Arc<Job>>,
+    /// Jobs with `enabled = false`: checked, not scheduled.
+    pub disabled: Vec<String>,
+    pub templates: Arc<Templates>,
+    /// Every secret value the config holds, for scrubbing free text before it is logged.
+    pub scrubber: Arc<Scrubber>,
+    /// Things that work but deserve a word at start (an even number of nodes, standalone mode).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub timezone: Tz,
+    pub key_prefix: String,
+    /// How far replicas' clocks may disagree; slot keys outlive a slot by twice this.
+    pub max_clock_skew: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub nodes: Vec<NodeUrl>,
+    pub lock: LockConfig,
+}
+
+/// A checked job.
+#[derive(Debug)]
+pub struct Job {
+    pub name: String,
+    pub schedule: Schedule,
+    /// The whole action, retries included.
+    pub timeout: Duration,
+    pub action: Action,
+}
+
+impl Job {
+    pub fn zone(&self) -> Tz {
+        self.schedule.zone()
+    }
+}
+
+/// Reads and checks `path`, expanding `${VAR}` from the process environment.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    load_with(path, &ProcessEnv)
+}
+
+/// Reads and checks `path` against `env`.
+pub fn load_with(path: &Path, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    let shown = path.display().to_string();
+    let fail = |e: ConfigError| ConfigErrors { path: shown.clone(), errors: vec![e] };
+    let bytes = std::fs::read(path).map_err(|e| fail(ConfigError::file(read_error(&e))))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        fail(ConfigError::file(format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )))
+    })?;
+    parse(path, &text, env)
+}
+
+fn read_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "cannot read: no such file".to_owned(),
+        std::io::ErrorKind::PermissionDenied => "cannot read: permission denied".to_owned(),
+        _ => format!("cannot read: {e}"),
+    }
+}
+
+/// Checks the text of a jobs.toml.
+pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    let mut loader = Loader::new(env);
+    let config = loader.load(path, text);
+    match config {
+        Some(config) if loader.errors.is_empty() => Ok(config),
+        _ => Err(ConfigErrors { path: path.display().to_string(), errors: loader.errors }),
+    }
+}
+
+/// Gathers errors while checking one file.
+struct Loader<'e> {
+    env: &'e dyn Env,
+    errors: Vec<ConfigError>,
+    templates: Templates,
+    scrubber: Scrubber,
+    warnings: Vec<String>,
+}
+
+impl<'e> Loader<'e> {
+    fn new(env: &'e dyn Env) -> Self {
+        Loader {
+            env,
+            errors: Vec::new(),
+            templates: Templates::default(),
+            scrubber: Scrubber::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn load(&mut self, path: &Path, text: &str) -> Option<Config> {
+        let mut table = match text.parse::<Table>() {
+            Ok(table) => table,
+            Err(e) => {
+                self.errors.push(syntax_error(text, &e));
+                return None;
+            }
+        };
+        self.check_top_level(&table);
+        let scheduler = self.scheduler(table.remove("scheduler"));
+        let redis = self.redis(table.remove("redis"));
+        let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
+        let scheduler = scheduler?;
+        if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
+            self.errors.push(ConfigError::file("no jobs: add at least one [[job]] table"));
+        } else if jobs.is_empty() && self.errors.is_empty() {
+            self.errors.push(ConfigError::file("every job has enabled = false: nothing to run"));
+        }
+        let redis = redis?;
+        if redis.is_none() {
+            self.warnings.push(
+                "no [redis] section: standalone mode, an in-process lock. Run ONE replica only; \
+                 several replicas would each run every slot"
+                    .to_owned(),
+            );
+        }
+        Some(Config {
+            path: path.to_owned(),
+            scheduler,
+            redis,
+            jobs,
+            disabled,
+            templates: Arc::new(std::mem::take(&mut self.templates)),
+            scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
+            warnings: std::mem::take(&mut self.warnings),
+        })
+    }
+
+    fn check_top_level(&mut self, table: &Table) {
+        for key in table.keys() {
+            if !["scheduler", "redis", "job"].contains(&key.as_str()) {
+                self.errors.push(ConfigError::field(
+                    Section::Top,
+                    key,
+                    "unknown section or key (expected [scheduler], [redis] or [[job]])",
+                ));
+            }
+        }
+    }
+
+    fn scheduler(&mut self, value: Option<Value>) -> Option<SchedulerConfig> {
+        let raw: RawScheduler = match value {
+            Some(v) => self.typed(v, &Section::Scheduler)?,
+            None => RawScheduler::default(),
+        };
+        let timezone = match raw.timezone.as_deref() {
+            Some(name) => self.zone(name, Section::Scheduler)?,
+            None => chrono_tz::UTC,
+        };
+        let key_prefix = raw.key_prefix.unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+        if key_prefix.is_empty() || key_prefix.chars().any(char::is_whitespace) {
+            self.errors.push(ConfigError::field(
+                Section::Scheduler,
+                "key_prefix",
+                "must be non-empty and contain no whitespace",
+            ));
+            return None;
+        }
+        let max_clock_skew = raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW);
+        if max_clock_skew > Duration::from_secs(3600) {
+            self.errors.push(ConfigError::field(Section::Scheduler, "max_clock_skew", "must be at most 1h"));
+            return None;
+        }
+        Some(SchedulerConfig { timezone, key_prefix, max_clock_skew })
+    }
+
+    /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
+    fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
+        let Some(value) = value else { return Some(None) };
+        let raw: RawRedis = self.typed(value, &Section::Redis)?;
+        let before = self.errors.len();
+        if raw.nodes.is_empty() {
+            self.errors.push(ConfigError::field(Section::Redis, "nodes", "needs at least one node (1, 3 or 5)"));
+        }
+        let mut nodes = Vec::new();
+        let mut seen = HashSet::new();
+        for (i, raw_url) in raw.nodes.iter().enumerate() {
+            let field = format!("nodes[{i}]");
+            match self.expand(raw_url, &Section::Redis, &field).map(|u| NodeUrl::parse(&u)) {
+                Some(Ok(url)) => {
+                    if !seen.insert(url.address()) {
+                        self.errors.push(ConfigError::field(
+                            Section::Redis,
+                            &field,
+                            format!("{} is listed twice: a node must count once in the majority", url.address()),
+                        ));
+                    }
+                    self.scrubber.add(url.password().unwrap_or(""));
+                    nodes.push(url);
+                }
+                Some(Err(e)) => self.errors.push(ConfigError::field(Section::Redis, &field, e)),
+                None => {}
+            }
+        }
+        if nodes.len() % 2 == 0 && !nodes.is_empty() {
+            self.warnings.push(format!(
+                "{} Redis nodes: an even count tolerates no more failures than {} (use 1, 3 or 5)",
+                nodes.len(),
+                nodes.len() - 1
+            ));
+        }
+        let mut lock = LockConfig::default();
+        if let Some(t) = raw.node_timeout {
+            if t.is_zero() || t > Duration::from_secs(10) {
+                self.errors.push(ConfigError::field(Section::Redis, "node_timeout", "must be between 1ms and 10s"));
+            }
+            lock.node_timeout = t;
+        }
+        lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
+        lock.retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
+        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock }))
+    }
+
+    fn jobs(&mut self, value: Option<Value>, scheduler: Option<&SchedulerConfig>) -> (Vec<Arc<Job>>, Vec<String>) {
+        let mut jobs = Vec::new();
+        let mut disabled = Vec::new();
+        let tables = match value {
+            None => return (jobs, disabled),
+            Some(Value::Array(tables)) => tables,
+            Some(_) => {
+                self.errors.push(ConfigError::field(Section::Top, "job", "must be an array of tables: write [[job]]"));
+                return (jobs, disabled);
+            }
+        };
+        let mut names = HashSet::new();
+        for (i, table) in tables.into_iter().enumerate() {
+            let name = job_name(&table, i);
+            if !names.insert(name.clone()) {
+                self.errors.push(ConfigError::field(
+                    Section::Job(name.clone()),
+                    "name",
+                    "duplicate job name: each job needs its own (it is part of the lock key)",
+                ));
+                continue;
+            }
+            let enabled = table.get("enabled").and_then(Value::as_bool).unwrap_or(true);
+            match self.job(table, &name, enabled, scheduler) {
+                Some(job) if enabled => jobs.push(Arc::new(job)),
+                Some(_) => disabled.push(name),
+                None if !enabled => disabled.push(name),
+                None => {}
+            }
+        }
+        (jobs, disabled)
+    }
+
+    fn job(&mut self, mut table: Value, name: &str, enabled: bool, scheduler: Option<&SchedulerConfig>) -> Option<Job> {
+        let section = Section::Job(name.to_owned());
+        if enabled {
+            if let Some(action) = table.get_mut("action") {
+                self.expand_all(action, &section, "action")?;
+            }
+        }
+        let raw: RawJob = self.typed(table, &section)?;
+        let enabled = raw.enabled.unwrap_or(enabled);
+        let before = self.errors.len();
+        self.check_job_name(&raw.name, &section);
+        let zone = match raw.timezone.as_deref() {
+            Some(tz) => self.zone(tz, section.clone()),
+            None => scheduler.map(|s| s.timezone),
+        };
+        let schedule = zone.and_then(|zone| {
+            Schedule::parse(&raw.schedule, zone)
+                .map_err(|e| self.errors.push(ConfigError::field(section.clone(), "schedule", e.to_string())))
+                .ok()
+        });
+        let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.is_zero() {
+            self.errors.push(ConfigError::field(section.clone(), "timeout", "must be greater than 0"));
+        }
+        if !enabled {
+            return None;
+        }
+        let action = self.action(raw.action, name, &section);
+        if self.errors.len() != before {
+            return None;
+        }
+        Some(Job { name: raw.name, schedule: schedule?, timeout, action: action? })
+    }
+
+    fn check_job_name(&mut self, name: &str, section: &Section) {
+        let valid = !name.is_empty()
+            && name.len() <= MAX_JOB_NAME
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !valid {
+            self.errors.push(ConfigError::field(
+                section.clone(),
+                "name",
+                format!("must be 1 to {MAX_JOB_NAME} characters of A-Z a-z 0-9 - _ . (it is part of the Redis key)"),
+            ));
+        }
+    }
+
+    fn action(&mut self, raw: RawAction, job: &str, section: &Section) -> Option<Action> {
+        match raw {
+            RawAction::Wecom(w) => self.wecom(w, job, section).map(Action::Wecom),
+            RawAction::Http(h) => self.http(h, job, section).map(Action::Http),
+            RawAction::Log(l) => self.log(l, job, section).map(Action::Log),
+        }
+    }
+
+    fn wecom(&mut self, raw: RawWecom, job: &str, section: &Section) -> Option<WecomAction> {
+        let webhook = self.webhook_url(&raw.webhook, section, "action.webhook");
+        let msgtype = match raw.msgtype {
+            RawMsgType::Text => MsgType::Text,
+            RawMsgType::Markdown => MsgType::Markdown,
+        };
+        if msgtype == MsgType::Markdown && !(raw.mentioned_list.is_empty() && raw.mentioned_mobile_list.is_empty()) {
+            self.errors.push(ConfigError::field(
+                section.clone(),
+                "action.mentioned_list",
+                "markdown messages take no mention lists: write <@userid> in the content",
+            ));
+        }
+        let content = self.content(job, "content", raw.content, section)?;
+        if let Content::Static(text) = &content {
+            if let Err(e) = wecom::check_size(msgtype, text) {
+                self.errors.push(ConfigError::field(section.clone(), "action.content", e.to_string()));
+                return None;
+            }
+        }
+        Some(WecomAction {
+            webhook: webhook?,
+            msgtype,
+            content,
+            mentioned_list: raw.mentioned_list,
+            mentioned_mobile_list: raw.mentioned_mobile_list,
+        })
+    }
+
+    fn http(&mut self, raw: RawHttp, job: &str, section: &Section) -> Option<HttpAction> {
+        let url = self.webhook_url(&raw.url, section, "action.url");
+        let method = match raw.method.as_deref().unwrap_or("POST").to_ascii_uppercase().as_str() {
+            m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => Method::from_bytes(m.as_bytes()).ok(),
+            other => {
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "action.method",
+                    format!("unknown method {other:?} (GET, POST, PUT, PATCH, DELETE or HEAD)"),
+                ));
+                None
+            }
+        };
+        let headers = self.headers(raw.headers, section);
+        let body = match raw.body {
+            Some(body) => Some(self.content(job, "body", body, section)?),
+            None => None,
+        };
+        Some(HttpAction { url: url?, method: method?, headers: headers?, body })
+    }
+
+    fn headers(&mut self, raw: std::collections::BTreeMap<String, String>, section: &Section) -> Option<Vec<(HeaderName, Secret)>> {
+        let mut headers = Vec::new();
+        let mut ok = true;
+        for (name, value) in raw {
+            let field = format!("action.headers.{name}");
+            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+                (Ok(name), Ok(_)) => headers.push((name, Secret::new(value))),
+                (Err(_), _) => {
+                    ok = false;
+                    self.errors.push(ConfigError::field(section.clone(), field, "not a valid HTTP header name"));
+                }
+                (_, Err(_)) => {
+                    ok = false;
+                    self.errors.push(ConfigError::field(section.clone(), field, "not a valid HTTP header value"));
+                }
+            }
+        }
+        ok.then_some(headers)
+    }
+
+    fn log(&mut self, raw: RawLog, job: &str, section: &Section) -> Option<LogAction> {
+        Some(LogAction { content: self.content(job, "content", raw.content, section)? })
+    }
+
+    fn content(&mut self, job: &str, field: &str, source: String, section: &Section) -> Option<Content> {
+        self.templates
+            .add(format!("{job}.{field}"), source)
+            .map_err(|e| self.errors.push(ConfigError::field(section.clone(), format!("action.{field}"), e)))
+            .ok()
+    }
+
+    /// An http(s) URL; its text may hold a key, so the error never repeats it.
+    fn webhook_url(&mut self, raw: &str, section: &Section, field: &str) -> Option<SecretUrl> {
+        let problem = match Url::parse(raw) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => {
+                let url = SecretUrl::new(url);
+                for part in url.secret_parts() {
+                    self.scrubber.add(&part);
+                }
+                return Some(url);
+            }
+            Ok(url) => format!("scheme {:?} is not http or https", url.scheme()),
+            Err(_) if !raw.contains('/') && !raw.contains(' ') && raw.len() >= 16 => {
+                "not a URL; it looks like a key alone: write the full webhook URL \
+                 (https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY)"
+                    .to_owned()
+            }
+            Err(e) => format!("not a URL ({e})"),
+        };
+        self.errors.push(ConfigError::field(section.clone(), field, problem));
+        None
+    }
+
+    fn zone(&mut self, name: &str, section: Section) -> Option<Tz> {
+        name.parse::<Tz>()
+            .map_err(|_| {
+                self.errors.push(ConfigError::field(
+                    section,
+                    "timezone",
+                    format!("unknown time zone {name:?} (use an IANA name such as Asia/Shanghai or UTC)"),
+                ))
+            })
+            .ok()
+    }
+
+    /// Deserializes a section, naming the field on error.
+    fn typed<T: DeserializeOwned>(&mut self, value: Value, section: &Section) -> Option<T> {
+        serde_path_to_error::deserialize(value)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let message = e.inner().to_string();
+                let field = field_of(&path, &message);
+                self.errors.push(ConfigError::field(section.clone(), field, message));
+            })
+            .ok()
+    }
+
+    /// Expands `${VAR}` in every string below `value`.
+    fn expand_all(&mut self, value: &mut Value, section: &Section, path: &str) -> Option<()> {
+        match value {
+            Value::String(s) => *s = self.expand(s, section, path)?,
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.expand_all(item, section, &format!("{path}[{i}]"))?;
+                }
+            }
+            Value::Table(table) => {
+                for (key, item) in table.iter_mut() {
+                    self.expand_all(item, section, &format!("{path}.{key}"))?;
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    }
+
+    fn expand(&mut self, text: &str, section: &Section, field: &str) -> Option<String> {
+        match env::expand(text, self.env) {
+            Ok(expanded) => {
+                for value in &expanded.values {
+                    self.scrubber.add(value);
+                }
+                Some(expanded.text)
+            }
+            Err(e) => {
+                self.errors.push(ConfigError::field(section.clone(), field, e.to_string()));
+                None
+            }
+        }
+    }
+}
+
+/// The job's name for error messages: its `name`, or its position when it has none.
+fn job_name(table: &Value, index: usize) -> String {
+    match table.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => format!("#{} (no name)", index + 1),
+    }
+}
+
+/// The field an error is about: serde's path, plus the field named in "unknown/missing field `x`".
+fn field_of(path: &str, message: &str) -> String {
+    let named = ["unknown field `", "missing field `"]
+        .iter()
+        .find_map(|p| message.split_once(p))
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(name, _)| name);
+    let base = if path == "." { "" } else { path };
+    match (base, named) {
+        ("", Some(name)) => name.to_owned(),
+        ("", None) => "(table)".to_owned(),
+        (base, Some(name)) => format!("{base}.{name}"),
+        (base, None) => base.to_owned(),
+    }
+}
+
+/// A TOML syntax error with its line and column, and the job it falls in when there is one.
+fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigError {
+    let offset = e.span().map_or(0, |s| s.start).min(text.len());
+    let before = &text[..text.floor_char_boundary(offset)];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ConfigError {
+        location: Location::Line { line, column, job: enclosing_job(before) },
+        message: format!("TOML syntax: {}", e.message().trim()),
+    }
+}
+
+/// The `name` of the last `[[job]]` header before an error, read line by line (the file does not
+/// parse, so this is a best effort).
+fn enclosing_job(before: &str) -> Option<String> {
+    let start = before.rfind("[[job]]")?;
+    before[start..].lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_of_paths() {
+        assert_eq!(field_of(".", "missing field `name`"), "name");
+        assert_eq!(field_of("action", "unknown field `x`, expected one of"), "action.x");
+        assert_eq!(field_of("timeout", "invalid type"), "timeout");
+    }
+
+    #[test]
+    fn enclosing_job_reads_the_last_header() {
+        let text = "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\nschedule = ";
+        assert_eq!(enclosing_job(text).as_deref(), Some("b"));
+        assert_eq!(enclosing_job("[scheduler]\n"), None);
+    }
+}

@@ -1,0 +1,23 @@
+//! slotcron: cron for fleets. Every replica runs the same schedule; at each slot the replicas
+//! race for a Redlock keyed by job and slot; only the winner runs the job.
+//!
+//! # Layout
+//! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
+//! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
+//! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
+//! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
+//! - [`scheduler`]: the per-job loops that sleep until each slot; shutdown and task tracking.
+//! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
+//! - [`secret`]: redaction of webhook keys and passwords at the type level.
+//! - [`telemetry`]: log format and filter.
+//! - [`cli`]: `slotcron run` and `slotcron check`.
+
+pub mod action;
+pub mod cli;
+pub mod config;
+pub mod lock;
+pub mod race;
+pub mod schedule;
+pub mod scheduler;
+pub mod secret;
+pub mod telemetry;

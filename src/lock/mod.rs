@@ -1,0 +1,162 @@
+//! The slot lock: a Redlock over independent Redis nodes, or an in-process lock in standalone
+//! mode. Outcomes are kept apart in types: `Won`, `Lost { holder }` and `Unavailable` (Redis
+//! down or no majority after the retries) are different things to the caller and in the logs.
+
+pub mod local;
+pub mod node;
+pub mod redlock;
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::schedule::Slot;
+
+pub use local::LocalLock;
+pub use node::{NodeError, NodeUrl};
+pub use redlock::{LockConfig, Redlock};
+
+/// The Redis key of one (job, slot): `{key_prefix}:{job}:{slot as epoch ms}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SlotKey(String);
+
+impl SlotKey {
+    pub fn new(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}", slot.epoch_ms()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SlotKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A lock token: the replica id and a random part, so a loser can name the holder.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(replica: &str) -> Self {
+        let random: u64 = rand::rng().random();
+        Token(format!("{replica}:{random:016x}"))
+    }
+
+    pub fn from_stored(value: String) -> Self {
+        Token(value)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The replica part of the token (everything before the last `:`).
+    pub fn replica(&self) -> &str {
+        self.0.rsplit_once(':').map_or(&self.0, |(replica, _)| replica)
+    }
+}
+
+/// A won slot: valid until `valid_until`, after which another replica could take it.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub key: SlotKey,
+    pub token: Token,
+    /// How long the lock was known to be held when the race ended.
+    pub validity: Duration,
+    pub valid_until: Instant,
+}
+
+/// Why the lock could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnavailableReason {
+    /// Fewer than a majority of nodes answered.
+    NoQuorum { answered: usize, needed: usize },
+    /// Every attempt ended with no token on a majority (a split vote) until the retries ran out.
+    SplitVote { attempts: u32 },
+}
+
+impl fmt::Display for UnavailableReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnavailableReason::NoQuorum { answered, needed } => {
+                write!(f, "{answered} node(s) answered, {needed} needed")
+            }
+            UnavailableReason::SplitVote { attempts } => {
+                write!(f, "no majority after {attempts} attempt(s) (split vote)")
+            }
+        }
+    }
+}
+
+/// The lock could not be decided: Redis is down or split, which is not the same as losing.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub reason: UnavailableReason,
+    pub errors: Vec<NodeError>,
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.reason)?;
+        for e in &self.errors {
+            write!(f, "; {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of racing for one slot.
+#[derive(Debug, Clone)]
+pub enum Acquire {
+    Won(Lease),
+    Lost { holder: Token },
+    Unavailable(Unavailable),
+}
+
+/// The lock a replica races with.
+#[derive(Debug)]
+pub enum SlotLock {
+    Redlock(Redlock),
+    Local(LocalLock),
+}
+
+impl SlotLock {
+    pub async fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
+        match self {
+            SlotLock::Redlock(lock) => lock.acquire(key, ttl).await,
+            SlotLock::Local(lock) => lock.acquire(key, ttl),
+        }
+    }
+
+    /// A short description for the start-up log line.
+    pub fn describe(&self) -> String {
+        match self {
+            SlotLock::Redlock(lock) => format!("redlock over {} node(s)", lock.node_count()),
+            SlotLock::Local(_) => "in-process (standalone)".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_layout() {
+        let slot = Slot::at(chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap());
+        assert_eq!(SlotKey::new("slotcron", "standup", slot).as_str(), "slotcron:standup:1700000000000");
+    }
+
+    #[test]
+    fn token_names_the_replica() {
+        let t = Token::new("web-7:a");
+        assert_eq!(t.replica(), "web-7:a");
+        assert_ne!(Token::new("x"), Token::new("x"));
+    }
+}

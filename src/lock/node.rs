@@ -1,0 +1,281 @@
+//! One Redis node of the Redlock: a single multiplexed connection, opened once and reused, with
+//! TCP_NODELAY, that reconnects in the background. Every call is bounded by the node timeout,
+//! so a dead or hung node costs a race no more than that.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::{IntoConnectionInfo, Script, Value};
+use url::Url;
+
+use super::{SlotKey, Token};
+
+/// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest pause between reconnection attempts to a node that is down.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// Compare-and-delete: release only our own token.
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+/// `SET NX PX` that answers with the holder, for servers older than 7.0 (no `SET … NX GET`).
+const ACQUIRE_SCRIPT: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false";
+
+/// A checked `redis://` or `rediss://` URL; prints without its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeUrl(Url);
+
+impl NodeUrl {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let url = Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+        match url.scheme() {
+            "redis" | "rediss" => {}
+            other => {
+                return Err(format!(
+                    "scheme {other:?} is not a Redis URL (use redis:// or rediss://)"
+                ))
+            }
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("the URL has no host".to_owned());
+        }
+        raw.into_connection_info()
+            .map_err(|e| format!("not a Redis URL: {e}"))?;
+        Ok(NodeUrl(url))
+    }
+
+    pub fn expose(&self) -> &Url {
+        &self.0
+    }
+
+    /// `host:port`, the node's name in logs.
+    pub fn address(&self) -> String {
+        let host = self.0.host_str().unwrap_or("?");
+        format!("{host}:{}", self.0.port().unwrap_or(6379))
+    }
+
+    pub fn password(&self) -> Option<&str> {
+        self.0.password()
+    }
+}
+
+impl fmt::Display for NodeUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::secret::redacted(&self.0).fmt(f)
+    }
+}
+
+impl fmt::Debug for NodeUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeUrl({self})")
+    }
+}
+
+/// Why one node did not answer a lock request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeError {
+    pub node: String,
+    pub kind: NodeErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeErrorKind {
+    /// No answer within the node timeout (down, hung, or slow).
+    Timeout(Duration),
+    /// The connection failed or Redis answered with an error.
+    Redis(String),
+    /// Redis answered something that is not a lock answer (a wrong type on the key).
+    Unexpected(String),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            NodeErrorKind::Timeout(t) => write!(f, "{}: no answer within {} ms", self.node, t.as_millis()),
+            NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Unexpected(e) => write!(f, "{}: unexpected answer: {e}", self.node),
+        }
+    }
+}
+
+/// A node's answer to one acquire request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeReply {
+    /// The key was free and is now ours (or was already ours).
+    Acquired,
+    /// Someone else holds the key.
+    Held(Token),
+    Failed(NodeError),
+}
+
+/// One Redis node.
+pub struct Node {
+    address: String,
+    conn: ConnectionManager,
+    timeout: Duration,
+    /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
+    legacy: AtomicBool,
+    release: Script,
+    acquire_script: Script,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node").field("address", &self.address).finish()
+    }
+}
+
+impl Node {
+    /// Prepares the node's connection; it is opened lazily and reopened in the background.
+    pub fn new(url: &NodeUrl, timeout: Duration, ca_file: Option<&[u8]>) -> Result<Self, String> {
+        let info = url
+            .expose()
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| format!("{url}: {e}"))?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = match ca_file {
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates { client_tls: None, root_cert: Some(ca.to_vec()) },
+            ),
+            None => redis::Client::open(info),
+        }
+        .map_err(|e| format!("{url}: {e}"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_max_delay(RECONNECT_MAX_DELAY)
+            .set_number_of_retries(usize::MAX);
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| format!("{url}: {e}"))?;
+        Ok(Node {
+            address: url.address(),
+            conn,
+            timeout,
+            legacy: AtomicBool::new(false),
+            release: Script::new(RELEASE_SCRIPT),
+            acquire_script: Script::new(ACQUIRE_SCRIPT),
+        })
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Tries to set `key` to `token` for `ttl`; answers who holds the key, in one round trip.
+    pub async fn acquire(&self, key: &SlotKey, token: &Token, ttl: Duration) -> NodeReply {
+        let ttl_ms = ttl.as_millis().max(1) as u64;
+        let result = if self.legacy.load(Ordering::Relaxed) {
+            self.acquire_lua(key, token, ttl_ms).await
+        } else {
+            match self.acquire_set_get(key, token, ttl_ms).await {
+                Err(NodeErrorKind::Redis(e)) if e.contains("syntax error") => {
+                    self.legacy.store(true, Ordering::Relaxed);
+                    self.acquire_lua(key, token, ttl_ms).await
+                }
+                other => other,
+            }
+        };
+        match result {
+            Ok(None) => NodeReply::Acquired,
+            Ok(Some(holder)) if holder == token.as_str() => NodeReply::Acquired,
+            Ok(Some(holder)) => NodeReply::Held(Token::from_stored(holder)),
+            Err(kind) => NodeReply::Failed(self.error(kind)),
+        }
+    }
+
+    async fn acquire_set_get(&self, key: &SlotKey, token: &Token, ttl_ms: u64) -> Result<Option<String>, NodeErrorKind> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key.as_str()).arg(token.as_str()).arg("NX").arg("PX").arg(ttl_ms).arg("GET");
+        let mut conn = self.conn.clone();
+        self.bounded(cmd.query_async::<Value>(&mut conn)).await.and_then(holder_of)
+    }
+
+    async fn acquire_lua(&self, key: &SlotKey, token: &Token, ttl_ms: u64) -> Result<Option<String>, NodeErrorKind> {
+        let mut invocation = self.acquire_script.key(key.as_str());
+        invocation.arg(token.as_str()).arg(ttl_ms);
+        let mut conn = self.conn.clone();
+        self.bounded(invocation.invoke_async::<Value>(&mut conn)).await.and_then(holder_of)
+    }
+
+    /// Deletes `key` only if it still holds `token`. True when it was deleted.
+    pub async fn release(&self, key: &SlotKey, token: &Token) -> Result<bool, NodeError> {
+        let mut invocation = self.release.key(key.as_str());
+        invocation.arg(token.as_str());
+        let mut conn = self.conn.clone();
+        self.bounded(invocation.invoke_async::<i64>(&mut conn))
+            .await
+            .map(|n| n == 1)
+            .map_err(|kind| self.error(kind))
+    }
+
+    /// PING with the node timeout: used at start to open the connection and report the node.
+    pub async fn ping(&self) -> Result<(), NodeError> {
+        let mut conn = self.conn.clone();
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
+            .await
+            .map(drop)
+            .map_err(|kind| self.error(kind))
+    }
+
+    /// PING bounded by `wait` rather than the race timeout (the first connection takes longer).
+    pub async fn ping_within(&self, wait: Duration) -> Result<(), NodeError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(wait, redis::cmd("PING").query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
+            Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
+        }
+    }
+
+    async fn bounded<T>(&self, fut: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, NodeErrorKind> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(NodeErrorKind::Redis(e.to_string())),
+            Err(_) => Err(NodeErrorKind::Timeout(self.timeout)),
+        }
+    }
+
+    fn error(&self, kind: NodeErrorKind) -> NodeError {
+        NodeError { node: self.address.clone(), kind }
+    }
+}
+
+/// The holder in an acquire answer: nil (we set it) or the stored token.
+fn holder_of(value: Value) -> Result<Option<String>, NodeErrorKind> {
+    match value {
+        Value::Nil | Value::Boolean(false) => Ok(None),
+        Value::BulkString(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| NodeErrorKind::Unexpected("a non-UTF-8 value on the slot key".into())),
+        Value::SimpleString(s) => Ok(Some(s)),
+        other => Err(NodeErrorKind::Unexpected(format!("{other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_urls() {
+        assert!(NodeUrl::parse("redis://127.0.0.1:6379").is_ok());
+        assert!(NodeUrl::parse("rediss://:pw@redis.example:6380/0").is_ok());
+        assert!(NodeUrl::parse("http://127.0.0.1:6379").unwrap_err().contains("not a Redis URL"));
+        assert!(NodeUrl::parse("localhost:6379").is_err());
+        let url = NodeUrl::parse("redis://user:hunter22@10.0.0.1:6379").unwrap();
+        assert!(!url.to_string().contains("hunter22"));
+        assert_eq!(url.address(), "10.0.0.1:6379");
+    }
+}

@@ -1,0 +1,211 @@
+//! Redlock over N independent Redis nodes, written over redis-rs.
+//!
+//! One attempt sends `SET key token NX PX ttl GET` to every node in parallel, each bounded by the
+//! node timeout, and reads from the answers who holds the key:
+//! - our token on a majority, inside the validity: `Won`;
+//! - another token on a majority: `Lost` at once, never retried (that slot is taken);
+//! - neither (a split vote, or too few nodes answered): release what we took (and what we may
+//!   have taken on nodes that did not answer), wait a short random delay and try again, within a
+//!   bounded number of attempts. After that: `Unavailable`.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::node::{Node, NodeReply, NodeUrl};
+use super::{Acquire, Lease, NodeError, SlotKey, Token, Unavailable, UnavailableReason};
+
+/// Default bound on one node's answer.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default attempts after a split vote before giving up as `Unavailable`.
+pub const DEFAULT_RETRY_COUNT: u32 = 5;
+/// Default upper bound of the random delay between attempts.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(40);
+/// Clock drift allowance: 1% of the TTL plus 2 ms (the Redlock spec's figures).
+const DRIFT_FACTOR: f64 = 0.01;
+const DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// How the lock races.
+#[derive(Debug, Clone)]
+pub struct LockConfig {
+    /// Bound on each node's answer in one attempt.
+    pub node_timeout: Duration,
+    /// Extra attempts after a split vote (0: one attempt only).
+    pub retry_count: u32,
+    /// Upper bound of the random delay before another attempt.
+    pub retry_delay: Duration,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            retry_count: DEFAULT_RETRY_COUNT,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+}
+
+/// A Redlock over independent nodes, for one replica.
+#[derive(Debug)]
+pub struct Redlock {
+    nodes: Vec<Node>,
+    replica: String,
+    config: LockConfig,
+}
+
+/// The tally of one attempt's answers.
+#[derive(Debug, Default)]
+struct Tally {
+    own: usize,
+    /// Tokens of other holders, with the number of nodes each holds.
+    others: Vec<(Token, usize)>,
+    errors: Vec<NodeError>,
+}
+
+impl Tally {
+    fn of(replies: &[NodeReply]) -> Self {
+        let mut tally = Tally::default();
+        for reply in replies {
+            match reply {
+                NodeReply::Acquired => tally.own += 1,
+                NodeReply::Held(token) => match tally.others.iter_mut().find(|(t, _)| t == token) {
+                    Some((_, n)) => *n += 1,
+                    None => tally.others.push((token.clone(), 1)),
+                },
+                NodeReply::Failed(e) => tally.errors.push(e.clone()),
+            }
+        }
+        tally
+    }
+
+    fn majority_holder(&self, quorum: usize) -> Option<&Token> {
+        self.others.iter().find(|(_, n)| *n >= quorum).map(|(t, _)| t)
+    }
+
+    fn answered(&self, nodes: usize) -> usize {
+        nodes - self.errors.len()
+    }
+}
+
+/// Validity left after an attempt that took `elapsed`: ttl − elapsed − drift.
+pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
+    let drift = ttl.mul_f64(DRIFT_FACTOR) + DRIFT_FIXED;
+    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+}
+
+/// Majority of `n` nodes.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+impl Redlock {
+    /// Prepares connections to `urls` (opened lazily, reopened in the background).
+    pub fn new(urls: &[NodeUrl], replica: &str, config: LockConfig, ca_file: Option<&[u8]>) -> Result<Self, String> {
+        let nodes = urls
+            .iter()
+            .map(|url| Node::new(url, config.node_timeout, ca_file))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Redlock { nodes, replica: replica.to_owned(), config })
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    fn quorum(&self) -> usize {
+        quorum(self.nodes.len())
+    }
+
+    /// Races for `key`; see the module docs for the rules.
+    pub async fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
+        let token = Token::new(&self.replica);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let started = Instant::now();
+            let replies = self.ask_all(key, &token, ttl).await;
+            let tally = Tally::of(&replies);
+            if tally.own >= self.quorum() {
+                let now = Instant::now();
+                if let Some(validity) = validity(ttl, now - started) {
+                    let valid_until = now + validity;
+                    return Acquire::Won(Lease { key: key.clone(), token, validity, valid_until });
+                }
+            }
+            if let Some(holder) = tally.majority_holder(self.quorum()) {
+                let holder = holder.clone();
+                self.release_partial(key, &token, &replies).await;
+                return Acquire::Lost { holder };
+            }
+            self.release_partial(key, &token, &replies).await;
+            if attempt > self.config.retry_count {
+                return Acquire::Unavailable(self.unavailable(&tally, attempt));
+            }
+            tokio::time::sleep(self.retry_delay()).await;
+        }
+    }
+
+    fn unavailable(&self, tally: &Tally, attempts: u32) -> Unavailable {
+        let answered = tally.answered(self.nodes.len());
+        let reason = if answered < self.quorum() {
+            UnavailableReason::NoQuorum { answered, needed: self.quorum() }
+        } else {
+            UnavailableReason::SplitVote { attempts }
+        };
+        Unavailable { reason, errors: tally.errors.clone() }
+    }
+
+    async fn ask_all(&self, key: &SlotKey, token: &Token, ttl: Duration) -> Vec<NodeReply> {
+        join_all(self.nodes.iter().map(|node| node.acquire(key, token, ttl))).await
+    }
+
+    /// Releases our token on every node that took it or did not answer (a timed-out SET may
+    /// have landed). Nodes that answered with another holder are left alone.
+    async fn release_partial(&self, key: &SlotKey, token: &Token, replies: &[NodeReply]) {
+        let targets = self
+            .nodes
+            .iter()
+            .zip(replies)
+            .filter(|(_, r)| matches!(r, NodeReply::Acquired | NodeReply::Failed(_)))
+            .map(|(node, _)| node.release(key, token));
+        join_all(targets).await;
+    }
+
+    /// Releases `lease` on every node. slotcron never releases a won slot (the key must outlive
+    /// the run); this is for tests and for callers that lock something other than a slot.
+    pub async fn release(&self, lease: &Lease) -> usize {
+        let results = join_all(self.nodes.iter().map(|n| n.release(&lease.key, &lease.token))).await;
+        results.into_iter().filter(|r| matches!(r, Ok(true))).count()
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let max = self.config.retry_delay.max(Duration::from_millis(1));
+        rand::rng().random_range(max / 4..=max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let ttl = Duration::from_secs(10);
+        // drift = 100 ms + 2 ms
+        assert_eq!(validity(ttl, Duration::from_millis(8)), Some(Duration::from_millis(9890)));
+        assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
+        assert_eq!(validity(ttl, Duration::from_secs(11)), None);
+    }
+}

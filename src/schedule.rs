@@ -1,0 +1,263 @@
+//! Slots: the scheduled instants of a job, computed from its cron in its zone.
+//!
+//! A slot is a pure function of the cron, the zone and the instant it follows, so every replica
+//! computes the same slot whatever its wake-up jitter. The slot (not the wake-up time) is the
+//! lock key. DST is handled by croner over a real `chrono_tz::Tz` (never a fixed offset): a slot
+//! in a spring-forward gap moves to the first instant after the gap, a fixed-time slot in a
+//! fall-back overlap runs once (in the earlier fold).
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds, Year};
+use croner::Cron;
+
+/// One scheduled instant of a job, whole seconds, in UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot(DateTime<Utc>);
+
+impl Slot {
+    /// The slot at `at`, truncated to the whole second (cron has no finer field).
+    pub fn at(at: DateTime<Utc>) -> Self {
+        Slot(truncate_to_second(at))
+    }
+
+    pub fn instant(self) -> DateTime<Utc> {
+        self.0
+    }
+
+    /// Milliseconds since the Unix epoch: the slot's part of the lock key.
+    pub fn epoch_ms(self) -> i64 {
+        self.0.timestamp_millis()
+    }
+
+    /// RFC 3339 in UTC (`2026-11-23T01:30:00Z`): logs and HTTP headers.
+    pub fn rfc3339_utc(self) -> String {
+        self.0.to_rfc3339_opts(SecondsFormat::Secs, true)
+    }
+
+    /// RFC 3339 in `zone` (`2026-11-23T09:30:00+08:00`): templates and `check`.
+    pub fn rfc3339_in(self, zone: Tz) -> String {
+        self.0
+            .with_timezone(&zone)
+            .to_rfc3339_opts(SecondsFormat::Secs, true)
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.rfc3339_utc())
+    }
+}
+
+fn truncate_to_second(at: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.timestamp_opt(at.timestamp(), 0)
+        .single()
+        .unwrap_or(at)
+}
+
+/// A job's cron expression bound to its zone.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    cron: Cron,
+    zone: Tz,
+    expression: String,
+}
+
+/// Why a cron expression was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("invalid cron expression {expression:?}: {reason}")]
+    Invalid { expression: String, reason: String },
+    #[error(
+        "cron expression {expression:?} has {fields} fields; use 5 (minute hour day month weekday) \
+         or 6 (second minute hour day month weekday)"
+    )]
+    FieldCount { expression: String, fields: usize },
+    #[error("cron expression {expression:?} never fires in the next year")]
+    NeverFires { expression: String },
+}
+
+impl Schedule {
+    /// Parses a 5-field (second 0) or 6-field (with seconds) cron expression in `zone`.
+    pub fn parse(expression: &str, zone: Tz) -> Result<Self, ScheduleError> {
+        let fields = expression.split_whitespace().count();
+        let nickname = expression.trim_start().starts_with('@');
+        if !nickname && !(5..=6).contains(&fields) {
+            return Err(ScheduleError::FieldCount {
+                expression: expression.to_owned(),
+                fields,
+            });
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .build()
+            .parse(expression)
+            .map_err(|e| ScheduleError::Invalid {
+                expression: expression.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let schedule = Schedule {
+            cron,
+            zone,
+            expression: expression.to_owned(),
+        };
+        schedule
+            .next_after(Utc::now())
+            .ok_or_else(|| ScheduleError::NeverFires {
+                expression: expression.to_owned(),
+            })?;
+        Ok(schedule)
+    }
+
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The first slot strictly after `at`.
+    pub fn next_after(&self, at: DateTime<Utc>) -> Option<Slot> {
+        let start = truncate_to_second(at).with_timezone(&self.zone);
+        self.cron
+            .find_next_occurrence(&start, false)
+            .ok()
+            .map(|t| Slot(t.with_timezone(&Utc)))
+    }
+
+    /// The latest slot at or before `at`: the slot a replica waking at `at` belongs to.
+    pub fn current(&self, at: DateTime<Utc>) -> Option<Slot> {
+        let start = truncate_to_second(at).with_timezone(&self.zone);
+        self.cron
+            .find_previous_occurrence(&start, true)
+            .ok()
+            .map(|t| Slot(t.with_timezone(&Utc)))
+    }
+
+    /// The next `n` slots after `at`.
+    pub fn upcoming(&self, at: DateTime<Utc>, n: usize) -> Vec<Slot> {
+        let mut slots = Vec::with_capacity(n);
+        let mut after = at;
+        while slots.len() < n {
+            let Some(slot) = self.next_after(after) else {
+                break;
+            };
+            slots.push(slot);
+            after = slot.instant();
+        }
+        slots
+    }
+}
+
+/// The wall clock, as a seam: tests skew one replica in-process, production reads the system.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// The system clock shifted by a fixed offset: a replica whose clock leads (positive) or lags.
+#[derive(Debug, Clone, Copy)]
+pub struct SkewedClock {
+    pub offset: chrono::Duration,
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + self.offset
+    }
+}
+
+pub type SharedClock = Arc<dyn Clock>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn five_fields_mean_second_zero() {
+        let s = Schedule::parse("30 9 * * *", chrono_tz::UTC).unwrap();
+        let next = s.next_after(utc("2026-01-01T09:29:59.900Z")).unwrap();
+        assert_eq!(next.rfc3339_utc(), "2026-01-01T09:30:00Z");
+    }
+
+    #[test]
+    fn six_fields_have_seconds() {
+        let s = Schedule::parse("*/15 * * * * *", chrono_tz::UTC).unwrap();
+        let next = s.next_after(utc("2026-01-01T00:00:00.001Z")).unwrap();
+        assert_eq!(next.rfc3339_utc(), "2026-01-01T00:00:15Z");
+    }
+
+    #[test]
+    fn next_after_a_slot_is_the_following_slot() {
+        let s = Schedule::parse("* * * * * *", chrono_tz::UTC).unwrap();
+        let t = utc("2026-01-01T00:00:05Z");
+        assert_eq!(s.next_after(t).unwrap().instant(), utc("2026-01-01T00:00:06Z"));
+        assert_eq!(s.current(t).unwrap().instant(), t);
+    }
+
+    #[test]
+    fn weekday_names_and_zone() {
+        let s = Schedule::parse("0 30 9 * * Mon-Fri", chrono_tz::Asia::Shanghai).unwrap();
+        // Saturday 2026-11-21 → Monday 2026-11-23 09:30 +08:00.
+        let next = s.next_after(utc("2026-11-21T00:00:00Z")).unwrap();
+        assert_eq!(next.rfc3339_utc(), "2026-11-23T01:30:00Z");
+        assert_eq!(next.rfc3339_in(s.zone()), "2026-11-23T09:30:00+08:00");
+    }
+
+    fn local_slots(expression: &str, zone: Tz, from: &str, n: usize) -> Vec<String> {
+        let s = Schedule::parse(expression, zone).unwrap();
+        s.upcoming(utc(from), n)
+            .iter()
+            .map(|slot| slot.rfc3339_in(zone))
+            .collect()
+    }
+
+    #[test]
+    fn spring_forward_gap_runs_once_right_after_the_gap() {
+        // New York skips 02:00-03:00 on 2026-03-08.
+        let ny = chrono_tz::America::New_York;
+        assert_eq!(
+            local_slots("0 30 2 * * *", ny, "2026-03-07T12:00:00Z", 2),
+            ["2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"]
+        );
+    }
+
+    #[test]
+    fn fall_back_overlap_runs_once() {
+        // New York repeats 01:00-02:00 on 2026-11-01.
+        let ny = chrono_tz::America::New_York;
+        assert_eq!(
+            local_slots("0 30 1 * * *", ny, "2026-10-31T12:00:00Z", 3),
+            [
+                "2026-11-01T01:30:00-04:00",
+                "2026-11-02T01:30:00-05:00",
+                "2026-11-03T01:30:00-05:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_expressions_are_refused() {
+        for bad in ["", "* * *", "61 * * * *", "* * * * * * 2026", "0 0 30 2 *"] {
+            assert!(Schedule::parse(bad, chrono_tz::UTC).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Logs: tracing with stable field names (`job`, `slot`, `replica`, `outcome`, `winner`,
+//! `duration_ms`, `error`), as text for people or JSON lines for containers. `RUST_LOG` filters.
+
+use std::str::FromStr;
+
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("unknown log format {other:?} (text or json)")),
+        }
+    }
+}
+
+/// Installs the global subscriber, writing to stdout. `RUST_LOG` overrides the default `info`.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
+    // A subscriber already installed (tests running several replicas in one process) is fine.
+    drop(result);
+}
