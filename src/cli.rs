@@ -64,8 +64,7 @@ pub struct CheckArgs {
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Both rustls users (reqwest, redis) share the ring provider; installing twice is harmless.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::tls::ensure_crypto_provider();
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Run(args) => run(args, cli.log_format),

@@ -10,6 +10,7 @@
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter.
+//! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`cli`]: `slotcron run` and `slotcron check`.
 
 pub mod action;
@@ -21,3 +22,4 @@ pub mod schedule;
 pub mod scheduler;
 pub mod secret;
 pub mod telemetry;
+pub mod tls;

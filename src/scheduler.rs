@@ -46,7 +46,7 @@ pub async fn run(config: Config, replica: String, clock: SharedClock, shutdown: 
 pub async fn race_context(config: &Config, replica: String, clock: SharedClock) -> anyhow::Result<RaceContext> {
     let lock = match &config.redis {
         Some(redis) => {
-            let lock = Redlock::new(&redis.nodes, &replica, redis.lock.clone(), None)
+            let lock = Redlock::new(&redis.nodes, &replica, redis.lock.clone(), redis.ca.as_deref())
                 .map_err(anyhow::Error::msg)
                 .context("preparing Redis connections")?;
             report_nodes(&lock, &replica).await;

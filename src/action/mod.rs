@@ -94,6 +94,7 @@ impl ActionError {
 
 /// The HTTP client all actions share: one connection pool per replica.
 pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    crate::tls::ensure_crypto_provider();
     reqwest::Client::builder()
         .user_agent(concat!("slotcron/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)

@@ -71,6 +71,8 @@ pub struct SchedulerConfig {
 pub struct RedisConfig {
     pub nodes: Vec<NodeUrl>,
     pub lock: LockConfig,
+    /// PEM root certificates for `rediss://` nodes (`ca_file`); `None`: the system's roots.
+    pub ca: Option<Vec<u8>>,
 }
 
 /// A checked job.
@@ -156,7 +158,7 @@ impl<'e> Loader<'e> {
         };
         self.check_top_level(&table);
         let scheduler = self.scheduler(table.remove("scheduler"));
-        let redis = self.redis(table.remove("redis"));
+        let redis = self.redis(table.remove("redis"), path);
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
@@ -223,7 +225,7 @@ impl<'e> Loader<'e> {
     }
 
     /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
-    fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
+    fn redis(&mut self, value: Option<Value>, path: &Path) -> Option<Option<RedisConfig>> {
         let Some(value) = value else { return Some(None) };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
@@ -266,7 +268,19 @@ impl<'e> Loader<'e> {
         }
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
         lock.retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
-        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock }))
+        let ca = raw.ca_file.and_then(|file| self.read_beside(path, &file, Section::Redis, "ca_file"));
+        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
+    }
+
+    /// Reads a file named in jobs.toml, relative to jobs.toml's directory.
+    fn read_beside(&mut self, config: &Path, file: &Path, section: Section, field: &str) -> Option<Vec<u8>> {
+        let full = config.parent().unwrap_or(Path::new(".")).join(file);
+        std::fs::read(&full)
+            .map_err(|e| {
+                let message = format!("{}: {}", full.display(), read_error(&e));
+                self.errors.push(ConfigError::field(section, field, message));
+            })
+            .ok()
     }
 
     fn jobs(&mut self, value: Option<Value>, scheduler: Option<&SchedulerConfig>) -> (Vec<Arc<Job>>, Vec<String>) {

@@ -25,6 +25,7 @@ pub struct RawRedis {
     pub retry_count: Option<u32>,
     #[serde(default, with = "humantime_serde")]
     pub retry_delay: Option<Duration>,
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -139,6 +139,7 @@ impl fmt::Debug for Node {
 impl Node {
     /// Prepares the node's connection; it is opened lazily and reopened in the background.
     pub fn new(url: &NodeUrl, timeout: Duration, ca_file: Option<&[u8]>) -> Result<Self, String> {
+        crate::tls::ensure_crypto_provider();
         let info = url
             .expose()
             .as_str()
