@@ -34,6 +34,36 @@ pub enum Command {
     Run(RunArgs),
     /// Check the configuration and print each job's next slots.
     Check(CheckArgs),
+    /// Run one job now, through the same race as scheduled slots (once across the fleet).
+    Trigger(TriggerArgs),
+    /// Print the run history (who ran what), newest first, merged across the Redis nodes.
+    History(HistoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// This replica's name in logs and lock tokens (default: the hostname).
+    #[arg(long, env = "SLOTCRON_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// The job to run.
+    pub job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How many runs to print.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// One JSON object per run instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -68,10 +98,12 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Run(args) => run(args, cli.log_format),
+        Command::Trigger(args) => crate::manual::trigger(args, cli.log_format),
+        Command::History(args) => crate::manual::history(&args),
     }
 }
 
-fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+pub(crate) fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     config::load(path).map_err(|errors| {
         eprintln!("{errors}");
         eprintln!("slotcron: {} error(s) in {}; nothing started", errors.errors.len(), path.display());
@@ -140,7 +172,8 @@ fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(watch_signals(shutdown.clone()));
-        scheduler::run(config, replica, Arc::new(SystemClock), shutdown).await
+        let reloads = watch_reloads();
+        scheduler::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -151,7 +184,7 @@ fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     }
 }
 
-fn default_replica_id() -> String {
+pub(crate) fn default_replica_id() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
@@ -167,6 +200,21 @@ async fn watch_signals(shutdown: CancellationToken) {
         tracing::warn!("second signal: exiting without waiting");
         std::process::exit(i32::from(EXIT_RUNTIME));
     }
+}
+
+/// SIGHUP asks for a reload of the configuration file.
+fn watch_reloads() -> Option<tokio::sync::mpsc::Receiver<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).ok()?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            // A reload already pending covers this one too.
+            let _ = tx.try_send(());
+        }
+    });
+    Some(rx)
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

@@ -7,19 +7,25 @@
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
 //! - [`scheduler`]: the per-job loops that sleep until each slot; shutdown and task tracking.
+//! - [`history`]: run records (who ran what) in a capped stream per job on every node.
+//! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
-//! - [`cli`]: `slotcron run` and `slotcron check`.
+//! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
 
 pub mod action;
 pub mod cli;
 pub mod config;
+pub mod history;
 pub mod lock;
+pub mod manual;
+pub mod metrics;
 pub mod race;
 pub mod schedule;
 pub mod scheduler;
 pub mod secret;
+pub mod status;
 pub mod telemetry;
 pub mod tls;

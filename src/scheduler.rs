@@ -1,69 +1,199 @@
 //! The replica: one task per job that sleeps until the job's next slot and hands the slot to a
 //! race task. Every task is tracked; on shutdown no new slot starts and in-flight slots finish
-//! (each within its job's timeout) before `run` returns.
+//! (each within its job's timeout) before `run` returns. A reload swaps the job loops for new
+//! ones built from the new file; slots already racing or running finish on the old ones.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures_util::future::join_all;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::action::http_client;
-use crate::config::{Config, Job};
+use crate::config::{self, CatchUpPolicy, Config, Job};
+use crate::history::History;
 use crate::lock::{LocalLock, Redlock, SlotLock};
-use crate::race::RaceContext;
+use crate::metrics::Metrics;
+use crate::race::{RaceContext, RaceKind};
 use crate::schedule::{SharedClock, Slot};
+use crate::status;
 
 /// How long start-up waits for the first answer of each Redis node before going on without it.
 const STARTUP_PING: Duration = Duration::from_secs(2);
+/// Most missed slots a job catches up at start (`catch_up_policy = "all"`).
+const MAX_CATCH_UP: usize = 1000;
+
+/// What a replica keeps across reloads: its connections, history and metrics.
+#[derive(Clone)]
+pub struct Replica {
+    pub name: String,
+    pub lock: SlotLock,
+    pub history: History,
+    pub metrics: Arc<Metrics>,
+    pub client: reqwest::Client,
+    pub clock: SharedClock,
+    /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
+    /// since replicas reloading at different moments would otherwise race on different keys.
+    pub key_prefix: String,
+}
+
+impl Replica {
+    /// Opens the lock's connections (reporting each node) and builds the shared state.
+    pub async fn connect(config: &Config, name: String, clock: SharedClock) -> anyhow::Result<Self> {
+        let key_prefix = config.scheduler.key_prefix.clone();
+        let (lock, history) = match &config.redis {
+            Some(redis) => {
+                let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
+                    .map_err(anyhow::Error::msg)
+                    .context("preparing Redis connections")?;
+                let lock = Arc::new(lock);
+                report_nodes(&lock, &name).await;
+                let history = History::Redis { lock: lock.clone(), prefix: key_prefix.clone() };
+                (SlotLock::Redlock(lock), history)
+            }
+            None => (SlotLock::Local(Arc::new(LocalLock::new(&name))), History::local()),
+        };
+        Ok(Replica {
+            name,
+            lock,
+            history,
+            metrics: Arc::new(Metrics::new()),
+            client: http_client().context("building the HTTP client")?,
+            clock,
+            key_prefix,
+        })
+    }
+
+    /// The race context for one configuration.
+    pub fn context(&self, config: &Config) -> RaceContext {
+        RaceContext {
+            replica: self.name.clone(),
+            lock: self.lock.clone(),
+            client: self.client.clone(),
+            templates: config.templates.clone(),
+            scrubber: config.scrubber.clone(),
+            clock: self.clock.clone(),
+            key_prefix: self.key_prefix.clone(),
+            max_clock_skew: config.scheduler.max_clock_skew,
+            history: self.history.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// Builds the race context of one replica (lock connections included).
+pub async fn race_context(config: &Config, replica: String, clock: SharedClock) -> anyhow::Result<RaceContext> {
+    Ok(Replica::connect(config, replica, clock).await?.context(config))
+}
 
 /// Runs the schedule of `config` as replica `replica` until `shutdown` is cancelled.
 pub async fn run(config: Config, replica: String, clock: SharedClock, shutdown: CancellationToken) -> anyhow::Result<()> {
+    run_with_reload(config, replica, clock, shutdown, None).await
+}
+
+/// Like [`run`], reloading the file each time `reloads` receives (SIGHUP in the binary). An
+/// invalid new file is logged and the running schedule is kept.
+pub async fn run_with_reload(
+    config: Config,
+    replica: String,
+    clock: SharedClock,
+    shutdown: CancellationToken,
+    reloads: Option<mpsc::Receiver<()>>,
+) -> anyhow::Result<()> {
     for warning in &config.warnings {
         tracing::warn!(replica = %replica, "{warning}");
     }
-    let ctx = Arc::new(race_context(&config, replica, clock).await?);
+    let replica = Replica::connect(&config, replica, clock).await?;
+    let http = config.http;
+    let current = Arc::new(RwLock::new(Arc::new(config)));
+    let tracker = TaskTracker::new();
+    if let Some(http) = http {
+        let listener = tokio::net::TcpListener::bind(http.listen)
+            .await
+            .with_context(|| format!("binding the [http] listen address {}", http.listen))?;
+        let state = status::State { replica: replica.clone(), config: current.clone() };
+        tracing::info!(replica = %replica.name, listen = %http.listen, "serving /healthz, /readyz, /metrics and the status page");
+        tracker.spawn(status::serve(listener, state, shutdown.clone()));
+    }
+    let mut reloads = reloads;
+    let mut first = true;
+    loop {
+        let config = read(&current);
+        let generation = shutdown.child_token();
+        start_generation(&replica, &config, &tracker, &generation, first);
+        first = false;
+        let next = wait_for_reload(&shutdown, &mut reloads, &config).await;
+        generation.cancel();
+        match next {
+            Some(new) => *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new),
+            None => break,
+        }
+    }
+    tracing::info!(replica = %replica.name, "shutting down: no new slots; waiting for running slots");
+    tracker.close();
+    tracker.wait().await;
+    tracing::info!(replica = %replica.name, "stopped");
+    Ok(())
+}
+
+fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
+    current.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Starts one job loop per job of `config` (and, on the first start, the catch-up of missed slots).
+fn start_generation(replica: &Replica, config: &Config, tracker: &TaskTracker, generation: &CancellationToken, first: bool) {
+    let ctx = Arc::new(replica.context(config));
     tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
         config = %config.path.display(), "slotcron started");
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    let tracker = TaskTracker::new();
     for job in &config.jobs {
-        tracker.spawn(job_loop(ctx.clone(), job.clone(), tracker.clone(), shutdown.clone()));
+        if first && job.catch_up.is_some() {
+            tracker.spawn(catch_up(ctx.clone(), job.clone()));
+        }
+        tracker.spawn(job_loop(ctx.clone(), job.clone(), tracker.clone(), generation.clone()));
     }
-    shutdown.cancelled().await;
-    tracing::info!(replica = %ctx.replica, "shutting down: no new slots; waiting for running slots");
-    tracker.close();
-    tracker.wait().await;
-    tracing::info!(replica = %ctx.replica, "stopped");
-    Ok(())
 }
 
-/// Builds the lock and the shared state of one replica.
-pub async fn race_context(config: &Config, replica: String, clock: SharedClock) -> anyhow::Result<RaceContext> {
-    let lock = match &config.redis {
-        Some(redis) => {
-            let lock = Redlock::new(&redis.nodes, &replica, redis.lock.clone(), redis.ca.as_deref())
-                .map_err(anyhow::Error::msg)
-                .context("preparing Redis connections")?;
-            report_nodes(&lock, &replica).await;
-            SlotLock::Redlock(lock)
+/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
+async fn wait_for_reload(shutdown: &CancellationToken, reloads: &mut Option<mpsc::Receiver<()>>, old: &Config) -> Option<Config> {
+    loop {
+        let signal = async {
+            match reloads {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            received = signal => {
+                if received.is_none() {
+                    *reloads = None;
+                    continue;
+                }
+                match config::load(&old.path) {
+                    Ok(new) => {
+                        warn_about_restart_only_changes(old, &new);
+                        tracing::info!(config = %new.path.display(), jobs = new.jobs.len(), "reloaded the configuration");
+                        return Some(new);
+                    }
+                    Err(errors) => tracing::error!(error = %errors,
+                        "reload rejected: the new file is invalid; the running schedule is kept"),
+                }
+            }
         }
-        None => SlotLock::Local(LocalLock::new(&replica)),
-    };
-    Ok(RaceContext {
-        replica,
-        lock,
-        client: http_client().context("building the HTTP client")?,
-        templates: config.templates.clone(),
-        scrubber: config.scrubber.clone(),
-        clock,
-        key_prefix: config.scheduler.key_prefix.clone(),
-        max_clock_skew: config.scheduler.max_clock_skew,
-    })
+    }
+}
+
+fn warn_about_restart_only_changes(old: &Config, new: &Config) {
+    let nodes = |c: &Config| c.redis.as_ref().map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>());
+    if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix || old.http != new.http {
+        tracing::warn!("changes to [redis], [http] and key_prefix take effect at the next restart");
+    }
 }
 
 /// Opens each node's connection and logs which answer; a node that is down is not fatal.
@@ -89,7 +219,7 @@ async fn job_loop(ctx: Arc<RaceContext>, job: Arc<Job>, tracker: TaskTracker, sh
         if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
             return;
         }
-        tracker.spawn(run_slot(ctx.clone(), job.clone(), slot));
+        tracker.spawn(run_slot(ctx.clone(), job.clone(), slot, RaceKind::Scheduled));
         // A replica that wakes late still races the slots inside the start window (the race
         // decides); slots older than that belonged to replicas that were awake and are skipped.
         let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
@@ -97,8 +227,42 @@ async fn job_loop(ctx: Arc<RaceContext>, job: Arc<Job>, tracker: TaskTracker, sh
     }
 }
 
-async fn run_slot(ctx: Arc<RaceContext>, job: Arc<Job>, slot: Slot) {
-    ctx.run_slot(&job, slot).await;
+async fn run_slot(ctx: Arc<RaceContext>, job: Arc<Job>, slot: Slot, kind: RaceKind) {
+    ctx.race(&job, slot, kind).await;
+}
+
+/// Runs, once, the slots of `job` inside its catch-up window that have no run record: slots
+/// the whole fleet missed (a rollout, a crash loop). They go through the same race, so
+/// replicas starting together still run each once.
+async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    let Some(catch_up) = job.catch_up else { return };
+    let now = ctx.clock.now();
+    let from = now - chrono::Duration::from_std(catch_up.window).unwrap_or_default();
+    let past: Vec<Slot> = job
+        .schedule
+        .upcoming(from, MAX_CATCH_UP)
+        .into_iter()
+        .take_while(|s| s.instant() <= now)
+        .collect();
+    if past.is_empty() {
+        return;
+    }
+    let recorded = match ctx.history.read(&job.name, past.len() + 16).await {
+        Ok(runs) => runs.into_iter().map(|r| r.slot).collect::<std::collections::HashSet<_>>(),
+        Err(e) => {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                "catch-up skipped: the run history cannot be read, so missed slots cannot be told apart");
+            return;
+        }
+    };
+    let mut missed: Vec<Slot> = past.into_iter().filter(|s| !recorded.contains(s)).collect();
+    if catch_up.policy == CatchUpPolicy::Latest && missed.len() > 1 {
+        missed.drain(..missed.len() - 1);
+    }
+    for slot in missed {
+        tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
+        ctx.race(&job, slot, RaceKind::CatchUp).await;
+    }
 }
 
 /// Sleeps until the wall clock reaches `slot`. False when shutdown came first.

@@ -18,6 +18,7 @@ pub enum Section {
     Top,
     Scheduler,
     Redis,
+    Http,
     Job(String),
 }
 
@@ -91,6 +92,7 @@ fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Re
                 Section::Top => String::new(),
                 Section::Scheduler => "[scheduler] ".to_owned(),
                 Section::Redis => "[redis] ".to_owned(),
+                Section::Http => "[http] ".to_owned(),
                 Section::Job(name) => format!("job {name:?}, "),
             };
             write!(f, "{path}: {section}field {field:?}: {}", e.message)

@@ -30,7 +30,10 @@ use crate::schedule::Schedule;
 use crate::secret::{Scrubber, Secret, SecretUrl};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
-use raw::{RawAction, RawHttp, RawJob, RawLog, RawMsgType, RawRedis, RawScheduler, RawWecom};
+use raw::{
+    RawAction, RawCatchUpPolicy, RawHttp, RawHttpServer, RawJob, RawLog, RawMsgType, RawOverlap, RawRedis, RawScheduler,
+    RawWecom,
+};
 
 /// Default `[scheduler] key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
@@ -48,6 +51,8 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// `None`: standalone mode, an in-process lock.
     pub redis: Option<RedisConfig>,
+    /// `[http]`: the health, metrics and status endpoints; `None`: not served.
+    pub http: Option<HttpConfig>,
     /// Enabled jobs, in file order.
     pub jobs: Vec<Arc<Job>>,
     /// Jobs with `enabled = false`: checked, not scheduled.
@@ -75,6 +80,37 @@ pub struct RedisConfig {
     pub ca: Option<Vec<u8>>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub listen: std::net::SocketAddr,
+}
+
+/// What a slot does while the job's previous run is still going somewhere in the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overlap {
+    /// Skip the slot, with a log line (the default).
+    #[default]
+    Skip,
+    /// Run it anyway.
+    Allow,
+}
+
+/// Which missed slots a replica runs at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUpPolicy {
+    /// Only the most recent missed slot.
+    Latest,
+    /// Every missed slot, oldest first.
+    All,
+}
+
+/// Running slots missed while the whole fleet was down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    pub window: Duration,
+    pub policy: CatchUpPolicy,
+}
+
 /// A checked job.
 #[derive(Debug)]
 pub struct Job {
@@ -82,6 +118,8 @@ pub struct Job {
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    pub overlap: Overlap,
+    pub catch_up: Option<CatchUp>,
     pub action: Action,
 }
 
@@ -159,6 +197,7 @@ impl<'e> Loader<'e> {
         self.check_top_level(&table);
         let scheduler = self.scheduler(table.remove("scheduler"));
         let redis = self.redis(table.remove("redis"), path);
+        let http = self.http_server(table.remove("http"));
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
@@ -167,6 +206,7 @@ impl<'e> Loader<'e> {
             self.errors.push(ConfigError::file("every job has enabled = false: nothing to run"));
         }
         let redis = redis?;
+        let http = http?;
         if redis.is_none() {
             self.warnings.push(
                 "no [redis] section: standalone mode, an in-process lock. Run ONE replica only; \
@@ -178,6 +218,7 @@ impl<'e> Loader<'e> {
             path: path.to_owned(),
             scheduler,
             redis,
+            http,
             jobs,
             disabled,
             templates: Arc::new(std::mem::take(&mut self.templates)),
@@ -188,11 +229,11 @@ impl<'e> Loader<'e> {
 
     fn check_top_level(&mut self, table: &Table) {
         for key in table.keys() {
-            if !["scheduler", "redis", "job"].contains(&key.as_str()) {
+            if !["scheduler", "redis", "http", "job"].contains(&key.as_str()) {
                 self.errors.push(ConfigError::field(
                     Section::Top,
                     key,
-                    "unknown section or key (expected [scheduler], [redis] or [[job]])",
+                    "unknown section or key (expected [scheduler], [redis], [http] or [[job]])",
                 ));
             }
         }
@@ -222,6 +263,23 @@ impl<'e> Loader<'e> {
             return None;
         }
         Some(SchedulerConfig { timezone, key_prefix, max_clock_skew })
+    }
+
+    /// `Some(None)`: no [http]. `None`: errors were recorded.
+    fn http_server(&mut self, value: Option<Value>) -> Option<Option<HttpConfig>> {
+        let Some(value) = value else { return Some(None) };
+        let raw: RawHttpServer = self.typed(value, &Section::Http)?;
+        match raw.listen.parse() {
+            Ok(listen) => Some(Some(HttpConfig { listen })),
+            Err(_) => {
+                self.errors.push(ConfigError::field(
+                    Section::Http,
+                    "listen",
+                    format!("{:?} is not an address and port such as \"0.0.0.0:9090\"", raw.listen),
+                ));
+                None
+            }
+        }
     }
 
     /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
@@ -340,6 +398,11 @@ impl<'e> Loader<'e> {
         if timeout.is_zero() {
             self.errors.push(ConfigError::field(section.clone(), "timeout", "must be greater than 0"));
         }
+        let overlap = match raw.overlap {
+            Some(RawOverlap::Allow) => Overlap::Allow,
+            Some(RawOverlap::Skip) | None => Overlap::Skip,
+        };
+        let catch_up = self.catch_up(raw.catch_up, raw.catch_up_policy, &section);
         if !enabled {
             return None;
         }
@@ -347,7 +410,26 @@ impl<'e> Loader<'e> {
         if self.errors.len() != before {
             return None;
         }
-        Some(Job { name: raw.name, schedule: schedule?, timeout, action: action? })
+        Some(Job { name: raw.name, schedule: schedule?, timeout, overlap, catch_up, action: action? })
+    }
+
+    fn catch_up(&mut self, window: Option<Duration>, policy: Option<RawCatchUpPolicy>, section: &Section) -> Option<CatchUp> {
+        let policy = match policy {
+            Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
+            Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
+        };
+        match window {
+            Some(w) if w.is_zero() => {
+                self.errors.push(ConfigError::field(section.clone(), "catch_up", "must be greater than 0 (leave it out to turn catch-up off)"));
+                None
+            }
+            Some(window) => Some(CatchUp { window, policy }),
+            None if policy == CatchUpPolicy::All => {
+                self.errors.push(ConfigError::field(section.clone(), "catch_up_policy", "needs catch_up = \"<window>\" (for example \"10m\")"));
+                None
+            }
+            None => None,
+        }
     }
 
     fn check_job_name(&mut self, name: &str, section: &Section) {

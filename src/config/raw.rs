@@ -37,7 +37,31 @@ pub struct RawJob {
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
     pub enabled: Option<bool>,
+    pub overlap: Option<RawOverlap>,
+    #[serde(default, with = "humantime_serde")]
+    pub catch_up: Option<Duration>,
+    pub catch_up_policy: Option<RawCatchUpPolicy>,
     pub action: RawAction,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawOverlap {
+    Skip,
+    Allow,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawCatchUpPolicy {
+    Latest,
+    All,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttpServer {
+    pub listen: String,
 }
 
 #[derive(Debug, Deserialize)]

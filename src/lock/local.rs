@@ -35,6 +35,27 @@ impl LocalLock {
     }
 }
 
+impl LocalLock {
+    pub fn release(&self, lease: &Lease) -> usize {
+        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match held.get(&lease.key) {
+            Some((token, _)) if *token == lease.token => usize::from(held.remove(&lease.key).is_some()),
+            _ => 0,
+        }
+    }
+
+    pub fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match held.get_mut(&lease.key) {
+            Some((token, expires)) if *token == lease.token => {
+                *expires = Instant::now() + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ pub mod node;
 pub mod redlock;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
@@ -18,13 +19,19 @@ pub use local::LocalLock;
 pub use node::{NodeError, NodeUrl};
 pub use redlock::{LockConfig, Redlock};
 
-/// The Redis key of one (job, slot): `{key_prefix}:{job}:{slot as epoch ms}`.
+/// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`, or a
+/// job's running lease, `{key_prefix}:{job}:running`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SlotKey(String);
 
 impl SlotKey {
     pub fn new(prefix: &str, job: &str, slot: Slot) -> Self {
         SlotKey(format!("{prefix}:{job}:{}", slot.epoch_ms()))
+    }
+
+    /// The lease a job's current run holds while it runs (`overlap = "skip"`).
+    pub fn running(prefix: &str, job: &str) -> Self {
+        SlotKey(format!("{prefix}:{job}:running"))
     }
 
     pub fn as_str(&self) -> &str {
@@ -119,11 +126,12 @@ pub enum Acquire {
     Unavailable(Unavailable),
 }
 
-/// The lock a replica races with.
-#[derive(Debug)]
+/// The lock a replica races with; cheap to clone (one set of connections per replica).
+#[derive(Debug, Clone)]
 pub enum SlotLock {
-    Redlock(Redlock),
-    Local(LocalLock),
+    /// Shared with the run history, which writes to the same nodes.
+    Redlock(Arc<Redlock>),
+    Local(Arc<LocalLock>),
 }
 
 impl SlotLock {
@@ -131,6 +139,30 @@ impl SlotLock {
         match self {
             SlotLock::Redlock(lock) => lock.acquire(key, ttl).await,
             SlotLock::Local(lock) => lock.acquire(key, ttl),
+        }
+    }
+
+    /// Releases `lease` where it is still ours; the number of nodes it was removed from.
+    pub async fn release(&self, lease: &Lease) -> usize {
+        match self {
+            SlotLock::Redlock(lock) => lock.release(lease).await,
+            SlotLock::Local(lock) => lock.release(lease),
+        }
+    }
+
+    /// Extends `lease` to `ttl` from now; false when it is no longer ours on a majority.
+    pub async fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
+        match self {
+            SlotLock::Redlock(lock) => lock.extend(lease, ttl).await,
+            SlotLock::Local(lock) => lock.extend(lease, ttl),
+        }
+    }
+
+    /// The Redis nodes, empty in standalone mode.
+    pub fn nodes(&self) -> &[node::Node] {
+        match self {
+            SlotLock::Redlock(lock) => lock.nodes(),
+            SlotLock::Local(_) => &[],
         }
     }
 

@@ -25,6 +25,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
+/// Compare-and-expire: extend only our own token (the running lease's watchdog).
+const EXTEND_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0";
+
 /// `SET NX PX` that answers with the holder, for servers older than 7.0 (no `SET … NX GET`).
 const ACQUIRE_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
@@ -128,6 +135,7 @@ pub struct Node {
     legacy: AtomicBool,
     release: Script,
     acquire_script: Script,
+    extend: Script,
 }
 
 impl fmt::Debug for Node {
@@ -167,6 +175,7 @@ impl Node {
             legacy: AtomicBool::new(false),
             release: Script::new(RELEASE_SCRIPT),
             acquire_script: Script::new(ACQUIRE_SCRIPT),
+            extend: Script::new(EXTEND_SCRIPT),
         })
     }
 
@@ -221,6 +230,17 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
+    /// Resets the TTL of `key` to `ttl` only if it still holds `token`. True when extended.
+    pub async fn extend(&self, key: &SlotKey, token: &Token, ttl: Duration) -> Result<bool, NodeError> {
+        let mut invocation = self.extend.key(key.as_str());
+        invocation.arg(token.as_str()).arg(ttl.as_millis().max(1) as u64);
+        let mut conn = self.conn.clone();
+        self.bounded(invocation.invoke_async::<i64>(&mut conn))
+            .await
+            .map(|n| n == 1)
+            .map_err(|kind| self.error(kind))
+    }
+
     /// PING with the node timeout: used at start to open the connection and report the node.
     pub async fn ping(&self) -> Result<(), NodeError> {
         let mut conn = self.conn.clone();
@@ -232,9 +252,14 @@ impl Node {
 
     /// PING bounded by `wait` rather than the race timeout (the first connection takes longer).
     pub async fn ping_within(&self, wait: Duration) -> Result<(), NodeError> {
+        self.query::<String>(&redis::cmd("PING"), wait).await.map(drop)
+    }
+
+    /// Any command, bounded by `wait` (history and clock reads, which are not on the race path).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, wait: Duration) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(wait, redis::cmd("PING").query_async::<String>(&mut conn)).await {
-            Ok(Ok(_)) => Ok(()),
+        match tokio::time::timeout(wait, cmd.query_async::<T>(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
             Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
         }

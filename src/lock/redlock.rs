@@ -185,6 +185,13 @@ impl Redlock {
         results.into_iter().filter(|r| matches!(r, Ok(true))).count()
     }
 
+    /// Extends `lease` to `ttl` from now on every node that still holds it. True when a
+    /// majority did: the lease is still ours.
+    pub async fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
+        let results = join_all(self.nodes.iter().map(|n| n.extend(&lease.key, &lease.token, ttl))).await;
+        results.into_iter().filter(|r| matches!(r, Ok(true))).count() >= self.quorum()
+    }
+
     fn retry_delay(&self) -> Duration {
         let max = self.config.retry_delay.max(Duration::from_millis(1));
         rand::rng().random_range(max / 4..=max)
