@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
+//! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
 //! - [`scheduler`]: the per-job loops that sleep until each slot; shutdown and task tracking.
@@ -18,6 +19,7 @@
 pub mod action;
 pub mod cli;
 pub mod config;
+pub mod fleet_clock;
 pub mod history;
 pub mod lock;
 pub mod manual;

@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::action::http_client;
-use crate::config::{self, CatchUpPolicy, Config, Job};
+use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
+use crate::fleet_clock::{self, FleetClock};
 use crate::history::History;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
@@ -38,32 +39,43 @@ pub struct Replica {
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
     /// since replicas reloading at different moments would otherwise race on different keys.
     pub key_prefix: String,
+    /// The fleet clock and the nodes it reads, to measure again every minute.
+    fleet: Option<(Arc<FleetClock>, Arc<Redlock>)>,
 }
 
 impl Replica {
     /// Opens the lock's connections (reporting each node) and builds the shared state.
     pub async fn connect(config: &Config, name: String, clock: SharedClock) -> anyhow::Result<Self> {
         let key_prefix = config.scheduler.key_prefix.clone();
-        let (lock, history) = match &config.redis {
-            Some(redis) => {
-                let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
-                    .map_err(anyhow::Error::msg)
-                    .context("preparing Redis connections")?;
-                let lock = Arc::new(lock);
-                report_nodes(&lock, &name).await;
-                let history = History::Redis { lock: lock.clone(), prefix: key_prefix.clone() };
-                (SlotLock::Redlock(lock), history)
-            }
-            None => (SlotLock::Local(Arc::new(LocalLock::new(&name))), History::local()),
+        let metrics = Arc::new(Metrics::new());
+        let Some(redis) = &config.redis else {
+            return Ok(Replica {
+                lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
+                history: History::local(),
+                metrics,
+                client: http_client().context("building the HTTP client")?,
+                clock,
+                key_prefix,
+                fleet: None,
+                name,
+            });
         };
+        let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
+            .map_err(anyhow::Error::msg)
+            .context("preparing Redis connections")?;
+        let lock = Arc::new(lock);
+        report_nodes(&lock, &name).await;
+        let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
+        fleet_clock::measure_and_report(&fleet, &lock, &metrics, config.scheduler.max_clock_skew, &name).await;
         Ok(Replica {
-            name,
-            lock,
-            history,
-            metrics: Arc::new(Metrics::new()),
+            history: History::Redis { lock: lock.clone(), prefix: key_prefix.clone() },
+            lock: SlotLock::Redlock(lock.clone()),
+            metrics,
             client: http_client().context("building the HTTP client")?,
-            clock,
+            clock: fleet.clone(),
             key_prefix,
+            fleet: Some((fleet, lock)),
+            name,
         })
     }
 
@@ -107,6 +119,16 @@ pub async fn run_with_reload(
         tracing::warn!(replica = %replica, "{warning}");
     }
     let replica = Replica::connect(&config, replica, clock).await?;
+    run_replica(replica, config, shutdown, reloads).await
+}
+
+/// Runs the schedule on an already connected replica (tests reach its metrics and history).
+pub async fn run_replica(
+    replica: Replica,
+    config: Config,
+    shutdown: CancellationToken,
+    reloads: Option<mpsc::Receiver<()>>,
+) -> anyhow::Result<()> {
     let http = config.http;
     let current = Arc::new(RwLock::new(Arc::new(config)));
     let tracker = TaskTracker::new();
@@ -117,6 +139,16 @@ pub async fn run_with_reload(
         let state = status::State { replica: replica.clone(), config: current.clone() };
         tracing::info!(replica = %replica.name, listen = %http.listen, "serving /healthz, /readyz, /metrics and the status page");
         tracker.spawn(status::serve(listener, state, shutdown.clone()));
+    }
+    if let Some((clock, lock)) = &replica.fleet {
+        tracker.spawn(fleet_clock::keep_measuring(
+            clock.clone(),
+            lock.clone(),
+            replica.metrics.clone(),
+            config_skew(&current),
+            replica.name.clone(),
+            shutdown.clone(),
+        ));
     }
     let mut reloads = reloads;
     let mut first = true;
@@ -137,6 +169,10 @@ pub async fn run_with_reload(
     tracker.wait().await;
     tracing::info!(replica = %replica.name, "stopped");
     Ok(())
+}
+
+fn config_skew(current: &RwLock<Arc<Config>>) -> Duration {
+    read(current).scheduler.max_clock_skew
 }
 
 fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {

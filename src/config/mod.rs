@@ -31,7 +31,7 @@ use crate::secret::{Scrubber, Secret, SecretUrl};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 use raw::{
-    RawAction, RawCatchUpPolicy, RawHttp, RawHttpServer, RawJob, RawLog, RawMsgType, RawOverlap, RawRedis, RawScheduler,
+    RawAction, RawCatchUpPolicy, RawClockMode, RawHttp, RawHttpServer, RawJob, RawLog, RawMsgType, RawOverlap, RawRedis, RawScheduler,
     RawWecom,
 };
 
@@ -70,6 +70,18 @@ pub struct SchedulerConfig {
     pub key_prefix: String,
     /// How far replicas' clocks may disagree; slot keys outlive a slot by twice this.
     pub max_clock_skew: Duration,
+    /// Which clock slots are scheduled on.
+    pub clock: ClockMode,
+}
+
+/// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockMode {
+    /// Corrected by the measured offset to the nodes' time (the default with [redis]).
+    #[default]
+    Redis,
+    /// The replica's own clock (the offset is still measured and reported).
+    Local,
 }
 
 #[derive(Debug, Clone)]
@@ -262,7 +274,11 @@ impl<'e> Loader<'e> {
             self.errors.push(ConfigError::field(Section::Scheduler, "max_clock_skew", "must be at most 1h"));
             return None;
         }
-        Some(SchedulerConfig { timezone, key_prefix, max_clock_skew })
+        let clock = match raw.clock {
+            Some(RawClockMode::Local) => ClockMode::Local,
+            Some(RawClockMode::Redis) | None => ClockMode::Redis,
+        };
+        Some(SchedulerConfig { timezone, key_prefix, max_clock_skew, clock })
     }
 
     /// `Some(None)`: no [http]. `None`: errors were recorded.

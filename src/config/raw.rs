@@ -14,6 +14,14 @@ pub struct RawScheduler {
     pub key_prefix: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub max_clock_skew: Option<Duration>,
+    pub clock: Option<RawClockMode>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawClockMode {
+    Redis,
+    Local,
 }
 
 #[derive(Debug, Deserialize)]
