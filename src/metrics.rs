@@ -45,6 +45,8 @@ pub struct Metrics {
     lateness_seconds: Family<JobLabels, Histogram, fn() -> Histogram>,
     node_up: Family<NodeLabels, Gauge>,
     clock_offset_ms: Gauge,
+    budget_waits: Family<JobLabels, Counter>,
+    budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -64,6 +66,8 @@ impl Metrics {
             lateness_seconds: Family::new_with_constructor(duration_histogram),
             node_up: Family::default(),
             clock_offset_ms: Gauge::default(),
+            budget_waits: Family::default(),
+            budget_wait_seconds: Family::default(),
             registry: Mutex::new(Registry::with_prefix("slotcron")),
         };
         metrics.register();
@@ -78,6 +82,8 @@ impl Metrics {
         r.register("lateness_seconds", "From the slot to the action's start", self.lateness_seconds.clone());
         r.register("redis_node_up", "1 when the Redis node answered the last check", self.node_up.clone());
         r.register("clock_offset_milliseconds", "This replica's clock minus the fleet clock", self.clock_offset_ms.clone());
+        r.register("rate_budget_waits", "Sends that waited for a webhook's rate budget", self.budget_waits.clone());
+        r.register("rate_budget_wait_seconds", "Time spent waiting for rate budgets", self.budget_wait_seconds.clone());
     }
 
     pub fn slot(&self, job: &str, outcome: &str) {
@@ -98,6 +104,12 @@ impl Metrics {
 
     pub fn node_up(&self, node: &str, up: bool) {
         self.node_up.get_or_create(&NodeLabels { node: node.to_owned() }).set(i64::from(up));
+    }
+
+    pub fn budget_wait(&self, job: &str, waited: Duration) {
+        let labels = JobLabels { job: job.to_owned() };
+        self.budget_waits.get_or_create(&labels).inc();
+        self.budget_wait_seconds.get_or_create(&labels).inc_by(waited.as_secs_f64());
     }
 
     pub fn clock_offset(&self, offset_ms: i64) {

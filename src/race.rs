@@ -59,6 +59,7 @@ pub struct RaceContext {
     pub max_clock_skew: Duration,
     pub history: History,
     pub metrics: Arc<Metrics>,
+    pub budgets: crate::action::rate::Budgets,
 }
 
 /// How one slot ended on this replica.
@@ -218,6 +219,8 @@ impl RaceContext {
             deadline: (Instant::now() + job.timeout).min(lease.valid_until),
             client: &self.client,
             templates: &self.templates,
+            budgets: &self.budgets,
+            metrics: &self.metrics,
         };
         job.action
             .execute(&ctx)

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::action::http_client;
+use crate::action::rate::Budgets;
 use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
 use crate::fleet_clock::{self, FleetClock};
 use crate::history::History;
@@ -34,6 +35,7 @@ pub struct Replica {
     pub lock: SlotLock,
     pub history: History,
     pub metrics: Arc<Metrics>,
+    pub budgets: Budgets,
     pub client: reqwest::Client,
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
@@ -52,6 +54,7 @@ impl Replica {
             return Ok(Replica {
                 lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
                 history: History::local(),
+                budgets: Budgets::local(),
                 metrics,
                 client: http_client().context("building the HTTP client")?,
                 clock,
@@ -69,6 +72,7 @@ impl Replica {
         fleet_clock::measure_and_report(&fleet, &lock, &metrics, config.scheduler.max_clock_skew, &name).await;
         Ok(Replica {
             history: History::Redis { lock: lock.clone(), prefix: key_prefix.clone() },
+            budgets: Budgets::Redis { lock: lock.clone(), prefix: key_prefix.clone() },
             lock: SlotLock::Redlock(lock.clone()),
             metrics,
             client: http_client().context("building the HTTP client")?,
@@ -92,6 +96,7 @@ impl Replica {
             max_clock_skew: config.scheduler.max_clock_skew,
             history: self.history.clone(),
             metrics: self.metrics.clone(),
+            budgets: self.budgets.clone(),
         }
     }
 }

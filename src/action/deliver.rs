@@ -10,6 +10,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{RequestBuilder, StatusCode};
 use tokio::time::Instant;
 
+use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 
 /// Most attempts one slot makes, even when the deadline would allow more.
@@ -30,10 +31,10 @@ pub struct Answer {
     pub body: String,
 }
 
-/// An action's reading of one answer.
+/// An action's reading of one answer; `T` is what a success yields (a media id, or nothing).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Success,
+pub enum Verdict<T = ()> {
+    Success(T),
     /// Worth another attempt (network error, 5xx, 429, a robot's rate limit).
     Retry {
         reason: String,
@@ -44,20 +45,35 @@ pub enum Verdict {
 }
 
 /// Sends until `classify` says success or fail, or the deadline or attempt cap is reached.
+/// Each attempt first takes a place in `budget` (the robot's rate limit), when there is one.
 pub async fn deliver(
     ctx: &SendContext<'_>,
+    budget: Option<&Budget>,
     request: impl Fn() -> RequestBuilder,
     classify: impl Fn(&Answer) -> Verdict,
 ) -> Result<Delivery, ActionError> {
+    deliver_for(ctx, budget, request, classify).await.map(|((), delivery)| delivery)
+}
+
+/// [`deliver`], returning what the successful answer yielded.
+pub async fn deliver_for<T>(
+    ctx: &SendContext<'_>,
+    budget: Option<&Budget>,
+    request: impl Fn() -> RequestBuilder,
+    classify: impl Fn(&Answer) -> Verdict<T>,
+) -> Result<(T, Delivery), ActionError> {
     let mut last = String::from("no attempt made before the deadline");
     for attempt in 1..=MAX_ATTEMPTS {
         let now = Instant::now();
         if now >= ctx.deadline {
             return Err(ActionError::GaveUp { attempts: attempt - 1, reason: last });
         }
-        let verdict = attempt_once(ctx, request(), ctx.deadline - now, &classify).await;
+        if let Some(budget) = budget {
+            take_budget(ctx, budget, attempt).await?;
+        }
+        let verdict = attempt_once(ctx, request(), ctx.deadline.saturating_duration_since(Instant::now()), &classify).await;
         match verdict {
-            Verdict::Success => return Ok(Delivery { attempts: attempt }),
+            Verdict::Success(value) => return Ok((value, Delivery { attempts: attempt })),
             Verdict::Fail(reason) => return Err(ActionError::Rejected { attempts: attempt, reason }),
             Verdict::Retry { reason, after } => {
                 let delay = after.unwrap_or_else(|| backoff(attempt));
@@ -73,12 +89,31 @@ pub async fn deliver(
     Err(ActionError::GaveUp { attempts: MAX_ATTEMPTS, reason: last })
 }
 
-async fn attempt_once(
+/// Waits for a place in the webhook's rate budget, or fails the slot when none frees in time.
+async fn take_budget(ctx: &SendContext<'_>, budget: &Budget, attempt: u32) -> Result<(), ActionError> {
+    match ctx.budgets.take(budget, ctx.deadline).await {
+        Ok(waited) => {
+            if !waited.is_zero() {
+                ctx.metrics.budget_wait(ctx.job, waited);
+                tracing::info!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, waited_ms = waited.as_millis() as u64,
+                    "waited for the webhook's rate budget");
+            }
+            Ok(())
+        }
+        Err(spent) => {
+            tracing::warn!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, rate = %spent.rate,
+                "skipped for the rate budget: {spent}");
+            Err(ActionError::BudgetSpent { attempts: attempt - 1, reason: spent.to_string() })
+        }
+    }
+}
+
+async fn attempt_once<T>(
     ctx: &SendContext<'_>,
     request: RequestBuilder,
     remaining: Duration,
-    classify: &impl Fn(&Answer) -> Verdict,
-) -> Verdict {
+    classify: &impl Fn(&Answer) -> Verdict<T>,
+) -> Verdict<T> {
     let request = request.headers(slotcron_headers(ctx)).timeout(remaining);
     match request.send().await {
         Ok(response) => match read_answer(response).await {
@@ -89,7 +124,7 @@ async fn attempt_once(
     }
 }
 
-fn retry(reason: String) -> Verdict {
+fn retry<T>(reason: String) -> Verdict<T> {
     Verdict::Retry { reason, after: None }
 }
 
@@ -150,11 +185,20 @@ async fn read_answer(mut response: reqwest::Response) -> Result<Answer, reqwest:
     Ok(Answer { status, retry_after, body })
 }
 
+/// The verdict on the status for robots that answer JSON: a 2xx goes on to the body.
+pub fn status_failure<T>(answer: &Answer) -> Option<Verdict<T>> {
+    match status_verdict(answer) {
+        Verdict::Success(()) => None,
+        Verdict::Retry { reason, after } => Some(Verdict::Retry { reason, after }),
+        Verdict::Fail(reason) => Some(Verdict::Fail(reason)),
+    }
+}
+
 /// The verdict on the HTTP status alone: 2xx success, 429 and 5xx retried, other codes final.
 pub fn status_verdict(answer: &Answer) -> Verdict {
     let status = answer.status;
     if status.is_success() {
-        Verdict::Success
+        Verdict::Success(())
     } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
         Verdict::Retry {
             reason: format!("HTTP {status}: {}", snippet(&answer.body)),
@@ -196,7 +240,7 @@ mod tests {
 
     #[test]
     fn statuses() {
-        assert_eq!(status_verdict(&answer(204, "")), Verdict::Success);
+        assert_eq!(status_verdict(&answer(204, "")), Verdict::Success(()));
         assert!(matches!(status_verdict(&answer(503, "")), Verdict::Retry { .. }));
         assert!(matches!(status_verdict(&answer(429, "")), Verdict::Retry { .. }));
         assert!(matches!(status_verdict(&answer(404, "")), Verdict::Fail(_)));

@@ -3,7 +3,7 @@
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
 
-use super::deliver::{self};
+use super::deliver;
 use super::template::{Content, TemplateContext};
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
@@ -16,6 +16,12 @@ pub struct HttpAction {
     /// Header values may hold credentials (`Authorization`), so they never print.
     pub headers: Vec<(HeaderName, Secret)>,
     pub body: Option<Content>,
+    /// `rate = "…"`: a fleet-wide budget for this URL; none by default.
+    pub budget: Option<super::rate::Budget>,
+    /// Statuses counted as success (default 200–299).
+    pub success: std::ops::RangeInclusive<u16>,
+    /// `success_json = { field = "code", equals = 0 }`: a JSON field that must equal a value.
+    pub success_json: Option<(String, serde_json::Value)>,
 }
 
 impl HttpAction {
@@ -41,6 +47,42 @@ impl HttpAction {
                 None => request,
             }
         };
-        deliver::deliver(ctx, build, deliver::status_verdict).await
+        deliver::deliver(ctx, self.budget.as_ref(), build, |answer| self.classify(answer)).await
     }
+
+    /// Success when the status is in `success` and (if set) the JSON field has its value.
+    fn classify(&self, answer: &deliver::Answer) -> deliver::Verdict {
+        let status = answer.status.as_u16();
+        if !self.success.contains(&status) {
+            return match deliver::status_verdict(answer) {
+                deliver::Verdict::Success(()) => deliver::Verdict::Fail(format!(
+                    "HTTP {status} is outside the success range {}-{}: {}",
+                    self.success.start(),
+                    self.success.end(),
+                    deliver::snippet(&answer.body)
+                )),
+                other => other,
+            };
+        }
+        let Some((field, expected)) = &self.success_json else {
+            return deliver::Verdict::Success(());
+        };
+        let found = serde_json::from_str::<serde_json::Value>(&answer.body)
+            .ok()
+            .and_then(|v| v.pointer(&json_pointer(field)).cloned());
+        match found {
+            Some(value) if value == *expected => deliver::Verdict::Success(()),
+            Some(value) => deliver::Verdict::Fail(format!("field {field} is {value}, expected {expected}")),
+            None => deliver::Verdict::Fail(format!("the answer has no JSON field {field}: {}", deliver::snippet(&answer.body))),
+        }
+    }
+}
+
+/// `a.b.0` as the JSON pointer `/a/b/0`.
+fn json_pointer(dotted: &str) -> String {
+    dotted.split('.').fold(String::new(), |mut p, part| {
+        p.push('/');
+        p.push_str(part);
+        p
+    })
 }

@@ -3,9 +3,14 @@
 //! Every action runs against a deadline (the job's timeout, cut short by the lock's validity)
 //! and reports a `Delivery` or an `ActionError` that says why, with secrets scrubbed.
 
+pub mod command;
 pub mod deliver;
+pub mod dingtalk;
+pub mod feishu;
 pub mod http;
 pub mod log;
+pub mod rate;
+pub mod slack;
 pub mod template;
 pub mod wecom;
 
@@ -19,7 +24,11 @@ use template::Templates;
 #[derive(Debug)]
 pub enum Action {
     Wecom(wecom::WecomAction),
+    DingTalk(dingtalk::DingTalkAction),
+    Feishu(feishu::FeishuAction),
+    Slack(slack::SlackAction),
     Http(http::HttpAction),
+    Command(command::CommandAction),
     Log(log::LogAction),
 }
 
@@ -28,7 +37,11 @@ impl Action {
     pub fn kind(&self) -> &'static str {
         match self {
             Action::Wecom(_) => "wecom",
+            Action::DingTalk(_) => "dingtalk",
+            Action::Feishu(_) => "feishu",
+            Action::Slack(_) => "slack",
             Action::Http(_) => "http",
+            Action::Command(_) => "command",
             Action::Log(_) => "log",
         }
     }
@@ -36,8 +49,12 @@ impl Action {
     /// Where the action sends, redacted; `None` for actions that send nowhere.
     pub fn target(&self) -> Option<String> {
         match self {
-            Action::Wecom(a) => Some(a.webhook.to_string()),
+            Action::Wecom(a) => Some(format!("{} {}", a.message.msgtype(), a.webhook)),
+            Action::DingTalk(a) => Some(a.webhook.to_string()),
+            Action::Feishu(a) => Some(a.webhook.to_string()),
+            Action::Slack(a) => Some(a.webhook.to_string()),
             Action::Http(a) => Some(format!("{} {}", a.method, a.url)),
+            Action::Command(a) => Some(a.argv.to_string()),
             Action::Log(_) => None,
         }
     }
@@ -45,7 +62,11 @@ impl Action {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         match self {
             Action::Wecom(a) => a.execute(ctx).await,
+            Action::DingTalk(a) => a.execute(ctx).await,
+            Action::Feishu(a) => a.execute(ctx).await,
+            Action::Slack(a) => a.execute(ctx).await,
             Action::Http(a) => a.execute(ctx).await,
+            Action::Command(a) => a.execute(ctx).await,
             Action::Log(a) => a.execute(ctx).await,
         }
     }
@@ -61,6 +82,9 @@ pub struct SendContext<'a> {
     pub deadline: Instant,
     pub client: &'a reqwest::Client,
     pub templates: &'a Templates,
+    /// The fleet-wide rate budgets of the webhooks.
+    pub budgets: &'a rate::Budgets,
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 /// A successful delivery.
@@ -80,14 +104,20 @@ pub enum ActionError {
     Render { field: &'static str, reason: String },
     #[error("field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes")]
     TooLarge { field: &'static str, limit: usize, size: usize, msgtype: &'static str },
+    #[error("field {field}: {reason}")]
+    Input { field: &'static str, reason: String },
+    #[error("not sent after {attempts} attempt(s): {reason}")]
+    BudgetSpent { attempts: u32, reason: String },
 }
 
 impl ActionError {
     /// How many requests were sent.
     pub fn attempts(&self) -> u32 {
         match self {
-            ActionError::Rejected { attempts, .. } | ActionError::GaveUp { attempts, .. } => *attempts,
-            ActionError::Render { .. } | ActionError::TooLarge { .. } => 0,
+            ActionError::Rejected { attempts, .. }
+            | ActionError::GaveUp { attempts, .. }
+            | ActionError::BudgetSpent { attempts, .. } => *attempts,
+            ActionError::Render { .. } | ActionError::TooLarge { .. } | ActionError::Input { .. } => 0,
         }
     }
 }

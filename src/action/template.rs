@@ -60,8 +60,22 @@ impl Default for Templates {
         let mut env = Environment::new();
         // A misspelt variable is an error, not an empty string in a message sent to people.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.add_filter("date", date_filter);
         Templates { env }
     }
+}
+
+/// `{{ slot | date("%Y-%m-%d %H:%M") }}`: formats an RFC 3339 time in its own offset (for
+/// `slot`, the job's zone) with chrono's strftime syntax.
+fn date_filter(value: String, format: String) -> Result<String, minijinja::Error> {
+    use std::fmt::Write as _;
+    let bad = |what: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, what);
+    let time = chrono::DateTime::parse_from_rfc3339(&value)
+        .map_err(|e| bad(format!("date: {value:?} is not an RFC 3339 time: {e}")))?;
+    let mut out = String::new();
+    // An invalid strftime item makes chrono's Display fail; write! turns that into an error.
+    write!(out, "{}", time.format(&format)).map_err(|_| bad(format!("date: invalid format {format:?}")))?;
+    Ok(out)
 }
 
 /// True when `source` has template syntax; plain text is checked at load, templates at send.
@@ -70,6 +84,32 @@ pub fn has_template_syntax(source: &str) -> bool {
 }
 
 impl Templates {
+    /// Makes the process environment available to templates as `env` (`{{ env.HOSTNAME }}`).
+    pub fn set_env(&mut self, vars: std::collections::BTreeMap<String, String>) {
+        self.env.add_global("env", minijinja::Value::from_serialize(&vars));
+    }
+
+    /// Checks every string of `value` that has template syntax compiles and renders.
+    pub fn check_json(&self, value: &serde_json::Value) -> Result<(), String> {
+        let sample = TemplateContext::new("job", Slot::at(chrono::Utc::now()), chrono_tz::UTC, "replica");
+        self.render_json(value, &sample).map(drop)
+    }
+
+    /// `value` with every string that has template syntax rendered (cards, blocks, posts).
+    pub fn render_json(&self, value: &serde_json::Value, ctx: &TemplateContext<'_>) -> Result<serde_json::Value, String> {
+        use serde_json::Value as J;
+        Ok(match value {
+            J::String(s) if has_template_syntax(s) => J::String(self.env.render_str(s, ctx).map_err(describe)?),
+            J::Array(items) => J::Array(items.iter().map(|v| self.render_json(v, ctx)).collect::<Result<_, _>>()?),
+            J::Object(map) => J::Object(
+                map.iter()
+                    .map(|(k, v)| Ok((k.clone(), self.render_json(v, ctx)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+
     /// Compiles `source` under `name` and checks it renders; plain text stays static.
     pub fn add(&mut self, name: String, source: String) -> Result<Content, String> {
         if !has_template_syntax(&source) {
@@ -122,6 +162,29 @@ mod tests {
             t.render(&c, &ctx()).unwrap(),
             "standup at 2026-11-23T09:30:00+08:00 by replica-1"
         );
+    }
+
+    #[test]
+    fn date_filter_formats_in_the_job_zone() {
+        let mut t = Templates::default();
+        let c = t.add("a".into(), "{{ slot | date(\"%Y-%m-%d %H:%M\") }}".into()).unwrap();
+        assert_eq!(t.render(&c, &ctx()).unwrap(), "2026-11-23 09:30");
+        assert!(t.add("b".into(), "{{ slot | date(\"%Q\") }}".into()).is_err());
+    }
+
+    #[test]
+    fn env_is_available() {
+        let mut t = Templates::default();
+        t.set_env([("TEAM".to_owned(), "core".to_owned())].into());
+        let c = t.add("a".into(), "{{ env.TEAM }}".into()).unwrap();
+        assert_eq!(t.render(&c, &ctx()).unwrap(), "core");
+    }
+
+    #[test]
+    fn json_strings_are_rendered() {
+        let t = Templates::default();
+        let v = serde_json::json!({"a": ["{{ job }}", 1], "b": "plain"});
+        assert_eq!(t.render_json(&v, &ctx()).unwrap(), serde_json::json!({"a": ["standup", 1], "b": "plain"}));
     }
 
     #[test]

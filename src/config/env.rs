@@ -7,6 +7,8 @@
 /// Where expansion needs the environment: the process's own, or a map in tests.
 pub trait Env {
     fn var(&self, name: &str) -> Option<String>;
+    /// Every variable, for templates' `env`.
+    fn vars(&self) -> std::collections::BTreeMap<String, String>;
 }
 
 /// The process environment.
@@ -17,11 +19,19 @@ impl Env for ProcessEnv {
     fn var(&self, name: &str) -> Option<String> {
         std::env::var(name).ok()
     }
+
+    fn vars(&self) -> std::collections::BTreeMap<String, String> {
+        std::env::vars().collect()
+    }
 }
 
 impl Env for std::collections::HashMap<String, String> {
     fn var(&self, name: &str) -> Option<String> {
         self.get(name).cloned()
+    }
+
+    fn vars(&self) -> std::collections::BTreeMap<String, String> {
+        self.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }
 

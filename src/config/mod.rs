@@ -4,6 +4,7 @@
 //! each naming the file, the job and the field (the line for TOML syntax), and the caller exits
 //! non-zero before anything starts.
 
+mod actions;
 pub mod env;
 pub mod error;
 mod raw;
@@ -14,26 +15,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
-use reqwest::header::{HeaderName, HeaderValue};
-use reqwest::Method;
 use serde::de::DeserializeOwned;
 use toml::{Table, Value};
-use url::Url;
 
-use crate::action::http::HttpAction;
-use crate::action::log::LogAction;
-use crate::action::template::{Content, Templates};
-use crate::action::wecom::{self, MsgType, WecomAction};
+use crate::action::template::Templates;
 use crate::action::Action;
 use crate::lock::{LockConfig, NodeUrl};
 use crate::schedule::Schedule;
-use crate::secret::{Scrubber, Secret, SecretUrl};
+use crate::secret::Scrubber;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
-use raw::{
-    RawAction, RawCatchUpPolicy, RawClockMode, RawHttp, RawHttpServer, RawJob, RawLog, RawMsgType, RawOverlap, RawRedis, RawScheduler,
-    RawWecom,
-};
+use raw::{RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis, RawScheduler};
 
 /// Default `[scheduler] key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
@@ -181,6 +173,8 @@ pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErr
 /// Gathers errors while checking one file.
 struct Loader<'e> {
     env: &'e dyn Env,
+    /// jobs.toml's directory: files named in it (`*_file`, `ca_file`, paths) are relative to it.
+    config_dir: PathBuf,
     errors: Vec<ConfigError>,
     templates: Templates,
     scrubber: Scrubber,
@@ -191,6 +185,7 @@ impl<'e> Loader<'e> {
     fn new(env: &'e dyn Env) -> Self {
         Loader {
             env,
+            config_dir: PathBuf::from("."),
             errors: Vec::new(),
             templates: Templates::default(),
             scrubber: Scrubber::default(),
@@ -199,6 +194,8 @@ impl<'e> Loader<'e> {
     }
 
     fn load(&mut self, path: &Path, text: &str) -> Option<Config> {
+        self.config_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
+        self.templates.set_env(self.env.vars());
         let mut table = match text.parse::<Table>() {
             Ok(table) => table,
             Err(e) => {
@@ -208,7 +205,7 @@ impl<'e> Loader<'e> {
         };
         self.check_top_level(&table);
         let scheduler = self.scheduler(table.remove("scheduler"));
-        let redis = self.redis(table.remove("redis"), path);
+        let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
@@ -299,7 +296,7 @@ impl<'e> Loader<'e> {
     }
 
     /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
-    fn redis(&mut self, value: Option<Value>, path: &Path) -> Option<Option<RedisConfig>> {
+    fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
         let Some(value) = value else { return Some(None) };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
@@ -342,13 +339,13 @@ impl<'e> Loader<'e> {
         }
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
         lock.retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
-        let ca = raw.ca_file.and_then(|file| self.read_beside(path, &file, Section::Redis, "ca_file"));
+        let ca = raw.ca_file.and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
         (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
     }
 
     /// Reads a file named in jobs.toml, relative to jobs.toml's directory.
-    fn read_beside(&mut self, config: &Path, file: &Path, section: Section, field: &str) -> Option<Vec<u8>> {
-        let full = config.parent().unwrap_or(Path::new(".")).join(file);
+    fn read_beside(&mut self, file: &Path, section: Section, field: &str) -> Option<Vec<u8>> {
+        let full = self.config_dir.join(file);
         std::fs::read(&full)
             .map_err(|e| {
                 let message = format!("{}: {}", full.display(), read_error(&e));
@@ -395,6 +392,8 @@ impl<'e> Loader<'e> {
         if enabled {
             if let Some(action) = table.get_mut("action") {
                 self.expand_all(action, &section, "action")?;
+                let dir = self.config_dir.clone();
+                actions::read_file_fields(self, action, &section, &dir)?;
             }
         }
         let raw: RawJob = self.typed(table, &section)?;
@@ -422,7 +421,9 @@ impl<'e> Loader<'e> {
         if !enabled {
             return None;
         }
-        let action = self.action(raw.action, name, &section);
+        let config_dir = self.config_dir.clone();
+        let action =
+            actions::ActionCheck { loader: self, job: name, section: section.clone(), config_dir }.action(raw.action);
         if self.errors.len() != before {
             return None;
         }
@@ -459,117 +460,6 @@ impl<'e> Loader<'e> {
                 format!("must be 1 to {MAX_JOB_NAME} characters of A-Z a-z 0-9 - _ . (it is part of the Redis key)"),
             ));
         }
-    }
-
-    fn action(&mut self, raw: RawAction, job: &str, section: &Section) -> Option<Action> {
-        match raw {
-            RawAction::Wecom(w) => self.wecom(w, job, section).map(Action::Wecom),
-            RawAction::Http(h) => self.http(h, job, section).map(Action::Http),
-            RawAction::Log(l) => self.log(l, job, section).map(Action::Log),
-        }
-    }
-
-    fn wecom(&mut self, raw: RawWecom, job: &str, section: &Section) -> Option<WecomAction> {
-        let webhook = self.webhook_url(&raw.webhook, section, "action.webhook");
-        let msgtype = match raw.msgtype {
-            RawMsgType::Text => MsgType::Text,
-            RawMsgType::Markdown => MsgType::Markdown,
-        };
-        if msgtype == MsgType::Markdown && !(raw.mentioned_list.is_empty() && raw.mentioned_mobile_list.is_empty()) {
-            self.errors.push(ConfigError::field(
-                section.clone(),
-                "action.mentioned_list",
-                "markdown messages take no mention lists: write <@userid> in the content",
-            ));
-        }
-        let content = self.content(job, "content", raw.content, section)?;
-        if let Content::Static(text) = &content {
-            if let Err(e) = wecom::check_size(msgtype, text) {
-                self.errors.push(ConfigError::field(section.clone(), "action.content", e.to_string()));
-                return None;
-            }
-        }
-        Some(WecomAction {
-            webhook: webhook?,
-            msgtype,
-            content,
-            mentioned_list: raw.mentioned_list,
-            mentioned_mobile_list: raw.mentioned_mobile_list,
-        })
-    }
-
-    fn http(&mut self, raw: RawHttp, job: &str, section: &Section) -> Option<HttpAction> {
-        let url = self.webhook_url(&raw.url, section, "action.url");
-        let method = match raw.method.as_deref().unwrap_or("POST").to_ascii_uppercase().as_str() {
-            m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => Method::from_bytes(m.as_bytes()).ok(),
-            other => {
-                self.errors.push(ConfigError::field(
-                    section.clone(),
-                    "action.method",
-                    format!("unknown method {other:?} (GET, POST, PUT, PATCH, DELETE or HEAD)"),
-                ));
-                None
-            }
-        };
-        let headers = self.headers(raw.headers, section);
-        let body = match raw.body {
-            Some(body) => Some(self.content(job, "body", body, section)?),
-            None => None,
-        };
-        Some(HttpAction { url: url?, method: method?, headers: headers?, body })
-    }
-
-    fn headers(&mut self, raw: std::collections::BTreeMap<String, String>, section: &Section) -> Option<Vec<(HeaderName, Secret)>> {
-        let mut headers = Vec::new();
-        let mut ok = true;
-        for (name, value) in raw {
-            let field = format!("action.headers.{name}");
-            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
-                (Ok(name), Ok(_)) => headers.push((name, Secret::new(value))),
-                (Err(_), _) => {
-                    ok = false;
-                    self.errors.push(ConfigError::field(section.clone(), field, "not a valid HTTP header name"));
-                }
-                (_, Err(_)) => {
-                    ok = false;
-                    self.errors.push(ConfigError::field(section.clone(), field, "not a valid HTTP header value"));
-                }
-            }
-        }
-        ok.then_some(headers)
-    }
-
-    fn log(&mut self, raw: RawLog, job: &str, section: &Section) -> Option<LogAction> {
-        Some(LogAction { content: self.content(job, "content", raw.content, section)? })
-    }
-
-    fn content(&mut self, job: &str, field: &str, source: String, section: &Section) -> Option<Content> {
-        self.templates
-            .add(format!("{job}.{field}"), source)
-            .map_err(|e| self.errors.push(ConfigError::field(section.clone(), format!("action.{field}"), e)))
-            .ok()
-    }
-
-    /// An http(s) URL; its text may hold a key, so the error never repeats it.
-    fn webhook_url(&mut self, raw: &str, section: &Section, field: &str) -> Option<SecretUrl> {
-        let problem = match Url::parse(raw) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => {
-                let url = SecretUrl::new(url);
-                for part in url.secret_parts() {
-                    self.scrubber.add(&part);
-                }
-                return Some(url);
-            }
-            Ok(url) => format!("scheme {:?} is not http or https", url.scheme()),
-            Err(_) if !raw.contains('/') && !raw.contains(' ') && raw.len() >= 16 => {
-                "not a URL; it looks like a key alone: write the full webhook URL \
-                 (https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY)"
-                    .to_owned()
-            }
-            Err(e) => format!("not a URL ({e})"),
-        };
-        self.errors.push(ConfigError::field(section.clone(), field, problem));
-        None
     }
 
     fn zone(&mut self, name: &str, section: Section) -> Option<Tz> {

@@ -1,0 +1,100 @@
+//! The `command` action: runs an argv (no shell unless asked for) with `SLOTCRON_JOB`,
+//! `SLOTCRON_SLOT` and `SLOTCRON_REPLICA` in its environment. It runs in its own process group,
+//! so the job's timeout kills everything it started; a non-zero exit is a failure; its output is
+//! captured into the log, truncated.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::template::TemplateContext;
+use super::{ActionError, Delivery, SendContext};
+
+/// Bytes of stdout and of stderr kept for the log.
+pub const OUTPUT_LIMIT: usize = 4096;
+
+#[derive(Debug)]
+pub struct CommandAction {
+    /// The argv; with `shell = true` it is `["sh", "-c", script]`. Strings may be templates.
+    pub argv: Value,
+}
+
+impl CommandAction {
+    pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
+        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
+        let argv = ctx
+            .templates
+            .render_json(&self.argv, &tctx)
+            .map_err(|reason| ActionError::Render { field: "argv", reason })?;
+        let argv: Vec<String> = serde_json::from_value(argv).unwrap_or_default();
+        let Some((program, args)) = argv.split_first() else {
+            return Err(ActionError::Input { field: "argv", reason: "empty argv".to_owned() });
+        };
+        let mut child = Command::new(program)
+            .args(args)
+            .env("SLOTCRON_JOB", ctx.job)
+            .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
+            .env("SLOTCRON_REPLICA", ctx.replica)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout kills the children it started too.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ActionError::Rejected { attempts: 1, reason: format!("cannot start {program:?}: {e}") })?;
+        let stdout = read_capped(child.stdout.take());
+        let stderr = read_capped(child.stderr.take());
+        let remaining = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());
+        let waited = tokio::time::timeout(remaining, async {
+            let (status, out, err) = tokio::join!(child.wait(), stdout, stderr);
+            (status, out, err)
+        })
+        .await;
+        let Ok((status, out, err)) = waited else {
+            kill_group(child.id());
+            let _ = child.wait().await;
+            return Err(ActionError::GaveUp { attempts: 1, reason: format!("{program:?} still running at the job's timeout: killed its process group") });
+        };
+        tracing::info!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, stdout = %out, stderr = %err, "command output");
+        match status {
+            Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
+            Ok(s) => Err(ActionError::Rejected { attempts: 1, reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()) }),
+            Err(e) => Err(ActionError::Rejected { attempts: 1, reason: format!("waiting for {program:?} failed: {e}") }),
+        }
+    }
+}
+
+/// SIGKILL to the whole process group led by `pid`.
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: killpg only sends a signal; a stale group id fails with ESRCH, which is fine.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping the first [`OUTPUT_LIMIT`] bytes (the rest is drained so the
+/// child never blocks on a full pipe).
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
+    let Some(mut pipe) = pipe else { return String::new() };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut total = 0usize;
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        total += n;
+        let room = OUTPUT_LIMIT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if total > kept.len() {
+        text.push_str(&format!("… ({} bytes more)", total - kept.len()));
+    }
+    text
+}

@@ -1,0 +1,84 @@
+//! Feishu / Lark custom bot: text, post and interactive cards, with optional signing (the HMAC
+//! key is "{timestamp_s}\n{secret}", the message empty; base64; `timestamp` and `sign` go in the
+//! JSON body). `code` 0 is success.
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use super::deliver::{self, snippet, Answer, Verdict};
+use super::rate::Budget;
+use super::template::TemplateContext;
+use super::{ActionError, Delivery, SendContext};
+use crate::secret::{Secret, SecretUrl};
+
+/// A checked Feishu action; `message` holds `msg_type` and `content` or `card`.
+#[derive(Debug)]
+pub struct FeishuAction {
+    pub webhook: SecretUrl,
+    pub secret: Option<Secret>,
+    pub message: Value,
+    pub budget: Budget,
+}
+
+/// `sign` for `timestamp_s` and `secret`: base64(HMAC-SHA256(key = "{ts}\n{secret}", "")).
+pub fn sign(timestamp_s: i64, secret: &str) -> String {
+    let key = format!("{timestamp_s}\n{secret}");
+    let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+impl FeishuAction {
+    pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
+        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
+        let body = ctx
+            .templates
+            .render_json(&self.message, &tctx)
+            .map_err(|reason| ActionError::Render { field: "message", reason })?;
+        let build = || {
+            let mut body = body.clone();
+            if let Some(secret) = &self.secret {
+                let ts = chrono::Utc::now().timestamp();
+                body["timestamp"] = json!(ts.to_string());
+                body["sign"] = json!(sign(ts, secret.expose()));
+            }
+            ctx.client.post(self.webhook.expose().clone()).json(&body)
+        };
+        deliver::deliver(ctx, Some(&self.budget), build, classify).await
+    }
+}
+
+#[derive(Deserialize)]
+struct BotAnswer {
+    #[serde(alias = "StatusCode")]
+    code: i64,
+    #[serde(default, alias = "StatusMessage")]
+    msg: String,
+}
+
+pub fn classify(answer: &Answer) -> Verdict {
+    if let Some(failure) = deliver::status_failure(answer) {
+        return failure;
+    }
+    match serde_json::from_str::<BotAnswer>(&answer.body) {
+        Ok(BotAnswer { code: 0, .. }) => Verdict::Success(()),
+        Ok(BotAnswer { code, msg }) => Verdict::Fail(format!("code {code}: {msg}")),
+        Err(_) => Verdict::Fail(format!("answer is not Feishu's JSON: {}", snippet(&answer.body))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let ok = Answer { status: reqwest::StatusCode::OK, retry_after: None, body: r#"{"code":0,"msg":"success"}"#.into() };
+        assert_eq!(classify(&ok), Verdict::Success(()));
+        let bad = Answer { body: r#"{"code":19021,"msg":"sign match fail"}"#.into(), ..ok };
+        assert!(matches!(classify(&bad), Verdict::Fail(m) if m.contains("19021")));
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(sign(1_700_000_000, "s")).unwrap().len(), 32);
+    }
+}

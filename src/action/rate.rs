@@ -1,0 +1,200 @@
+//! A fleet-wide rate budget per webhook: a sliding window of sends kept on the Redis nodes, keyed
+//! by a hash of the webhook (never the webhook itself). A send is admitted only when every node
+//! that answers admits it and a majority answers; otherwise what was admitted is taken back and
+//! the sender waits for the window to free a place, inside the job's deadline.
+//!
+//! With all nodes up (or the same majority up for every replica) every admitted send is counted
+//! on every counting node, so the fleet never sends more than the budget in any window.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rand::Rng;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use crate::lock::Redlock;
+
+/// Bound on one node's answer to a budget request.
+const BUDGET_TIMEOUT: Duration = Duration::from_millis(200);
+/// Wait before asking again when no node said how long to wait.
+const FALLBACK_WAIT: Duration = Duration::from_millis(100);
+
+/// Sliding-window admission: returns 0 when admitted, else the milliseconds until a place frees.
+const TAKE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('ZADD', KEYS[1], now, ARGV[3])
+    redis.call('PEXPIRE', KEYS[1], window)
+    return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) + window - now)";
+
+/// `rate = "20/min"`: at most `limit` sends per `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub limit: u32,
+    pub window: Duration,
+}
+
+impl FromStr for Rate {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let usage = || format!("{s:?} is not a rate such as \"20/min\", \"1/s\" or \"100/10m\"");
+        let (count, per) = s.split_once('/').ok_or_else(usage)?;
+        let limit: u32 = count.trim().parse().map_err(|_| usage())?;
+        let window = match per.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "min" | "m" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            other => humantime::parse_duration(other).map_err(|_| usage())?,
+        };
+        if limit == 0 || window.is_zero() {
+            return Err(format!("{s:?}: the count and the window must be greater than 0"));
+        }
+        Ok(Rate { limit, window })
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.limit, humantime::format_duration(self.window))
+    }
+}
+
+/// The budget of one webhook: its rate and the hashed key it is counted under.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub rate: Rate,
+    /// First 16 hex digits of the SHA-256 of the webhook URL.
+    pub id: String,
+}
+
+impl Budget {
+    pub fn new(rate: Rate, webhook: &str) -> Self {
+        let digest = Sha256::digest(webhook.as_bytes());
+        Budget { rate, id: hex::encode(&digest[..8]) }
+    }
+}
+
+/// The budget was spent and no place frees before the deadline.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("rate budget {rate} spent for this webhook: no place frees within the job's timeout (next in {} ms)", .wait.as_millis())]
+pub struct BudgetSpent {
+    pub rate: Rate,
+    pub wait: Duration,
+}
+
+/// Where budgets are counted.
+#[derive(Debug, Clone)]
+pub enum Budgets {
+    Redis { lock: Arc<Redlock>, prefix: String },
+    Local(Arc<Mutex<HashMap<String, VecDeque<Instant>>>>),
+}
+
+impl Budgets {
+    pub fn local() -> Self {
+        Budgets::Local(Arc::new(Mutex::new(HashMap::new())))
+    }
+
+    /// Takes one place in `budget`, waiting for one to free up to `deadline`. Returns how long
+    /// it waited.
+    pub async fn take(&self, budget: &Budget, deadline: Instant) -> Result<Duration, BudgetSpent> {
+        let started = Instant::now();
+        loop {
+            let wait = match self.try_take(budget).await {
+                None => return Ok(started.elapsed()),
+                Some(wait) => wait,
+            };
+            // A little jitter so replicas waiting for the same place do not all ask at once.
+            let wait = wait + Duration::from_millis(rand::rng().random_range(0..=20));
+            if Instant::now() + wait >= deadline {
+                return Err(BudgetSpent { rate: budget.rate, wait });
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// `None` when admitted; else how long to wait before asking again.
+    async fn try_take(&self, budget: &Budget) -> Option<Duration> {
+        match self {
+            Budgets::Redis { lock, prefix } => take_on_nodes(lock, &format!("{prefix}:rate:{}", budget.id), budget.rate).await,
+            Budgets::Local(windows) => {
+                let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
+                let sends = windows.entry(budget.id.clone()).or_default();
+                let now = Instant::now();
+                while sends.front().is_some_and(|t| now.duration_since(*t) >= budget.rate.window) {
+                    sends.pop_front();
+                }
+                if sends.len() < budget.rate.limit as usize {
+                    sends.push_back(now);
+                    return None;
+                }
+                sends.front().map(|oldest| budget.rate.window.saturating_sub(now.duration_since(*oldest)))
+            }
+        }
+    }
+}
+
+async fn take_on_nodes(lock: &Redlock, key: &str, rate: Rate) -> Option<Duration> {
+    let member = format!("{:016x}", rand::rng().random::<u64>());
+    // A plain EVAL: the budget path is not hot enough to need EVALSHA's script cache.
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(TAKE_SCRIPT).arg(1).arg(key).arg(rate.limit).arg(rate.window.as_millis() as u64).arg(&member);
+    let answers = join_all(lock.nodes().iter().map(|n| n.query::<i64>(&cmd, BUDGET_TIMEOUT))).await;
+    let admitted = answers.iter().filter(|a| matches!(a, Ok(0))).count();
+    let refused_wait = answers.iter().filter_map(|a| a.as_ref().ok().copied()).filter(|w| *w > 0).max();
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    if refused_wait.is_none() && answered >= lock.nodes().len() / 2 + 1 {
+        return None;
+    }
+    if admitted > 0 {
+        let mut undo = redis::cmd("ZREM");
+        undo.arg(key).arg(&member);
+        join_all(lock.nodes().iter().map(|n| n.query::<i64>(&undo, BUDGET_TIMEOUT))).await;
+    }
+    Some(refused_wait.map_or(FALLBACK_WAIT, |ms| Duration::from_millis(ms as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!("20/min".parse::<Rate>().unwrap(), Rate { limit: 20, window: Duration::from_secs(60) });
+        assert_eq!("1/s".parse::<Rate>().unwrap().window, Duration::from_secs(1));
+        assert_eq!("100/10m".parse::<Rate>().unwrap().window, Duration::from_secs(600));
+        assert!("0/min".parse::<Rate>().is_err());
+        assert!("fast".parse::<Rate>().is_err());
+    }
+
+    #[test]
+    fn budget_id_hides_the_webhook() {
+        let b = Budget::new("20/min".parse().unwrap(), "https://x/send?key=secret");
+        assert_eq!(b.id.len(), 16);
+        assert!(!b.id.contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn local_budget_admits_the_limit_then_waits() {
+        let budgets = Budgets::local();
+        let budget = Budget::new(Rate { limit: 2, window: Duration::from_millis(300) }, "w");
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert!(budgets.take(&budget, soon).await.is_ok());
+        assert!(budgets.take(&budget, soon).await.is_ok());
+        assert!(budgets.take(&budget, soon).await.is_err());
+        let later = Instant::now() + Duration::from_secs(2);
+        let waited = budgets.take(&budget, later).await.unwrap();
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    }
+}
