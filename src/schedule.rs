@@ -181,6 +181,28 @@ impl Clock for SkewedClock {
     }
 }
 
+/// Wall time driven by tokio's clock: under `tokio::time::pause()` a simulated day passes in
+/// moments, since tokio advances its clock whenever every task sleeps. For simulations and tests.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    anchor_wall: DateTime<Utc>,
+    anchor: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock that reads `wall` now and advances with tokio's time.
+    pub fn starting_at(wall: DateTime<Utc>) -> Self {
+        TokioClock { anchor_wall: wall, anchor: tokio::time::Instant::now() }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = tokio::time::Instant::now().duration_since(self.anchor);
+        self.anchor_wall + chrono::Duration::from_std(elapsed).unwrap_or_default()
+    }
+}
+
 pub type SharedClock = Arc<dyn Clock>;
 
 #[cfg(test)]

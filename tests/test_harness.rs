@@ -93,7 +93,10 @@ fn dropping_a_paused_server_reaps_it() {
 fn requirepass_server() {
     let s = RedisServer::start_with(&["--requirepass", "s3cret"]);
     assert_eq!(s.password().as_deref(), Some("s3cret"));
-    assert!(redis_cmd(&s.url(), &["PING"]).is_err(), "NOAUTH without password");
+    assert!(
+        redis_cmd(&s.url(), &["PING"]).is_err(),
+        "NOAUTH without password"
+    );
     assert!(ping_ok(&s.auth_url()));
 }
 
@@ -119,7 +122,7 @@ fn proxy_latency_drop_refuse_blackhole() {
         .get_connection_with_timeout(Duration::from_secs(1))
         .unwrap();
     con.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut ping = |con: &mut redis::Connection| -> Duration {
+    let ping = |con: &mut redis::Connection| -> Duration {
         let t = Instant::now();
         let r: String = redis::cmd("PING").query(con).unwrap();
         assert_eq!(r, "PONG");

@@ -15,8 +15,9 @@ use super::{SlotKey, Token};
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest pause between reconnection attempts to a node that is down.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+/// Longest pause between reconnection attempts to a node that is down: short, so a node that
+/// comes back counts in the majority again within a slot or two.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 
 /// Compare-and-delete: release only our own token.
 const RELEASE_SCRIPT: &str = r"

@@ -45,8 +45,7 @@ pub fn write_config(dir: impl AsRef<Path>, toml_text: &str) -> PathBuf {
 /// Writes `contents` to `dir/name` and returns the path.
 pub fn write_file(dir: impl AsRef<Path>, name: &str, contents: &str) -> PathBuf {
     let path = dir.as_ref().join(name);
-    std::fs::write(&path, contents)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    std::fs::write(&path, contents).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     path
 }
 
@@ -460,7 +459,7 @@ impl<'a> IntoIterator for &'a RedisCluster {
 // Redis client helpers (sync API of the redis crate; it needs no extra feature)
 // ---------------------------------------------------------------------------
 
-/// Default timeout of [`redis_cmd`] and friends (connect, and each read/write).
+/// Default timeout of [`redis_cmd`] and friends (the whole call).
 pub const REDIS_CMD_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn build_cmd(args: &[&str]) -> redis::Cmd {
@@ -478,7 +477,7 @@ pub fn redis_cmd(url: &str, args: &[&str]) -> redis::RedisResult<redis::Value> {
     redis_query(url, args)
 }
 
-/// Like [`redis_cmd`], with the timeout for connect and for each read/write.
+/// Like [`redis_cmd`], with `timeout` bounding the whole call (connect + command).
 pub fn redis_cmd_timeout(
     url: &str,
     args: &[&str],
@@ -497,10 +496,24 @@ pub fn redis_query_timeout<T: redis::FromRedisValue>(
     args: &[&str],
     timeout: Duration,
 ) -> redis::RedisResult<T> {
-    let client = redis::Client::open(url)?;
+    use redis::IntoConnectionInfo;
+    let start = Instant::now();
+    // No CLIENT SETINFO round trip on connect: the whole call stays within `timeout`.
+    let info = url.into_connection_info()?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let client = redis::Client::open(info.set_redis_settings(settings))?;
     let mut con = client.get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(timeout))?;
-    con.set_write_timeout(Some(timeout))?;
+    let remaining = timeout
+        .checked_sub(start.elapsed())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "redis command timed out",
+            ))
+        })?;
+    con.set_read_timeout(Some(remaining))?;
+    con.set_write_timeout(Some(remaining))?;
     build_cmd(args).query(&mut con)
 }
 
@@ -1173,9 +1186,7 @@ enum ProxyEvent {
     Accepted(std::io::Result<tokio::net::TcpStream>),
 }
 
-async fn accept_opt(
-    l: &Option<tokio::net::TcpListener>,
-) -> std::io::Result<tokio::net::TcpStream> {
+async fn accept_opt(l: &Option<tokio::net::TcpListener>) -> std::io::Result<tokio::net::TcpStream> {
     match l {
         Some(l) => l.accept().await.map(|(s, _)| s),
         None => std::future::pending().await,
