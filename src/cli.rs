@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config};
-use crate::scheduler;
 use crate::schedule::SystemClock;
+use crate::scheduler;
 use crate::telemetry::{self, LogFormat};
 
 /// Exit code for a configuration that does not check.
@@ -19,10 +19,19 @@ pub const EXIT_CONFIG: u8 = 2;
 pub const EXIT_RUNTIME: u8 = 1;
 
 #[derive(Debug, Parser)]
-#[command(name = "slotcron", version, about = "Cron for fleets: every replica schedules, one wins each slot")]
+#[command(
+    name = "slotcron",
+    version,
+    about = "Cron for fleets: every replica schedules, one wins each slot"
+)]
 pub struct Cli {
     /// Log format: text for people, json (one object a line) for containers.
-    #[arg(long, global = true, env = "SLOTCRON_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "SLOTCRON_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
@@ -69,7 +78,12 @@ pub struct HistoryArgs {
 #[derive(Debug, Args)]
 pub struct ConfigArg {
     /// Path to jobs.toml.
-    #[arg(long, short = 'c', env = "SLOTCRON_CONFIG", default_value = "jobs.toml")]
+    #[arg(
+        long,
+        short = 'c',
+        env = "SLOTCRON_CONFIG",
+        default_value = "jobs.toml"
+    )]
     pub config: PathBuf,
 }
 
@@ -106,7 +120,11 @@ pub fn main() -> ExitCode {
 pub(crate) fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     config::load(path).map_err(|errors| {
         eprintln!("{errors}");
-        eprintln!("slotcron: {} error(s) in {}; nothing started", errors.errors.len(), path.display());
+        eprintln!(
+            "slotcron: {} error(s) in {}; nothing started",
+            errors.errors.len(),
+            path.display()
+        );
         ExitCode::from(EXIT_CONFIG)
     })
 }
@@ -130,13 +148,21 @@ pub fn render_check(config: &Config, next: usize) -> String {
         }
         None => "standalone (in-process lock, one replica only)".to_owned(),
     };
-    out.push_str(&format!("{}: ok, {} job(s), lock: {lock}\n", config.path.display(), config.jobs.len()));
+    out.push_str(&format!(
+        "{}: ok, {} job(s), lock: {lock}\n",
+        config.path.display(),
+        config.jobs.len()
+    ));
     for warning in &config.warnings {
         out.push_str(&format!("warning: {warning}\n"));
     }
     let now = Utc::now();
     for job in &config.jobs {
-        let target = job.action.target().map(|t| format!(" -> {t}")).unwrap_or_default();
+        let target = job
+            .action
+            .target()
+            .map(|t| format!(" -> {t}"))
+            .unwrap_or_default();
         out.push_str(&format!(
             "\njob {:?}: {:?} in {}, timeout {}, {}{target}\n",
             job.name,

@@ -35,7 +35,9 @@ pub struct FleetClock {
 
 impl fmt::Debug for FleetClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FleetClock").field("offset_us", &self.offset_us.load(Ordering::Relaxed)).finish()
+        f.debug_struct("FleetClock")
+            .field("offset_us", &self.offset_us.load(Ordering::Relaxed))
+            .finish()
     }
 }
 
@@ -50,7 +52,11 @@ impl Clock for FleetClock {
 
 impl FleetClock {
     pub fn new(local: SharedClock, apply: bool) -> Arc<Self> {
-        Arc::new(FleetClock { local, apply, offset_us: AtomicI64::new(0) })
+        Arc::new(FleetClock {
+            local,
+            apply,
+            offset_us: AtomicI64::new(0),
+        })
     }
 
     /// Fleet time minus local time.
@@ -61,7 +67,11 @@ impl FleetClock {
     /// Measures the offset against `nodes` and applies it. `None` when no node answered (the
     /// previous offset stays).
     pub async fn measure(&self, nodes: &[Node]) -> Option<chrono::Duration> {
-        let samples: Vec<i64> = join_all(nodes.iter().map(|n| self.sample(n))).await.into_iter().flatten().collect();
+        let samples: Vec<i64> = join_all(nodes.iter().map(|n| self.sample(n)))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         let offset = median(samples)?;
         self.offset_us.store(offset, Ordering::Relaxed);
         Some(chrono::Duration::microseconds(offset))
@@ -71,7 +81,8 @@ impl FleetClock {
     async fn sample(&self, node: &Node) -> Option<i64> {
         let sent = Instant::now();
         let local_sent = self.local.now();
-        let (secs, micros): (i64, i64) = node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await.ok()?;
+        let (secs, micros): (i64, i64) =
+            node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await.ok()?;
         let rtt = sent.elapsed();
         let node_time = DateTime::<Utc>::from_timestamp(secs, (micros * 1000) as u32)?;
         let local_mid = local_sent + chrono::Duration::from_std(rtt / 2).ok()?;
@@ -85,11 +96,22 @@ fn median(mut samples: Vec<i64>) -> Option<i64> {
     }
     samples.sort_unstable();
     let mid = samples.len() / 2;
-    Some(if samples.len() % 2 == 0 { (samples[mid - 1] + samples[mid]) / 2 } else { samples[mid] })
+    Some(if samples.len().is_multiple_of(2) {
+        (samples[mid - 1] + samples[mid]) / 2
+    } else {
+        samples[mid]
+    })
 }
 
 /// Measures now and then every [`MEASURE_EVERY`] until shutdown, logging large offsets.
-pub async fn keep_measuring(clock: Arc<FleetClock>, lock: Arc<Redlock>, metrics: Arc<Metrics>, max_skew: Duration, replica: String, shutdown: CancellationToken) {
+pub async fn keep_measuring(
+    clock: Arc<FleetClock>,
+    lock: Arc<Redlock>,
+    metrics: Arc<Metrics>,
+    max_skew: Duration,
+    replica: String,
+    shutdown: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(MEASURE_EVERY) => {}
@@ -100,9 +122,18 @@ pub async fn keep_measuring(clock: Arc<FleetClock>, lock: Arc<Redlock>, metrics:
 }
 
 /// One measurement, reported in the log (when large) and in the metrics.
-pub async fn measure_and_report(clock: &FleetClock, lock: &Redlock, metrics: &Metrics, max_skew: Duration, replica: &str) {
+pub async fn measure_and_report(
+    clock: &FleetClock,
+    lock: &Redlock,
+    metrics: &Metrics,
+    max_skew: Duration,
+    replica: &str,
+) {
     let Some(offset) = clock.measure(lock.nodes()).await else {
-        tracing::warn!(replica, "fleet clock: no Redis node answered TIME; keeping the last offset");
+        tracing::warn!(
+            replica,
+            "fleet clock: no Redis node answered TIME; keeping the last offset"
+        );
         return;
     };
     // The metric is this replica's clock minus the fleet's, the sign people expect.
@@ -115,7 +146,11 @@ pub async fn measure_and_report(clock: &FleetClock, lock: &Redlock, metrics: &Me
             local_minus_fleet_ms.abs(), if local_minus_fleet_ms > 0 { "ahead of" } else { "behind" },
             if clock.apply { "; scheduling on the fleet clock" } else { "; clock = \"local\": scheduling on it anyway" });
     } else {
-        tracing::debug!(replica, offset_ms = local_minus_fleet_ms, "fleet clock measured");
+        tracing::debug!(
+            replica,
+            offset_ms = local_minus_fleet_ms,
+            "fleet clock measured"
+        );
     }
 }
 

@@ -108,13 +108,17 @@ impl RunRecord {
             finished: time("finished_ms"),
             outcome: RunState::parse(fields.get("outcome")?)?,
             error: fields.get("error").cloned(),
-            attempts: fields.get("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
+            attempts: fields
+                .get("attempts")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0),
         })
     }
 
     /// Of two records of the same slot, the one that says more: an end beats a start.
     fn supersedes(&self, other: &RunRecord) -> bool {
-        (self.finished.is_some(), self.finished, self.started) > (other.finished.is_some(), other.finished, other.started)
+        (self.finished.is_some(), self.finished, self.started)
+            > (other.finished.is_some(), other.finished, other.started)
     }
 }
 
@@ -141,11 +145,18 @@ impl History {
         match self {
             History::Redis { lock, prefix } => {
                 let mut cmd = redis::cmd("XADD");
-                cmd.arg(stream_key(prefix, &record.job)).arg("MAXLEN").arg("~").arg(HISTORY_CAP).arg("*");
+                cmd.arg(stream_key(prefix, &record.job))
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(HISTORY_CAP)
+                    .arg("*");
                 for (k, v) in record.fields() {
                     cmd.arg(k).arg(v);
                 }
-                let writes = lock.nodes().iter().map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT));
+                let writes = lock
+                    .nodes()
+                    .iter()
+                    .map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT));
                 for result in join_all(writes).await {
                     if let Err(e) = result {
                         tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
@@ -161,7 +172,11 @@ impl History {
     }
 
     /// The latest runs of `job`, one per slot, newest slot first, merged across nodes.
-    pub async fn read(&self, job: &str, limit: usize) -> Result<Vec<RunRecord>, HistoryUnavailable> {
+    pub async fn read(
+        &self,
+        job: &str,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
         let records = match self {
             History::Redis { lock, prefix } => read_nodes(lock, prefix, job, limit).await?,
             History::Local(runs) => {
@@ -179,11 +194,25 @@ fn stream_key(prefix: &str, job: &str) -> String {
     format!("{prefix}:history:{job}")
 }
 
-async fn read_nodes(lock: &Redlock, prefix: &str, job: &str, limit: usize) -> Result<Vec<RunRecord>, HistoryUnavailable> {
+async fn read_nodes(
+    lock: &Redlock,
+    prefix: &str,
+    job: &str,
+    limit: usize,
+) -> Result<Vec<RunRecord>, HistoryUnavailable> {
     let mut cmd = redis::cmd("XREVRANGE");
     // Two records per run: read twice the limit so every run has its end.
-    cmd.arg(stream_key(prefix, job)).arg("+").arg("-").arg("COUNT").arg(limit.saturating_mul(2).max(2));
-    let reads = join_all(lock.nodes().iter().map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT))).await;
+    cmd.arg(stream_key(prefix, job))
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(limit.saturating_mul(2).max(2));
+    let reads = join_all(
+        lock.nodes()
+            .iter()
+            .map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT)),
+    )
+    .await;
     let mut records = Vec::new();
     let mut errors = Vec::new();
     let mut answered = false;
@@ -218,12 +247,18 @@ pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
 
 /// Stream entries `[[id, [k, v, …]], …]` into records; malformed entries are skipped.
 fn parse_entries(value: Value) -> Vec<RunRecord> {
-    let Value::Array(entries) = value else { return Vec::new() };
+    let Value::Array(entries) = value else {
+        return Vec::new();
+    };
     entries
         .into_iter()
         .filter_map(|entry| {
-            let Value::Array(mut parts) = entry else { return None };
-            let Value::Array(kv) = parts.pop()? else { return None };
+            let Value::Array(mut parts) = entry else {
+                return None;
+            };
+            let Value::Array(kv) = parts.pop()? else {
+                return None;
+            };
             let fields = kv
                 .chunks(2)
                 .filter_map(|pair| Some((text(&pair[0])?, text(pair.get(1)?)?)))
@@ -275,7 +310,11 @@ mod tests {
     fn fields_round_trip() {
         let mut r = record(10, RunState::Failed, Some(12));
         r.error = Some("boom".into());
-        let fields: HashMap<String, String> = r.fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let fields: HashMap<String, String> = r
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
         assert_eq!(RunRecord::from_fields(&fields), Some(r));
     }
 }

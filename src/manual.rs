@@ -43,7 +43,9 @@ pub fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
         return ExitCode::from(EXIT_CONFIG);
     };
     if config.redis.is_none() {
-        eprintln!("slotcron: standalone mode: this trigger is not coordinated with a running replica");
+        eprintln!(
+            "slotcron: standalone mode: this trigger is not coordinated with a running replica"
+        );
     }
     let replica = args.replica_id.unwrap_or_else(default_replica_id);
     let runtime = match runtime() {
@@ -66,13 +68,24 @@ pub fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
 
 fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
     let (code, text) = match result {
-        SlotResult::Done { delivery, duration } => {
-            (0, format!("done in {} ms, {} attempt(s)", duration.as_millis(), delivery.attempts))
-        }
+        SlotResult::Done { delivery, duration } => (
+            0,
+            format!(
+                "done in {} ms, {} attempt(s)",
+                duration.as_millis(),
+                delivery.attempts
+            ),
+        ),
         SlotResult::Failed { error, .. } => (EXIT_RUNTIME, format!("failed: {error}")),
-        SlotResult::Lost { holder } => (EXIT_LOST, format!("already run by {} for this second", holder.replica())),
+        SlotResult::Lost { holder } => (
+            EXIT_LOST,
+            format!("already run by {} for this second", holder.replica()),
+        ),
         SlotResult::Unavailable(why) => (EXIT_UNAVAILABLE, format!("lock unavailable: {why}")),
-        SlotResult::Overlapping { .. } => (EXIT_SKIPPED, "skipped: the previous run is still going".to_owned()),
+        SlotResult::Overlapping { .. } => (
+            EXIT_SKIPPED,
+            "skipped: the previous run is still going".to_owned(),
+        ),
         SlotResult::Late { .. } => (EXIT_RUNTIME, "skipped: too late".to_owned()),
     };
     println!("{job}: {text}");
@@ -81,10 +94,17 @@ fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
 
 fn unknown_job(config: &Config, name: &str) -> String {
     if config.disabled.iter().any(|d| d == name) {
-        return format!("{}: job {name:?} is disabled (enabled = false)", config.path.display());
+        return format!(
+            "{}: job {name:?} is disabled (enabled = false)",
+            config.path.display()
+        );
     }
     let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
-    format!("{}: no job named {name:?}; jobs: {}", config.path.display(), names.join(", "))
+    format!(
+        "{}: no job named {name:?}; jobs: {}",
+        config.path.display(),
+        names.join(", ")
+    )
 }
 
 /// One row of `history --json`.
@@ -121,9 +141,17 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = runtime.block_on(async {
-        let lock = Redlock::new(&redis.nodes, "history", redis.lock.clone(), redis.ca.as_deref())
-            .map_err(anyhow::Error::msg)?;
-        let history = History::Redis { lock: Arc::new(lock), prefix: config.scheduler.key_prefix.clone() };
+        let lock = Redlock::new(
+            &redis.nodes,
+            "history",
+            redis.lock.clone(),
+            redis.ca.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let history = History::Redis {
+            lock: Arc::new(lock),
+            prefix: config.scheduler.key_prefix.clone(),
+        };
         let mut runs = Vec::new();
         for (name, _) in &jobs {
             runs.extend(history.read(name, args.limit).await?);
@@ -150,7 +178,12 @@ fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)
         .jobs
         .iter()
         .map(|j| (j.name.clone(), j.zone()))
-        .chain(config.disabled.iter().map(|d| (d.clone(), config.scheduler.timezone)))
+        .chain(
+            config
+                .disabled
+                .iter()
+                .map(|d| (d.clone(), config.scheduler.timezone)),
+        )
         .collect();
     match only {
         None => Ok(all),
@@ -162,17 +195,30 @@ fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)
 }
 
 fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
-    let zone = |job: &str| jobs.iter().find(|(n, _)| n == job).map_or(chrono_tz::UTC, |(_, z)| *z);
+    let zone = |job: &str| {
+        jobs.iter()
+            .find(|(n, _)| n == job)
+            .map_or(chrono_tz::UTC, |(_, z)| *z)
+    };
     if json {
         for run in runs {
-            let row = Row { run, slot_local: run.slot.rfc3339_in(zone(&run.job)), duration_ms: run.duration().map(|d| d.as_millis()) };
+            let row = Row {
+                run,
+                slot_local: run.slot.rfc3339_in(zone(&run.job)),
+                duration_ms: run.duration().map(|d| d.as_millis()),
+            };
             println!("{}", serde_json::to_string(&row).unwrap_or_default());
         }
         return;
     }
-    println!("{:<26} {:<20} {:<20} {:<8} {:>9} {:>8}  ERROR", "SLOT", "JOB", "WINNER", "OUTCOME", "DURATION", "ATTEMPTS");
+    println!(
+        "{:<26} {:<20} {:<20} {:<8} {:>9} {:>8}  ERROR",
+        "SLOT", "JOB", "WINNER", "OUTCOME", "DURATION", "ATTEMPTS"
+    );
     for run in runs {
-        let duration = run.duration().map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
+        let duration = run
+            .duration()
+            .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
         println!(
             "{:<26} {:<20} {:<20} {:<8} {:>9} {:>8}  {}",
             run.slot.rfc3339_in(zone(&run.job)),

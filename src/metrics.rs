@@ -76,18 +76,55 @@ impl Metrics {
 
     fn register(&self) {
         let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
-        r.register("slots", "Slots seen by this replica, by job and outcome", self.slots.clone());
-        r.register("lock_duration_seconds", "Time to decide a slot's lock", self.lock_seconds.clone());
-        r.register("action_duration_seconds", "Time the winner's action took", self.action_seconds.clone());
-        r.register("lateness_seconds", "From the slot to the action's start", self.lateness_seconds.clone());
-        r.register("redis_node_up", "1 when the Redis node answered the last check", self.node_up.clone());
-        r.register("clock_offset_milliseconds", "This replica's clock minus the fleet clock", self.clock_offset_ms.clone());
-        r.register("rate_budget_waits", "Sends that waited for a webhook's rate budget", self.budget_waits.clone());
-        r.register("rate_budget_wait_seconds", "Time spent waiting for rate budgets", self.budget_wait_seconds.clone());
+        r.register(
+            "slots",
+            "Slots seen by this replica, by job and outcome",
+            self.slots.clone(),
+        );
+        r.register(
+            "lock_duration_seconds",
+            "Time to decide a slot's lock",
+            self.lock_seconds.clone(),
+        );
+        r.register(
+            "action_duration_seconds",
+            "Time the winner's action took",
+            self.action_seconds.clone(),
+        );
+        r.register(
+            "lateness_seconds",
+            "From the slot to the action's start",
+            self.lateness_seconds.clone(),
+        );
+        r.register(
+            "redis_node_up",
+            "1 when the Redis node answered the last check",
+            self.node_up.clone(),
+        );
+        r.register(
+            "clock_offset_milliseconds",
+            "This replica's clock minus the fleet clock",
+            self.clock_offset_ms.clone(),
+        );
+        r.register(
+            "rate_budget_waits",
+            "Sends that waited for a webhook's rate budget",
+            self.budget_waits.clone(),
+        );
+        r.register(
+            "rate_budget_wait_seconds",
+            "Time spent waiting for rate budgets",
+            self.budget_wait_seconds.clone(),
+        );
     }
 
     pub fn slot(&self, job: &str, outcome: &str) {
-        self.slots.get_or_create(&SlotLabels { job: job.to_owned(), outcome: outcome.to_owned() }).inc();
+        self.slots
+            .get_or_create(&SlotLabels {
+                job: job.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub fn lock_latency(&self, d: Duration) {
@@ -95,21 +132,37 @@ impl Metrics {
     }
 
     pub fn action_duration(&self, job: &str, d: Duration) {
-        self.action_seconds.get_or_create(&JobLabels { job: job.to_owned() }).observe(d.as_secs_f64());
+        self.action_seconds
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
+            .observe(d.as_secs_f64());
     }
 
     pub fn lateness(&self, job: &str, d: Duration) {
-        self.lateness_seconds.get_or_create(&JobLabels { job: job.to_owned() }).observe(d.as_secs_f64());
+        self.lateness_seconds
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
+            .observe(d.as_secs_f64());
     }
 
     pub fn node_up(&self, node: &str, up: bool) {
-        self.node_up.get_or_create(&NodeLabels { node: node.to_owned() }).set(i64::from(up));
+        self.node_up
+            .get_or_create(&NodeLabels {
+                node: node.to_owned(),
+            })
+            .set(i64::from(up));
     }
 
     pub fn budget_wait(&self, job: &str, waited: Duration) {
-        let labels = JobLabels { job: job.to_owned() };
+        let labels = JobLabels {
+            job: job.to_owned(),
+        };
         self.budget_waits.get_or_create(&labels).inc();
-        self.budget_wait_seconds.get_or_create(&labels).inc_by(waited.as_secs_f64());
+        self.budget_wait_seconds
+            .get_or_create(&labels)
+            .inc_by(waited.as_secs_f64());
     }
 
     pub fn clock_offset(&self, offset_ms: i64) {
@@ -138,8 +191,17 @@ mod tests {
         m.lock_latency(Duration::from_micros(300));
         m.node_up("127.0.0.1:6379", true);
         let text = m.encode();
-        assert!(text.contains(r#"slotcron_slots_total{job="standup",outcome="won"} 1"#), "{text}");
-        assert!(text.contains("slotcron_lock_duration_seconds_count 1"), "{text}");
-        assert!(text.contains(r#"slotcron_redis_node_up{node="127.0.0.1:6379"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"slotcron_slots_total{job="standup",outcome="won"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("slotcron_lock_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"slotcron_redis_node_up{node="127.0.0.1:6379"} 1"#),
+            "{text}"
+        );
     }
 }

@@ -66,13 +66,26 @@ pub struct RaceContext {
 #[derive(Debug)]
 pub enum SlotResult {
     /// Woke too late to race (paused, overloaded): another replica had the slot.
-    Late { late: Duration },
-    Lost { holder: Token },
+    Late {
+        late: Duration,
+    },
+    Lost {
+        holder: Token,
+    },
     Unavailable(Unavailable),
     /// Won, but the job's previous run is still going (`overlap = "skip"`).
-    Overlapping { holder: Option<Token> },
-    Done { delivery: Delivery, duration: Duration },
-    Failed { error: String, attempts: u32, duration: Duration },
+    Overlapping {
+        holder: Option<Token>,
+    },
+    Done {
+        delivery: Delivery,
+        duration: Duration,
+    },
+    Failed {
+        error: String,
+        attempts: u32,
+        duration: Duration,
+    },
 }
 
 impl SlotResult {
@@ -107,7 +120,9 @@ impl RaceContext {
 
     /// Races for `slot` of `job` and, if won, runs it.
     pub async fn race(&self, job: &Job, slot: Slot, kind: RaceKind) -> SlotResult {
-        let late = (self.clock.now() - slot.instant()).to_std().unwrap_or_default();
+        let late = (self.clock.now() - slot.instant())
+            .to_std()
+            .unwrap_or_default();
         if kind == RaceKind::Scheduled && late > self.start_window() {
             tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
                 late_ms = late.as_millis() as u64,
@@ -160,7 +175,9 @@ impl RaceContext {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
                     reason = %"overlap", running_on = holder.replica(),
                     "the previous run is still going on {}: slot skipped (overlap = \"skip\")", holder.replica());
-                SlotResult::Overlapping { holder: Some(holder) }
+                SlotResult::Overlapping {
+                    holder: Some(holder),
+                }
             }
             Acquire::Unavailable(why) => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
@@ -171,7 +188,13 @@ impl RaceContext {
     }
 
     /// Runs the action inside the lease, keeping the running lease alive; records and logs the end.
-    async fn execute(&self, job: &Job, slot: Slot, lease: &Lease, running: Option<&Lease>) -> SlotResult {
+    async fn execute(
+        &self,
+        job: &Job,
+        slot: Slot,
+        lease: &Lease,
+        running: Option<&Lease>,
+    ) -> SlotResult {
         let started = Instant::now();
         let mut record = RunRecord {
             job: job.name.clone(),
@@ -185,9 +208,18 @@ impl RaceContext {
         };
         self.history.record(&record).await;
         let result = if Instant::now() >= lease.valid_until {
-            Err(("lock validity expired before the send (was the process paused?): not sent".to_owned(), 0))
+            Err((
+                "lock validity expired before the send (was the process paused?): not sent"
+                    .to_owned(),
+                0,
+            ))
         } else {
-            self.metrics.lateness(&job.name, (self.clock.now() - slot.instant()).to_std().unwrap_or_default());
+            self.metrics.lateness(
+                &job.name,
+                (self.clock.now() - slot.instant())
+                    .to_std()
+                    .unwrap_or_default(),
+            );
             let action = self.send(job, slot, lease);
             match running {
                 Some(running) => self.with_watchdog(action, running).await,
@@ -198,7 +230,10 @@ impl RaceContext {
         self.metrics.action_duration(&job.name, duration);
         record.finished = Some(Utc::now());
         let outcome = self.log_end(job, slot, result, duration);
-        if let SlotResult::Failed { error, attempts, .. } = &outcome {
+        if let SlotResult::Failed {
+            error, attempts, ..
+        } = &outcome
+        {
             record.outcome = RunState::Failed;
             record.error = Some(error.clone());
             record.attempts = *attempts;
@@ -229,7 +264,11 @@ impl RaceContext {
     }
 
     /// Drives `action` while extending the running lease every third of its TTL.
-    async fn with_watchdog<T>(&self, action: impl std::future::Future<Output = T>, running: &Lease) -> T {
+    async fn with_watchdog<T>(
+        &self,
+        action: impl std::future::Future<Output = T>,
+        running: &Lease,
+    ) -> T {
         tokio::pin!(action);
         loop {
             tokio::select! {
@@ -244,7 +283,13 @@ impl RaceContext {
         }
     }
 
-    fn log_end(&self, job: &Job, slot: Slot, result: Result<Delivery, (String, u32)>, duration: Duration) -> SlotResult {
+    fn log_end(
+        &self,
+        job: &Job,
+        slot: Slot,
+        result: Result<Delivery, (String, u32)>,
+        duration: Duration,
+    ) -> SlotResult {
         let duration_ms = duration.as_millis() as u64;
         match result {
             Ok(delivery) => {
@@ -256,7 +301,11 @@ impl RaceContext {
             Err((error, attempts)) => {
                 tracing::error!(job = %job.name, %slot, replica = %self.replica, outcome = %"failed",
                     duration_ms, attempts, error = %error, "the slot's action failed");
-                SlotResult::Failed { error, attempts, duration }
+                SlotResult::Failed {
+                    error,
+                    attempts,
+                    duration,
+                }
             }
         }
     }

@@ -53,9 +53,7 @@ impl fmt::Display for Slot {
 }
 
 fn truncate_to_second(at: DateTime<Utc>) -> DateTime<Utc> {
-    Utc.timestamp_opt(at.timestamp(), 0)
-        .single()
-        .unwrap_or(at)
+    Utc.timestamp_opt(at.timestamp(), 0).single().unwrap_or(at)
 }
 
 /// A job's cron expression bound to its zone.
@@ -192,7 +190,10 @@ pub struct TokioClock {
 impl TokioClock {
     /// A clock that reads `wall` now and advances with tokio's time.
     pub fn starting_at(wall: DateTime<Utc>) -> Self {
-        TokioClock { anchor_wall: wall, anchor: tokio::time::Instant::now() }
+        TokioClock {
+            anchor_wall: wall,
+            anchor: tokio::time::Instant::now(),
+        }
     }
 }
 
@@ -231,7 +232,10 @@ mod tests {
     fn next_after_a_slot_is_the_following_slot() {
         let s = Schedule::parse("* * * * * *", chrono_tz::UTC).unwrap();
         let t = utc("2026-01-01T00:00:05Z");
-        assert_eq!(s.next_after(t).unwrap().instant(), utc("2026-01-01T00:00:06Z"));
+        assert_eq!(
+            s.next_after(t).unwrap().instant(),
+            utc("2026-01-01T00:00:06Z")
+        );
         assert_eq!(s.current(t).unwrap().instant(), t);
     }
 

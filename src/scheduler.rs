@@ -47,7 +47,11 @@ pub struct Replica {
 
 impl Replica {
     /// Opens the lock's connections (reporting each node) and builds the shared state.
-    pub async fn connect(config: &Config, name: String, clock: SharedClock) -> anyhow::Result<Self> {
+    pub async fn connect(
+        config: &Config,
+        name: String,
+        clock: SharedClock,
+    ) -> anyhow::Result<Self> {
         let key_prefix = config.scheduler.key_prefix.clone();
         let metrics = Arc::new(Metrics::new());
         let Some(redis) = &config.redis else {
@@ -69,10 +73,23 @@ impl Replica {
         let lock = Arc::new(lock);
         report_nodes(&lock, &name).await;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
-        fleet_clock::measure_and_report(&fleet, &lock, &metrics, config.scheduler.max_clock_skew, &name).await;
+        fleet_clock::measure_and_report(
+            &fleet,
+            &lock,
+            &metrics,
+            config.scheduler.max_clock_skew,
+            &name,
+        )
+        .await;
         Ok(Replica {
-            history: History::Redis { lock: lock.clone(), prefix: key_prefix.clone() },
-            budgets: Budgets::Redis { lock: lock.clone(), prefix: key_prefix.clone() },
+            history: History::Redis {
+                lock: lock.clone(),
+                prefix: key_prefix.clone(),
+            },
+            budgets: Budgets::Redis {
+                lock: lock.clone(),
+                prefix: key_prefix.clone(),
+            },
             lock: SlotLock::Redlock(lock.clone()),
             metrics,
             client: http_client().context("building the HTTP client")?,
@@ -102,12 +119,23 @@ impl Replica {
 }
 
 /// Builds the race context of one replica (lock connections included).
-pub async fn race_context(config: &Config, replica: String, clock: SharedClock) -> anyhow::Result<RaceContext> {
-    Ok(Replica::connect(config, replica, clock).await?.context(config))
+pub async fn race_context(
+    config: &Config,
+    replica: String,
+    clock: SharedClock,
+) -> anyhow::Result<RaceContext> {
+    Ok(Replica::connect(config, replica, clock)
+        .await?
+        .context(config))
 }
 
 /// Runs the schedule of `config` as replica `replica` until `shutdown` is cancelled.
-pub async fn run(config: Config, replica: String, clock: SharedClock, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    replica: String,
+    clock: SharedClock,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     run_with_reload(config, replica, clock, shutdown, None).await
 }
 
@@ -141,7 +169,10 @@ pub async fn run_replica(
         let listener = tokio::net::TcpListener::bind(http.listen)
             .await
             .with_context(|| format!("binding the [http] listen address {}", http.listen))?;
-        let state = status::State { replica: replica.clone(), config: current.clone() };
+        let state = status::State {
+            replica: replica.clone(),
+            config: current.clone(),
+        };
         tracing::info!(replica = %replica.name, listen = %http.listen, "serving /healthz, /readyz, /metrics and the status page");
         tracker.spawn(status::serve(listener, state, shutdown.clone()));
     }
@@ -185,7 +216,13 @@ fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
 }
 
 /// Starts one job loop per job of `config` (and, on the first start, the catch-up of missed slots).
-fn start_generation(replica: &Replica, config: &Config, tracker: &TaskTracker, generation: &CancellationToken, first: bool) {
+fn start_generation(
+    replica: &Replica,
+    config: &Config,
+    tracker: &TaskTracker,
+    generation: &CancellationToken,
+    first: bool,
+) {
     let ctx = Arc::new(replica.context(config));
     tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
         config = %config.path.display(), "slotcron started");
@@ -196,12 +233,21 @@ fn start_generation(replica: &Replica, config: &Config, tracker: &TaskTracker, g
         if first && job.catch_up.is_some() {
             tracker.spawn(catch_up(ctx.clone(), job.clone()));
         }
-        tracker.spawn(job_loop(ctx.clone(), job.clone(), tracker.clone(), generation.clone()));
+        tracker.spawn(job_loop(
+            ctx.clone(),
+            job.clone(),
+            tracker.clone(),
+            generation.clone(),
+        ));
     }
 }
 
 /// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
-async fn wait_for_reload(shutdown: &CancellationToken, reloads: &mut Option<mpsc::Receiver<()>>, old: &Config) -> Option<Config> {
+async fn wait_for_reload(
+    shutdown: &CancellationToken,
+    reloads: &mut Option<mpsc::Receiver<()>>,
+    old: &Config,
+) -> Option<Config> {
     loop {
         let signal = async {
             match reloads {
@@ -231,8 +277,15 @@ async fn wait_for_reload(shutdown: &CancellationToken, reloads: &mut Option<mpsc
 }
 
 fn warn_about_restart_only_changes(old: &Config, new: &Config) {
-    let nodes = |c: &Config| c.redis.as_ref().map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>());
-    if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix || old.http != new.http {
+    let nodes = |c: &Config| {
+        c.redis
+            .as_ref()
+            .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
+    };
+    if nodes(old) != nodes(new)
+        || old.scheduler.key_prefix != new.scheduler.key_prefix
+        || old.http != new.http
+    {
         tracing::warn!("changes to [redis], [http] and key_prefix take effect at the next restart");
     }
 }
@@ -250,7 +303,12 @@ async fn report_nodes(lock: &Redlock, replica: &str) {
 }
 
 /// Sleeps until each slot of `job` and starts its race, until shutdown.
-async fn job_loop(ctx: Arc<RaceContext>, job: Arc<Job>, tracker: TaskTracker, shutdown: CancellationToken) {
+async fn job_loop(
+    ctx: Arc<RaceContext>,
+    job: Arc<Job>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
     let mut after = ctx.clock.now();
     loop {
         let Some(slot) = job.schedule.next_after(after) else {
@@ -260,7 +318,12 @@ async fn job_loop(ctx: Arc<RaceContext>, job: Arc<Job>, tracker: TaskTracker, sh
         if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
             return;
         }
-        tracker.spawn(run_slot(ctx.clone(), job.clone(), slot, RaceKind::Scheduled));
+        tracker.spawn(run_slot(
+            ctx.clone(),
+            job.clone(),
+            slot,
+            RaceKind::Scheduled,
+        ));
         // A replica that wakes late still races the slots inside the start window (the race
         // decides); slots older than that belonged to replicas that were awake and are skipped.
         let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
@@ -289,7 +352,10 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
         return;
     }
     let recorded = match ctx.history.read(&job.name, past.len() + 16).await {
-        Ok(runs) => runs.into_iter().map(|r| r.slot).collect::<std::collections::HashSet<_>>(),
+        Ok(runs) => runs
+            .into_iter()
+            .map(|r| r.slot)
+            .collect::<std::collections::HashSet<_>>(),
         Err(e) => {
             tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
                 "catch-up skipped: the run history cannot be read, so missed slots cannot be told apart");
@@ -310,7 +376,11 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
 ///
 /// The timer runs on the monotonic clock; if the wall clock was stepped back meanwhile the
 /// remaining gap is slept again, so a slot never starts before its instant on this replica.
-pub async fn sleep_until_slot(clock: &SharedClock, slot: Slot, shutdown: &CancellationToken) -> bool {
+pub async fn sleep_until_slot(
+    clock: &SharedClock,
+    slot: Slot,
+    shutdown: &CancellationToken,
+) -> bool {
     loop {
         let Ok(wait) = (slot.instant() - clock.now()).to_std() else {
             return !shutdown.is_cancelled();

@@ -62,7 +62,13 @@ pub fn redacted(url: &Url) -> Url {
     }
     if let Some(segments) = url.path_segments() {
         let masked: Vec<&str> = segments
-            .map(|s| if s.len() >= TOKEN_SEGMENT_LEN { MASK } else { s })
+            .map(|s| {
+                if s.len() >= TOKEN_SEGMENT_LEN {
+                    MASK
+                } else {
+                    s
+                }
+            })
             .collect();
         out.set_path(&masked.join("/"));
     }
@@ -132,19 +138,31 @@ mod tests {
 
     #[test]
     fn wecom_key_is_hidden() {
-        let url = Url::parse("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=abcd-1234").unwrap();
+        let url =
+            Url::parse("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=abcd-1234").unwrap();
         let shown = SecretUrl::new(url).to_string();
-        assert_eq!(shown, "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=***");
+        assert_eq!(
+            shown,
+            "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=***"
+        );
     }
 
     #[test]
     fn password_and_path_tokens_are_hidden() {
-        let url = Url::parse("https://u:hunter22@hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX").unwrap();
+        let url = Url::parse(
+            "https://u:hunter22@hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",
+        )
+        .unwrap();
         let shown = SecretUrl::new(url.clone()).to_string();
         assert!(!shown.contains("hunter22"), "{shown}");
         assert!(!shown.contains("XXXXXXXXXXXXXXXX"), "{shown}");
-        assert!(shown.contains("hooks.slack.com/services/T000/B000/***"), "{shown}");
-        assert!(SecretUrl::new(url).secret_parts().contains(&"hunter22".to_owned()));
+        assert!(
+            shown.contains("hooks.slack.com/services/T000/B000/***"),
+            "{shown}"
+        );
+        assert!(SecretUrl::new(url)
+            .secret_parts()
+            .contains(&"hunter22".to_owned()));
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub async fn serve(listener: tokio::net::TcpListener, state: State, shutdown: Ca
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state);
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    {
         tracing::error!(error = %e, "the status server stopped");
     }
 }
@@ -54,7 +57,11 @@ async fn healthz() -> &'static str {
 /// Which nodes answer a PING now; every node answers "up" in standalone mode.
 async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
     let pings = join_all(lock.nodes().iter().map(|n| n.ping_within(PROBE_TIMEOUT))).await;
-    lock.nodes().iter().zip(pings).map(|(n, p)| (n.address().to_owned(), p.is_ok())).collect()
+    lock.nodes()
+        .iter()
+        .zip(pings)
+        .map(|(n, p)| (n.address().to_owned(), p.is_ok()))
+        .collect()
 }
 
 async fn readyz(AxumState(state): AxumState<State>) -> Response {
@@ -63,10 +70,21 @@ async fn readyz(AxumState(state): AxumState<State>) -> Response {
         return (StatusCode::OK, "ready: standalone\n").into_response();
     }
     let up = nodes.iter().filter(|(_, up)| *up).count();
-    let needed = nodes.len() / 2 + 1;
-    let status = if up >= needed { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let needed = crate::lock::redlock::quorum(nodes.len());
+    let status = if up >= needed {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let word = if up >= needed { "ready" } else { "not ready" };
-    (status, format!("{word}: {up}/{} redis nodes answer, {needed} needed\n", nodes.len())).into_response()
+    (
+        status,
+        format!(
+            "{word}: {up}/{} redis nodes answer, {needed} needed\n",
+            nodes.len()
+        ),
+    )
+        .into_response()
 }
 
 async fn metrics(AxumState(state): AxumState<State>) -> Response {
@@ -74,7 +92,14 @@ async fn metrics(AxumState(state): AxumState<State>) -> Response {
         state.replica.metrics.node_up(&node, up);
     }
     let body = state.replica.metrics.encode();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 #[derive(Serialize)]
@@ -98,7 +123,11 @@ struct RunView {
 }
 
 async fn page(AxumState(state): AxumState<State>) -> Response {
-    let config = state.config.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let config = state
+        .config
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let mut jobs = Vec::new();
     for job in &config.jobs {
         let (runs, history_error) = match state.replica.history.read(&job.name, RUNS_SHOWN).await {
@@ -109,15 +138,25 @@ async fn page(AxumState(state): AxumState<State>) -> Response {
             name: job.name.clone(),
             schedule: job.schedule.expression().to_owned(),
             zone: job.zone().to_string(),
-            action: job.action.target().map_or_else(|| job.action.kind().to_owned(), |t| format!("{} → {t}", job.action.kind())),
-            next: job.schedule.upcoming(Utc::now(), NEXT_SHOWN).iter().map(|s| s.rfc3339_in(job.zone())).collect(),
+            action: job.action.target().map_or_else(
+                || job.action.kind().to_owned(),
+                |t| format!("{} → {t}", job.action.kind()),
+            ),
+            next: job
+                .schedule
+                .upcoming(Utc::now(), NEXT_SHOWN)
+                .iter()
+                .map(|s| s.rfc3339_in(job.zone()))
+                .collect(),
             runs: runs
                 .iter()
                 .map(|r| RunView {
                     slot: r.slot.rfc3339_in(job.zone()),
                     replica: r.replica.clone(),
                     outcome: r.outcome.to_string(),
-                    duration: r.duration().map_or_else(String::new, |d| format!("{} ms", d.as_millis())),
+                    duration: r
+                        .duration()
+                        .map_or_else(String::new, |d| format!("{} ms", d.as_millis())),
                     error: r.error.clone().unwrap_or_default(),
                 })
                 .collect(),
@@ -127,11 +166,20 @@ async fn page(AxumState(state): AxumState<State>) -> Response {
     let nodes = probe(&state.replica.lock).await;
     match render_page(&state.replica.name, &config, &jobs, &nodes) {
         Ok(html) => Html(html).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("status page: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("status page: {e}\n"),
+        )
+            .into_response(),
     }
 }
 
-fn render_page(replica: &str, config: &Config, jobs: &[JobView], nodes: &[(String, bool)]) -> Result<String, minijinja::Error> {
+fn render_page(
+    replica: &str,
+    config: &Config,
+    jobs: &[JobView],
+    nodes: &[(String, bool)],
+) -> Result<String, minijinja::Error> {
     let mut env = Environment::new();
     // The `.html` name turns on auto-escaping: job names and errors are user text.
     env.add_template("status.html", PAGE)?;

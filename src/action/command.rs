@@ -27,10 +27,16 @@ impl CommandAction {
         let argv = ctx
             .templates
             .render_json(&self.argv, &tctx)
-            .map_err(|reason| ActionError::Render { field: "argv", reason })?;
+            .map_err(|reason| ActionError::Render {
+                field: "argv",
+                reason,
+            })?;
         let argv: Vec<String> = serde_json::from_value(argv).unwrap_or_default();
         let Some((program, args)) = argv.split_first() else {
-            return Err(ActionError::Input { field: "argv", reason: "empty argv".to_owned() });
+            return Err(ActionError::Input {
+                field: "argv",
+                reason: "empty argv".to_owned(),
+            });
         };
         let mut child = Command::new(program)
             .args(args)
@@ -44,10 +50,15 @@ impl CommandAction {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| ActionError::Rejected { attempts: 1, reason: format!("cannot start {program:?}: {e}") })?;
+            .map_err(|e| ActionError::Rejected {
+                attempts: 1,
+                reason: format!("cannot start {program:?}: {e}"),
+            })?;
         let stdout = read_capped(child.stdout.take());
         let stderr = read_capped(child.stderr.take());
-        let remaining = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());
+        let remaining = ctx
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
         let waited = tokio::time::timeout(remaining, async {
             let (status, out, err) = tokio::join!(child.wait(), stdout, stderr);
             (status, out, err)
@@ -56,13 +67,24 @@ impl CommandAction {
         let Ok((status, out, err)) = waited else {
             kill_group(child.id());
             let _ = child.wait().await;
-            return Err(ActionError::GaveUp { attempts: 1, reason: format!("{program:?} still running at the job's timeout: killed its process group") });
+            return Err(ActionError::GaveUp {
+                attempts: 1,
+                reason: format!(
+                    "{program:?} still running at the job's timeout: killed its process group"
+                ),
+            });
         };
         tracing::info!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, stdout = %out, stderr = %err, "command output");
         match status {
             Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
-            Ok(s) => Err(ActionError::Rejected { attempts: 1, reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()) }),
-            Err(e) => Err(ActionError::Rejected { attempts: 1, reason: format!("waiting for {program:?} failed: {e}") }),
+            Ok(s) => Err(ActionError::Rejected {
+                attempts: 1,
+                reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()),
+            }),
+            Err(e) => Err(ActionError::Rejected {
+                attempts: 1,
+                reason: format!("waiting for {program:?} failed: {e}"),
+            }),
         }
     }
 }
@@ -80,7 +102,9 @@ fn kill_group(pid: Option<u32>) {
 /// Reads a pipe to its end, keeping the first [`OUTPUT_LIMIT`] bytes (the rest is drained so the
 /// child never blocks on a full pipe).
 async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
-    let Some(mut pipe) = pipe else { return String::new() };
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
     let mut kept = Vec::new();
     let mut buf = [0u8; 8192];
     let mut total = 0usize;

@@ -52,7 +52,9 @@ pub async fn deliver(
     request: impl Fn() -> RequestBuilder,
     classify: impl Fn(&Answer) -> Verdict,
 ) -> Result<Delivery, ActionError> {
-    deliver_for(ctx, budget, request, classify).await.map(|((), delivery)| delivery)
+    deliver_for(ctx, budget, request, classify)
+        .await
+        .map(|((), delivery)| delivery)
 }
 
 /// [`deliver`], returning what the successful answer yielded.
@@ -66,19 +68,36 @@ pub async fn deliver_for<T>(
     for attempt in 1..=MAX_ATTEMPTS {
         let now = Instant::now();
         if now >= ctx.deadline {
-            return Err(ActionError::GaveUp { attempts: attempt - 1, reason: last });
+            return Err(ActionError::GaveUp {
+                attempts: attempt - 1,
+                reason: last,
+            });
         }
         if let Some(budget) = budget {
             take_budget(ctx, budget, attempt).await?;
         }
-        let verdict = attempt_once(ctx, request(), ctx.deadline.saturating_duration_since(Instant::now()), &classify).await;
+        let verdict = attempt_once(
+            ctx,
+            request(),
+            ctx.deadline.saturating_duration_since(Instant::now()),
+            &classify,
+        )
+        .await;
         match verdict {
             Verdict::Success(value) => return Ok((value, Delivery { attempts: attempt })),
-            Verdict::Fail(reason) => return Err(ActionError::Rejected { attempts: attempt, reason }),
+            Verdict::Fail(reason) => {
+                return Err(ActionError::Rejected {
+                    attempts: attempt,
+                    reason,
+                })
+            }
             Verdict::Retry { reason, after } => {
                 let delay = after.unwrap_or_else(|| backoff(attempt));
                 if attempt == MAX_ATTEMPTS || Instant::now() + delay >= ctx.deadline {
-                    return Err(ActionError::GaveUp { attempts: attempt, reason });
+                    return Err(ActionError::GaveUp {
+                        attempts: attempt,
+                        reason,
+                    });
                 }
                 tracing::debug!(job = ctx.job, slot = %ctx.slot, attempt, %reason, "retrying");
                 last = reason;
@@ -86,11 +105,18 @@ pub async fn deliver_for<T>(
             }
         }
     }
-    Err(ActionError::GaveUp { attempts: MAX_ATTEMPTS, reason: last })
+    Err(ActionError::GaveUp {
+        attempts: MAX_ATTEMPTS,
+        reason: last,
+    })
 }
 
 /// Waits for a place in the webhook's rate budget, or fails the slot when none frees in time.
-async fn take_budget(ctx: &SendContext<'_>, budget: &Budget, attempt: u32) -> Result<(), ActionError> {
+async fn take_budget(
+    ctx: &SendContext<'_>,
+    budget: &Budget,
+    attempt: u32,
+) -> Result<(), ActionError> {
     match ctx.budgets.take(budget, ctx.deadline).await {
         Ok(waited) => {
             if !waited.is_zero() {
@@ -103,7 +129,10 @@ async fn take_budget(ctx: &SendContext<'_>, budget: &Budget, attempt: u32) -> Re
         Err(spent) => {
             tracing::warn!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, rate = %spent.rate,
                 "skipped for the rate budget: {spent}");
-            Err(ActionError::BudgetSpent { attempts: attempt - 1, reason: spent.to_string() })
+            Err(ActionError::BudgetSpent {
+                attempts: attempt - 1,
+                reason: spent.to_string(),
+            })
         }
     }
 }
@@ -125,7 +154,10 @@ async fn attempt_once<T>(
 }
 
 fn retry<T>(reason: String) -> Verdict<T> {
-    Verdict::Retry { reason, after: None }
+    Verdict::Retry {
+        reason,
+        after: None,
+    }
 }
 
 /// reqwest's error without the URL (it carries the webhook key) but with its cause.
@@ -182,7 +214,11 @@ async fn read_answer(mut response: reqwest::Response) -> Result<Answer, reqwest:
         }
     }
     let body = String::from_utf8_lossy(&body).into_owned();
-    Ok(Answer { status, retry_after, body })
+    Ok(Answer {
+        status,
+        retry_after,
+        body,
+    })
 }
 
 /// The verdict on the status for robots that answer JSON: a 2xx goes on to the body.
@@ -241,8 +277,14 @@ mod tests {
     #[test]
     fn statuses() {
         assert_eq!(status_verdict(&answer(204, "")), Verdict::Success(()));
-        assert!(matches!(status_verdict(&answer(503, "")), Verdict::Retry { .. }));
-        assert!(matches!(status_verdict(&answer(429, "")), Verdict::Retry { .. }));
+        assert!(matches!(
+            status_verdict(&answer(503, "")),
+            Verdict::Retry { .. }
+        ));
+        assert!(matches!(
+            status_verdict(&answer(429, "")),
+            Verdict::Retry { .. }
+        ));
         assert!(matches!(status_verdict(&answer(404, "")), Verdict::Fail(_)));
     }
 

@@ -29,7 +29,8 @@ pub struct DingTalkAction {
 
 /// `sign` for `timestamp_ms` and `secret`: base64(HMAC-SHA256(key = secret, "{ts}\n{secret}")).
 pub fn sign(timestamp_ms: i64, secret: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
     mac.update(format!("{timestamp_ms}\n{secret}").as_bytes());
     base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
 }
@@ -49,11 +50,18 @@ impl DingTalkAction {
         let body = ctx
             .templates
             .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render { field: "message", reason })?;
+            .map_err(|reason| ActionError::Render {
+                field: "message",
+                reason,
+            })?;
         // Signed per attempt: DingTalk refuses a timestamp more than an hour old.
         let build = || {
             let url = match &self.secret {
-                Some(secret) => signed_url(self.webhook.expose(), secret.expose(), chrono::Utc::now().timestamp_millis()),
+                Some(secret) => signed_url(
+                    self.webhook.expose(),
+                    secret.expose(),
+                    chrono::Utc::now().timestamp_millis(),
+                ),
                 None => self.webhook.expose().clone(),
             };
             ctx.client.post(url).json(&body)
@@ -74,11 +82,17 @@ pub fn classify(answer: &Answer) -> Verdict {
         return failure;
     }
     let Ok(robot) = serde_json::from_str::<RobotAnswer>(&answer.body) else {
-        return Verdict::Fail(format!("answer is not DingTalk's JSON: {}", snippet(&answer.body)));
+        return Verdict::Fail(format!(
+            "answer is not DingTalk's JSON: {}",
+            snippet(&answer.body)
+        ));
     };
     match robot.errcode {
         0 => Verdict::Success(()),
-        ERRCODE_RATE_LIMIT => Verdict::Retry { reason: format!("errcode {}: {} (rate limited)", robot.errcode, robot.errmsg), after: None },
+        ERRCODE_RATE_LIMIT => Verdict::Retry {
+            reason: format!("errcode {}: {} (rate limited)", robot.errcode, robot.errmsg),
+            after: None,
+        },
         code => Verdict::Fail(format!("errcode {code}: {}", robot.errmsg)),
     }
 }
@@ -91,18 +105,41 @@ mod tests {
     fn signature_matches_the_documented_algorithm() {
         // HMAC-SHA256(key="SEC123", "1700000000000\nSEC123"), base64.
         let s = sign(1_700_000_000_000, "SEC123");
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(&s).unwrap().len(), 32);
-        let url = signed_url(&Url::parse("https://oapi.dingtalk.com/robot/send?access_token=T").unwrap(), "SEC123", 1_700_000_000_000);
-        let query: Vec<(String, String)> = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
-        assert_eq!(query[1], ("timestamp".to_owned(), "1700000000000".to_owned()));
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(&s)
+                .unwrap()
+                .len(),
+            32
+        );
+        let url = signed_url(
+            &Url::parse("https://oapi.dingtalk.com/robot/send?access_token=T").unwrap(),
+            "SEC123",
+            1_700_000_000_000,
+        );
+        let query: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        assert_eq!(
+            query[1],
+            ("timestamp".to_owned(), "1700000000000".to_owned())
+        );
         assert_eq!(query[2], ("sign".to_owned(), s));
     }
 
     #[test]
     fn errcodes() {
-        let ok = Answer { status: reqwest::StatusCode::OK, retry_after: None, body: r#"{"errcode":0}"#.into() };
+        let ok = Answer {
+            status: reqwest::StatusCode::OK,
+            retry_after: None,
+            body: r#"{"errcode":0}"#.into(),
+        };
         assert_eq!(classify(&ok), Verdict::Success(()));
-        let limited = Answer { body: r#"{"errcode":130101,"errmsg":"send too fast"}"#.into(), ..ok };
+        let limited = Answer {
+            body: r#"{"errcode":130101,"errmsg":"send too fast"}"#.into(),
+            ..ok
+        };
         assert!(matches!(classify(&limited), Verdict::Retry { .. }));
     }
 }

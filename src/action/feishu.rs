@@ -26,7 +26,8 @@ pub struct FeishuAction {
 /// `sign` for `timestamp_s` and `secret`: base64(HMAC-SHA256(key = "{ts}\n{secret}", "")).
 pub fn sign(timestamp_s: i64, secret: &str) -> String {
     let key = format!("{timestamp_s}\n{secret}");
-    let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
     base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
 }
 
@@ -36,7 +37,10 @@ impl FeishuAction {
         let body = ctx
             .templates
             .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render { field: "message", reason })?;
+            .map_err(|reason| ActionError::Render {
+                field: "message",
+                reason,
+            })?;
         let build = || {
             let mut body = body.clone();
             if let Some(secret) = &self.secret {
@@ -65,7 +69,10 @@ pub fn classify(answer: &Answer) -> Verdict {
     match serde_json::from_str::<BotAnswer>(&answer.body) {
         Ok(BotAnswer { code: 0, .. }) => Verdict::Success(()),
         Ok(BotAnswer { code, msg }) => Verdict::Fail(format!("code {code}: {msg}")),
-        Err(_) => Verdict::Fail(format!("answer is not Feishu's JSON: {}", snippet(&answer.body))),
+        Err(_) => Verdict::Fail(format!(
+            "answer is not Feishu's JSON: {}",
+            snippet(&answer.body)
+        )),
     }
 }
 
@@ -75,10 +82,23 @@ mod tests {
 
     #[test]
     fn codes() {
-        let ok = Answer { status: reqwest::StatusCode::OK, retry_after: None, body: r#"{"code":0,"msg":"success"}"#.into() };
+        let ok = Answer {
+            status: reqwest::StatusCode::OK,
+            retry_after: None,
+            body: r#"{"code":0,"msg":"success"}"#.into(),
+        };
         assert_eq!(classify(&ok), Verdict::Success(()));
-        let bad = Answer { body: r#"{"code":19021,"msg":"sign match fail"}"#.into(), ..ok };
+        let bad = Answer {
+            body: r#"{"code":19021,"msg":"sign match fail"}"#.into(),
+            ..ok
+        };
         assert!(matches!(classify(&bad), Verdict::Fail(m) if m.contains("19021")));
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(sign(1_700_000_000, "s")).unwrap().len(), 32);
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(sign(1_700_000_000, "s"))
+                .unwrap()
+                .len(),
+            32
+        );
     }
 }

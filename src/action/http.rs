@@ -28,15 +28,18 @@ impl HttpAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
         let body = match &self.body {
-            Some(content) => Some(
-                ctx.templates
-                    .render(content, &tctx)
-                    .map_err(|reason| ActionError::Render { field: "body", reason })?,
-            ),
+            Some(content) => Some(ctx.templates.render(content, &tctx).map_err(|reason| {
+                ActionError::Render {
+                    field: "body",
+                    reason,
+                }
+            })?),
             None => None,
         };
         let build = || {
-            let mut request = ctx.client.request(self.method.clone(), self.url.expose().clone());
+            let mut request = ctx
+                .client
+                .request(self.method.clone(), self.url.expose().clone());
             for (name, value) in &self.headers {
                 if let Ok(value) = HeaderValue::from_str(value.expose()) {
                     request = request.header(name, value);
@@ -47,7 +50,10 @@ impl HttpAction {
                 None => request,
             }
         };
-        deliver::deliver(ctx, self.budget.as_ref(), build, |answer| self.classify(answer)).await
+        deliver::deliver(ctx, self.budget.as_ref(), build, |answer| {
+            self.classify(answer)
+        })
+        .await
     }
 
     /// Success when the status is in `success` and (if set) the JSON field has its value.
@@ -72,8 +78,13 @@ impl HttpAction {
             .and_then(|v| v.pointer(&json_pointer(field)).cloned());
         match found {
             Some(value) if value == *expected => deliver::Verdict::Success(()),
-            Some(value) => deliver::Verdict::Fail(format!("field {field} is {value}, expected {expected}")),
-            None => deliver::Verdict::Fail(format!("the answer has no JSON field {field}: {}", deliver::snippet(&answer.body))),
+            Some(value) => {
+                deliver::Verdict::Fail(format!("field {field} is {value}, expected {expected}"))
+            }
+            None => deliver::Verdict::Fail(format!(
+                "the answer has no JSON field {field}: {}",
+                deliver::snippet(&answer.body)
+            )),
         }
     }
 }

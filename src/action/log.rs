@@ -15,7 +15,10 @@ impl LogAction {
         let message = ctx
             .templates
             .render(&self.content, &tctx)
-            .map_err(|reason| ActionError::Render { field: "content", reason })?;
+            .map_err(|reason| ActionError::Render {
+                field: "content",
+                reason,
+            })?;
         tracing::info!(
             job = ctx.job,
             slot = %ctx.slot,

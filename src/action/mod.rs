@@ -102,8 +102,15 @@ pub enum ActionError {
     GaveUp { attempts: u32, reason: String },
     #[error("field {field}: {reason}")]
     Render { field: &'static str, reason: String },
-    #[error("field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes")]
-    TooLarge { field: &'static str, limit: usize, size: usize, msgtype: &'static str },
+    #[error(
+        "field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes"
+    )]
+    TooLarge {
+        field: &'static str,
+        limit: usize,
+        size: usize,
+        msgtype: &'static str,
+    },
     #[error("field {field}: {reason}")]
     Input { field: &'static str, reason: String },
     #[error("not sent after {attempts} attempt(s): {reason}")]
@@ -117,7 +124,9 @@ impl ActionError {
             ActionError::Rejected { attempts, .. }
             | ActionError::GaveUp { attempts, .. }
             | ActionError::BudgetSpent { attempts, .. } => *attempts,
-            ActionError::Render { .. } | ActionError::TooLarge { .. } | ActionError::Input { .. } => 0,
+            ActionError::Render { .. }
+            | ActionError::TooLarge { .. }
+            | ActionError::Input { .. } => 0,
         }
     }
 }

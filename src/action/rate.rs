@@ -17,6 +17,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use crate::lock::redlock::quorum;
 use crate::lock::Redlock;
 
 /// Bound on one node's answer to a budget request.
@@ -59,7 +60,9 @@ impl FromStr for Rate {
             other => humantime::parse_duration(other).map_err(|_| usage())?,
         };
         if limit == 0 || window.is_zero() {
-            return Err(format!("{s:?}: the count and the window must be greater than 0"));
+            return Err(format!(
+                "{s:?}: the count and the window must be greater than 0"
+            ));
         }
         Ok(Rate { limit, window })
     }
@@ -67,7 +70,12 @@ impl FromStr for Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.limit, humantime::format_duration(self.window))
+        write!(
+            f,
+            "{}/{}",
+            self.limit,
+            humantime::format_duration(self.window)
+        )
     }
 }
 
@@ -82,7 +90,10 @@ pub struct Budget {
 impl Budget {
     pub fn new(rate: Rate, webhook: &str) -> Self {
         let digest = Sha256::digest(webhook.as_bytes());
-        Budget { rate, id: hex::encode(&digest[..8]) }
+        Budget {
+            rate,
+            id: hex::encode(&digest[..8]),
+        }
     }
 }
 
@@ -118,7 +129,10 @@ impl Budgets {
             // A little jitter so replicas waiting for the same place do not all ask at once.
             let wait = wait + Duration::from_millis(rand::rng().random_range(0..=20));
             if Instant::now() + wait >= deadline {
-                return Err(BudgetSpent { rate: budget.rate, wait });
+                return Err(BudgetSpent {
+                    rate: budget.rate,
+                    wait,
+                });
             }
             tokio::time::sleep(wait).await;
         }
@@ -127,19 +141,29 @@ impl Budgets {
     /// `None` when admitted; else how long to wait before asking again.
     async fn try_take(&self, budget: &Budget) -> Option<Duration> {
         match self {
-            Budgets::Redis { lock, prefix } => take_on_nodes(lock, &format!("{prefix}:rate:{}", budget.id), budget.rate).await,
+            Budgets::Redis { lock, prefix } => {
+                take_on_nodes(lock, &format!("{prefix}:rate:{}", budget.id), budget.rate).await
+            }
             Budgets::Local(windows) => {
                 let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
                 let sends = windows.entry(budget.id.clone()).or_default();
                 let now = Instant::now();
-                while sends.front().is_some_and(|t| now.duration_since(*t) >= budget.rate.window) {
+                while sends
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) >= budget.rate.window)
+                {
                     sends.pop_front();
                 }
                 if sends.len() < budget.rate.limit as usize {
                     sends.push_back(now);
                     return None;
                 }
-                sends.front().map(|oldest| budget.rate.window.saturating_sub(now.duration_since(*oldest)))
+                sends.front().map(|oldest| {
+                    budget
+                        .rate
+                        .window
+                        .saturating_sub(now.duration_since(*oldest))
+                })
             }
         }
     }
@@ -149,18 +173,37 @@ async fn take_on_nodes(lock: &Redlock, key: &str, rate: Rate) -> Option<Duration
     let member = format!("{:016x}", rand::rng().random::<u64>());
     // A plain EVAL: the budget path is not hot enough to need EVALSHA's script cache.
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(TAKE_SCRIPT).arg(1).arg(key).arg(rate.limit).arg(rate.window.as_millis() as u64).arg(&member);
-    let answers = join_all(lock.nodes().iter().map(|n| n.query::<i64>(&cmd, BUDGET_TIMEOUT))).await;
+    cmd.arg(TAKE_SCRIPT)
+        .arg(1)
+        .arg(key)
+        .arg(rate.limit)
+        .arg(rate.window.as_millis() as u64)
+        .arg(&member);
+    let answers = join_all(
+        lock.nodes()
+            .iter()
+            .map(|n| n.query::<i64>(&cmd, BUDGET_TIMEOUT)),
+    )
+    .await;
     let admitted = answers.iter().filter(|a| matches!(a, Ok(0))).count();
-    let refused_wait = answers.iter().filter_map(|a| a.as_ref().ok().copied()).filter(|w| *w > 0).max();
+    let refused_wait = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok().copied())
+        .filter(|w| *w > 0)
+        .max();
     let answered = answers.iter().filter(|a| a.is_ok()).count();
-    if refused_wait.is_none() && answered >= lock.nodes().len() / 2 + 1 {
+    if refused_wait.is_none() && answered >= quorum(lock.nodes().len()) {
         return None;
     }
     if admitted > 0 {
         let mut undo = redis::cmd("ZREM");
         undo.arg(key).arg(&member);
-        join_all(lock.nodes().iter().map(|n| n.query::<i64>(&undo, BUDGET_TIMEOUT))).await;
+        join_all(
+            lock.nodes()
+                .iter()
+                .map(|n| n.query::<i64>(&undo, BUDGET_TIMEOUT)),
+        )
+        .await;
     }
     Some(refused_wait.map_or(FALLBACK_WAIT, |ms| Duration::from_millis(ms as u64)))
 }
@@ -171,9 +214,21 @@ mod tests {
 
     #[test]
     fn rates_parse() {
-        assert_eq!("20/min".parse::<Rate>().unwrap(), Rate { limit: 20, window: Duration::from_secs(60) });
-        assert_eq!("1/s".parse::<Rate>().unwrap().window, Duration::from_secs(1));
-        assert_eq!("100/10m".parse::<Rate>().unwrap().window, Duration::from_secs(600));
+        assert_eq!(
+            "20/min".parse::<Rate>().unwrap(),
+            Rate {
+                limit: 20,
+                window: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(
+            "1/s".parse::<Rate>().unwrap().window,
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            "100/10m".parse::<Rate>().unwrap().window,
+            Duration::from_secs(600)
+        );
         assert!("0/min".parse::<Rate>().is_err());
         assert!("fast".parse::<Rate>().is_err());
     }
@@ -188,7 +243,13 @@ mod tests {
     #[tokio::test]
     async fn local_budget_admits_the_limit_then_waits() {
         let budgets = Budgets::local();
-        let budget = Budget::new(Rate { limit: 2, window: Duration::from_millis(300) }, "w");
+        let budget = Budget::new(
+            Rate {
+                limit: 2,
+                window: Duration::from_millis(300),
+            },
+            "w",
+        );
         let soon = Instant::now() + Duration::from_millis(50);
         assert!(budgets.take(&budget, soon).await.is_ok());
         assert!(budgets.take(&budget, soon).await.is_ok());

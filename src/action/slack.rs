@@ -23,8 +23,17 @@ impl SlackAction {
         let body = ctx
             .templates
             .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render { field: "message", reason })?;
-        deliver::deliver(ctx, Some(&self.budget), || ctx.client.post(self.webhook.expose().clone()).json(&body), classify).await
+            .map_err(|reason| ActionError::Render {
+                field: "message",
+                reason,
+            })?;
+        deliver::deliver(
+            ctx,
+            Some(&self.budget),
+            || ctx.client.post(self.webhook.expose().clone()).json(&body),
+            classify,
+        )
+        .await
     }
 }
 
@@ -35,6 +44,9 @@ pub fn classify(answer: &Answer) -> Verdict {
     if answer.body.trim() == "ok" {
         Verdict::Success(())
     } else {
-        Verdict::Fail(format!("Slack answered {:?} instead of \"ok\"", snippet(&answer.body)))
+        Verdict::Fail(format!(
+            "Slack answered {:?} instead of \"ok\"",
+            snippet(&answer.body)
+        ))
     }
 }

@@ -74,7 +74,8 @@ fn date_filter(value: String, format: String) -> Result<String, minijinja::Error
         .map_err(|e| bad(format!("date: {value:?} is not an RFC 3339 time: {e}")))?;
     let mut out = String::new();
     // An invalid strftime item makes chrono's Display fail; write! turns that into an error.
-    write!(out, "{}", time.format(&format)).map_err(|_| bad(format!("date: invalid format {format:?}")))?;
+    write!(out, "{}", time.format(&format))
+        .map_err(|_| bad(format!("date: invalid format {format:?}")))?;
     Ok(out)
 }
 
@@ -86,21 +87,38 @@ pub fn has_template_syntax(source: &str) -> bool {
 impl Templates {
     /// Makes the process environment available to templates as `env` (`{{ env.HOSTNAME }}`).
     pub fn set_env(&mut self, vars: std::collections::BTreeMap<String, String>) {
-        self.env.add_global("env", minijinja::Value::from_serialize(&vars));
+        self.env
+            .add_global("env", minijinja::Value::from_serialize(&vars));
     }
 
     /// Checks every string of `value` that has template syntax compiles and renders.
     pub fn check_json(&self, value: &serde_json::Value) -> Result<(), String> {
-        let sample = TemplateContext::new("job", Slot::at(chrono::Utc::now()), chrono_tz::UTC, "replica");
+        let sample = TemplateContext::new(
+            "job",
+            Slot::at(chrono::Utc::now()),
+            chrono_tz::UTC,
+            "replica",
+        );
         self.render_json(value, &sample).map(drop)
     }
 
     /// `value` with every string that has template syntax rendered (cards, blocks, posts).
-    pub fn render_json(&self, value: &serde_json::Value, ctx: &TemplateContext<'_>) -> Result<serde_json::Value, String> {
+    pub fn render_json(
+        &self,
+        value: &serde_json::Value,
+        ctx: &TemplateContext<'_>,
+    ) -> Result<serde_json::Value, String> {
         use serde_json::Value as J;
         Ok(match value {
-            J::String(s) if has_template_syntax(s) => J::String(self.env.render_str(s, ctx).map_err(describe)?),
-            J::Array(items) => J::Array(items.iter().map(|v| self.render_json(v, ctx)).collect::<Result<_, _>>()?),
+            J::String(s) if has_template_syntax(s) => {
+                J::String(self.env.render_str(s, ctx).map_err(describe)?)
+            }
+            J::Array(items) => J::Array(
+                items
+                    .iter()
+                    .map(|v| self.render_json(v, ctx))
+                    .collect::<Result<_, _>>()?,
+            ),
             J::Object(map) => J::Object(
                 map.iter()
                     .map(|(k, v)| Ok((k.clone(), self.render_json(v, ctx)?)))
@@ -119,7 +137,12 @@ impl Templates {
             .add_template_owned(name.clone(), source)
             .map_err(describe)?;
         let template = TemplateRef { name: name.into() };
-        let sample = TemplateContext::new("job", Slot::at(chrono::Utc::now()), chrono_tz::UTC, "replica");
+        let sample = TemplateContext::new(
+            "job",
+            Slot::at(chrono::Utc::now()),
+            chrono_tz::UTC,
+            "replica",
+        );
         self.render(&Content::Template(template.clone()), &sample)?;
         Ok(Content::Template(template))
     }
@@ -140,7 +163,10 @@ impl Templates {
 /// minijinja's error with its line, without the full debug dump.
 fn describe(err: minijinja::Error) -> String {
     match err.line() {
-        Some(line) => format!("template line {line}: {}", err.detail().unwrap_or(&err.kind().to_string())),
+        Some(line) => format!(
+            "template line {line}: {}",
+            err.detail().unwrap_or(&err.kind().to_string())
+        ),
         None => err.to_string(),
     }
 }
@@ -150,14 +176,23 @@ mod tests {
     use super::*;
 
     fn ctx() -> TemplateContext<'static> {
-        let slot = Slot::at(chrono::DateTime::parse_from_rfc3339("2026-11-23T01:30:00Z").unwrap().into());
+        let slot = Slot::at(
+            chrono::DateTime::parse_from_rfc3339("2026-11-23T01:30:00Z")
+                .unwrap()
+                .into(),
+        );
         TemplateContext::new("standup", slot, chrono_tz::Asia::Shanghai, "replica-1")
     }
 
     #[test]
     fn renders_job_slot_and_replica() {
         let mut t = Templates::default();
-        let c = t.add("a".into(), "{{ job }} at {{ slot }} by {{ replica }}".into()).unwrap();
+        let c = t
+            .add(
+                "a".into(),
+                "{{ job }} at {{ slot }} by {{ replica }}".into(),
+            )
+            .unwrap();
         assert_eq!(
             t.render(&c, &ctx()).unwrap(),
             "standup at 2026-11-23T09:30:00+08:00 by replica-1"
@@ -167,9 +202,13 @@ mod tests {
     #[test]
     fn date_filter_formats_in_the_job_zone() {
         let mut t = Templates::default();
-        let c = t.add("a".into(), "{{ slot | date(\"%Y-%m-%d %H:%M\") }}".into()).unwrap();
+        let c = t
+            .add("a".into(), "{{ slot | date(\"%Y-%m-%d %H:%M\") }}".into())
+            .unwrap();
         assert_eq!(t.render(&c, &ctx()).unwrap(), "2026-11-23 09:30");
-        assert!(t.add("b".into(), "{{ slot | date(\"%Q\") }}".into()).is_err());
+        assert!(t
+            .add("b".into(), "{{ slot | date(\"%Q\") }}".into())
+            .is_err());
     }
 
     #[test]
@@ -184,13 +223,19 @@ mod tests {
     fn json_strings_are_rendered() {
         let t = Templates::default();
         let v = serde_json::json!({"a": ["{{ job }}", 1], "b": "plain"});
-        assert_eq!(t.render_json(&v, &ctx()).unwrap(), serde_json::json!({"a": ["standup", 1], "b": "plain"}));
+        assert_eq!(
+            t.render_json(&v, &ctx()).unwrap(),
+            serde_json::json!({"a": ["standup", 1], "b": "plain"})
+        );
     }
 
     #[test]
     fn plain_text_is_static() {
         let mut t = Templates::default();
-        assert!(matches!(t.add("a".into(), "hello".into()).unwrap(), Content::Static(_)));
+        assert!(matches!(
+            t.add("a".into(), "hello".into()).unwrap(),
+            Content::Static(_)
+        ));
     }
 
     #[test]

@@ -55,9 +55,17 @@ pub enum ImageSource {
 /// The message of a WeCom action, by `msgtype`.
 #[derive(Debug)]
 pub enum Message {
-    Text { content: Content, mentioned_list: Vec<String>, mentioned_mobile_list: Vec<String> },
-    Markdown { content: Content },
-    MarkdownV2 { content: Content },
+    Text {
+        content: Content,
+        mentioned_list: Vec<String>,
+        mentioned_mobile_list: Vec<String>,
+    },
+    Markdown {
+        content: Content,
+    },
+    MarkdownV2 {
+        content: Content,
+    },
     Image(ImageSource),
     News(Vec<Article>),
     File(PathBuf),
@@ -94,7 +102,12 @@ pub struct WecomAction {
 pub fn check_size(msgtype: &'static str, limit: usize, content: &str) -> Result<(), ActionError> {
     let size = content.len();
     if size > limit {
-        return Err(ActionError::TooLarge { field: "content", limit, size, msgtype });
+        return Err(ActionError::TooLarge {
+            field: "content",
+            limit,
+            size,
+            msgtype,
+        });
     }
     Ok(())
 }
@@ -112,17 +125,29 @@ impl WecomAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = self.payload(ctx).await?;
         let url = self.webhook.expose().clone();
-        deliver::deliver(ctx, Some(&self.budget), || ctx.client.post(url.clone()).json(&body), classify).await
+        deliver::deliver(
+            ctx,
+            Some(&self.budget),
+            || ctx.client.post(url.clone()).json(&body),
+            classify,
+        )
+        .await
     }
 
     /// The JSON the robot expects for this message, rendered for this slot.
     pub async fn payload(&self, ctx: &SendContext<'_>) -> Result<Value, ActionError> {
         let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
         let render = |content: &Content, field: &'static str| {
-            ctx.templates.render(content, &tctx).map_err(|reason| ActionError::Render { field, reason })
+            ctx.templates
+                .render(content, &tctx)
+                .map_err(|reason| ActionError::Render { field, reason })
         };
         Ok(match &self.message {
-            Message::Text { content, mentioned_list, mentioned_mobile_list } => {
+            Message::Text {
+                content,
+                mentioned_list,
+                mentioned_mobile_list,
+            } => {
                 let content = render(content, "content")?;
                 check_size("text", TEXT_LIMIT, &content)?;
                 json!({"msgtype": "text", "text": {
@@ -147,7 +172,8 @@ impl WecomAction {
             Message::News(articles) => {
                 let mut items = Vec::with_capacity(articles.len());
                 for a in articles {
-                    let mut item = json!({"title": render(&a.title, "articles.title")?, "url": a.url});
+                    let mut item =
+                        json!({"title": render(&a.title, "articles.title")?, "url": a.url});
                     if let Some(d) = &a.description {
                         item["description"] = json!(render(d, "articles.description")?);
                     }
@@ -164,32 +190,54 @@ impl WecomAction {
                 json!({"msgtype": kind, kind: {"media_id": media_id}})
             }
             Message::TemplateCard(card) => {
-                let card = ctx
-                    .templates
-                    .render_json(card, &tctx)
-                    .map_err(|reason| ActionError::Render { field: "template_card", reason })?;
+                let card = ctx.templates.render_json(card, &tctx).map_err(|reason| {
+                    ActionError::Render {
+                        field: "template_card",
+                        reason,
+                    }
+                })?;
                 json!({"msgtype": "template_card", "template_card": card})
             }
         })
     }
 
     /// Uploads `path` as `kind` (`file` or `voice`) and returns its `media_id`.
-    async fn upload(&self, ctx: &SendContext<'_>, kind: &'static str, path: &std::path::Path) -> Result<String, ActionError> {
+    async fn upload(
+        &self,
+        ctx: &SendContext<'_>,
+        kind: &'static str,
+        path: &std::path::Path,
+    ) -> Result<String, ActionError> {
         let bytes = tokio::fs::read(path)
             .await
-            .map_err(|e| ActionError::Input { field: "media_path", reason: format!("{}: {e}", path.display()) })?;
-        let limit = if kind == "voice" { VOICE_LIMIT } else { FILE_LIMIT };
+            .map_err(|e| ActionError::Input {
+                field: "media_path",
+                reason: format!("{}: {e}", path.display()),
+            })?;
+        let limit = if kind == "voice" {
+            VOICE_LIMIT
+        } else {
+            FILE_LIMIT
+        };
         if bytes.len() < FILE_MIN || bytes.len() > limit {
             return Err(ActionError::Input {
                 field: "media_path",
-                reason: format!("{}: {} bytes; a {kind} must be {FILE_MIN} to {limit} bytes", path.display(), bytes.len()),
+                reason: format!(
+                    "{}: {} bytes; a {kind} must be {FILE_MIN} to {limit} bytes",
+                    path.display(),
+                    bytes.len()
+                ),
             });
         }
-        let name = path.file_name().map_or_else(|| "media".to_owned(), |n| n.to_string_lossy().into_owned());
+        let name = path
+            .file_name()
+            .map_or_else(|| "media".to_owned(), |n| n.to_string_lossy().into_owned());
         let url = upload_url(self.webhook.expose(), kind);
         let build = || {
             let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
-            ctx.client.post(url.clone()).multipart(reqwest::multipart::Form::new().part("media", part))
+            ctx.client
+                .post(url.clone())
+                .multipart(reqwest::multipart::Form::new().part("media", part))
         };
         let (media_id, _) = deliver::deliver_for(ctx, None, build, classify_upload).await?;
         Ok(media_id)
@@ -207,9 +255,14 @@ pub fn upload_url(webhook: &Url, kind: &str) -> Url {
 
 /// The image's bytes, checked: JPG or PNG, at most 2 MB.
 async fn image_bytes(ctx: &SendContext<'_>, source: &ImageSource) -> Result<Vec<u8>, ActionError> {
-    let bad = |reason: String| ActionError::Input { field: "image", reason };
+    let bad = |reason: String| ActionError::Input {
+        field: "image",
+        reason,
+    };
     let bytes = match source {
-        ImageSource::Path(path) => tokio::fs::read(path).await.map_err(|e| bad(format!("{}: {e}", path.display())))?,
+        ImageSource::Path(path) => tokio::fs::read(path)
+            .await
+            .map_err(|e| bad(format!("{}: {e}", path.display())))?,
         ImageSource::Url(url) => fetch(ctx, url).await.map_err(bad)?,
     };
     check_image(&bytes).map_err(bad)?;
@@ -219,7 +272,10 @@ async fn image_bytes(ctx: &SendContext<'_>, source: &ImageSource) -> Result<Vec<
 /// JPG or PNG by signature, at most [`IMAGE_LIMIT`] bytes.
 pub fn check_image(bytes: &[u8]) -> Result<(), String> {
     if bytes.len() > IMAGE_LIMIT {
-        return Err(format!("image is {} bytes, over the robot's limit of {IMAGE_LIMIT} bytes", bytes.len()));
+        return Err(format!(
+            "image is {} bytes, over the robot's limit of {IMAGE_LIMIT} bytes",
+            bytes.len()
+        ));
     }
     let png = bytes.starts_with(b"\x89PNG\r\n\x1a\n");
     let jpg = bytes.starts_with(&[0xFF, 0xD8, 0xFF]);
@@ -230,7 +286,9 @@ pub fn check_image(bytes: &[u8]) -> Result<(), String> {
 }
 
 async fn fetch(ctx: &SendContext<'_>, url: &Url) -> Result<Vec<u8>, String> {
-    let remaining = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());
+    let remaining = ctx
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
     let response = ctx
         .client
         .get(url.clone())
@@ -239,10 +297,18 @@ async fn fetch(ctx: &SendContext<'_>, url: &Url) -> Result<Vec<u8>, String> {
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| format!("fetching the image failed: {}", e.without_url()))?;
-    if response.content_length().is_some_and(|n| n > IMAGE_LIMIT as u64) {
-        return Err(format!("image is over the robot's limit of {IMAGE_LIMIT} bytes"));
+    if response
+        .content_length()
+        .is_some_and(|n| n > IMAGE_LIMIT as u64)
+    {
+        return Err(format!(
+            "image is over the robot's limit of {IMAGE_LIMIT} bytes"
+        ));
     }
-    let bytes = response.bytes().await.map_err(|e| format!("fetching the image failed: {}", e.without_url()))?;
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| format!("fetching the image failed: {}", e.without_url()))?;
     Ok(bytes.to_vec())
 }
 
@@ -260,7 +326,10 @@ fn robot_answer<T>(answer: &Answer) -> Result<RobotAnswer, Verdict<T>> {
         return Err(failure);
     }
     serde_json::from_str::<RobotAnswer>(&answer.body).map_err(|_| {
-        Verdict::Fail(format!("answer is not the robot's JSON ({{\"errcode\":…}}): {}", snippet(&answer.body)))
+        Verdict::Fail(format!(
+            "answer is not the robot's JSON ({{\"errcode\":…}}): {}",
+            snippet(&answer.body)
+        ))
     })
 }
 
@@ -274,12 +343,20 @@ pub fn classify(answer: &Answer) -> Verdict {
 
 fn classify_upload(answer: &Answer) -> Verdict<String> {
     match robot_answer(answer) {
-        Ok(RobotAnswer { errcode: 0, media_id: Some(id), .. }) => Verdict::Success(id),
-        Ok(RobotAnswer { errcode: 0, .. }) => Verdict::Fail("upload_media answered without a media_id".to_owned()),
+        Ok(RobotAnswer {
+            errcode: 0,
+            media_id: Some(id),
+            ..
+        }) => Verdict::Success(id),
+        Ok(RobotAnswer { errcode: 0, .. }) => {
+            Verdict::Fail("upload_media answered without a media_id".to_owned())
+        }
         Ok(robot) => match errcode_verdict(robot.errcode, &robot.errmsg, ()) {
             Verdict::Retry { reason, after } => Verdict::Retry { reason, after },
             Verdict::Fail(reason) => Verdict::Fail(reason),
-            Verdict::Success(()) => Verdict::Fail("upload_media answered without a media_id".to_owned()),
+            Verdict::Success(()) => {
+                Verdict::Fail("upload_media answered without a media_id".to_owned())
+            }
         },
         Err(verdict) => verdict,
     }
@@ -288,7 +365,10 @@ fn classify_upload(answer: &Answer) -> Verdict<String> {
 fn errcode_verdict<T>(errcode: i64, errmsg: &str, ok: T) -> Verdict<T> {
     match errcode {
         0 => Verdict::Success(ok),
-        ERRCODE_RATE_LIMIT => Verdict::Retry { reason: format!("errcode {errcode}: {errmsg} (rate limited)"), after: None },
+        ERRCODE_RATE_LIMIT => Verdict::Retry {
+            reason: format!("errcode {errcode}: {errmsg} (rate limited)"),
+            after: None,
+        },
         ERRCODE_BAD_KEY => Verdict::Fail(format!(
             "errcode {errcode}: {errmsg} (the webhook key is wrong: `webhook` must be the full URL \
              https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY, not the key alone)"
@@ -303,25 +383,42 @@ mod tests {
     use reqwest::StatusCode;
 
     fn answer(body: &str) -> Answer {
-        Answer { status: StatusCode::OK, retry_after: None, body: body.into() }
+        Answer {
+            status: StatusCode::OK,
+            retry_after: None,
+            body: body.into(),
+        }
     }
 
     #[test]
     fn errcodes() {
-        assert_eq!(classify(&answer(r#"{"errcode":0,"errmsg":"ok"}"#)), Verdict::Success(()));
-        assert!(matches!(classify(&answer(r#"{"errcode":45009,"errmsg":"freq"}"#)), Verdict::Retry { .. }));
-        let Verdict::Fail(msg) = classify(&answer(r#"{"errcode":93000,"errmsg":"invalid webhook url"}"#)) else {
+        assert_eq!(
+            classify(&answer(r#"{"errcode":0,"errmsg":"ok"}"#)),
+            Verdict::Success(())
+        );
+        assert!(matches!(
+            classify(&answer(r#"{"errcode":45009,"errmsg":"freq"}"#)),
+            Verdict::Retry { .. }
+        ));
+        let Verdict::Fail(msg) = classify(&answer(
+            r#"{"errcode":93000,"errmsg":"invalid webhook url"}"#,
+        )) else {
             panic!("93000 must be final");
         };
         assert!(msg.contains("93000") && msg.contains("full URL"), "{msg}");
         assert!(matches!(classify(&answer("<html>")), Verdict::Fail(_)));
-        assert_eq!(classify_upload(&answer(r#"{"errcode":0,"media_id":"m1"}"#)), Verdict::Success("m1".to_owned()));
+        assert_eq!(
+            classify_upload(&answer(r#"{"errcode":0,"media_id":"m1"}"#)),
+            Verdict::Success("m1".to_owned())
+        );
     }
 
     #[test]
     fn size_limits_name_limit_and_size() {
         assert!(check_size("text", TEXT_LIMIT, &"a".repeat(2048)).is_ok());
-        let err = check_size("text", TEXT_LIMIT, &"a".repeat(2049)).unwrap_err().to_string();
+        let err = check_size("text", TEXT_LIMIT, &"a".repeat(2049))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("2048") && err.contains("2049"), "{err}");
         assert!(check_size("markdown", MARKDOWN_LIMIT, &"é".repeat(2049)).is_err());
     }
@@ -329,7 +426,10 @@ mod tests {
     #[test]
     fn upload_url_keeps_the_key() {
         let url = Url::parse("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=K").unwrap();
-        assert_eq!(upload_url(&url, "file").as_str(), "https://qyapi.weixin.qq.com/cgi-bin/webhook/upload_media?key=K&type=file");
+        assert_eq!(
+            upload_url(&url, "file").as_str(),
+            "https://qyapi.weixin.qq.com/cgi-bin/webhook/upload_media?key=K&type=file"
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ use toml::Value;
 use url::Url;
 
 use super::raw::{
-    RawAction, RawCommand, RawDingTalk, RawDingTalkMsgType, RawFeishu, RawFeishuMsgType, RawHttp, RawLog, RawMsgType,
-    RawSlack, RawWecom,
+    RawAction, RawCommand, RawDingTalk, RawDingTalkMsgType, RawFeishu, RawFeishuMsgType, RawHttp,
+    RawLog, RawMsgType, RawSlack, RawWecom,
 };
 use super::{ConfigError, Loader, Section};
 use crate::action::command::CommandAction;
@@ -45,7 +45,11 @@ pub(super) struct ActionCheck<'l, 'e> {
 
 impl ActionCheck<'_, '_> {
     fn error(&mut self, field: &str, message: impl Into<String>) {
-        self.loader.errors.push(ConfigError::field(self.section.clone(), format!("action.{field}"), message));
+        self.loader.errors.push(ConfigError::field(
+            self.section.clone(),
+            format!("action.{field}"),
+            message,
+        ));
     }
 
     pub fn action(&mut self, raw: RawAction) -> Option<Action> {
@@ -83,33 +87,68 @@ impl ActionCheck<'_, '_> {
         let webhook = self.url(&raw.webhook, "webhook");
         let budget = self.budget(raw.rate.as_deref(), WECOM_RATE, &raw.webhook);
         let message = self.wecom_message(&raw);
-        Some(WecomAction { webhook: webhook?, message: message?, budget: budget? })
+        Some(WecomAction {
+            webhook: webhook?,
+            message: message?,
+            budget: budget?,
+        })
     }
 
     fn wecom_message(&mut self, raw: &RawWecom) -> Option<Message> {
         let what = format!("msgtype {:?}", msgtype_name(raw.msgtype));
-        let text_like = matches!(raw.msgtype, RawMsgType::Text | RawMsgType::Markdown | RawMsgType::MarkdownV2);
+        let text_like = matches!(
+            raw.msgtype,
+            RawMsgType::Text | RawMsgType::Markdown | RawMsgType::MarkdownV2
+        );
         let fields = [
             ("content", raw.content.is_some() && !text_like),
-            ("mentioned_list", raw.mentioned_list.is_some() && raw.msgtype != RawMsgType::Text),
-            ("mentioned_mobile_list", raw.mentioned_mobile_list.is_some() && raw.msgtype != RawMsgType::Text),
-            ("image_path", raw.image_path.is_some() && raw.msgtype != RawMsgType::Image),
-            ("image_url", raw.image_url.is_some() && raw.msgtype != RawMsgType::Image),
-            ("articles", raw.articles.is_some() && raw.msgtype != RawMsgType::News),
-            ("media_path", raw.media_path.is_some() && !matches!(raw.msgtype, RawMsgType::File | RawMsgType::Voice)),
-            ("template_card", raw.template_card.is_some() && raw.msgtype != RawMsgType::TemplateCard),
+            (
+                "mentioned_list",
+                raw.mentioned_list.is_some() && raw.msgtype != RawMsgType::Text,
+            ),
+            (
+                "mentioned_mobile_list",
+                raw.mentioned_mobile_list.is_some() && raw.msgtype != RawMsgType::Text,
+            ),
+            (
+                "image_path",
+                raw.image_path.is_some() && raw.msgtype != RawMsgType::Image,
+            ),
+            (
+                "image_url",
+                raw.image_url.is_some() && raw.msgtype != RawMsgType::Image,
+            ),
+            (
+                "articles",
+                raw.articles.is_some() && raw.msgtype != RawMsgType::News,
+            ),
+            (
+                "media_path",
+                raw.media_path.is_some()
+                    && !matches!(raw.msgtype, RawMsgType::File | RawMsgType::Voice),
+            ),
+            (
+                "template_card",
+                raw.template_card.is_some() && raw.msgtype != RawMsgType::TemplateCard,
+            ),
         ];
         if !self.unused(&what, &fields) {
             return None;
         }
         match raw.msgtype {
-            RawMsgType::Text | RawMsgType::Markdown | RawMsgType::MarkdownV2 => self.wecom_text(raw, &what),
+            RawMsgType::Text | RawMsgType::Markdown | RawMsgType::MarkdownV2 => {
+                self.wecom_text(raw, &what)
+            }
             RawMsgType::Image => self.wecom_image(raw, &what).map(Message::Image),
             RawMsgType::News => self.wecom_news(raw, &what).map(Message::News),
             RawMsgType::File | RawMsgType::Voice => {
                 let path = self.required(&what, "media_path", raw.media_path.clone())?;
                 let path = self.existing_file(&path, "media_path")?;
-                Some(if raw.msgtype == RawMsgType::File { Message::File(path) } else { Message::Voice(path) })
+                Some(if raw.msgtype == RawMsgType::File {
+                    Message::File(path)
+                } else {
+                    Message::Voice(path)
+                })
             }
             RawMsgType::TemplateCard => self.wecom_card(raw, &what).map(Message::TemplateCard),
         }
@@ -121,7 +160,12 @@ impl ActionCheck<'_, '_> {
         let content = self.content("content", source)?;
         if let Content::Static(text) = &content {
             if let Err(e) = wecom::check_size(name, wecom::content_limit(name), text) {
-                self.error("content", e.to_string().trim_start_matches("field content: ").to_owned());
+                self.error(
+                    "content",
+                    e.to_string()
+                        .trim_start_matches("field content: ")
+                        .to_owned(),
+                );
                 return None;
             }
         }
@@ -140,7 +184,10 @@ impl ActionCheck<'_, '_> {
         match (&raw.image_path, &raw.image_url) {
             (Some(path), None) => {
                 let path = self.existing_file(path, "image_path")?;
-                match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| wecom::check_image(&b)) {
+                match std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| wecom::check_image(&b))
+                {
                     Ok(()) => Some(ImageSource::Path(path)),
                     Err(e) => {
                         self.error("image_path", format!("{}: {e}", path.display()));
@@ -148,9 +195,14 @@ impl ActionCheck<'_, '_> {
                     }
                 }
             }
-            (None, Some(url)) => self.url(url, "image_url").map(|u| ImageSource::Url(u.expose().clone())),
+            (None, Some(url)) => self
+                .url(url, "image_url")
+                .map(|u| ImageSource::Url(u.expose().clone())),
             _ => {
-                self.error("image_path", format!("{what} needs exactly one of image_path and image_url"));
+                self.error(
+                    "image_path",
+                    format!("{what} needs exactly one of image_path and image_url"),
+                );
                 None
             }
         }
@@ -159,7 +211,14 @@ impl ActionCheck<'_, '_> {
     fn wecom_news(&mut self, raw: &RawWecom, what: &str) -> Option<Vec<Article>> {
         let articles = self.required(what, "articles", raw.articles.as_ref())?;
         if articles.is_empty() || articles.len() > wecom::MAX_ARTICLES {
-            self.error("articles", format!("{} article(s); news takes 1 to {}", articles.len(), wecom::MAX_ARTICLES));
+            self.error(
+                "articles",
+                format!(
+                    "{} article(s); news takes 1 to {}",
+                    articles.len(),
+                    wecom::MAX_ARTICLES
+                ),
+            );
             return None;
         }
         let mut out = Vec::new();
@@ -170,7 +229,12 @@ impl ActionCheck<'_, '_> {
                 None => None,
             };
             let url = self.url(&a.url, &format!("articles[{i}].url"));
-            out.push(Article { title: title?, description, url: url?.expose().to_string(), picurl: a.picurl.clone() });
+            out.push(Article {
+                title: title?,
+                description,
+                url: url?.expose().to_string(),
+                picurl: a.picurl.clone(),
+            });
         }
         Some(out)
     }
@@ -181,12 +245,18 @@ impl ActionCheck<'_, '_> {
         match card.get("card_type").and_then(Json::as_str) {
             Some("text_notice" | "news_notice") => {}
             other => {
-                self.error("template_card.card_type", format!("{other:?}: must be \"text_notice\" or \"news_notice\""));
+                self.error(
+                    "template_card.card_type",
+                    format!("{other:?}: must be \"text_notice\" or \"news_notice\""),
+                );
                 return None;
             }
         }
         if card.get("card_action").is_none() {
-            self.error("template_card.card_action", "required by the robot for every template card (type 1: url, 2: app)");
+            self.error(
+                "template_card.card_action",
+                "required by the robot for every template card (type 1: url, 2: app)",
+            );
             return None;
         }
         Some(card)
@@ -202,12 +272,24 @@ impl ActionCheck<'_, '_> {
             ("text", raw.text.is_some() && t == M::Text),
             ("message_url", raw.message_url.is_some() && t != M::Link),
             ("pic_url", raw.pic_url.is_some() && t != M::Link),
-            ("single_title", raw.single_title.is_some() && t != M::ActionCard),
+            (
+                "single_title",
+                raw.single_title.is_some() && t != M::ActionCard,
+            ),
             ("single_url", raw.single_url.is_some() && t != M::ActionCard),
             ("buttons", raw.buttons.is_some() && t != M::ActionCard),
-            ("at_mobiles", raw.at_mobiles.is_some() && !matches!(t, M::Text | M::Markdown)),
-            ("at_user_ids", raw.at_user_ids.is_some() && !matches!(t, M::Text | M::Markdown)),
-            ("at_all", raw.at_all.is_some() && !matches!(t, M::Text | M::Markdown)),
+            (
+                "at_mobiles",
+                raw.at_mobiles.is_some() && !matches!(t, M::Text | M::Markdown),
+            ),
+            (
+                "at_user_ids",
+                raw.at_user_ids.is_some() && !matches!(t, M::Text | M::Markdown),
+            ),
+            (
+                "at_all",
+                raw.at_all.is_some() && !matches!(t, M::Text | M::Markdown),
+            ),
         ];
         if !self.unused(&what, &fields) {
             return None;
@@ -216,7 +298,12 @@ impl ActionCheck<'_, '_> {
         let budget = self.budget(raw.rate.as_deref(), DINGTALK_RATE, &raw.webhook);
         let message = self.dingtalk_message(&raw, &what);
         let message = self.check_json_templates(message?, "message")?;
-        Some(DingTalkAction { webhook: webhook?, secret: raw.secret.map(Secret::new), message, budget: budget? })
+        Some(DingTalkAction {
+            webhook: webhook?,
+            secret: raw.secret.map(Secret::new),
+            message,
+            budget: budget?,
+        })
     }
 
     fn dingtalk_message(&mut self, raw: &RawDingTalk, what: &str) -> Option<Json> {
@@ -231,8 +318,13 @@ impl ActionCheck<'_, '_> {
                 Some(json!({"msgtype": "text", "text": {"content": content}, "at": at}))
             }
             RawDingTalkMsgType::Markdown => {
-                let (title, text) = (self.required(what, "title", raw.title.clone()), self.required(what, "text", raw.text.clone()));
-                Some(json!({"msgtype": "markdown", "markdown": {"title": title?, "text": text?}, "at": at}))
+                let (title, text) = (
+                    self.required(what, "title", raw.title.clone()),
+                    self.required(what, "text", raw.text.clone()),
+                );
+                Some(
+                    json!({"msgtype": "markdown", "markdown": {"title": title?, "text": text?}, "at": at}),
+                )
             }
             RawDingTalkMsgType::Link => {
                 let title = self.required(what, "title", raw.title.clone());
@@ -259,10 +351,18 @@ impl ActionCheck<'_, '_> {
             }
             (None, None, Some(buttons)) if !buttons.is_empty() => {
                 card["btnOrientation"] = json!("0");
-                card["btns"] = buttons.iter().map(|b| json!({"title": b.title, "actionURL": b.url})).collect();
+                card["btns"] = buttons
+                    .iter()
+                    .map(|b| json!({"title": b.title, "actionURL": b.url}))
+                    .collect();
             }
             _ => {
-                self.error("buttons", format!("{what} needs single_title with single_url, or a non-empty buttons list"));
+                self.error(
+                    "buttons",
+                    format!(
+                        "{what} needs single_title with single_url, or a non-empty buttons list"
+                    ),
+                );
                 return None;
             }
         }
@@ -271,7 +371,10 @@ impl ActionCheck<'_, '_> {
 
     fn feishu(&mut self, raw: RawFeishu) -> Option<FeishuAction> {
         use RawFeishuMsgType as M;
-        let what = format!("msg_type {:?}", format!("{:?}", raw.msg_type).to_lowercase());
+        let what = format!(
+            "msg_type {:?}",
+            format!("{:?}", raw.msg_type).to_lowercase()
+        );
         let fields = [
             ("text", raw.text.is_some() && raw.msg_type != M::Text),
             ("post", raw.post.is_some() && raw.msg_type != M::Post),
@@ -283,18 +386,29 @@ impl ActionCheck<'_, '_> {
         let webhook = self.url(&raw.webhook, "webhook");
         let budget = self.budget(raw.rate.as_deref(), FEISHU_RATE, &raw.webhook);
         let message = match raw.msg_type {
-            M::Text => self.required(&what, "text", raw.text.clone()).map(|t| json!({"msg_type": "text", "content": {"text": t}})),
+            M::Text => self
+                .required(&what, "text", raw.text.clone())
+                .map(|t| json!({"msg_type": "text", "content": {"text": t}})),
             M::Post => {
-                let post = self.required(&what, "post", raw.post.clone()).and_then(|p| self.json(p, "post"));
+                let post = self
+                    .required(&what, "post", raw.post.clone())
+                    .and_then(|p| self.json(p, "post"));
                 post.map(|p| json!({"msg_type": "post", "content": {"post": p}}))
             }
             M::Interactive => {
-                let card = self.required(&what, "card", raw.card.clone()).and_then(|c| self.json(c, "card"));
+                let card = self
+                    .required(&what, "card", raw.card.clone())
+                    .and_then(|c| self.json(c, "card"));
                 card.map(|c| json!({"msg_type": "interactive", "card": c}))
             }
         };
         let message = self.check_json_templates(message?, "message")?;
-        Some(FeishuAction { webhook: webhook?, secret: raw.secret.map(Secret::new), message, budget: budget? })
+        Some(FeishuAction {
+            webhook: webhook?,
+            secret: raw.secret.map(Secret::new),
+            message,
+            budget: budget?,
+        })
     }
 
     fn slack(&mut self, raw: RawSlack) -> Option<SlackAction> {
@@ -307,7 +421,10 @@ impl ActionCheck<'_, '_> {
         if let Some(blocks) = raw.blocks.clone() {
             let blocks = self.json(blocks, "blocks")?;
             if !blocks.is_array() {
-                self.error("blocks", "must be an array of block tables ([[job.action.blocks]])");
+                self.error(
+                    "blocks",
+                    "must be an array of block tables ([[job.action.blocks]])",
+                );
                 return None;
             }
             message["blocks"] = blocks;
@@ -317,7 +434,11 @@ impl ActionCheck<'_, '_> {
             return None;
         }
         let message = self.check_json_templates(message, "text")?;
-        Some(SlackAction { webhook: webhook?, message, budget: budget? })
+        Some(SlackAction {
+            webhook: webhook?,
+            message,
+            budget: budget?,
+        })
     }
 
     fn http(&mut self, raw: RawHttp) -> Option<HttpAction> {
@@ -337,14 +458,27 @@ impl ActionCheck<'_, '_> {
             Some(rule) => Some((rule.field, self.json(rule.equals, "success_json.equals")?)),
             None => None,
         };
-        Some(HttpAction { url: url?, method: method?, headers: headers?, body, budget, success, success_json })
+        Some(HttpAction {
+            url: url?,
+            method: method?,
+            headers: headers?,
+            body,
+            budget,
+            success,
+            success_json,
+        })
     }
 
     fn method(&mut self, raw: Option<&str>) -> Option<Method> {
         match raw.unwrap_or("POST").to_ascii_uppercase().as_str() {
-            m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => Method::from_bytes(m.as_bytes()).ok(),
+            m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => {
+                Method::from_bytes(m.as_bytes()).ok()
+            }
             other => {
-                self.error("method", format!("unknown method {other:?} (GET, POST, PUT, PATCH, DELETE or HEAD)"));
+                self.error(
+                    "method",
+                    format!("unknown method {other:?} (GET, POST, PUT, PATCH, DELETE or HEAD)"),
+                );
                 None
             }
         }
@@ -352,8 +486,15 @@ impl ActionCheck<'_, '_> {
 
     /// `"200-299"` or `"204"`.
     fn status_range(&mut self, raw: Option<&str>) -> Option<std::ops::RangeInclusive<u16>> {
-        let Some(raw) = raw else { return Some(200..=299) };
-        let parse = |s: &str| s.trim().parse::<u16>().ok().filter(|c| (100..=599).contains(c));
+        let Some(raw) = raw else {
+            return Some(200..=299);
+        };
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+        };
         let range = match raw.split_once('-') {
             Some((a, b)) => parse(a).zip(parse(b)).map(|(a, b)| a..=b),
             None => parse(raw).map(|c| c..=c),
@@ -361,18 +502,27 @@ impl ActionCheck<'_, '_> {
         match range {
             Some(r) if r.start() <= r.end() => Some(r),
             _ => {
-                self.error("success_status", format!("{raw:?} is not a status or range such as \"200-299\""));
+                self.error(
+                    "success_status",
+                    format!("{raw:?} is not a status or range such as \"200-299\""),
+                );
                 None
             }
         }
     }
 
-    fn headers(&mut self, raw: std::collections::BTreeMap<String, String>) -> Option<Vec<(HeaderName, Secret)>> {
+    fn headers(
+        &mut self,
+        raw: std::collections::BTreeMap<String, String>,
+    ) -> Option<Vec<(HeaderName, Secret)>> {
         let mut headers = Vec::new();
         let mut ok = true;
         for (name, value) in raw {
             let field = format!("headers.{name}");
-            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
                 (Ok(name), Ok(_)) => headers.push((name, Secret::new(value))),
                 (Err(_), _) => {
                     ok = false;
@@ -401,11 +551,17 @@ impl ActionCheck<'_, '_> {
     }
 
     fn log(&mut self, raw: RawLog) -> Option<LogAction> {
-        Some(LogAction { content: self.content("content", raw.content)? })
+        Some(LogAction {
+            content: self.content("content", raw.content)?,
+        })
     }
 
     fn content(&mut self, field: &str, source: String) -> Option<Content> {
-        match self.loader.templates.add(format!("{}.{field}", self.job), source) {
+        match self
+            .loader
+            .templates
+            .add(format!("{}.{field}", self.job), source)
+        {
             Ok(content) => Some(content),
             Err(e) => {
                 self.error(field, e);
@@ -425,7 +581,9 @@ impl ActionCheck<'_, '_> {
     }
 
     fn json(&mut self, value: Value, field: &str) -> Option<Json> {
-        serde_json::to_value(value).map_err(|e| self.error(field, format!("cannot be sent as JSON: {e}"))).ok()
+        serde_json::to_value(value)
+            .map_err(|e| self.error(field, format!("cannot be sent as JSON: {e}")))
+            .ok()
     }
 
     fn budget(&mut self, raw: Option<&str>, default: &str, webhook: &str) -> Option<Budget> {
@@ -473,20 +631,39 @@ impl ActionCheck<'_, '_> {
 
 /// Replaces each `NAME_file = "path"` in the action table by `NAME = <the file's contents>`
 /// (the Docker and Kubernetes secrets convention), reading relative to jobs.toml.
-pub(super) fn read_file_fields(loader: &mut Loader<'_>, action: &mut Value, section: &Section, config_dir: &Path) -> Option<()> {
-    let Value::Table(table) = action else { return Some(()) };
-    let file_keys: Vec<String> = table.keys().filter(|k| k.ends_with("_file")).cloned().collect();
+pub(super) fn read_file_fields(
+    loader: &mut Loader<'_>,
+    action: &mut Value,
+    section: &Section,
+    config_dir: &Path,
+) -> Option<()> {
+    let Value::Table(table) = action else {
+        return Some(());
+    };
+    let file_keys: Vec<String> = table
+        .keys()
+        .filter(|k| k.ends_with("_file"))
+        .cloned()
+        .collect();
     let mut ok = true;
     for key in file_keys {
         let name = key.trim_end_matches("_file").to_owned();
         let field = format!("action.{key}");
         let Some(Value::String(path)) = table.remove(&key) else {
-            loader.errors.push(ConfigError::field(section.clone(), field, "must be a file path"));
+            loader.errors.push(ConfigError::field(
+                section.clone(),
+                field,
+                "must be a file path",
+            ));
             ok = false;
             continue;
         };
         if table.contains_key(&name) {
-            loader.errors.push(ConfigError::field(section.clone(), field, format!("give {name} or {key}, not both")));
+            loader.errors.push(ConfigError::field(
+                section.clone(),
+                field,
+                format!("give {name} or {key}, not both"),
+            ));
             ok = false;
             continue;
         }
@@ -500,7 +677,11 @@ pub(super) fn read_file_fields(loader: &mut Loader<'_>, action: &mut Value, sect
                 table.insert(name, Value::String(text));
             }
             Err(e) => {
-                loader.errors.push(ConfigError::field(section.clone(), field, format!("{}: {}", full.display(), super::read_error(&e))));
+                loader.errors.push(ConfigError::field(
+                    section.clone(),
+                    field,
+                    format!("{}: {}", full.display(), super::read_error(&e)),
+                ));
                 ok = false;
             }
         }

@@ -115,7 +115,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env() -> HashMap<String, String> {
-        HashMap::from([("KEY".to_owned(), "abc".to_owned()), ("EMPTY".to_owned(), String::new())])
+        HashMap::from([
+            ("KEY".to_owned(), "abc".to_owned()),
+            ("EMPTY".to_owned(), String::new()),
+        ])
     }
 
     #[test]
@@ -127,14 +130,20 @@ mod tests {
 
     #[test]
     fn unset_is_an_error_naming_the_variable() {
-        assert_eq!(expand("${NOPE}", &env()), Err(EnvError::Unset("NOPE".into())));
+        assert_eq!(
+            expand("${NOPE}", &env()),
+            Err(EnvError::Unset("NOPE".into()))
+        );
     }
 
     #[test]
     fn defaults_and_literals() {
         assert_eq!(expand("${NOPE:-d}", &env()).unwrap().text, "d");
         assert_eq!(expand("${EMPTY:-d}", &env()).unwrap().text, "d");
-        assert_eq!(expand("$${KEY} costs $5", &env()).unwrap().text, "${KEY} costs $5");
+        assert_eq!(
+            expand("$${KEY} costs $5", &env()).unwrap().text,
+            "${KEY} costs $5"
+        );
     }
 
     #[test]

@@ -8,7 +8,11 @@ pub enum Location {
     /// The file as a whole (missing, unreadable, not UTF-8, no jobs).
     File,
     /// A TOML syntax error, with the job it falls in when that can be told.
-    Line { line: usize, column: usize, job: Option<String> },
+    Line {
+        line: usize,
+        column: usize,
+        job: Option<String>,
+    },
     /// A field of a section: `[scheduler]`, `[redis]`, a job, or the top level.
     Field { section: Section, field: String },
 }
@@ -31,12 +35,18 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn file(message: impl Into<String>) -> Self {
-        ConfigError { location: Location::File, message: message.into() }
+        ConfigError {
+            location: Location::File,
+            message: message.into(),
+        }
     }
 
     pub fn field(section: Section, field: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
-            location: Location::Field { section, field: field.into() },
+            location: Location::Field {
+                section,
+                field: field.into(),
+            },
             message: message.into(),
         }
     }
@@ -44,7 +54,10 @@ impl ConfigError {
     /// The job this error is about, if any.
     pub fn job(&self) -> Option<&str> {
         match &self.location {
-            Location::Field { section: Section::Job(name), .. } => Some(name),
+            Location::Field {
+                section: Section::Job(name),
+                ..
+            } => Some(name),
             Location::Line { job, .. } => job.as_deref(),
             _ => None,
         }
@@ -83,10 +96,18 @@ impl fmt::Display for ConfigErrors {
 fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Result {
     match &e.location {
         Location::File => write!(f, "{path}: {}", e.message),
-        Location::Line { line, column, job: Some(job) } => {
+        Location::Line {
+            line,
+            column,
+            job: Some(job),
+        } => {
             write!(f, "{path}:{line}:{column}: job {job:?}: {}", e.message)
         }
-        Location::Line { line, column, job: None } => write!(f, "{path}:{line}:{column}: {}", e.message),
+        Location::Line {
+            line,
+            column,
+            job: None,
+        } => write!(f, "{path}:{line}:{column}: {}", e.message),
         Location::Field { section, field } => {
             let section = match section {
                 Section::Top => String::new(),

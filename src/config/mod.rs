@@ -25,7 +25,9 @@ use crate::schedule::Schedule;
 use crate::secret::Scrubber;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
-use raw::{RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis, RawScheduler};
+use raw::{
+    RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis, RawScheduler,
+};
 
 /// Default `[scheduler] key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
@@ -141,7 +143,10 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// Reads and checks `path` against `env`.
 pub fn load_with(path: &Path, env: &dyn Env) -> Result<Config, ConfigErrors> {
     let shown = path.display().to_string();
-    let fail = |e: ConfigError| ConfigErrors { path: shown.clone(), errors: vec![e] };
+    let fail = |e: ConfigError| ConfigErrors {
+        path: shown.clone(),
+        errors: vec![e],
+    };
     let bytes = std::fs::read(path).map_err(|e| fail(ConfigError::file(read_error(&e))))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         fail(ConfigError::file(format!(
@@ -166,7 +171,10 @@ pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErr
     let config = loader.load(path, text);
     match config {
         Some(config) if loader.errors.is_empty() => Ok(config),
-        _ => Err(ConfigErrors { path: path.display().to_string(), errors: loader.errors }),
+        _ => Err(ConfigErrors {
+            path: path.display().to_string(),
+            errors: loader.errors,
+        }),
     }
 }
 
@@ -194,7 +202,11 @@ impl<'e> Loader<'e> {
     }
 
     fn load(&mut self, path: &Path, text: &str) -> Option<Config> {
-        self.config_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned();
+        self.config_dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_owned();
         self.templates.set_env(self.env.vars());
         let mut table = match text.parse::<Table>() {
             Ok(table) => table,
@@ -210,9 +222,12 @@ impl<'e> Loader<'e> {
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
-            self.errors.push(ConfigError::file("no jobs: add at least one [[job]] table"));
+            self.errors
+                .push(ConfigError::file("no jobs: add at least one [[job]] table"));
         } else if jobs.is_empty() && self.errors.is_empty() {
-            self.errors.push(ConfigError::file("every job has enabled = false: nothing to run"));
+            self.errors.push(ConfigError::file(
+                "every job has enabled = false: nothing to run",
+            ));
         }
         let redis = redis?;
         let http = http?;
@@ -257,7 +272,9 @@ impl<'e> Loader<'e> {
             Some(name) => self.zone(name, Section::Scheduler)?,
             None => chrono_tz::UTC,
         };
-        let key_prefix = raw.key_prefix.unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+        let key_prefix = raw
+            .key_prefix
+            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
         if key_prefix.is_empty() || key_prefix.chars().any(char::is_whitespace) {
             self.errors.push(ConfigError::field(
                 Section::Scheduler,
@@ -268,19 +285,30 @@ impl<'e> Loader<'e> {
         }
         let max_clock_skew = raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW);
         if max_clock_skew > Duration::from_secs(3600) {
-            self.errors.push(ConfigError::field(Section::Scheduler, "max_clock_skew", "must be at most 1h"));
+            self.errors.push(ConfigError::field(
+                Section::Scheduler,
+                "max_clock_skew",
+                "must be at most 1h",
+            ));
             return None;
         }
         let clock = match raw.clock {
             Some(RawClockMode::Local) => ClockMode::Local,
             Some(RawClockMode::Redis) | None => ClockMode::Redis,
         };
-        Some(SchedulerConfig { timezone, key_prefix, max_clock_skew, clock })
+        Some(SchedulerConfig {
+            timezone,
+            key_prefix,
+            max_clock_skew,
+            clock,
+        })
     }
 
     /// `Some(None)`: no [http]. `None`: errors were recorded.
     fn http_server(&mut self, value: Option<Value>) -> Option<Option<HttpConfig>> {
-        let Some(value) = value else { return Some(None) };
+        let Some(value) = value else {
+            return Some(None);
+        };
         let raw: RawHttpServer = self.typed(value, &Section::Http)?;
         match raw.listen.parse() {
             Ok(listen) => Some(Some(HttpConfig { listen })),
@@ -288,7 +316,10 @@ impl<'e> Loader<'e> {
                 self.errors.push(ConfigError::field(
                     Section::Http,
                     "listen",
-                    format!("{:?} is not an address and port such as \"0.0.0.0:9090\"", raw.listen),
+                    format!(
+                        "{:?} is not an address and port such as \"0.0.0.0:9090\"",
+                        raw.listen
+                    ),
                 ));
                 None
             }
@@ -297,33 +328,47 @@ impl<'e> Loader<'e> {
 
     /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
     fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
-        let Some(value) = value else { return Some(None) };
+        let Some(value) = value else {
+            return Some(None);
+        };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
         if raw.nodes.is_empty() {
-            self.errors.push(ConfigError::field(Section::Redis, "nodes", "needs at least one node (1, 3 or 5)"));
+            self.errors.push(ConfigError::field(
+                Section::Redis,
+                "nodes",
+                "needs at least one node (1, 3 or 5)",
+            ));
         }
         let mut nodes = Vec::new();
         let mut seen = HashSet::new();
         for (i, raw_url) in raw.nodes.iter().enumerate() {
             let field = format!("nodes[{i}]");
-            match self.expand(raw_url, &Section::Redis, &field).map(|u| NodeUrl::parse(&u)) {
+            match self
+                .expand(raw_url, &Section::Redis, &field)
+                .map(|u| NodeUrl::parse(&u))
+            {
                 Some(Ok(url)) => {
                     if !seen.insert(url.address()) {
                         self.errors.push(ConfigError::field(
                             Section::Redis,
                             &field,
-                            format!("{} is listed twice: a node must count once in the majority", url.address()),
+                            format!(
+                                "{} is listed twice: a node must count once in the majority",
+                                url.address()
+                            ),
                         ));
                     }
                     self.scrubber.add(url.password().unwrap_or(""));
                     nodes.push(url);
                 }
-                Some(Err(e)) => self.errors.push(ConfigError::field(Section::Redis, &field, e)),
+                Some(Err(e)) => self
+                    .errors
+                    .push(ConfigError::field(Section::Redis, &field, e)),
                 None => {}
             }
         }
-        if nodes.len() % 2 == 0 && !nodes.is_empty() {
+        if nodes.len().is_multiple_of(2) && !nodes.is_empty() {
             self.warnings.push(format!(
                 "{} Redis nodes: an even count tolerates no more failures than {} (use 1, 3 or 5)",
                 nodes.len(),
@@ -333,13 +378,19 @@ impl<'e> Loader<'e> {
         let mut lock = LockConfig::default();
         if let Some(t) = raw.node_timeout {
             if t.is_zero() || t > Duration::from_secs(10) {
-                self.errors.push(ConfigError::field(Section::Redis, "node_timeout", "must be between 1ms and 10s"));
+                self.errors.push(ConfigError::field(
+                    Section::Redis,
+                    "node_timeout",
+                    "must be between 1ms and 10s",
+                ));
             }
             lock.node_timeout = t;
         }
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
         lock.retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
-        let ca = raw.ca_file.and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
+        let ca = raw
+            .ca_file
+            .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
         (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
     }
 
@@ -349,19 +400,28 @@ impl<'e> Loader<'e> {
         std::fs::read(&full)
             .map_err(|e| {
                 let message = format!("{}: {}", full.display(), read_error(&e));
-                self.errors.push(ConfigError::field(section, field, message));
+                self.errors
+                    .push(ConfigError::field(section, field, message));
             })
             .ok()
     }
 
-    fn jobs(&mut self, value: Option<Value>, scheduler: Option<&SchedulerConfig>) -> (Vec<Arc<Job>>, Vec<String>) {
+    fn jobs(
+        &mut self,
+        value: Option<Value>,
+        scheduler: Option<&SchedulerConfig>,
+    ) -> (Vec<Arc<Job>>, Vec<String>) {
         let mut jobs = Vec::new();
         let mut disabled = Vec::new();
         let tables = match value {
             None => return (jobs, disabled),
             Some(Value::Array(tables)) => tables,
             Some(_) => {
-                self.errors.push(ConfigError::field(Section::Top, "job", "must be an array of tables: write [[job]]"));
+                self.errors.push(ConfigError::field(
+                    Section::Top,
+                    "job",
+                    "must be an array of tables: write [[job]]",
+                ));
                 return (jobs, disabled);
             }
         };
@@ -376,7 +436,10 @@ impl<'e> Loader<'e> {
                 ));
                 continue;
             }
-            let enabled = table.get("enabled").and_then(Value::as_bool).unwrap_or(true);
+            let enabled = table
+                .get("enabled")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
             match self.job(table, &name, enabled, scheduler) {
                 Some(job) if enabled => jobs.push(Arc::new(job)),
                 Some(_) => disabled.push(name),
@@ -387,7 +450,13 @@ impl<'e> Loader<'e> {
         (jobs, disabled)
     }
 
-    fn job(&mut self, mut table: Value, name: &str, enabled: bool, scheduler: Option<&SchedulerConfig>) -> Option<Job> {
+    fn job(
+        &mut self,
+        mut table: Value,
+        name: &str,
+        enabled: bool,
+        scheduler: Option<&SchedulerConfig>,
+    ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
         if enabled {
             if let Some(action) = table.get_mut("action") {
@@ -406,12 +475,22 @@ impl<'e> Loader<'e> {
         };
         let schedule = zone.and_then(|zone| {
             Schedule::parse(&raw.schedule, zone)
-                .map_err(|e| self.errors.push(ConfigError::field(section.clone(), "schedule", e.to_string())))
+                .map_err(|e| {
+                    self.errors.push(ConfigError::field(
+                        section.clone(),
+                        "schedule",
+                        e.to_string(),
+                    ))
+                })
                 .ok()
         });
         let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() {
-            self.errors.push(ConfigError::field(section.clone(), "timeout", "must be greater than 0"));
+            self.errors.push(ConfigError::field(
+                section.clone(),
+                "timeout",
+                "must be greater than 0",
+            ));
         }
         let overlap = match raw.overlap {
             Some(RawOverlap::Allow) => Overlap::Allow,
@@ -422,27 +501,52 @@ impl<'e> Loader<'e> {
             return None;
         }
         let config_dir = self.config_dir.clone();
-        let action =
-            actions::ActionCheck { loader: self, job: name, section: section.clone(), config_dir }.action(raw.action);
+        let action = actions::ActionCheck {
+            loader: self,
+            job: name,
+            section: section.clone(),
+            config_dir,
+        }
+        .action(raw.action);
         if self.errors.len() != before {
             return None;
         }
-        Some(Job { name: raw.name, schedule: schedule?, timeout, overlap, catch_up, action: action? })
+        Some(Job {
+            name: raw.name,
+            schedule: schedule?,
+            timeout,
+            overlap,
+            catch_up,
+            action: action?,
+        })
     }
 
-    fn catch_up(&mut self, window: Option<Duration>, policy: Option<RawCatchUpPolicy>, section: &Section) -> Option<CatchUp> {
+    fn catch_up(
+        &mut self,
+        window: Option<Duration>,
+        policy: Option<RawCatchUpPolicy>,
+        section: &Section,
+    ) -> Option<CatchUp> {
         let policy = match policy {
             Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
             Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
         };
         match window {
             Some(w) if w.is_zero() => {
-                self.errors.push(ConfigError::field(section.clone(), "catch_up", "must be greater than 0 (leave it out to turn catch-up off)"));
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "catch_up",
+                    "must be greater than 0 (leave it out to turn catch-up off)",
+                ));
                 None
             }
             Some(window) => Some(CatchUp { window, policy }),
             None if policy == CatchUpPolicy::All => {
-                self.errors.push(ConfigError::field(section.clone(), "catch_up_policy", "needs catch_up = \"<window>\" (for example \"10m\")"));
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "catch_up_policy",
+                    "needs catch_up = \"<window>\" (for example \"10m\")",
+                ));
                 None
             }
             None => None,
@@ -452,7 +556,9 @@ impl<'e> Loader<'e> {
     fn check_job_name(&mut self, name: &str, section: &Section) {
         let valid = !name.is_empty()
             && name.len() <= MAX_JOB_NAME
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if !valid {
             self.errors.push(ConfigError::field(
                 section.clone(),
@@ -481,7 +587,8 @@ impl<'e> Loader<'e> {
                 let path = e.path().to_string();
                 let message = e.inner().to_string();
                 let field = field_of(&path, &message);
-                self.errors.push(ConfigError::field(section.clone(), field, message));
+                self.errors
+                    .push(ConfigError::field(section.clone(), field, message));
             })
             .ok()
     }
@@ -514,7 +621,8 @@ impl<'e> Loader<'e> {
                 Some(expanded.text)
             }
             Err(e) => {
-                self.errors.push(ConfigError::field(section.clone(), field, e.to_string()));
+                self.errors
+                    .push(ConfigError::field(section.clone(), field, e.to_string()));
                 None
             }
         }
@@ -552,7 +660,11 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigError {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     ConfigError {
-        location: Location::Line { line, column, job: enclosing_job(before) },
+        location: Location::Line {
+            line,
+            column,
+            job: enclosing_job(before),
+        },
         message: format!("TOML syntax: {}", e.message().trim()),
     }
 }
@@ -574,7 +686,10 @@ mod tests {
     #[test]
     fn field_of_paths() {
         assert_eq!(field_of(".", "missing field `name`"), "name");
-        assert_eq!(field_of("action", "unknown field `x`, expected one of"), "action.x");
+        assert_eq!(
+            field_of("action", "unknown field `x`, expected one of"),
+            "action.x"
+        );
         assert_eq!(field_of("timeout", "invalid type"), "timeout");
     }
 

@@ -19,33 +19,54 @@ pub struct LocalLock {
 
 impl LocalLock {
     pub fn new(replica: &str) -> Self {
-        LocalLock { replica: replica.to_owned(), held: Mutex::new(HashMap::new()) }
+        LocalLock {
+            replica: replica.to_owned(),
+            held: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
         let now = Instant::now();
-        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         held.retain(|_, (_, expires)| *expires > now);
         if let Some((holder, _)) = held.get(key) {
-            return Acquire::Lost { holder: holder.clone() };
+            return Acquire::Lost {
+                holder: holder.clone(),
+            };
         }
         let token = Token::new(&self.replica);
         held.insert(key.clone(), (token.clone(), now + ttl));
-        Acquire::Won(Lease { key: key.clone(), token, validity: ttl, valid_until: now + ttl })
+        Acquire::Won(Lease {
+            key: key.clone(),
+            token,
+            validity: ttl,
+            valid_until: now + ttl,
+        })
     }
 }
 
 impl LocalLock {
     pub fn release(&self, lease: &Lease) -> usize {
-        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         match held.get(&lease.key) {
-            Some((token, _)) if *token == lease.token => usize::from(held.remove(&lease.key).is_some()),
+            Some((token, _)) if *token == lease.token => {
+                usize::from(held.remove(&lease.key).is_some())
+            }
             _ => 0,
         }
     }
 
     pub fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
-        let mut held = self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         match held.get_mut(&lease.key) {
             Some((token, expires)) if *token == lease.token => {
                 *expires = Instant::now() + ttl;
@@ -65,8 +86,12 @@ mod tests {
     async fn second_acquire_loses_to_the_first() {
         let lock = LocalLock::new("me");
         let key = SlotKey::new("p", "j", Slot::at(chrono::Utc::now()));
-        let Acquire::Won(lease) = lock.acquire(&key, Duration::from_secs(5)) else { panic!("first must win") };
-        let Acquire::Lost { holder } = lock.acquire(&key, Duration::from_secs(5)) else { panic!("second must lose") };
+        let Acquire::Won(lease) = lock.acquire(&key, Duration::from_secs(5)) else {
+            panic!("first must win")
+        };
+        let Acquire::Lost { holder } = lock.acquire(&key, Duration::from_secs(5)) else {
+            panic!("second must lose")
+        };
         assert_eq!(holder, lease.token);
     }
 }

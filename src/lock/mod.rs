@@ -65,7 +65,9 @@ impl Token {
 
     /// The replica part of the token (everything before the last `:`).
     pub fn replica(&self) -> &str {
-        self.0.rsplit_once(':').map_or(&self.0, |(replica, _)| replica)
+        self.0
+            .rsplit_once(':')
+            .map_or(&self.0, |(replica, _)| replica)
     }
 }
 
@@ -182,7 +184,10 @@ mod tests {
     #[test]
     fn key_layout() {
         let slot = Slot::at(chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap());
-        assert_eq!(SlotKey::new("slotcron", "standup", slot).as_str(), "slotcron:standup:1700000000000");
+        assert_eq!(
+            SlotKey::new("slotcron", "standup", slot).as_str(),
+            "slotcron:standup:1700000000000"
+        );
     }
 
     #[test]

@@ -110,7 +110,9 @@ pub enum NodeErrorKind {
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            NodeErrorKind::Timeout(t) => write!(f, "{}: no answer within {} ms", self.node, t.as_millis()),
+            NodeErrorKind::Timeout(t) => {
+                write!(f, "{}: no answer within {} ms", self.node, t.as_millis())
+            }
             NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
             NodeErrorKind::Unexpected(e) => write!(f, "{}: unexpected answer: {e}", self.node),
         }
@@ -141,7 +143,9 @@ pub struct Node {
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node").field("address", &self.address).finish()
+        f.debug_struct("Node")
+            .field("address", &self.address)
+            .finish()
     }
 }
 
@@ -158,7 +162,10 @@ impl Node {
         let client = match ca_file {
             Some(ca) => redis::Client::build_with_tls(
                 info,
-                redis::TlsCertificates { client_tls: None, root_cert: Some(ca.to_vec()) },
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.to_vec()),
+                },
             ),
             None => redis::Client::open(info),
         }
@@ -206,18 +213,37 @@ impl Node {
         }
     }
 
-    async fn acquire_set_get(&self, key: &SlotKey, token: &Token, ttl_ms: u64) -> Result<Option<String>, NodeErrorKind> {
+    async fn acquire_set_get(
+        &self,
+        key: &SlotKey,
+        token: &Token,
+        ttl_ms: u64,
+    ) -> Result<Option<String>, NodeErrorKind> {
         let mut cmd = redis::cmd("SET");
-        cmd.arg(key.as_str()).arg(token.as_str()).arg("NX").arg("PX").arg(ttl_ms).arg("GET");
+        cmd.arg(key.as_str())
+            .arg(token.as_str())
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET");
         let mut conn = self.conn.clone();
-        self.bounded(cmd.query_async::<Value>(&mut conn)).await.and_then(holder_of)
+        self.bounded(cmd.query_async::<Value>(&mut conn))
+            .await
+            .and_then(holder_of)
     }
 
-    async fn acquire_lua(&self, key: &SlotKey, token: &Token, ttl_ms: u64) -> Result<Option<String>, NodeErrorKind> {
+    async fn acquire_lua(
+        &self,
+        key: &SlotKey,
+        token: &Token,
+        ttl_ms: u64,
+    ) -> Result<Option<String>, NodeErrorKind> {
         let mut invocation = self.acquire_script.key(key.as_str());
         invocation.arg(token.as_str()).arg(ttl_ms);
         let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async::<Value>(&mut conn)).await.and_then(holder_of)
+        self.bounded(invocation.invoke_async::<Value>(&mut conn))
+            .await
+            .and_then(holder_of)
     }
 
     /// Deletes `key` only if it still holds `token`. True when it was deleted.
@@ -232,9 +258,16 @@ impl Node {
     }
 
     /// Resets the TTL of `key` to `ttl` only if it still holds `token`. True when extended.
-    pub async fn extend(&self, key: &SlotKey, token: &Token, ttl: Duration) -> Result<bool, NodeError> {
+    pub async fn extend(
+        &self,
+        key: &SlotKey,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<bool, NodeError> {
         let mut invocation = self.extend.key(key.as_str());
-        invocation.arg(token.as_str()).arg(ttl.as_millis().max(1) as u64);
+        invocation
+            .arg(token.as_str())
+            .arg(ttl.as_millis().max(1) as u64);
         let mut conn = self.conn.clone();
         self.bounded(invocation.invoke_async::<i64>(&mut conn))
             .await
@@ -253,11 +286,17 @@ impl Node {
 
     /// PING bounded by `wait` rather than the race timeout (the first connection takes longer).
     pub async fn ping_within(&self, wait: Duration) -> Result<(), NodeError> {
-        self.query::<String>(&redis::cmd("PING"), wait).await.map(drop)
+        self.query::<String>(&redis::cmd("PING"), wait)
+            .await
+            .map(drop)
     }
 
     /// Any command, bounded by `wait` (history and clock reads, which are not on the race path).
-    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, wait: Duration) -> Result<T, NodeError> {
+    pub async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        wait: Duration,
+    ) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(wait, cmd.query_async::<T>(&mut conn)).await {
             Ok(Ok(value)) => Ok(value),
@@ -266,7 +305,10 @@ impl Node {
         }
     }
 
-    async fn bounded<T>(&self, fut: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, NodeErrorKind> {
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, NodeErrorKind> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(NodeErrorKind::Redis(e.to_string())),
@@ -275,7 +317,10 @@ impl Node {
     }
 
     fn error(&self, kind: NodeErrorKind) -> NodeError {
-        NodeError { node: self.address.clone(), kind }
+        NodeError {
+            node: self.address.clone(),
+            kind,
+        }
     }
 }
 
@@ -299,7 +344,9 @@ mod tests {
     fn node_urls() {
         assert!(NodeUrl::parse("redis://127.0.0.1:6379").is_ok());
         assert!(NodeUrl::parse("rediss://:pw@redis.example:6380/0").is_ok());
-        assert!(NodeUrl::parse("http://127.0.0.1:6379").unwrap_err().contains("not a Redis URL"));
+        assert!(NodeUrl::parse("http://127.0.0.1:6379")
+            .unwrap_err()
+            .contains("not a Redis URL"));
         assert!(NodeUrl::parse("localhost:6379").is_err());
         let url = NodeUrl::parse("redis://user:hunter22@10.0.0.1:6379").unwrap();
         assert!(!url.to_string().contains("hunter22"));

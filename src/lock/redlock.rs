@@ -82,7 +82,10 @@ impl Tally {
     }
 
     fn majority_holder(&self, quorum: usize) -> Option<&Token> {
-        self.others.iter().find(|(_, n)| *n >= quorum).map(|(t, _)| t)
+        self.others
+            .iter()
+            .find(|(_, n)| *n >= quorum)
+            .map(|(t, _)| t)
     }
 
     fn answered(&self, nodes: usize) -> usize {
@@ -93,7 +96,9 @@ impl Tally {
 /// Validity left after an attempt that took `elapsed`: ttl − elapsed − drift.
 pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
     let drift = ttl.mul_f64(DRIFT_FACTOR) + DRIFT_FIXED;
-    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|v| !v.is_zero())
 }
 
 /// Majority of `n` nodes.
@@ -103,12 +108,21 @@ pub fn quorum(n: usize) -> usize {
 
 impl Redlock {
     /// Prepares connections to `urls` (opened lazily, reopened in the background).
-    pub fn new(urls: &[NodeUrl], replica: &str, config: LockConfig, ca_file: Option<&[u8]>) -> Result<Self, String> {
+    pub fn new(
+        urls: &[NodeUrl],
+        replica: &str,
+        config: LockConfig,
+        ca_file: Option<&[u8]>,
+    ) -> Result<Self, String> {
         let nodes = urls
             .iter()
             .map(|url| Node::new(url, config.node_timeout, ca_file))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Redlock { nodes, replica: replica.to_owned(), config })
+        Ok(Redlock {
+            nodes,
+            replica: replica.to_owned(),
+            config,
+        })
     }
 
     pub fn node_count(&self) -> usize {
@@ -136,7 +150,12 @@ impl Redlock {
                 let now = Instant::now();
                 if let Some(validity) = validity(ttl, now - started) {
                     let valid_until = now + validity;
-                    return Acquire::Won(Lease { key: key.clone(), token, validity, valid_until });
+                    return Acquire::Won(Lease {
+                        key: key.clone(),
+                        token,
+                        validity,
+                        valid_until,
+                    });
                 }
             }
             if let Some(holder) = tally.majority_holder(self.quorum()) {
@@ -155,11 +174,17 @@ impl Redlock {
     fn unavailable(&self, tally: &Tally, attempts: u32) -> Unavailable {
         let answered = tally.answered(self.nodes.len());
         let reason = if answered < self.quorum() {
-            UnavailableReason::NoQuorum { answered, needed: self.quorum() }
+            UnavailableReason::NoQuorum {
+                answered,
+                needed: self.quorum(),
+            }
         } else {
             UnavailableReason::SplitVote { attempts }
         };
-        Unavailable { reason, errors: tally.errors.clone() }
+        Unavailable {
+            reason,
+            errors: tally.errors.clone(),
+        }
     }
 
     async fn ask_all(&self, key: &SlotKey, token: &Token, ttl: Duration) -> Vec<NodeReply> {
@@ -181,15 +206,32 @@ impl Redlock {
     /// Releases `lease` on every node. slotcron never releases a won slot (the key must outlive
     /// the run); this is for tests and for callers that lock something other than a slot.
     pub async fn release(&self, lease: &Lease) -> usize {
-        let results = join_all(self.nodes.iter().map(|n| n.release(&lease.key, &lease.token))).await;
-        results.into_iter().filter(|r| matches!(r, Ok(true))).count()
+        let results = join_all(
+            self.nodes
+                .iter()
+                .map(|n| n.release(&lease.key, &lease.token)),
+        )
+        .await;
+        results
+            .into_iter()
+            .filter(|r| matches!(r, Ok(true)))
+            .count()
     }
 
     /// Extends `lease` to `ttl` from now on every node that still holds it. True when a
     /// majority did: the lease is still ours.
     pub async fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
-        let results = join_all(self.nodes.iter().map(|n| n.extend(&lease.key, &lease.token, ttl))).await;
-        results.into_iter().filter(|r| matches!(r, Ok(true))).count() >= self.quorum()
+        let results = join_all(
+            self.nodes
+                .iter()
+                .map(|n| n.extend(&lease.key, &lease.token, ttl)),
+        )
+        .await;
+        results
+            .into_iter()
+            .filter(|r| matches!(r, Ok(true)))
+            .count()
+            >= self.quorum()
     }
 
     fn retry_delay(&self) -> Duration {
@@ -211,7 +253,10 @@ mod tests {
     fn validity_subtracts_elapsed_and_drift() {
         let ttl = Duration::from_secs(10);
         // drift = 100 ms + 2 ms
-        assert_eq!(validity(ttl, Duration::from_millis(8)), Some(Duration::from_millis(9890)));
+        assert_eq!(
+            validity(ttl, Duration::from_millis(8)),
+            Some(Duration::from_millis(9890))
+        );
         assert_eq!(validity(ttl, Duration::from_millis(9898)), None);
         assert_eq!(validity(ttl, Duration::from_secs(11)), None);
     }
