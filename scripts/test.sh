@@ -45,6 +45,12 @@ apt_install() {
 apt_install redis-server redis-server
 apt_install faketime faketime
 
+# Chromium renders the status page in tests/test_status_page.rs. Optional: where it cannot be
+# installed that test says so and skips.
+if ! command -v chromium >/dev/null 2>&1; then
+    ( apt_install chromium chromium ) || echo "scripts/test.sh: chromium could not be installed; the status page browser test will be skipped"
+fi
+
 # The tests start their own redis-server processes; the Debian package also
 # starts a system service on 6379, which the tests don't use (they pick free ports).
 
