@@ -19,7 +19,7 @@ use crate::schedule::Slot;
 /// Records kept per job and node (`XADD … MAXLEN ~`); two per run.
 pub const HISTORY_CAP: usize = 2000;
 /// Bound on a history write or read per node (not on the race path).
-const HISTORY_TIMEOUT: Duration = Duration::from_millis(500);
+const HISTORY_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The state of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]

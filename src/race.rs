@@ -24,7 +24,7 @@ pub const KEY_MARGIN: Duration = Duration::from_secs(5);
 pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
-pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(15);
+pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
 
 /// Why a slot is being raced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,42 +159,55 @@ impl RaceContext {
         }
     }
 
-    /// The winner's part: the running lease (unless overlap is allowed), then the run.
+    /// The winner's part: the running lease (unless overlap is allowed), the run, then (after
+    /// the lease is released, so the next slot is not held up) the run's record.
     async fn run_won(&self, job: &Job, slot: Slot, lease: &Lease) -> SlotResult {
-        if job.overlap == Overlap::Allow {
-            return self.execute(job, slot, lease, None).await;
+        let running = match job.overlap {
+            Overlap::Allow => None,
+            Overlap::Skip => match self.take_running_lease(job, slot).await {
+                Ok(running) => Some(running),
+                Err(skipped) => return skipped,
+            },
+        };
+        let (result, record) = self.execute(job, slot, lease, running.as_ref()).await;
+        if let Some(running) = &running {
+            self.lock.release(running).await;
         }
+        self.history.record(&record).await;
+        result
+    }
+
+    /// The job's running lease, or the `skipped` result when the previous run still holds it.
+    async fn take_running_lease(&self, job: &Job, slot: Slot) -> Result<Lease, SlotResult> {
         let running_key = SlotKey::running(&self.key_prefix, &job.name);
         match self.lock.acquire(&running_key, RUNNING_LEASE_TTL).await {
-            Acquire::Won(running) => {
-                let result = self.execute(job, slot, lease, Some(&running)).await;
-                self.lock.release(&running).await;
-                result
-            }
+            Acquire::Won(running) => Ok(running),
             Acquire::Lost { holder } => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
                     reason = %"overlap", running_on = holder.replica(),
                     "the previous run is still going on {}: slot skipped (overlap = \"skip\")", holder.replica());
-                SlotResult::Overlapping {
+                Err(SlotResult::Overlapping {
                     holder: Some(holder),
-                }
+                })
             }
             Acquire::Unavailable(why) => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
                     reason = %"overlap", error = %why, "cannot tell whether the previous run is still going: slot skipped");
-                SlotResult::Overlapping { holder: None }
+                Err(SlotResult::Overlapping { holder: None })
             }
         }
     }
 
-    /// Runs the action inside the lease, keeping the running lease alive; records and logs the end.
+    /// Runs the action inside the lease, keeping the running lease alive, while the start of
+    /// the run is recorded (a history write never delays a send). Logs the end; returns the
+    /// result and the run's final record.
     async fn execute(
         &self,
         job: &Job,
         slot: Slot,
         lease: &Lease,
         running: Option<&Lease>,
-    ) -> SlotResult {
+    ) -> (SlotResult, RunRecord) {
         let started = Instant::now();
         let mut record = RunRecord {
             job: job.name.clone(),
@@ -206,43 +219,47 @@ impl RaceContext {
             error: None,
             attempts: 0,
         };
-        self.history.record(&record).await;
-        let result = if Instant::now() >= lease.valid_until {
-            Err((
-                "lock validity expired before the send (was the process paused?): not sent"
-                    .to_owned(),
-                0,
-            ))
-        } else {
-            self.metrics.lateness(
-                &job.name,
-                (self.clock.now() - slot.instant())
-                    .to_std()
-                    .unwrap_or_default(),
-            );
-            let action = self.send(job, slot, lease);
-            match running {
-                Some(running) => self.with_watchdog(action, running).await,
-                None => action.await,
-            }
+        let run = async {
+            let result = if Instant::now() >= lease.valid_until {
+                Err((
+                    "lock validity expired before the send (was the process paused?): not sent"
+                        .to_owned(),
+                    0,
+                ))
+            } else {
+                self.metrics.lateness(
+                    &job.name,
+                    (self.clock.now() - slot.instant())
+                        .to_std()
+                        .unwrap_or_default(),
+                );
+                let action = self.send(job, slot, lease);
+                match running {
+                    Some(running) => self.with_watchdog(action, running).await,
+                    None => action.await,
+                }
+            };
+            let duration = started.elapsed();
+            self.metrics.action_duration(&job.name, duration);
+            self.log_end(job, slot, result, duration)
         };
-        let duration = started.elapsed();
-        self.metrics.action_duration(&job.name, duration);
+        let ((), outcome) = tokio::join!(self.history.record(&record), run);
         record.finished = Some(Utc::now());
-        let outcome = self.log_end(job, slot, result, duration);
-        if let SlotResult::Failed {
-            error, attempts, ..
-        } = &outcome
-        {
-            record.outcome = RunState::Failed;
-            record.error = Some(error.clone());
-            record.attempts = *attempts;
-        } else if let SlotResult::Done { delivery, .. } = &outcome {
-            record.outcome = RunState::Done;
-            record.attempts = delivery.attempts;
+        match &outcome {
+            SlotResult::Failed {
+                error, attempts, ..
+            } => {
+                record.outcome = RunState::Failed;
+                record.error = Some(error.clone());
+                record.attempts = *attempts;
+            }
+            SlotResult::Done { delivery, .. } => {
+                record.outcome = RunState::Done;
+                record.attempts = delivery.attempts;
+            }
+            _ => {}
         }
-        self.history.record(&record).await;
-        outcome
+        (outcome, record)
     }
 
     async fn send(&self, job: &Job, slot: Slot, lease: &Lease) -> Result<Delivery, (String, u32)> {

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -66,7 +67,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn of(replies: &[NodeReply]) -> Self {
+    fn of<'r>(replies: impl IntoIterator<Item = &'r NodeReply>) -> Self {
         let mut tally = Tally::default();
         for reply in replies {
             match reply {
@@ -144,8 +145,8 @@ impl Redlock {
         loop {
             attempt += 1;
             let started = Instant::now();
-            let replies = self.ask_all(key, &token, ttl).await;
-            let tally = Tally::of(&replies);
+            let replies = self.ask_until_decided(key, &token, ttl).await;
+            let tally = Tally::of(replies.iter().flatten());
             if tally.own >= self.quorum() {
                 let now = Instant::now();
                 if let Some(validity) = validity(ttl, now - started) {
@@ -187,18 +188,42 @@ impl Redlock {
         }
     }
 
-    async fn ask_all(&self, key: &SlotKey, token: &Token, ttl: Duration) -> Vec<NodeReply> {
-        join_all(self.nodes.iter().map(|node| node.acquire(key, token, ttl))).await
+    /// Asks every node in parallel and reads the answers as they come: once a majority says
+    /// who holds the key (us or another) the race is decided and slower nodes are not waited
+    /// for, so a dead or hung node costs nothing once a majority has answered. `None` marks a
+    /// node not waited for; its SET may still land, harmlessly: a winner's own token, or a
+    /// loser's stray token on a minority of nodes that expires with its TTL.
+    async fn ask_until_decided(
+        &self,
+        key: &SlotKey,
+        token: &Token,
+        ttl: Duration,
+    ) -> Vec<Option<NodeReply>> {
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move { (i, node.acquire(key, token, ttl).await) })
+            .collect();
+        let mut replies: Vec<Option<NodeReply>> = vec![None; self.nodes.len()];
+        while let Some((i, reply)) = pending.next().await {
+            replies[i] = Some(reply);
+            let tally = Tally::of(replies.iter().flatten());
+            if tally.own >= self.quorum() || tally.majority_holder(self.quorum()).is_some() {
+                break;
+            }
+        }
+        replies
     }
 
     /// Releases our token on every node that took it or did not answer (a timed-out SET may
     /// have landed). Nodes that answered with another holder are left alone.
-    async fn release_partial(&self, key: &SlotKey, token: &Token, replies: &[NodeReply]) {
+    async fn release_partial(&self, key: &SlotKey, token: &Token, replies: &[Option<NodeReply>]) {
         let targets = self
             .nodes
             .iter()
             .zip(replies)
-            .filter(|(_, r)| matches!(r, NodeReply::Acquired | NodeReply::Failed(_)))
+            .filter(|(_, r)| matches!(r, Some(NodeReply::Acquired | NodeReply::Failed(_))))
             .map(|(node, _)| node.release(key, token));
         join_all(targets).await;
     }

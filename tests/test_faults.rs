@@ -1,0 +1,470 @@
+//! Faults caused for real: Redis nodes killed, paused, restarted empty, answering garbage or
+//! reached through a slow and lossy link; replicas SIGKILLed and SIGSTOPped. Each test is named
+//! after the fault it causes and checks "each slot runs at most once, and on time while a
+//! majority answers".
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+use slotcron::config::{self, Config};
+use slotcron::race::SlotResult;
+use slotcron::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::scheduler::{self, Replica as SlotcronReplica};
+use tokio_util::sync::CancellationToken;
+
+fn parse(text: &str) -> Config {
+    let env: HashMap<String, String> = HashMap::new();
+    config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fleet_config(
+    nodes: &[String],
+    receiver: &str,
+    prefix: &str,
+    schedule: &str,
+    timeout: &str,
+) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        r#"
+        [scheduler]
+        key_prefix = "{prefix}"
+        max_clock_skew = "1s"
+        [redis]
+        nodes = [{nodes}]
+        node_timeout = "50ms"
+        [[job]]
+        name = "fault"
+        schedule = "{schedule}"
+        timeout = "{timeout}"
+        [job.action]
+        type = "http"
+        url = "{receiver}/hook"
+        "#,
+        nodes = nodes.join(", ")
+    )
+}
+
+/// In-process replicas of one config, stopped by the returned token.
+async fn start_replicas(
+    text: &str,
+    names: &[&str],
+) -> (
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) {
+    let shutdown = CancellationToken::new();
+    let mut runs = Vec::new();
+    for name in names {
+        let config = parse(text);
+        let clock: SharedClock = Arc::new(SystemClock);
+        let replica = SlotcronReplica::connect(&config, (*name).to_owned(), clock)
+            .await
+            .unwrap();
+        runs.push(tokio::spawn(scheduler::run_replica(
+            replica,
+            config,
+            shutdown.clone(),
+            None,
+        )));
+    }
+    (shutdown, runs)
+}
+
+async fn stop(shutdown: CancellationToken, runs: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>) {
+    shutdown.cancel();
+    for run in runs {
+        run.await.unwrap().unwrap();
+    }
+}
+
+/// Slots (by the `{job}/{slot}` key) delivered more than once.
+fn duplicates(receiver: &Receiver) -> BTreeMap<String, usize> {
+    receiver
+        .counts_by_idempotency_key()
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect()
+}
+
+/// The slot keys `fault/{second}` for every second in [from, to).
+fn expected_keys(from: chrono::DateTime<Utc>, to: chrono::DateTime<Utc>) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut t = Slot::at(from).instant() + chrono::Duration::seconds(1);
+    while t < to {
+        keys.push(format!("fault/{}", Slot::at(t).rfc3339_utc()));
+        t += chrono::Duration::seconds(1);
+    }
+    keys
+}
+
+fn missing(receiver: &Receiver, keys: &[String]) -> Vec<String> {
+    let counts = receiver.counts_by_idempotency_key();
+    keys.iter()
+        .filter(|k| !counts.contains_key(*k))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let text = fleet_config(
+        &cluster.urls(),
+        &receiver.uri(),
+        "one-down",
+        "* * * * * *",
+        "2s",
+    );
+    let (shutdown, runs) = start_replicas(&text, &["r1", "r2", "r3"]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let from = Utc::now();
+    cluster[0].kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster[0].restart();
+    // One node down at a time: give the restarted node a moment to be reconnected.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster[1].pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster[1].resume();
+    let to = Utc::now() - chrono::Duration::milliseconds(500);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop(shutdown, runs).await;
+    let keys = expected_keys(from, to);
+    assert!(keys.len() >= 5);
+    assert_eq!(
+        missing(&receiver, &keys),
+        Vec::<String>::new(),
+        "slots missed with one node down"
+    );
+    assert!(
+        duplicates(&receiver).is_empty(),
+        "{:?}",
+        duplicates(&receiver)
+    );
+}
+
+#[test]
+fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(
+            &cluster.urls(),
+            &receiver.uri(),
+            "two-down",
+            "* * * * * *",
+            "2s",
+        ),
+    );
+    let path = path.to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_slotcron");
+    let replicas: Vec<Replica> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            Replica::spawn(
+                bin,
+                &[
+                    "run",
+                    "--log-format",
+                    "json",
+                    "--replica-id",
+                    name,
+                    "--config",
+                    path,
+                ],
+                &[],
+            )
+        })
+        .collect();
+    assert!(
+        receiver.wait_for(2, Duration::from_secs(10)).len() >= 2,
+        "no slot ran before the fault"
+    );
+    cluster[0].kill();
+    cluster[1].kill();
+    let down_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(4));
+    let outage: Vec<String> =
+        expected_keys(down_at + chrono::Duration::milliseconds(200), Utc::now());
+    let during = receiver.counts_by_idempotency_key();
+    assert!(
+        outage.iter().all(|k| !during.contains_key(k)),
+        "a slot ran without a majority"
+    );
+    // Every replica says why, naming the nodes, and keeps running.
+    for r in &replicas {
+        let unavailable =
+            r.wait_for_json(Duration::from_secs(3), |l| l["outcome"] == "unavailable");
+        let line = unavailable
+            .unwrap_or_else(|| panic!("{} logged no unavailable line: {:?}", r.name(), r.lines()));
+        let error = line["error"].as_str().unwrap();
+        assert!(
+            error.contains(&cluster[0].port().to_string())
+                && error.contains(&cluster[1].port().to_string()),
+            "{error}"
+        );
+        assert!(r.is_running());
+    }
+    cluster[0].restart();
+    cluster[1].restart();
+    let back_at = Utc::now();
+    // Resumes within a slot or two once a majority is back (reconnect backoff is at most 500 ms).
+    let resumed = wait_until(Duration::from_secs(5), || {
+        receiver
+            .counts_by_idempotency_key()
+            .keys()
+            .any(|k| k.as_str() > format!("fault/{}", Slot::at(back_at).rfc3339_utc()).as_str())
+            .then_some(())
+    });
+    assert!(
+        resumed.is_some(),
+        "the fleet did not resume after the majority came back"
+    );
+    assert!(
+        duplicates(&receiver).is_empty(),
+        "{:?}",
+        duplicates(&receiver)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_right_after_a_win_gives_no_second_run() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let text = fleet_config(
+        &cluster.urls(),
+        &receiver.uri(),
+        "empty-restart",
+        "* * * * * *",
+        "2s",
+    );
+    let config = parse(&text);
+    let job = config.jobs[0].clone();
+    let connect = |name: &'static str| {
+        let config = parse(&text);
+        async move {
+            SlotcronReplica::connect(&config, name.to_owned(), Arc::new(SystemClock))
+                .await
+                .unwrap()
+                .context(&config)
+        }
+    };
+    let winner = connect("winner").await;
+    let late = connect("late").await;
+    let slot = Slot::at(Utc::now());
+    assert!(matches!(
+        winner.run_slot(&job, slot).await,
+        SlotResult::Done { .. }
+    ));
+    cluster[0].restart(); // empty: this node forgot the slot key
+    let result = late.run_slot(&job, slot).await;
+    match result {
+        SlotResult::Lost { holder } => assert_eq!(holder.replica(), "winner"),
+        other => panic!("the late replica must lose to the two nodes that kept the key: {other:?}"),
+    }
+    assert_eq!(receiver.count(), 1);
+}
+
+#[test]
+fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    receiver.set_delay(Duration::from_millis(700)); // every run is in flight for a while
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(
+            &cluster.urls(),
+            &receiver.uri(),
+            "kill-replica",
+            "* * * * * *",
+            "3s",
+        ),
+    );
+    let path = path.to_str().unwrap().to_owned();
+    let bin = env!("CARGO_BIN_EXE_slotcron");
+    let spawn = |name: &str| {
+        Replica::spawn(
+            bin,
+            &[
+                "run",
+                "--log-format",
+                "json",
+                "--replica-id",
+                name,
+                "--config",
+                &path,
+            ],
+            &[],
+        )
+    };
+    let mut replicas: Vec<(String, Replica)> = (0..3)
+        .map(|i| (format!("r{i}"), spawn(&format!("r{i}"))))
+        .collect();
+    receiver.wait_for(1, Duration::from_secs(10));
+    for round in 0..3 {
+        // Kill whichever replica sent the latest request, while its action is in flight.
+        std::thread::sleep(Duration::from_millis(1200));
+        let last = receiver.received().last().cloned();
+        let sender = last
+            .as_ref()
+            .and_then(|r| r.headers.get("x-slotcron-replica"))
+            .map(|v| v.to_str().unwrap().to_owned());
+        if let Some(pos) = sender.and_then(|s| replicas.iter().position(|(id, _)| *id == s)) {
+            replicas[pos].1.kill();
+            let id = format!("r{pos}-{round}");
+            replicas[pos] = (id.clone(), spawn(&id));
+        }
+    }
+    // A killed winner's running lease (overlap = "skip") expires within its TTL; then slots run again.
+    let before = receiver.count();
+    let resumed = wait_until(Duration::from_secs(12), || {
+        (receiver.count() > before + 1).then_some(())
+    });
+    assert!(resumed.is_some(), "the fleet stopped after the kills");
+    assert!(
+        duplicates(&receiver).is_empty(),
+        "{:?}",
+        duplicates(&receiver)
+    );
+}
+
+#[test]
+fn a_replica_paused_past_its_validity_does_not_send_on_resume() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    // The first request of a slot gets a 503; the retry comes after a backoff of 125-250 ms, and
+    // the replica is SIGSTOPped before it. Its validity (about 8 s here) and the job's timeout
+    // (1 s) are gone when it resumes: it must not send that slot again.
+    receiver.push_response(503, serde_json::json!({"errcode": -1}));
+    let dir = tempfile::tempdir().unwrap();
+    let text = fleet_config(
+        &cluster.urls(),
+        &receiver.uri(),
+        "paused-replica",
+        "*/3 * * * * *",
+        "1s",
+    );
+    let path = write_config(dir.path(), &text);
+    let replica = Replica::spawn(
+        env!("CARGO_BIN_EXE_slotcron"),
+        &[
+            "run",
+            "--log-format",
+            "json",
+            "--replica-id",
+            "sleepy",
+            "--config",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let first = receiver.wait_for(1, Duration::from_secs(10));
+    replica.pause();
+    let slot_key = common::idempotency_key(&first[0]).unwrap();
+    std::thread::sleep(Duration::from_secs(9));
+    replica.resume();
+    let failed = replica.wait_for_json(Duration::from_secs(5), |l| l["outcome"] == "failed");
+    assert!(
+        failed.is_some(),
+        "no failed line for the paused slot: {:?}",
+        replica.lines()
+    );
+    // It carries on with later slots...
+    assert!(
+        receiver.wait_for(2, Duration::from_secs(8)).len() >= 2,
+        "no later slot ran"
+    );
+    // ...and never re-sent the paused one.
+    assert_eq!(receiver.counts_by_idempotency_key()[&slot_key], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
+    let cluster = RedisCluster::start(3);
+    let proxy = FaultyProxy::start(cluster[0].addr());
+    let receiver = Receiver::start();
+    let urls = vec![proxy.redis_url(), cluster[1].url(), cluster[2].url()];
+    let text = fleet_config(&urls, &receiver.uri(), "lossy", "* * * * * *", "2s");
+    let (shutdown, runs) = start_replicas(&text, &["r1", "r2", "r3"]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let from = Utc::now();
+    proxy.set_latency(Duration::from_millis(200)); // far over the 50 ms node timeout
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.set_latency(Duration::ZERO);
+    for _ in 0..3 {
+        proxy.drop_all();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let to = Utc::now() - chrono::Duration::milliseconds(500);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop(shutdown, runs).await;
+    let keys = expected_keys(from, to);
+    assert_eq!(
+        missing(&receiver, &keys),
+        Vec::<String>::new(),
+        "slots missed through a bad link to one node"
+    );
+    assert!(
+        duplicates(&receiver).is_empty(),
+        "{:?}",
+        duplicates(&receiver)
+    );
+}
+
+/// A TCP server that answers every command with bytes that are not RESP.
+fn garbage_node() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0
+                        || stream
+                            .write_all(b"%%garbage\xff\xfe\r\n:not-a-number\r\n")
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answering_garbage_counts_as_failed_and_slots_still_run() {
+    let cluster = RedisCluster::start(2);
+    let receiver = Receiver::start();
+    let urls = vec![
+        format!("redis://{}", garbage_node()),
+        cluster[0].url(),
+        cluster[1].url(),
+    ];
+    let text = fleet_config(&urls, &receiver.uri(), "garbage", "* * * * * *", "2s");
+    let (shutdown, runs) = start_replicas(&text, &["r1", "r2"]).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    stop(shutdown, runs).await;
+    assert!(receiver.count() >= 2, "no slot ran with one garbage node");
+    assert!(
+        duplicates(&receiver).is_empty(),
+        "{:?}",
+        duplicates(&receiver)
+    );
+}
