@@ -32,7 +32,7 @@ fn job(receiver: &str) -> String {
 
 /// Runs one replica for ~3 s with `config`, returns all its output lines.
 fn run_replica(config: &Path) -> Vec<String> {
-    let mut replica = Replica::spawn(
+    let replica = Replica::spawn(
         env!("CARGO_BIN_EXE_slotcron"),
         &[
             "run",
@@ -137,7 +137,7 @@ fn a_wrong_redis_password_is_reported_without_the_password() {
         job(&receiver.uri())
     );
     let path = write_config(dir.path(), &text);
-    let mut replica = Replica::spawn(
+    let replica = Replica::spawn(
         env!("CARGO_BIN_EXE_slotcron"),
         &[
             "run",
@@ -301,7 +301,7 @@ fn tls_rediss_with_a_ca_file_and_password() {
     // Without the CA file the server's certificate is not trusted: no slot runs.
     let untrusted = text.replace("ca_file = \"ca.crt\"\n", "");
     let path = write_config(dir.path(), &untrusted);
-    let mut replica = Replica::spawn(
+    let replica = Replica::spawn(
         env!("CARGO_BIN_EXE_slotcron"),
         &[
             "run",
