@@ -582,11 +582,14 @@ impl<'e> Loader<'e> {
 
     /// Deserializes a section, naming the field on error.
     fn typed<T: DeserializeOwned>(&mut self, value: Value, section: &Section) -> Option<T> {
+        // Kept to find which key held an unknown variant: serde's path stops at a tagged enum.
+        let raw = value.clone();
         serde_path_to_error::deserialize(value)
             .map_err(|e| {
                 let path = e.path().to_string();
-                let message = e.inner().to_string();
-                let field = field_of(&path, &message);
+                let message = first_line(&e.inner().to_string());
+                let field = variant_field(&raw, &path, &message)
+                    .unwrap_or_else(|| field_of(&path, &message));
                 self.errors
                     .push(ConfigError::field(section.clone(), field, message));
             })
@@ -635,6 +638,32 @@ fn job_name(table: &Value, index: usize) -> String {
         Some(name) => name.to_owned(),
         None => format!("#{} (no name)", index + 1),
     }
+}
+
+/// The first line of a message (toml appends "in `table`" on the next).
+fn first_line(message: &str) -> String {
+    message.lines().next().unwrap_or_default().trim().to_owned()
+}
+
+/// For "unknown variant `x`" under `path`: the key of the table at `path` whose value is `x`
+/// (`action.msgtype` rather than just `action`).
+fn variant_field(raw: &Value, path: &str, message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("unknown variant `")?;
+    let (variant, _) = rest.split_once('`')?;
+    let table = if path == "." {
+        Some(raw)
+    } else {
+        path.split('.').try_fold(raw, |v, key| v.get(key))
+    }?;
+    let (key, _) = table
+        .as_table()?
+        .iter()
+        .find(|(_, v)| v.as_str() == Some(variant))?;
+    Some(if path == "." {
+        key.clone()
+    } else {
+        format!("{path}.{key}")
+    })
 }
 
 /// The field an error is about: serde's path, plus the field named in "unknown/missing field `x`".
