@@ -57,7 +57,7 @@ fn started(r: &Replica) {
     );
 }
 
-fn stop(mut r: Replica) {
+fn stop(r: Replica) {
     r.terminate();
     assert!(
         r.wait_timeout(Duration::from_secs(15))
