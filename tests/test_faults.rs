@@ -468,3 +468,63 @@ async fn a_node_answering_garbage_counts_as_failed_and_slots_still_run() {
         duplicates(&receiver)
     );
 }
+
+#[test]
+fn sigterm_while_an_action_is_in_flight_finishes_it_and_exits_0() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    receiver.set_delay(Duration::from_secs(2));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(
+            &cluster.urls(),
+            &receiver.uri(),
+            "sigterm",
+            "* * * * * *",
+            "5s",
+        ),
+    );
+    let mut replica = Replica::spawn(
+        env!("CARGO_BIN_EXE_slotcron"),
+        &[
+            "run",
+            "--log-format",
+            "json",
+            "--replica-id",
+            "draining",
+            "--config",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let first = receiver.wait_for(1, Duration::from_secs(10));
+    let in_flight = common::idempotency_key(&first[0]).unwrap();
+    replica.terminate();
+    let status = replica.wait_timeout(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit after SIGTERM: {status:?}"
+    );
+    let lines = replica.json_lines();
+    let slot = in_flight.trim_start_matches("fault/");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["outcome"] == "done" && l["slot"] == slot),
+        "the in-flight slot was not finished: {lines:?}"
+    );
+    // No slot started after the signal.
+    let signal_at = lines
+        .iter()
+        .position(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("signal received"))
+        })
+        .unwrap();
+    assert!(
+        lines[signal_at..].iter().all(|l| l["outcome"] != "won"),
+        "a slot started after SIGTERM"
+    );
+}
