@@ -485,7 +485,7 @@ fn sigterm_while_an_action_is_in_flight_finishes_it_and_exits_0() {
             "5s",
         ),
     );
-    let mut replica = Replica::spawn(
+    let replica = Replica::spawn(
         env!("CARGO_BIN_EXE_slotcron"),
         &[
             "run",

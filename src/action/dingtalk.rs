@@ -2,11 +2,8 @@
 //! ("加签": HMAC-SHA256 of "{timestamp_ms}\n{secret}", base64, URL-encoded, appended as
 //! `&timestamp=…&sign=…`). `errcode` 0 is success; 130101 is its rate limit and is retried.
 
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::Sha256;
 use url::Url;
 
 use super::deliver::{self, snippet, Answer, Verdict};
@@ -29,10 +26,10 @@ pub struct DingTalkAction {
 
 /// `sign` for `timestamp_ms` and `secret`: base64(HMAC-SHA256(key = secret, "{ts}\n{secret}")).
 pub fn sign(timestamp_ms: i64, secret: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    mac.update(format!("{timestamp_ms}\n{secret}").as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    super::hmac_sha256_base64(
+        secret.as_bytes(),
+        format!("{timestamp_ms}\n{secret}").as_bytes(),
+    )
 }
 
 /// The webhook with `timestamp` and `sign` appended (URL-encoded by the query serializer).
@@ -100,6 +97,7 @@ pub fn classify(answer: &Answer) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     #[test]
     fn signature_matches_the_documented_algorithm() {

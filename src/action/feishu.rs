@@ -2,11 +2,8 @@
 //! key is "{timestamp_s}\n{secret}", the message empty; base64; `timestamp` and `sign` go in the
 //! JSON body). `code` 0 is success.
 
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::Sha256;
 
 use super::deliver::{self, snippet, Answer, Verdict};
 use super::rate::Budget;
@@ -25,10 +22,7 @@ pub struct FeishuAction {
 
 /// `sign` for `timestamp_s` and `secret`: base64(HMAC-SHA256(key = "{ts}\n{secret}", "")).
 pub fn sign(timestamp_s: i64, secret: &str) -> String {
-    let key = format!("{timestamp_s}\n{secret}");
-    let mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    super::hmac_sha256_base64(format!("{timestamp_s}\n{secret}").as_bytes(), b"")
 }
 
 impl FeishuAction {
@@ -79,6 +73,7 @@ pub fn classify(answer: &Answer) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     #[test]
     fn codes() {

@@ -139,3 +139,17 @@ pub fn http_client() -> reqwest::Result<reqwest::Client> {
         .tcp_nodelay(true)
         .build()
 }
+
+/// base64(HMAC-SHA256(key, message)): the robots' signing primitive.
+pub fn hmac_sha256_base64(key: &[u8], message: &[u8]) -> String {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    // HMAC accepts a key of any length, so this never fails; were it to, the empty signature
+    // would be refused by the robot and logged, rather than crash the replica.
+    hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+        .map(|mut mac| {
+            mac.update(message);
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+        })
+        .unwrap_or_default()
+}
