@@ -9,7 +9,6 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
-use super::template::TemplateContext;
 use super::{ActionError, Delivery, SendContext};
 
 /// Bytes of stdout and of stderr kept for the log.
@@ -23,14 +22,7 @@ pub struct CommandAction {
 
 impl CommandAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
-        let argv = ctx
-            .templates
-            .render_json(&self.argv, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "argv",
-                reason,
-            })?;
+        let argv = ctx.render_json(&self.argv, "argv")?;
         let argv: Vec<String> = serde_json::from_value(argv).unwrap_or_default();
         let Some((program, args)) = argv.split_first() else {
             return Err(ActionError::Input {

@@ -8,7 +8,6 @@ use url::Url;
 
 use super::deliver::{self, snippet, Answer, Verdict};
 use super::rate::Budget;
-use super::template::TemplateContext;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
 
@@ -43,14 +42,7 @@ pub fn signed_url(webhook: &Url, secret: &str, timestamp_ms: i64) -> Url {
 
 impl DingTalkAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
-        let body = ctx
-            .templates
-            .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "message",
-                reason,
-            })?;
+        let body = ctx.render_json(&self.message, "message")?;
         // Signed per attempt: DingTalk refuses a timestamp more than an hour old.
         let build = || {
             let url = match &self.secret {

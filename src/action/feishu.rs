@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 
 use super::deliver::{self, snippet, Answer, Verdict};
 use super::rate::Budget;
-use super::template::TemplateContext;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
 
@@ -27,14 +26,7 @@ pub fn sign(timestamp_s: i64, secret: &str) -> String {
 
 impl FeishuAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
-        let body = ctx
-            .templates
-            .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "message",
-                reason,
-            })?;
+        let body = ctx.render_json(&self.message, "message")?;
         let build = || {
             let mut body = body.clone();
             if let Some(secret) = &self.secret {

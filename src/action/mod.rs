@@ -87,6 +87,24 @@ pub struct SendContext<'a> {
     pub metrics: &'a crate::metrics::Metrics,
 }
 
+impl SendContext<'_> {
+    /// The template context of this slot.
+    pub fn template_context(&self) -> template::TemplateContext<'_> {
+        template::TemplateContext::new(self.job, self.slot, self.zone, self.replica)
+    }
+
+    /// `value` with its template strings rendered for this slot (cards, posts, blocks, argv).
+    pub fn render_json(
+        &self,
+        value: &serde_json::Value,
+        field: &'static str,
+    ) -> Result<serde_json::Value, ActionError> {
+        self.templates
+            .render_json(value, &self.template_context())
+            .map_err(|reason| ActionError::Render { field, reason })
+    }
+}
+
 /// A successful delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {

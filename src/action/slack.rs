@@ -5,7 +5,6 @@ use serde_json::Value;
 
 use super::deliver::{self, snippet, Answer, Verdict};
 use super::rate::Budget;
-use super::template::TemplateContext;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::SecretUrl;
 
@@ -19,14 +18,7 @@ pub struct SlackAction {
 
 impl SlackAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
-        let body = ctx
-            .templates
-            .render_json(&self.message, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "message",
-                reason,
-            })?;
+        let body = ctx.render_json(&self.message, "message")?;
         deliver::deliver(
             ctx,
             Some(&self.budget),
