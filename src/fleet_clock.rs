@@ -141,7 +141,7 @@ pub async fn measure_and_report(
     metrics.clock_offset(local_minus_fleet_ms);
     let limit = chrono::Duration::from_std(max_skew / 2).unwrap_or_default();
     if offset.abs() > limit {
-        tracing::warn!(replica, offset_ms = local_minus_fleet_ms, max_clock_skew_ms = max_skew.as_millis() as u64,
+        tracing::warn!(replica = %replica, offset_ms = local_minus_fleet_ms, max_clock_skew_ms = max_skew.as_millis() as u64,
             "this replica's clock is {} ms {} the Redis nodes' (more than half of max_clock_skew){}",
             local_minus_fleet_ms.abs(), if local_minus_fleet_ms > 0 { "ahead of" } else { "behind" },
             if clock.apply { "; scheduling on the fleet clock" } else { "; clock = \"local\": scheduling on it anyway" });

@@ -295,8 +295,8 @@ async fn report_nodes(lock: &Redlock, replica: &str) {
     let pings = join_all(lock.nodes().iter().map(|n| n.ping_within(STARTUP_PING))).await;
     for (node, ping) in lock.nodes().iter().zip(pings) {
         match ping {
-            Ok(()) => tracing::info!(replica, node = node.address(), "redis node up"),
-            Err(e) => tracing::warn!(replica, node = node.address(), error = %e,
+            Ok(()) => tracing::info!(replica = %replica, node = %node.address(), "redis node up"),
+            Err(e) => tracing::warn!(replica = %replica, node = %node.address(), error = %e,
                 "redis node down at start; reconnecting in the background"),
         }
     }

@@ -66,7 +66,7 @@ impl CommandAction {
                 ),
             });
         };
-        tracing::info!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, stdout = %out, stderr = %err, "command output");
+        tracing::info!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, stdout = %out, stderr = %err, "command output");
         match status {
             Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
             Ok(s) => Err(ActionError::Rejected {

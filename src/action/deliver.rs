@@ -99,7 +99,7 @@ pub async fn deliver_for<T>(
                         reason,
                     });
                 }
-                tracing::debug!(job = ctx.job, slot = %ctx.slot, attempt, %reason, "retrying");
+                tracing::debug!(job = %ctx.job, slot = %ctx.slot, attempt, %reason, "retrying");
                 last = reason;
                 tokio::time::sleep(delay).await;
             }
@@ -121,13 +121,13 @@ async fn take_budget(
         Ok(waited) => {
             if !waited.is_zero() {
                 ctx.metrics.budget_wait(ctx.job, waited);
-                tracing::info!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, waited_ms = waited.as_millis() as u64,
+                tracing::info!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, waited_ms = waited.as_millis() as u64,
                     "waited for the webhook's rate budget");
             }
             Ok(())
         }
         Err(spent) => {
-            tracing::warn!(job = ctx.job, slot = %ctx.slot, replica = ctx.replica, rate = %spent.rate,
+            tracing::warn!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, rate = %spent.rate,
                 "skipped for the rate budget: {spent}");
             Err(ActionError::BudgetSpent {
                 attempts: attempt - 1,

@@ -20,10 +20,10 @@ impl LogAction {
                 reason,
             })?;
         tracing::info!(
-            job = ctx.job,
+            job = %ctx.job,
             slot = %ctx.slot,
-            replica = ctx.replica,
-            action = "log",
+            replica = %ctx.replica,
+            action = %"log",
             "{message}"
         );
         Ok(Delivery { attempts: 1 })
