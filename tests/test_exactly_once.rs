@@ -21,6 +21,8 @@ fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
         max_clock_skew = "2s"
         [redis]
         nodes = [{nodes}]
+        # Generous for a loaded 2-core CI machine; the race itself takes well under 1 ms.
+        node_timeout = "250ms"
         [[job]]
         name = "every-second"
         schedule = "* * * * * *"

@@ -40,7 +40,7 @@ fn fleet_config(
         max_clock_skew = "1s"
         [redis]
         nodes = [{nodes}]
-        node_timeout = "50ms"
+        node_timeout = "150ms"
         [[job]]
         name = "fault"
         schedule = "{schedule}"
@@ -401,7 +401,7 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
     let (shutdown, runs) = start_replicas(&text, &["r1", "r2", "r3"]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let from = Utc::now();
-    proxy.set_latency(Duration::from_millis(200)); // far over the 50 ms node timeout
+    proxy.set_latency(Duration::from_millis(600)); // far over the 150 ms node timeout
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.set_latency(Duration::ZERO);
     for _ in 0..3 {
