@@ -161,7 +161,8 @@ pub fn render_check(config: &Config, next: usize) -> String {
         let target = job
             .action
             .target()
-            .map(|t| format!(" -> {t}"))
+            // A command's argv may hold a value from the environment: scrubbed like the logs.
+            .map(|t| format!(" -> {}", config.scrubber.scrub(&t)))
             .unwrap_or_default();
         out.push_str(&format!(
             "\njob {:?}: {:?} in {}, timeout {}, {}{target}\n",

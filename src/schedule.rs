@@ -4,12 +4,15 @@
 //! computes the same slot whatever its wake-up jitter. The slot (not the wake-up time) is the
 //! lock key. DST is handled by croner over a real `chrono_tz::Tz` (never a fixed offset): a slot
 //! in a spring-forward gap moves to the first instant after the gap, a fixed-time slot in a
-//! fall-back overlap runs once (in the earlier fold).
+//! fall-back overlap runs once (in the earlier fold). "Fixed-time" means no `*` in the second,
+//! minute and hour fields (lists and ranges included, as in Vixie cron); croner alone counts only
+//! single values, so `Schedule` applies the rule to lists and ranges itself. A job with `*` there
+//! follows elapsed time: it runs in both folds of an overlap and has no slot in a gap.
 
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
@@ -62,6 +65,8 @@ pub struct Schedule {
     cron: Cron,
     zone: Tz,
     expression: String,
+    /// No `*` in the second, minute and hour fields: the cron names wall-clock times.
+    wall_times: bool,
 }
 
 /// Why a cron expression was refused.
@@ -98,10 +103,14 @@ impl Schedule {
                 expression: expression.to_owned(),
                 reason: e.to_string(),
             })?;
+        let p = &cron.pattern;
+        let wall_times =
+            !(p.seconds.from_wildcard || p.minutes.from_wildcard || p.hours.from_wildcard);
         let schedule = Schedule {
             cron,
             zone,
             expression: expression.to_owned(),
+            wall_times,
         };
         schedule
             .next_after(Utc::now())
@@ -121,20 +130,67 @@ impl Schedule {
 
     /// The first slot strictly after `at`.
     pub fn next_after(&self, at: DateTime<Utc>) -> Option<Slot> {
-        let start = truncate_to_second(at).with_timezone(&self.zone);
-        self.cron
-            .find_next_occurrence(&start, false)
+        let mut found = self.croner_next(at);
+        if !self.wall_times {
+            return found.map(Slot);
+        }
+        // croner runs a listed wall time in both folds of an overlap: keep the earlier fold only.
+        while let Some(t) = found.filter(|&t| in_later_fold(self.zone, t)) {
+            found = self.croner_next(t);
+        }
+        // croner skips a listed wall time in a gap: run it right after the gap.
+        let gap = self
+            .cron
+            .find_next_occurrence(&self.wall(at), false)
             .ok()
-            .map(|t| Slot(t.with_timezone(&Utc)))
+            .and_then(|wall| gap_end(self.zone, wall))
+            .filter(|&end| end > at);
+        match (found, gap) {
+            (Some(a), Some(b)) => Some(Slot(a.min(b))),
+            (a, b) => a.or(b).map(Slot),
+        }
     }
 
     /// The latest slot at or before `at`: the slot a replica waking at `at` belongs to.
     pub fn current(&self, at: DateTime<Utc>) -> Option<Slot> {
+        let mut found = self.croner_previous(at, true);
+        if !self.wall_times {
+            return found.map(Slot);
+        }
+        // The same two corrections as in `next_after`, searching backwards.
+        while let Some(t) = found.filter(|&t| in_later_fold(self.zone, t)) {
+            found = self.croner_previous(t, false);
+        }
+        let gap = self
+            .cron
+            .find_previous_occurrence(&self.wall(at), true)
+            .ok()
+            .and_then(|wall| gap_end(self.zone, wall))
+            .filter(|&end| end <= at);
+        found.max(gap).map(Slot)
+    }
+
+    fn croner_next(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let start = truncate_to_second(at).with_timezone(&self.zone);
         self.cron
-            .find_previous_occurrence(&start, true)
+            .find_next_occurrence(&start, false)
             .ok()
-            .map(|t| Slot(t.with_timezone(&Utc)))
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    fn croner_previous(&self, at: DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
+        let start = truncate_to_second(at).with_timezone(&self.zone);
+        self.cron
+            .find_previous_occurrence(&start, inclusive)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The wall-clock time of `at` in the zone, whole seconds.
+    fn wall(&self, at: DateTime<Utc>) -> NaiveDateTime {
+        truncate_to_second(at)
+            .with_timezone(&self.zone)
+            .naive_local()
     }
 
     /// The next `n` slots after `at`.
@@ -150,6 +206,34 @@ impl Schedule {
         }
         slots
     }
+}
+
+/// Whether `t` is the second of two instants with the same wall time (a fall-back overlap).
+fn in_later_fold(zone: Tz, t: DateTime<Utc>) -> bool {
+    match zone.from_local_datetime(&t.with_timezone(&zone).naive_local()) {
+        LocalResult::Ambiguous(_, later) => later.with_timezone(&Utc) == t,
+        _ => false,
+    }
+}
+
+/// For a wall time that a spring-forward gap skips, the first instant after the gap; `None` for
+/// a wall time that exists.
+fn gap_end(zone: Tz, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+    if !matches!(zone.from_local_datetime(&wall), LocalResult::None) {
+        return None;
+    }
+    // UTC offsets lie within ±15 h: bisect (whole seconds) for the first instant past `wall`.
+    let center = wall.and_utc().timestamp();
+    let (mut before, mut after) = (center - 15 * 3600, center + 15 * 3600);
+    while after - before > 1 {
+        let middle = before + (after - before) / 2;
+        match Utc.timestamp_opt(middle, 0).single() {
+            Some(t) if t.with_timezone(&zone).naive_local() > wall => after = middle,
+            Some(_) => before = middle,
+            None => return None,
+        }
+    }
+    Utc.timestamp_opt(after, 0).single()
 }
 
 /// The wall clock, as a seam: tests skew one replica in-process, production reads the system.

@@ -140,7 +140,7 @@ async fn page(AxumState(state): AxumState<State>) -> Response {
             zone: job.zone().to_string(),
             action: job.action.target().map_or_else(
                 || job.action.kind().to_owned(),
-                |t| format!("{} → {t}", job.action.kind()),
+                |t| format!("{} → {}", job.action.kind(), config.scrubber.scrub(&t)),
             ),
             next: job
                 .schedule

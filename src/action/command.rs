@@ -46,6 +46,9 @@ impl CommandAction {
                 attempts: 1,
                 reason: format!("cannot start {program:?}: {e}"),
             })?;
+        // Taken now: once the shell has exited and been reaped, `child.id()` is `None`, while its
+        // background children may still hold the group (and the output pipes) open.
+        let pgid = child.id();
         let stdout = read_capped(child.stdout.take());
         let stderr = read_capped(child.stderr.take());
         let remaining = ctx
@@ -57,7 +60,7 @@ impl CommandAction {
         })
         .await;
         let Ok((status, out, err)) = waited else {
-            kill_group(child.id());
+            kill_group(pgid);
             let _ = child.wait().await;
             return Err(ActionError::GaveUp {
                 attempts: 1,

@@ -99,7 +99,11 @@ pub async fn deliver_for<T>(
                         reason,
                     });
                 }
-                tracing::debug!(job = %ctx.job, slot = %ctx.slot, attempt, %reason, "retrying");
+                // Only the kind of failure ("HTTP 502 Bad Gateway", "errcode 45009"): the rest may
+                // echo what the receiver was sent, and this line is not scrubbed. The final error
+                // (scrubbed) carries the whole reason.
+                let kind = reason.split(": ").next().unwrap_or_default();
+                tracing::debug!(job = %ctx.job, slot = %ctx.slot, attempt, reason = %kind, "retrying");
                 last = reason;
                 tokio::time::sleep(delay).await;
             }

@@ -121,8 +121,11 @@ impl Budgets {
     /// it waited.
     pub async fn take(&self, budget: &Budget, deadline: Instant) -> Result<Duration, BudgetSpent> {
         let started = Instant::now();
+        let mut waited = false;
         loop {
             let wait = match self.try_take(budget).await {
+                // Admitted at once is no wait, however long the nodes took to answer.
+                None if !waited => return Ok(Duration::ZERO),
                 None => return Ok(started.elapsed()),
                 Some(wait) => wait,
             };
@@ -134,6 +137,7 @@ impl Budgets {
                     wait,
                 });
             }
+            waited = true;
             tokio::time::sleep(wait).await;
         }
     }

@@ -50,9 +50,18 @@ pub struct TemplateRef {
 }
 
 /// All templates of one configuration.
-#[derive(Debug)]
 pub struct Templates {
     env: Environment<'static>,
+}
+
+/// Names only: the environment holds `env`, every variable of the process (secrets included).
+impl std::fmt::Debug for Templates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.env.templates().map(|(name, _)| name).collect();
+        f.debug_struct("Templates")
+            .field("templates", &names)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Templates {
@@ -134,17 +143,19 @@ impl Templates {
             return Ok(Content::Static(source));
         }
         self.env
-            .add_template_owned(name.clone(), source)
+            .add_template_owned(name.clone(), source.clone())
             .map_err(describe)?;
-        let template = TemplateRef { name: name.into() };
         let sample = TemplateContext::new(
             "job",
             Slot::at(chrono::Utc::now()),
             chrono_tz::UTC,
             "replica",
         );
-        self.render(&Content::Template(template.clone()), &sample)?;
-        Ok(Content::Template(template))
+        self.env
+            .get_template(&name)
+            .and_then(|tpl| tpl.render(&sample))
+            .map_err(|e| describe_in(e, &source))?;
+        Ok(Content::Template(TemplateRef { name: name.into() }))
     }
 
     /// The text of `content` for one slot.
@@ -168,6 +179,21 @@ fn describe(err: minijinja::Error) -> String {
             err.detail().unwrap_or(&err.kind().to_string())
         ),
         None => err.to_string(),
+    }
+}
+
+/// [`describe`], naming the undefined expression (`{{ slto }}`) from the template's source.
+fn describe_in(err: minijinja::Error, source: &str) -> String {
+    let undefined = (err.kind() == minijinja::ErrorKind::UndefinedError)
+        .then(|| err.range().and_then(|r| source.get(r)))
+        .flatten()
+        .map(str::to_owned);
+    let text = describe(err);
+    match undefined {
+        Some(what) => format!(
+            "{text}: `{what}` (templates see job, slot, slot_utc, slot_ms, replica and env)"
+        ),
+        None => text,
     }
 }
 

@@ -234,7 +234,11 @@ impl WecomAction {
             .map_or_else(|| "media".to_owned(), |n| n.to_string_lossy().into_owned());
         let url = upload_url(self.webhook.expose(), kind);
         let build = || {
-            let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
+            let part = || reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.clone());
+            // The part's type as the robot's documentation shows it (a constant: never an error).
+            let part = part()
+                .mime_str("application/octet-stream")
+                .unwrap_or_else(|_| part());
             ctx.client
                 .post(url.clone())
                 .multipart(reqwest::multipart::Form::new().part("media", part))

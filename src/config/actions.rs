@@ -564,6 +564,8 @@ impl ActionCheck<'_, '_> {
         {
             Ok(content) => Some(content),
             Err(e) => {
+                // The message may quote the template, which may hold an expanded ${VAR}.
+                let e = self.loader.scrubber.scrub(&e);
                 self.error(field, e);
                 None
             }

@@ -473,17 +473,18 @@ impl<'e> Loader<'e> {
             Some(tz) => self.zone(tz, section.clone()),
             None => scheduler.map(|s| s.timezone),
         };
-        let schedule = zone.and_then(|zone| {
-            Schedule::parse(&raw.schedule, zone)
-                .map_err(|e| {
-                    self.errors.push(ConfigError::field(
-                        section.clone(),
-                        "schedule",
-                        e.to_string(),
-                    ))
-                })
-                .ok()
-        });
+        // A zone in error (here or in [scheduler]) is already reported; the expression is still
+        // checked, in UTC, so its own errors show in the same run.
+        let schedule = Schedule::parse(&raw.schedule, zone.unwrap_or(chrono_tz::UTC))
+            .map_err(|e| {
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "schedule",
+                    e.to_string(),
+                ))
+            })
+            .ok()
+            .filter(|_| zone.is_some());
         let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() {
             self.errors.push(ConfigError::field(
@@ -674,6 +675,8 @@ fn field_of(path: &str, message: &str) -> String {
         .and_then(|(_, rest)| rest.split_once('`'))
         .map(|(name, _)| name);
     let base = if path == "." { "" } else { path };
+    // serde_path_to_error's path already ends at an unknown field outside a tagged enum.
+    let named = named.filter(|name| base.rsplit('.').next() != Some(*name));
     match (base, named) {
         ("", Some(name)) => name.to_owned(),
         ("", None) => "(table)".to_owned(),
@@ -720,6 +723,10 @@ mod tests {
             "action.x"
         );
         assert_eq!(field_of("timeout", "invalid type"), "timeout");
+        assert_eq!(
+            field_of("retries", "unknown field `retries`, expected one of"),
+            "retries"
+        );
     }
 
     #[test]

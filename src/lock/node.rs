@@ -15,9 +15,14 @@ use super::{SlotKey, Token};
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest pause between reconnection attempts to a node that is down: short, so a node that
-/// comes back counts in the majority again within a slot or two.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
+/// Retries of a failed (re)connection attempt: none. A failed attempt fails the calls waiting on
+/// it at once, and the call that sees the failure starts a new attempt in the background, which
+/// the next call uses (a node that comes back is used again within a call or two). With retries
+/// (a backoff loop until the node is back), every call
+/// to a node that is down (connection refused) would wait for the retry loop, i.e. cost the full
+/// node timeout: the slot lock, the running lease, the history write and the release each, which
+/// with a job every second made a run outlast its second and the next slot skip as overlapping.
+const CONNECT_RETRIES: usize = 0;
 
 /// Compare-and-delete: release only our own token.
 const RELEASE_SCRIPT: &str = r"
@@ -136,6 +141,9 @@ pub struct Node {
     timeout: Duration,
     /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
     legacy: AtomicBool,
+    /// False from a failed request until the next answer: a winner does not wait for a node
+    /// that is down (see `Redlock::ask_until_decided`).
+    healthy: AtomicBool,
     release: Script,
     acquire_script: Script,
     extend: Script,
@@ -172,8 +180,7 @@ impl Node {
         .map_err(|e| format!("{url}: {e}"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_max_delay(RECONNECT_MAX_DELAY)
-            .set_number_of_retries(usize::MAX);
+            .set_number_of_retries(CONNECT_RETRIES);
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| format!("{url}: {e}"))?;
         Ok(Node {
@@ -181,6 +188,7 @@ impl Node {
             conn,
             timeout,
             legacy: AtomicBool::new(false),
+            healthy: AtomicBool::new(true),
             release: Script::new(RELEASE_SCRIPT),
             acquire_script: Script::new(ACQUIRE_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
@@ -189,6 +197,11 @@ impl Node {
 
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Whether the node answered its last request.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
     }
 
     /// Tries to set `key` to `token` for `ttl`; answers who holds the key, in one round trip.
@@ -298,22 +311,31 @@ impl Node {
         wait: Duration,
     ) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(wait, cmd.query_async::<T>(&mut conn)).await {
+        let result = match tokio::time::timeout(wait, cmd.query_async::<T>(&mut conn)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
             Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
-        }
+        };
+        self.healthy.store(result.is_ok(), Ordering::Relaxed);
+        result
     }
 
     async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeErrorKind> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(NodeErrorKind::Redis(e.to_string())),
-            Err(_) => Err(NodeErrorKind::Timeout(self.timeout)),
-        }
+        let (result, answered) = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(value)) => (Ok(value), true),
+            // An error reply (WRONGTYPE, a syntax error) still comes from a node that is up.
+            Ok(Err(e)) => {
+                let down =
+                    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
+                (Err(NodeErrorKind::Redis(e.to_string())), !down)
+            }
+            Err(_) => (Err(NodeErrorKind::Timeout(self.timeout)), false),
+        };
+        self.healthy.store(answered, Ordering::Relaxed);
+        result
     }
 
     fn error(&self, kind: NodeErrorKind) -> NodeError {

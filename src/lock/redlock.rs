@@ -188,11 +188,13 @@ impl Redlock {
         }
     }
 
-    /// Asks every node in parallel and reads the answers as they come: once a majority says
-    /// who holds the key (us or another) the race is decided and slower nodes are not waited
-    /// for, so a dead or hung node costs nothing once a majority has answered. `None` marks a
-    /// node not waited for; its SET may still land, harmlessly: a winner's own token, or a
-    /// loser's stray token on a minority of nodes that expires with its TTL.
+    /// Asks every node in parallel and reads the answers as they come. A loser stops as soon
+    /// as another token holds a majority (`None` marks a node not waited for; a SET of ours
+    /// that still lands there is a stray token on a minority, harmless, gone with its TTL).
+    /// A winner also waits for every other node that is up (each bounded by the node timeout):
+    /// its key must land on all of them, so that one node restarted empty still leaves a
+    /// majority holding it and a late replica loses. It does not wait for a node whose last
+    /// request failed, so a dead node costs a race nothing after the first.
     async fn ask_until_decided(
         &self,
         key: &SlotKey,
@@ -209,7 +211,13 @@ impl Redlock {
         while let Some((i, reply)) = pending.next().await {
             replies[i] = Some(reply);
             let tally = Tally::of(replies.iter().flatten());
-            if tally.own >= self.quorum() || tally.majority_holder(self.quorum()).is_some() {
+            let others_answered_or_down = replies
+                .iter()
+                .zip(&self.nodes)
+                .all(|(reply, node)| reply.is_some() || !node.is_healthy());
+            if tally.majority_holder(self.quorum()).is_some()
+                || (tally.own >= self.quorum() && others_answered_or_down)
+            {
                 break;
             }
         }
