@@ -1,5 +1,5 @@
-//! Run history: who ran what. The winner of a slot records the run (once when it starts, once
-//! when it ends) in a capped stream per job on every Redis node; reads merge the nodes, so the
+//! Run history: who ran what. The winner of a slot records the run (when it ends, and when it
+//! starts if it runs long or its job catches up) in a capped stream per job on every Redis node; reads merge the nodes, so the
 //! history survives any minority of nodes being down or restarted empty. Standalone mode keeps
 //! the history in the process.
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::lock::Redlock;
 use crate::schedule::Slot;
 
-/// Records kept per job and node (`XADD … MAXLEN ~`); two per run.
+/// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.
 pub const HISTORY_CAP: usize = 2000;
 /// Bound on a history write or read per node (not on the race path).
 const HISTORY_TIMEOUT: Duration = Duration::from_millis(250);
@@ -201,7 +201,7 @@ async fn read_nodes(
     limit: usize,
 ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
     let mut cmd = redis::cmd("XREVRANGE");
-    // Two records per run: read twice the limit so every run has its end.
+    // Up to two records per run: read twice the limit so every run has its end.
     cmd.arg(stream_key(prefix, job))
         .arg("+")
         .arg("-")

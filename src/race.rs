@@ -1,7 +1,7 @@
-//! One slot's life on one replica: check it is not too late, race for the lock, and (for the
-//! winner only) hold the job's running lease, record the run, run the action inside the lock's
-//! validity, and record the end. Each step logs one line with the stable fields `job`, `slot`,
-//! `replica`, `outcome`.
+//! One slot's life on one replica: check it is not too late, race for the lock (jobs due at the
+//! same instant race as one batch), and (for the winner only) hold the job's running lease, run
+//! the action inside the lock's validity, and record the run. Each step logs one line with the
+//! stable fields `job`, `slot`, `replica`, `outcome`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,9 @@ use crate::secret::Scrubber;
 pub const KEY_MARGIN: Duration = Duration::from_secs(5);
 /// A replica still races a slot this long after it, even with `max_clock_skew = 0`.
 pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
+/// A run still going after this long has its start recorded (it shows as running); a shorter
+/// run is recorded once, when it ends. Jobs with `catch_up` record the start at once.
+pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
@@ -101,6 +104,26 @@ impl SlotResult {
     }
 }
 
+/// A slot this replica won: its run is still to do ([`RaceContext::run`]).
+#[derive(Debug)]
+pub struct Won {
+    pub job: Arc<Job>,
+    pub slot: Slot,
+    lease: Lease,
+    /// The job's running lease, held while the run goes on (`overlap = "skip"`).
+    running: Option<Lease>,
+}
+
+/// How a race for one slot ended on this replica.
+#[derive(Debug)]
+pub enum Claim {
+    /// Won: the run is still to do.
+    Won(Won),
+    /// Nothing to run here: lost, unavailable, too late, or the job's previous run is still
+    /// going (already logged and counted).
+    Settled(SlotResult),
+}
+
 impl RaceContext {
     /// How long after its slot a replica (by its own clock) still races for it.
     pub fn start_window(&self) -> Duration {
@@ -114,73 +137,178 @@ impl RaceContext {
     }
 
     /// Races for a scheduled `slot` of `job` and, if won, runs it.
-    pub async fn run_slot(&self, job: &Job, slot: Slot) -> SlotResult {
+    pub async fn run_slot(&self, job: &Arc<Job>, slot: Slot) -> SlotResult {
         self.race(job, slot, RaceKind::Scheduled).await
     }
 
     /// Races for `slot` of `job` and, if won, runs it.
-    pub async fn race(&self, job: &Job, slot: Slot, kind: RaceKind) -> SlotResult {
-        let late = (self.clock.now() - slot.instant())
-            .to_std()
-            .unwrap_or_default();
-        if kind == RaceKind::Scheduled && late > self.start_window() {
-            tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-                late_ms = late.as_millis() as u64,
-                "woke {} ms after the slot, past the start window: not racing", late.as_millis());
-            self.metrics.slot(&job.name, "skipped");
-            return SlotResult::Late { late };
+    pub async fn race(&self, job: &Arc<Job>, slot: Slot, kind: RaceKind) -> SlotResult {
+        match self.claim(job, slot, kind).await {
+            Claim::Won(won) => self.run(won).await,
+            Claim::Settled(result) => result,
+        }
+    }
+
+    /// Races for `slot` of `job`: logs the outcome; a win is still to run.
+    pub async fn claim(&self, job: &Arc<Job>, slot: Slot, kind: RaceKind) -> Claim {
+        if let Some(late) = self.too_late(slot, kind) {
+            return Claim::Settled(self.skip_late(job, slot, late));
         }
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
         let raced_at = Instant::now();
         let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
-        self.metrics.lock_latency(raced_at.elapsed());
-        match acquired {
+        let mut claim = self.settle(job, slot, kind, acquired, raced_at.elapsed());
+        self.take_running_leases(std::slice::from_mut(&mut claim))
+            .await;
+        claim
+    }
+
+    /// Races for `slot` of every job of `jobs` (the jobs due at that instant) as one batch: one
+    /// round trip per node for all of them. Logs each outcome; one claim per job, in order.
+    pub async fn claim_many(&self, jobs: &[Arc<Job>], slot: Slot, kind: RaceKind) -> Vec<Claim> {
+        if let Some(late) = self.too_late(slot, kind) {
+            return jobs
+                .iter()
+                .map(|job| Claim::Settled(self.skip_late(job, slot, late)))
+                .collect();
+        }
+        let keys: Vec<(SlotKey, Duration)> = jobs
+            .iter()
+            .map(|job| {
+                (
+                    SlotKey::new(&self.key_prefix, &job.name, slot),
+                    self.key_ttl(job),
+                )
+            })
+            .collect();
+        let raced_at = Instant::now();
+        let acquired = self.lock.acquire_many(&keys).await;
+        let elapsed = raced_at.elapsed();
+        let mut claims: Vec<Claim> = jobs
+            .iter()
+            .zip(acquired)
+            .map(|(job, acquired)| self.settle(job, slot, kind, acquired, elapsed))
+            .collect();
+        self.take_running_leases(&mut claims).await;
+        claims
+    }
+
+    /// How late a scheduled slot is past the start window, if it is.
+    fn too_late(&self, slot: Slot, kind: RaceKind) -> Option<Duration> {
+        let late = (self.clock.now() - slot.instant())
+            .to_std()
+            .unwrap_or_default();
+        (kind == RaceKind::Scheduled && late > self.start_window()).then_some(late)
+    }
+
+    fn skip_late(&self, job: &Job, slot: Slot, late: Duration) -> SlotResult {
+        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
+            late_ms = late.as_millis() as u64,
+            "woke {} ms after the slot, past the start window: not racing", late.as_millis());
+        self.metrics.slot(&job.name, "skipped");
+        SlotResult::Late { late }
+    }
+
+    /// Logs a race's outcome (the line that names the winner) and counts it.
+    fn settle(
+        &self,
+        job: &Arc<Job>,
+        slot: Slot,
+        kind: RaceKind,
+        acquired: Acquire,
+        lock_time: Duration,
+    ) -> Claim {
+        self.metrics.lock_latency(lock_time);
+        let settled = match acquired {
             Acquire::Won(lease) => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"won",
                     trigger = %kind.as_str(), validity_ms = lease.validity.as_millis() as u64,
-                    lock_us = raced_at.elapsed().as_micros() as u64, "won the slot");
+                    lock_us = lock_time.as_micros() as u64, "won the slot");
                 self.metrics.slot(&job.name, "won");
-                let result = self.run_won(job, slot, &lease).await;
-                self.metrics.slot(&job.name, result.outcome());
-                result
+                return Claim::Won(Won {
+                    job: job.clone(),
+                    slot,
+                    lease,
+                    running: None,
+                });
             }
             Acquire::Lost { holder } => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"lost",
                     winner = holder.replica(), "lost the slot to {}", holder.replica());
-                self.metrics.slot(&job.name, "lost");
                 SlotResult::Lost { holder }
             }
             Acquire::Unavailable(why) => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"unavailable",
                     error = %why, "lock unavailable: the slot does not run here");
-                self.metrics.slot(&job.name, "unavailable");
                 SlotResult::Unavailable(why)
             }
-        }
+        };
+        self.metrics.slot(&job.name, settled.outcome());
+        Claim::Settled(settled)
     }
 
-    /// The winner's part: the running lease (unless overlap is allowed), the run, then (after
-    /// the lease is released, so the next slot is not held up) the run's record.
-    async fn run_won(&self, job: &Job, slot: Slot, lease: &Lease) -> SlotResult {
-        let running = match job.overlap {
-            Overlap::Allow => None,
-            Overlap::Skip => match self.take_running_lease(job, slot).await {
-                Ok(running) => Some(running),
-                Err(skipped) => return skipped,
-            },
-        };
-        let (result, record) = self.execute(job, slot, lease, running.as_ref()).await;
-        if let Some(running) = &running {
-            self.lock.release(running).await;
+    /// Runs a won slot (the winner's part) and counts its outcome.
+    pub async fn run(&self, won: Won) -> SlotResult {
+        let result = self.run_won(&won).await;
+        self.metrics.slot(&won.job.name, result.outcome());
+        result
+    }
+
+    /// The winner's part: the run, then (after the running lease is released, so the next slot
+    /// is not held up) the run's record.
+    async fn run_won(&self, won: &Won) -> SlotResult {
+        let (job, slot) = (&won.job, won.slot);
+        let (result, record) = self
+            .execute(job, slot, &won.lease, won.running.as_ref())
+            .await;
+        if let Some(running) = &won.running {
+            let released = self.lock.release(running).await;
+            if released < self.lock.quorum() {
+                tracing::warn!(job = %job.name, %slot, replica = %self.replica, nodes = released,
+                    "the running lease was released on {released} node(s), fewer than a majority: \
+                    the job's slots are skipped as overlapping until it expires (at most {} s)",
+                    RUNNING_LEASE_TTL.as_secs());
+            }
         }
         self.history.record(&record).await;
         result
     }
 
+    /// Takes the running lease of every win in `claims` whose job skips overlapping runs, in
+    /// one batch; a win whose job's previous run still holds it (or whose lease cannot be
+    /// decided) becomes `skipped`.
+    async fn take_running_leases(&self, claims: &mut [Claim]) {
+        let waiting: Vec<&mut Claim> = claims
+            .iter_mut()
+            .filter(|claim| matches!(claim, Claim::Won(won) if won.job.overlap == Overlap::Skip))
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let keys: Vec<(SlotKey, Duration)> = waiting
+            .iter()
+            .filter_map(|claim| match claim {
+                Claim::Won(won) => Some(SlotKey::running(&self.key_prefix, &won.job.name)),
+                Claim::Settled(_) => None,
+            })
+            .map(|key| (key, RUNNING_LEASE_TTL))
+            .collect();
+        let leases = self.lock.acquire_many(&keys).await;
+        for (claim, acquired) in waiting.into_iter().zip(leases) {
+            let Claim::Won(won) = claim else { continue };
+            match self.running_lease(&won.job, won.slot, acquired) {
+                Ok(running) => won.running = Some(running),
+                Err(skipped) => {
+                    self.metrics.slot(&won.job.name, skipped.outcome());
+                    *claim = Claim::Settled(skipped);
+                }
+            }
+        }
+    }
+
     /// The job's running lease, or the `skipped` result when the previous run still holds it.
-    async fn take_running_lease(&self, job: &Job, slot: Slot) -> Result<Lease, SlotResult> {
-        let running_key = SlotKey::running(&self.key_prefix, &job.name);
-        match self.lock.acquire(&running_key, RUNNING_LEASE_TTL).await {
+    fn running_lease(&self, job: &Job, slot: Slot, acquired: Acquire) -> Result<Lease, SlotResult> {
+        match acquired {
             Acquire::Won(running) => Ok(running),
             Acquire::Lost { holder } => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
@@ -199,7 +327,8 @@ impl RaceContext {
     }
 
     /// Runs the action inside the lease, keeping the running lease alive, while the start of
-    /// the run is recorded (a history write never delays a send). Logs the end; returns the
+    /// the run is recorded (at once for `catch_up` jobs, else only once the run is slow; a
+    /// history write never delays a send). Logs the end; returns the
     /// result and the run's final record.
     async fn execute(
         &self,
@@ -243,7 +372,13 @@ impl RaceContext {
             self.metrics.action_duration(&job.name, duration);
             self.log_end(job, slot, result, duration)
         };
-        let ((), outcome) = tokio::join!(self.history.record(&record), run);
+        let outcome = if job.catch_up.is_some() {
+            // Recorded at once: a slot whose winner dies mid-run must not look missed to the
+            // catch-up of a replica starting later.
+            tokio::join!(self.history.record(&record), run).1
+        } else {
+            self.record_start_if_slow(&record, run).await
+        };
         record.finished = Some(Utc::now());
         match &outcome {
             SlotResult::Failed {
@@ -260,6 +395,23 @@ impl RaceContext {
             _ => {}
         }
         (outcome, record)
+    }
+
+    /// Drives `run`; if it is still going after [`START_RECORD_DELAY`], records its start
+    /// meanwhile, so the history shows it running. A shorter run is recorded once, at its end:
+    /// half the history writes for the usual run of a few milliseconds.
+    async fn record_start_if_slow<T>(
+        &self,
+        record: &RunRecord,
+        run: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(run);
+        tokio::select! {
+            biased;
+            outcome = &mut run => return outcome,
+            () = tokio::time::sleep(START_RECORD_DELAY) => {}
+        }
+        tokio::join!(self.history.record(record), run).1
     }
 
     async fn send(&self, job: &Job, slot: Slot, lease: &Lease) -> Result<Delivery, (String, u32)> {

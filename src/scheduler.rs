@@ -1,12 +1,15 @@
-//! The replica: one task per job that sleeps until the job's next slot and hands the slot to a
-//! race task. Every task is tracked; on shutdown no new slot starts and in-flight slots finish
+//! The replica: one timeline that sleeps until the next instant a job is due and hands the jobs
+//! due then to one race task, which races them as a batch. Every task is tracked; on shutdown no new slot starts and in-flight slots finish
 //! (each within its job's timeout) before `run` returns. A reload swaps the job loops for new
 //! ones built from the new file; slots already racing or running finish on the old ones.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +22,7 @@ use crate::fleet_clock::{self, FleetClock};
 use crate::history::History;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
-use crate::race::{RaceContext, RaceKind};
+use crate::race::{Claim, RaceContext, RaceKind, Won};
 use crate::schedule::{SharedClock, Slot};
 use crate::status;
 
@@ -215,7 +218,7 @@ fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
     current.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Starts one job loop per job of `config` (and, on the first start, the catch-up of missed slots).
+/// Starts the timeline of `config`'s jobs (and, on the first start, the catch-up of missed slots).
 fn start_generation(
     replica: &Replica,
     config: &Config,
@@ -233,13 +236,13 @@ fn start_generation(
         if first && job.catch_up.is_some() {
             tracker.spawn(catch_up(ctx.clone(), job.clone()));
         }
-        tracker.spawn(job_loop(
-            ctx.clone(),
-            job.clone(),
-            tracker.clone(),
-            generation.clone(),
-        ));
     }
+    tracker.spawn(timeline(
+        ctx,
+        config.jobs.clone(),
+        tracker.clone(),
+        generation.clone(),
+    ));
 }
 
 /// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
@@ -302,37 +305,95 @@ async fn report_nodes(lock: &Redlock, replica: &str) {
     }
 }
 
-/// Sleeps until each slot of `job` and starts its race, until shutdown.
-async fn job_loop(
-    ctx: Arc<RaceContext>,
-    job: Arc<Job>,
-    tracker: TaskTracker,
-    shutdown: CancellationToken,
-) {
-    let mut after = ctx.clock.now();
-    loop {
-        let Some(slot) = job.schedule.next_after(after) else {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, "the schedule has no further slot");
-            return;
+/// The jobs' next slots, earliest first: what the timeline sleeps towards.
+struct Timeline {
+    jobs: Vec<Arc<Job>>,
+    /// (next slot, index into `jobs`); jobs whose schedule has ended are not in it.
+    due: BinaryHeap<Reverse<(Slot, usize)>>,
+}
+
+impl Timeline {
+    fn new(jobs: Vec<Arc<Job>>, now: DateTime<Utc>, replica: &str) -> Self {
+        let mut timeline = Timeline {
+            jobs,
+            due: BinaryHeap::new(),
         };
-        if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
-            return;
+        for i in 0..timeline.jobs.len() {
+            timeline.schedule(i, now, replica);
         }
-        tracker.spawn(run_slot(
-            ctx.clone(),
-            job.clone(),
-            slot,
-            RaceKind::Scheduled,
-        ));
-        // A replica that wakes late still races the slots inside the start window (the race
-        // decides); slots older than that belonged to replicas that were awake and are skipped.
-        let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
-        after = slot.instant().max(ctx.clock.now() - window);
+        timeline
+    }
+
+    /// Queues job `i`'s first slot after `after`.
+    fn schedule(&mut self, i: usize, after: DateTime<Utc>, replica: &str) {
+        match self.jobs[i].schedule.next_after(after) {
+            Some(slot) => self.due.push(Reverse((slot, i))),
+            None => tracing::warn!(job = %self.jobs[i].name, replica = %replica,
+                "the schedule has no further slot"),
+        }
+    }
+
+    fn next(&self) -> Option<Slot> {
+        self.due.peek().map(|Reverse((slot, _))| *slot)
+    }
+
+    /// Takes the jobs due at `slot`; each is queued again at its first slot after `after`.
+    fn take_due(&mut self, slot: Slot, after: DateTime<Utc>, replica: &str) -> Vec<Arc<Job>> {
+        let mut taken = Vec::new();
+        while let Some(&Reverse((next, i))) = self.due.peek() {
+            if next != slot {
+                break;
+            }
+            self.due.pop();
+            taken.push(i);
+        }
+        for &i in &taken {
+            self.schedule(i, after, replica);
+        }
+        taken.into_iter().map(|i| self.jobs[i].clone()).collect()
     }
 }
 
-async fn run_slot(ctx: Arc<RaceContext>, job: Arc<Job>, slot: Slot, kind: RaceKind) {
-    ctx.race(&job, slot, kind).await;
+/// Sleeps until the next instant any job is due and starts one race for every job due then,
+/// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
+/// jobs on the same second cost each Redis node one request from this replica, not a
+/// thousand (BENCHMARKS.md, scale).
+async fn timeline(
+    ctx: Arc<RaceContext>,
+    jobs: Vec<Arc<Job>>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut timeline = Timeline::new(jobs, ctx.clock.now(), &ctx.replica);
+    while let Some(slot) = timeline.next() {
+        if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
+            return;
+        }
+        // A replica that wakes late still races the slots inside the start window (the race
+        // decides); slots older than that belonged to replicas that were awake and are skipped.
+        let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
+        let after = slot.instant().max(ctx.clock.now() - window);
+        let due = timeline.take_due(slot, after, &ctx.replica);
+        tracker.spawn(race_instant(ctx.clone(), due, slot, tracker.clone()));
+    }
+}
+
+/// Races the jobs due at `slot` as one batch; each win runs in a task of its own.
+async fn race_instant(
+    ctx: Arc<RaceContext>,
+    jobs: Vec<Arc<Job>>,
+    slot: Slot,
+    tracker: TaskTracker,
+) {
+    for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled).await {
+        if let Claim::Won(won) = claim {
+            tracker.spawn(run_won(ctx.clone(), won));
+        }
+    }
+}
+
+async fn run_won(ctx: Arc<RaceContext>, won: Won) {
+    ctx.run(won).await;
 }
 
 /// Runs, once, the slots of `job` inside its catch-up window that have no run record: slots

@@ -59,15 +59,18 @@ impl Action {
         }
     }
 
+    /// Each action's future is boxed: inline, every run's task would carry the largest of them
+    /// (over 128 KiB, from the command's pipe buffers and the robots' retries), allocated, page
+    /// faulted and copied on each spawn. Boxed, a run allocates what its own action needs.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         match self {
-            Action::Wecom(a) => a.execute(ctx).await,
-            Action::DingTalk(a) => a.execute(ctx).await,
-            Action::Feishu(a) => a.execute(ctx).await,
-            Action::Slack(a) => a.execute(ctx).await,
-            Action::Http(a) => a.execute(ctx).await,
-            Action::Command(a) => a.execute(ctx).await,
-            Action::Log(a) => a.execute(ctx).await,
+            Action::Wecom(a) => Box::pin(a.execute(ctx)).await,
+            Action::DingTalk(a) => Box::pin(a.execute(ctx)).await,
+            Action::Feishu(a) => Box::pin(a.execute(ctx)).await,
+            Action::Slack(a) => Box::pin(a.execute(ctx)).await,
+            Action::Http(a) => Box::pin(a.execute(ctx)).await,
+            Action::Command(a) => Box::pin(a.execute(ctx)).await,
+            Action::Log(a) => Box::pin(a.execute(ctx)).await,
         }
     }
 }

@@ -144,6 +144,18 @@ impl SlotLock {
         }
     }
 
+    /// Races for every `(key, ttl)` at once (one round trip per node for the batch); the
+    /// answers come in the order asked.
+    pub async fn acquire_many(&self, claims: &[(SlotKey, Duration)]) -> Vec<Acquire> {
+        match self {
+            SlotLock::Redlock(lock) => lock.acquire_many(claims).await,
+            SlotLock::Local(lock) => claims
+                .iter()
+                .map(|(key, ttl)| lock.acquire(key, *ttl))
+                .collect(),
+        }
+    }
+
     /// Releases `lease` where it is still ours; the number of nodes it was removed from.
     pub async fn release(&self, lease: &Lease) -> usize {
         match self {
@@ -157,6 +169,14 @@ impl SlotLock {
         match self {
             SlotLock::Redlock(lock) => lock.extend(lease, ttl).await,
             SlotLock::Local(lock) => lock.extend(lease, ttl),
+        }
+    }
+
+    /// How many nodes make a majority (1 in standalone mode).
+    pub fn quorum(&self) -> usize {
+        match self {
+            SlotLock::Redlock(lock) => redlock::quorum(lock.node_count()),
+            SlotLock::Local(_) => 1,
         }
     }
 

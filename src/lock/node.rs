@@ -124,6 +124,23 @@ impl fmt::Display for NodeError {
     }
 }
 
+/// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub key: &'a SlotKey,
+    pub token: &'a Token,
+    pub ttl: Duration,
+}
+
+impl Claim<'_> {
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().max(1) as u64
+    }
+}
+
+/// A node's answers to a pipeline: one per command, or the error that failed them all.
+type Answers = Result<Vec<redis::RedisResult<Value>>, NodeErrorKind>;
+
 /// A node's answer to one acquire request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeReply {
@@ -145,7 +162,6 @@ pub struct Node {
     /// that is down (see `Redlock::ask_until_decided`).
     healthy: AtomicBool,
     release: Script,
-    acquire_script: Script,
     extend: Script,
 }
 
@@ -190,7 +206,6 @@ impl Node {
             legacy: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             release: Script::new(RELEASE_SCRIPT),
-            acquire_script: Script::new(ACQUIRE_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
         })
     }
@@ -204,21 +219,36 @@ impl Node {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Tries to set `key` to `token` for `ttl`; answers who holds the key, in one round trip.
-    pub async fn acquire(&self, key: &SlotKey, token: &Token, ttl: Duration) -> NodeReply {
-        let ttl_ms = ttl.as_millis().max(1) as u64;
-        let result = if self.legacy.load(Ordering::Relaxed) {
-            self.acquire_lua(key, token, ttl_ms).await
+    /// Tries to set each claim's key to its token for its TTL, all in one pipeline: one round
+    /// trip for the whole batch (the jobs due at one instant). Answers who holds each key, in
+    /// the order of `claims`; an error reply for one key (a wrong type) fails that key only.
+    pub async fn acquire_many(&self, claims: &[Claim<'_>]) -> Vec<NodeReply> {
+        let answers = if self.legacy.load(Ordering::Relaxed) {
+            self.acquire_lua(claims).await
         } else {
-            match self.acquire_set_get(key, token, ttl_ms).await {
-                Err(NodeErrorKind::Redis(e)) if e.contains("syntax error") => {
+            match self.acquire_set_get(claims).await {
+                Ok(answers) if answers.first().is_some_and(is_syntax_error) => {
                     self.legacy.store(true, Ordering::Relaxed);
-                    self.acquire_lua(key, token, ttl_ms).await
+                    self.acquire_lua(claims).await
                 }
                 other => other,
             }
         };
-        match result {
+        match answers {
+            Ok(answers) => claims
+                .iter()
+                .zip(answers)
+                .map(|(claim, answer)| self.reply(claim.token, answer))
+                .collect(),
+            Err(kind) => vec![NodeReply::Failed(self.error(kind)); claims.len()],
+        }
+    }
+
+    fn reply(&self, token: &Token, answer: redis::RedisResult<Value>) -> NodeReply {
+        let holder = answer
+            .map_err(|e| NodeErrorKind::Redis(e.to_string()))
+            .and_then(holder_of);
+        match holder {
             Ok(None) => NodeReply::Acquired,
             Ok(Some(holder)) if holder == token.as_str() => NodeReply::Acquired,
             Ok(Some(holder)) => NodeReply::Held(Token::from_stored(holder)),
@@ -226,63 +256,80 @@ impl Node {
         }
     }
 
-    async fn acquire_set_get(
-        &self,
-        key: &SlotKey,
-        token: &Token,
-        ttl_ms: u64,
-    ) -> Result<Option<String>, NodeErrorKind> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(key.as_str())
-            .arg(token.as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .arg("GET");
-        let mut conn = self.conn.clone();
-        self.bounded(cmd.query_async::<Value>(&mut conn))
-            .await
-            .and_then(holder_of)
+    async fn acquire_set_get(&self, claims: &[Claim<'_>]) -> Answers {
+        let mut pipe = redis::pipe();
+        for claim in claims {
+            pipe.cmd("SET")
+                .arg(claim.key.as_str())
+                .arg(claim.token.as_str())
+                .arg("NX")
+                .arg("PX")
+                .arg(claim.ttl_ms())
+                .arg("GET");
+        }
+        self.pipeline(pipe).await
     }
 
-    async fn acquire_lua(
-        &self,
-        key: &SlotKey,
-        token: &Token,
-        ttl_ms: u64,
-    ) -> Result<Option<String>, NodeErrorKind> {
-        let mut invocation = self.acquire_script.key(key.as_str());
-        invocation.arg(token.as_str()).arg(ttl_ms);
-        let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async::<Value>(&mut conn))
-            .await
-            .and_then(holder_of)
+    /// The Lua form for Redis < 7.0 (`EVAL`, not `EVALSHA`: a pipeline cannot reload a script
+    /// the server has dropped, and this path serves only old servers).
+    async fn acquire_lua(&self, claims: &[Claim<'_>]) -> Answers {
+        let mut pipe = redis::pipe();
+        for claim in claims {
+            pipe.cmd("EVAL")
+                .arg(ACQUIRE_SCRIPT)
+                .arg(1)
+                .arg(claim.key.as_str())
+                .arg(claim.token.as_str())
+                .arg(claim.ttl_ms());
+        }
+        self.pipeline(pipe).await
     }
 
-    /// Deletes `key` only if it still holds `token`. True when it was deleted.
+    /// Sends `pipe` bounded by the node timeout; one answer per command, error replies kept apart.
+    async fn pipeline(&self, mut pipe: redis::Pipeline) -> Answers {
+        pipe.ignore_errors();
+        let mut conn = self.conn.clone();
+        self.bounded(pipe.query_async::<Vec<redis::RedisResult<Value>>>(&mut conn))
+            .await
+    }
+
+    /// Deletes `key` only if it still holds `token`, bounded by the node timeout (a race's own
+    /// partial takes). True when it was deleted.
     pub async fn release(&self, key: &SlotKey, token: &Token) -> Result<bool, NodeError> {
+        self.release_within(key, token, self.timeout).await
+    }
+
+    /// [`Self::release`] bounded by `wait`.
+    pub async fn release_within(
+        &self,
+        key: &SlotKey,
+        token: &Token,
+        wait: Duration,
+    ) -> Result<bool, NodeError> {
         let mut invocation = self.release.key(key.as_str());
         invocation.arg(token.as_str());
         let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async::<i64>(&mut conn))
+        self.bounded_by(wait, invocation.invoke_async::<i64>(&mut conn))
             .await
             .map(|n| n == 1)
             .map_err(|kind| self.error(kind))
     }
 
-    /// Resets the TTL of `key` to `ttl` only if it still holds `token`. True when extended.
+    /// Resets the TTL of `key` to `ttl` only if it still holds `token`, bounded by `wait`. True
+    /// when extended.
     pub async fn extend(
         &self,
         key: &SlotKey,
         token: &Token,
         ttl: Duration,
+        wait: Duration,
     ) -> Result<bool, NodeError> {
         let mut invocation = self.extend.key(key.as_str());
         invocation
             .arg(token.as_str())
             .arg(ttl.as_millis().max(1) as u64);
         let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async::<i64>(&mut conn))
+        self.bounded_by(wait, invocation.invoke_async::<i64>(&mut conn))
             .await
             .map(|n| n == 1)
             .map_err(|kind| self.error(kind))
@@ -324,7 +371,15 @@ impl Node {
         &self,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeErrorKind> {
-        let (result, answered) = match tokio::time::timeout(self.timeout, fut).await {
+        self.bounded_by(self.timeout, fut).await
+    }
+
+    async fn bounded_by<T>(
+        &self,
+        wait: Duration,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, NodeErrorKind> {
+        let (result, answered) = match tokio::time::timeout(wait, fut).await {
             Ok(Ok(value)) => (Ok(value), true),
             // An error reply (WRONGTYPE, a syntax error) still comes from a node that is up.
             Ok(Err(e)) => {
@@ -332,7 +387,7 @@ impl Node {
                     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
                 (Err(NodeErrorKind::Redis(e.to_string())), !down)
             }
-            Err(_) => (Err(NodeErrorKind::Timeout(self.timeout)), false),
+            Err(_) => (Err(NodeErrorKind::Timeout(wait)), false),
         };
         self.healthy.store(answered, Ordering::Relaxed);
         result
@@ -344,6 +399,13 @@ impl Node {
             kind,
         }
     }
+}
+
+/// Redis < 7.0 refuses `SET … GET` with a syntax error.
+fn is_syntax_error(answer: &redis::RedisResult<Value>) -> bool {
+    answer
+        .as_ref()
+        .is_err_and(|e| e.to_string().contains("syntax error"))
 }
 
 /// The holder in an acquire answer: nil (we set it) or the stored token.

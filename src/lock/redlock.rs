@@ -15,7 +15,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::node::{Node, NodeReply, NodeUrl};
+use super::node::{Claim, Node, NodeReply, NodeUrl};
 use super::{Acquire, Lease, NodeError, SlotKey, Token, Unavailable, UnavailableReason};
 
 /// Default bound on one node's answer.
@@ -24,6 +24,10 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 pub const DEFAULT_RETRY_COUNT: u32 = 5;
 /// Default upper bound of the random delay between attempts.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(40);
+/// Bound on one node's answer to the release or extension of a held lease. Longer than the
+/// node timeout: neither is on a race's path, and a release lost to a busy node keeps the
+/// job's running lease (and so its next slots) held until the lease's TTL runs out.
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Clock drift allowance: 1% of the TTL plus 2 ms (the Redlock spec's figures).
 const DRIFT_FACTOR: f64 = 0.01;
 const DRIFT_FIXED: Duration = Duration::from_millis(2);
@@ -94,6 +98,80 @@ impl Tally {
     }
 }
 
+/// One key's race, through the attempts of [`Redlock::acquire_many`].
+#[derive(Debug)]
+struct Race {
+    key: SlotKey,
+    ttl: Duration,
+    /// Ours for every attempt: a node that took an earlier attempt's SET still counts as ours.
+    token: Token,
+    state: RaceState,
+}
+
+#[derive(Debug)]
+enum RaceState {
+    /// Not decided yet: no attempt, or a split vote (the last tally, for the report).
+    Open(Tally),
+    Decided(Acquire),
+}
+
+impl Race {
+    fn new(key: SlotKey, ttl: Duration, replica: &str) -> Self {
+        Race {
+            key,
+            ttl,
+            token: Token::new(replica),
+            state: RaceState::Open(Tally::default()),
+        }
+    }
+
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            key: &self.key,
+            token: &self.token,
+            ttl: self.ttl,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        matches!(self.state, RaceState::Open(_))
+    }
+
+    fn is_won(&self) -> bool {
+        matches!(self.state, RaceState::Decided(Acquire::Won(_)))
+    }
+
+    /// Reads one attempt's tally: ours on a majority inside the validity, another's on a
+    /// majority, or still open.
+    fn decide(&mut self, tally: Tally, quorum: usize, elapsed: Duration) {
+        if tally.own >= quorum {
+            if let Some(validity) = validity(self.ttl, elapsed) {
+                self.state = RaceState::Decided(Acquire::Won(Lease {
+                    key: self.key.clone(),
+                    token: self.token.clone(),
+                    validity,
+                    valid_until: Instant::now() + validity,
+                }));
+                return;
+            }
+        }
+        self.state = match tally.majority_holder(quorum) {
+            Some(holder) => RaceState::Decided(Acquire::Lost {
+                holder: holder.clone(),
+            }),
+            None => RaceState::Open(tally),
+        };
+    }
+
+    /// The outcome; a race still open after every attempt is `Unavailable`.
+    fn finish(self, lock: &Redlock, attempts: u32) -> Acquire {
+        match self.state {
+            RaceState::Decided(acquire) => acquire,
+            RaceState::Open(tally) => Acquire::Unavailable(lock.unavailable(&tally, attempts)),
+        }
+    }
+}
+
 /// Validity left after an attempt that took `elapsed`: ttl − elapsed − drift.
 pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
     let drift = ttl.mul_f64(DRIFT_FACTOR) + DRIFT_FIXED;
@@ -140,33 +218,43 @@ impl Redlock {
 
     /// Races for `key`; see the module docs for the rules.
     pub async fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
-        let token = Token::new(&self.replica);
+        let mut race = Race::new(key.clone(), ttl, &self.replica);
+        let attempts = self.run(std::slice::from_mut(&mut race)).await;
+        race.finish(self, attempts)
+    }
+
+    /// Races for every `(key, ttl)` at once, each decided on its own by the module's rules; the
+    /// answers come in the order asked. One attempt is one pipelined round trip per node for
+    /// the whole batch: jobs due at the same instant cost a node one request, not one each.
+    pub async fn acquire_many(&self, claims: &[(SlotKey, Duration)]) -> Vec<Acquire> {
+        let mut races: Vec<Race> = claims
+            .iter()
+            .map(|(key, ttl)| Race::new(key.clone(), *ttl, &self.replica))
+            .collect();
+        let attempts = self.run(&mut races).await;
+        races
+            .into_iter()
+            .map(|r| r.finish(self, attempts))
+            .collect()
+    }
+
+    /// Runs attempts until every race is decided or the retries run out; the attempts made.
+    async fn run(&self, races: &mut [Race]) -> u32 {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let started = Instant::now();
-            let replies = self.ask_until_decided(key, &token, ttl).await;
-            let tally = Tally::of(replies.iter().flatten());
-            if tally.own >= self.quorum() {
-                let now = Instant::now();
-                if let Some(validity) = validity(ttl, now - started) {
-                    let valid_until = now + validity;
-                    return Acquire::Won(Lease {
-                        key: key.clone(),
-                        token,
-                        validity,
-                        valid_until,
-                    });
-                }
+            let mut open: Vec<&mut Race> = races.iter_mut().filter(|r| r.is_open()).collect();
+            let replies = self.ask_until_decided(&open).await;
+            let elapsed = started.elapsed();
+            for (race, replies) in open.iter_mut().zip(&replies) {
+                race.decide(Tally::of(replies.iter().flatten()), self.quorum(), elapsed);
             }
-            if let Some(holder) = tally.majority_holder(self.quorum()) {
-                let holder = holder.clone();
-                self.release_partial(key, &token, &replies).await;
-                return Acquire::Lost { holder };
-            }
-            self.release_partial(key, &token, &replies).await;
-            if attempt > self.config.retry_count {
-                return Acquire::Unavailable(self.unavailable(&tally, attempt));
+            // Whatever did not end as ours goes back: a loss, or a split vote before its retry.
+            let partial = open.iter().zip(&replies).filter(|(race, _)| !race.is_won());
+            join_all(partial.map(|(race, replies)| self.release_partial(race, replies))).await;
+            if races.iter().all(|r| !r.is_open()) || attempt > self.config.retry_count {
+                return attempt;
             }
             tokio::time::sleep(self.retry_delay()).await;
         }
@@ -188,61 +276,67 @@ impl Redlock {
         }
     }
 
-    /// Asks every node in parallel and reads the answers as they come. A loser stops as soon
-    /// as another token holds a majority (`None` marks a node not waited for; a SET of ours
-    /// that still lands there is a stray token on a minority, harmless, gone with its TTL).
-    /// A winner also waits for every other node that is up (each bounded by the node timeout):
+    /// Asks every node in parallel, one pipeline each for the whole batch, and reads the
+    /// answers as they come, until every race in it is decided. A loser stops as soon as
+    /// another token holds a majority (`None` marks a node not waited for; a SET of ours that
+    /// still lands there is a stray token on a minority, harmless, gone with its TTL). A
+    /// winner also waits for every other node that is up (each bounded by the node timeout):
     /// its key must land on all of them, so that one node restarted empty still leaves a
     /// majority holding it and a late replica loses. It does not wait for a node whose last
     /// request failed, so a dead node costs a race nothing after the first.
-    async fn ask_until_decided(
-        &self,
-        key: &SlotKey,
-        token: &Token,
-        ttl: Duration,
-    ) -> Vec<Option<NodeReply>> {
+    async fn ask_until_decided(&self, races: &[&mut Race]) -> Vec<Vec<Option<NodeReply>>> {
+        let claims: Vec<Claim> = races.iter().map(|r| r.claim()).collect();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| async move { (i, node.acquire(key, token, ttl).await) })
+            .map(|(i, node)| {
+                let claims = &claims;
+                async move { (i, node.acquire_many(claims).await) }
+            })
             .collect();
-        let mut replies: Vec<Option<NodeReply>> = vec![None; self.nodes.len()];
-        while let Some((i, reply)) = pending.next().await {
-            replies[i] = Some(reply);
-            let tally = Tally::of(replies.iter().flatten());
-            let others_answered_or_down = replies
-                .iter()
-                .zip(&self.nodes)
-                .all(|(reply, node)| reply.is_some() || !node.is_healthy());
-            if tally.majority_holder(self.quorum()).is_some()
-                || (tally.own >= self.quorum() && others_answered_or_down)
-            {
+        let mut replies = vec![vec![None; self.nodes.len()]; races.len()];
+        while let Some((i, answers)) = pending.next().await {
+            for (race_replies, answer) in replies.iter_mut().zip(answers) {
+                race_replies[i] = Some(answer);
+            }
+            if replies.iter().all(|r| self.decided(r)) {
                 break;
             }
         }
         replies
     }
 
+    /// Whether one key's answers so far decide it (see [`Self::ask_until_decided`]).
+    fn decided(&self, replies: &[Option<NodeReply>]) -> bool {
+        let tally = Tally::of(replies.iter().flatten());
+        let others_answered_or_down = replies
+            .iter()
+            .zip(&self.nodes)
+            .all(|(reply, node)| reply.is_some() || !node.is_healthy());
+        tally.majority_holder(self.quorum()).is_some()
+            || (tally.own >= self.quorum() && others_answered_or_down)
+    }
+
     /// Releases our token on every node that took it or did not answer (a timed-out SET may
     /// have landed). Nodes that answered with another holder are left alone.
-    async fn release_partial(&self, key: &SlotKey, token: &Token, replies: &[Option<NodeReply>]) {
+    async fn release_partial(&self, race: &Race, replies: &[Option<NodeReply>]) {
         let targets = self
             .nodes
             .iter()
             .zip(replies)
             .filter(|(_, r)| matches!(r, Some(NodeReply::Acquired | NodeReply::Failed(_))))
-            .map(|(node, _)| node.release(key, token));
+            .map(|(node, _)| node.release(&race.key, &race.token));
         join_all(targets).await;
     }
 
-    /// Releases `lease` on every node. slotcron never releases a won slot (the key must outlive
-    /// the run); this is for tests and for callers that lock something other than a slot.
+    /// Releases `lease` on every node (each bounded by [`LEASE_TIMEOUT`]). slotcron never
+    /// releases a won slot (the key must outlive the run); it releases a job's running lease.
     pub async fn release(&self, lease: &Lease) -> usize {
         let results = join_all(
             self.nodes
                 .iter()
-                .map(|n| n.release(&lease.key, &lease.token)),
+                .map(|n| n.release_within(&lease.key, &lease.token, LEASE_TIMEOUT)),
         )
         .await;
         results
@@ -257,7 +351,7 @@ impl Redlock {
         let results = join_all(
             self.nodes
                 .iter()
-                .map(|n| n.extend(&lease.key, &lease.token, ttl)),
+                .map(|n| n.extend(&lease.key, &lease.token, ttl, LEASE_TIMEOUT)),
         )
         .await;
         results
