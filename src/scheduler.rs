@@ -455,3 +455,67 @@ pub async fn sleep_until_slot(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn jobs(schedules: &[(&str, &str)]) -> Vec<Arc<Job>> {
+        let text: String = schedules
+            .iter()
+            .map(|(name, cron)| {
+                format!(
+                    "[[job]]\nname = \"{name}\"\nschedule = \"{cron}\"\n\
+                     [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+                )
+            })
+            .collect();
+        config::parse(Path::new("t.toml"), &text, &HashMap::new())
+            .unwrap()
+            .jobs
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn names(jobs: &[Arc<Job>]) -> Vec<&str> {
+        jobs.iter().map(|j| j.name.as_str()).collect()
+    }
+
+    #[test]
+    fn jobs_due_at_the_same_instant_are_taken_together() {
+        let jobs = jobs(&[
+            ("every", "* * * * * *"),
+            ("even", "*/2 * * * * *"),
+            ("odd", "1-59/2 * * * * *"),
+        ]);
+        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00.500Z"), "r");
+        let first = timeline.next().unwrap();
+        assert_eq!(first.instant(), at("2026-01-01T10:00:01Z"));
+        let due = timeline.take_due(first, first.instant(), "r");
+        assert_eq!(names(&due), ["every", "odd"]);
+        let second = timeline.next().unwrap();
+        assert_eq!(second.instant(), at("2026-01-01T10:00:02Z"));
+        let due = timeline.take_due(second, second.instant(), "r");
+        let mut due = names(&due);
+        due.sort_unstable();
+        assert_eq!(due, ["even", "every"]);
+    }
+
+    #[test]
+    fn a_late_wake_queues_each_job_after_the_given_instant() {
+        let jobs = jobs(&[("every", "* * * * * *")]);
+        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00Z"), "r");
+        let slot = timeline.next().unwrap();
+        // Woke 10 s late: the slots of the missed seconds are not queued.
+        timeline.take_due(slot, at("2026-01-01T10:00:11Z"), "r");
+        assert_eq!(
+            timeline.next().unwrap().instant(),
+            at("2026-01-01T10:00:12Z")
+        );
+    }
+}

@@ -329,3 +329,89 @@ async fn one_node_and_five_nodes_work() {
         assert_eq!(holder.replica(), "a");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_decides_each_key_on_its_own_and_answers_in_order() {
+    let cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let held = key("batch-held");
+    let Acquire::Won(_) = lock(&urls, "a", 0).acquire(&held, TTL).await else {
+        panic!("a must take the held key")
+    };
+    let (free, wrong_one, wrong_two) = (
+        key("batch-free"),
+        key("batch-wrong-one"),
+        key("batch-wrong-two"),
+    );
+    redis_cmd(&cluster[0].url(), &["RPUSH", wrong_one.as_str(), "x"]).unwrap();
+    for node in cluster.iter().take(2) {
+        redis_cmd(&node.url(), &["RPUSH", wrong_two.as_str(), "x"]).unwrap();
+    }
+    let b = lock(&urls, "b", 0);
+    let claims: Vec<(SlotKey, Duration)> = [&free, &held, &wrong_one, &wrong_two]
+        .into_iter()
+        .map(|k| (k.clone(), TTL))
+        .collect();
+    let results = b.acquire_many(&claims).await;
+    assert_eq!(results.len(), 4);
+    let Acquire::Won(lease) = &results[0] else {
+        panic!("the free key must be won: {:?}", results[0])
+    };
+    assert_eq!(lease.key, free);
+    assert_eq!(holders(&cluster, &free, &lease.token).len(), 3);
+    let Acquire::Lost { holder } = &results[1] else {
+        panic!("the held key must be lost: {:?}", results[1])
+    };
+    assert_eq!(holder.replica(), "a");
+    // A wrong type fails that key on that node only: two of three still make a majority.
+    assert!(
+        matches!(&results[2], Acquire::Won(l) if l.key == wrong_one),
+        "{:?}",
+        results[2]
+    );
+    let Acquire::Unavailable(why) = &results[3] else {
+        panic!(
+            "a key failing on a majority is unavailable: {:?}",
+            results[3]
+        )
+    };
+    assert_eq!(
+        why.reason,
+        UnavailableReason::NoQuorum {
+            answered: 1,
+            needed: 2
+        }
+    );
+    // The lost and unavailable keys left no token of b's behind (the lists stay lists).
+    for node in cluster.iter() {
+        let value = redis_get(&node.url(), held.as_str()).unwrap_or_default();
+        assert!(
+            value.starts_with("a:"),
+            "the held key changed hands: {value}"
+        );
+    }
+    assert_eq!(redis_get(&cluster[2].url(), wrong_two.as_str()), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_batches_give_every_key_exactly_one_winner() {
+    // Five replicas race the same 200 keys in one batch each: their pipelines interleave on
+    // the nodes, so some keys split; every key still ends with one winner the losers name.
+    let cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let claims: Vec<(SlotKey, Duration)> = (0..200)
+        .map(|i| (key(&format!("batch-race-{i}")), TTL))
+        .collect();
+    let locks: Vec<Redlock> = (0..5).map(|i| lock(&urls, &format!("r{i}"), 10)).collect();
+    let results: Vec<Vec<Acquire>> =
+        futures_util::future::join_all(locks.iter().map(|l| l.acquire_many(&claims))).await;
+    for (i, (k, _)) in claims.iter().enumerate() {
+        let per_key: Vec<Acquire> = results.iter().map(|r| r[i].clone()).collect();
+        exactly_one_winner(&per_key);
+        let Some(Acquire::Won(lease)) = per_key.iter().find(|r| matches!(r, Acquire::Won(_)))
+        else {
+            unreachable!("exactly_one_winner checked it")
+        };
+        assert!(holders(&cluster, k, &lease.token).len() >= quorum(3));
+    }
+}
