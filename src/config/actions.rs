@@ -144,6 +144,20 @@ impl ActionCheck<'_, '_> {
             RawMsgType::File | RawMsgType::Voice => {
                 let path = self.required(&what, "media_path", raw.media_path.clone())?;
                 let path = self.existing_file(&path, "media_path")?;
+                // Checked now as images are (and again at send time: the file may change).
+                let limit = if raw.msgtype == RawMsgType::Voice {
+                    wecom::VOICE_LIMIT
+                } else {
+                    wecom::FILE_LIMIT
+                };
+                let size = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
+                if !(wecom::FILE_MIN..=limit).contains(&size) {
+                    let min = wecom::FILE_MIN;
+                    let kind = msgtype_name(raw.msgtype);
+                    let reason = format!("{size} bytes; a {kind} must be {min} to {limit} bytes");
+                    self.error("media_path", format!("{}: {reason}", path.display()));
+                    return None;
+                }
                 Some(if raw.msgtype == RawMsgType::File {
                     Message::File(path)
                 } else {
