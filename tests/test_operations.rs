@@ -1,13 +1,13 @@
 //! Operations on real processes and real Redis nodes: run history, manual trigger, overlap,
-//! catch-up, health and metrics endpoints, hot reload, the status page in a real headless
-//! browser, and the deploy files.
+//! catch-up, health and metrics endpoints and hot reload. The status page (HTML and a real
+//! headless browser) is in test_status_page.rs; the deploy files in test_deploy.rs.
 
 mod common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -192,6 +192,74 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
     assert!(stderr.contains("no [redis] section"), "{stderr}");
 }
 
+/// The outcomes recorded in `job`'s history stream on one node, oldest first.
+fn recorded_outcomes(url: &str, prefix: &str, job: &str) -> Vec<String> {
+    let stream = format!("{prefix}:history:{job}");
+    let entries: Vec<(String, HashMap<String, String>)> =
+        common::redis_query(url, &["XRANGE", &stream, "-", "+"]).unwrap();
+    entries
+        .into_iter()
+        .map(|(_, fields)| fields["outcome"].clone())
+        .collect()
+}
+
+#[test]
+fn history_records_a_short_run_once_a_slow_run_at_its_start_and_catch_up_runs_twice() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"records\"\n{}{}{}\
+         [[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\ntimeout = \"8s\"\n\
+         [job.action]\ntype = \"command\"\nshell = \"sleep 3\"\n",
+        redis_section(&cluster),
+        http_job("quick", "* * * * * *", &receiver, ""),
+        http_job("caught", "* * * * * *", &receiver, "catch_up = \"1m\""),
+    );
+    let path = write_config(dir.path(), &text);
+    let r = replica(&path, "solo");
+    started(&r);
+    let url = cluster[1].url();
+    // The slow run shows as running while it goes on (its start is recorded after 1 s).
+    let won = r
+        .wait_for_json(Duration::from_secs(15), |l| {
+            l["job"] == "slow" && l["outcome"] == "won"
+        })
+        .expect("the slow job never won");
+    std::thread::sleep(Duration::from_millis(2000));
+    let ended = |r: &Replica| {
+        r.json_lines()
+            .iter()
+            .any(|l| l["job"] == "slow" && l["outcome"] == "done" && l["slot"] == won["slot"])
+    };
+    assert!(!ended(&r), "the 3 s run ended within 2 s");
+    assert_eq!(recorded_outcomes(&url, "records", "slow"), ["running"]);
+    assert!(
+        r.wait_for_json(Duration::from_secs(5), |l| {
+            l["job"] == "slow" && l["outcome"] == "done"
+        })
+        .is_some(),
+        "the slow run never ended"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop(r);
+    assert_eq!(
+        recorded_outcomes(&url, "records", "slow"),
+        ["running", "done"]
+    );
+    // A run of a few milliseconds is one record; a catch_up job's runs also record their start.
+    let quick = recorded_outcomes(&url, "records", "quick");
+    assert!(quick.len() >= 3, "{quick:?}");
+    assert!(quick.iter().all(|o| o == "done"), "{quick:?}");
+    let caught = recorded_outcomes(&url, "records", "caught");
+    assert!(caught.len() >= 6, "{caught:?}");
+    assert_eq!(
+        caught.iter().filter(|o| *o == "running").count(),
+        caught.iter().filter(|o| *o == "done").count(),
+        "{caught:?}"
+    );
+}
+
 #[test]
 fn two_triggers_at_the_same_moment_run_the_job_once() {
     let cluster = RedisCluster::start(3);
@@ -309,9 +377,10 @@ fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
         stop(first);
         let stopped = chrono::Utc::now();
         std::thread::sleep(Duration::from_secs(7)); // the whole fleet is down for ~3 slots
-        let restarted = chrono::Utc::now();
         let second = replica(&path, "second");
         started(&second);
+        // Slots before the replica is up (its process was still starting) were missed too.
+        let restarted = chrono::Utc::now();
         std::thread::sleep(Duration::from_secs(2));
         let caught: Vec<Value> = second
             .json_lines()
@@ -443,216 +512,4 @@ fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
         "the old schedule stopped"
     );
     stop(r);
-}
-
-fn chromium() -> Option<PathBuf> {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
-#[test]
-fn status_page_lists_jobs_and_winners_in_a_real_browser() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"status\"\ntimezone = \"Asia/Shanghai\"\n{}[http]\nlisten = \"127.0.0.1:{port}\"\n{}",
-        redis_section(&cluster),
-        http_job("heartbeat", "* * * * * *", &receiver, "")
-    );
-    let path = write_config(dir.path(), &text);
-    let r = replica(&path, "page-replica");
-    started(&r);
-    receiver.wait_for(3, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, html) = http_get(port, "/").unwrap();
-    assert_eq!(status, 200);
-    for needle in [
-        "heartbeat",
-        "* * * * * *",
-        "Asia/Shanghai",
-        "+08:00",
-        "page-replica",
-        "class=\"outcome done\"",
-    ] {
-        assert!(
-            html.contains(&needle.replace('/', "&#x2f;")) || html.contains(needle),
-            "{needle} missing from the page"
-        );
-    }
-    assert!(!html.contains("<script"), "the page needs no JavaScript");
-
-    let Some(chromium) = chromium() else {
-        eprintln!("SKIPPED: chromium is not installed (scripts/test.sh installs Debian's chromium where it can)");
-        stop(r);
-        return;
-    };
-    let profile = tempfile::tempdir().unwrap();
-    let shot = dir.path().join("status.png");
-    let url = format!("http://127.0.0.1:{port}/");
-    let common_args = |extra: &[&str]| {
-        let mut cmd = Command::new(&chromium);
-        cmd.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-        ])
-        .args([
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(&url);
-        cmd
-    };
-    let dom = common_args(&["--dump-dom"]).output().unwrap();
-    let dom = String::from_utf8_lossy(&dom.stdout);
-    assert!(
-        dom.contains("heartbeat") && dom.contains("page-replica") && dom.contains("done"),
-        "rendered DOM:\n{dom}"
-    );
-    let out = common_args(&[
-        "--window-size=1200,900",
-        &format!("--screenshot={}", shot.display()),
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        shot.exists(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let png = std::fs::read(&shot).unwrap();
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
-        "not a real screenshot: {} bytes",
-        png.len()
-    );
-    // Kept for people to look at.
-    let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/status-page.png");
-    let _ = std::fs::write(keep, &png);
-    stop(r);
-}
-
-fn yaml(path: &str) -> serde_yaml_ng::Value {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
-    let mut value: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
-    // docker-compose's `<<: *anchor` merge keys.
-    value.apply_merge().unwrap();
-    value
-}
-
-fn env_with_webhook() -> HashMap<String, String> {
-    HashMap::from([(
-        "WECOM_WEBHOOK".to_owned(),
-        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k".to_owned(),
-    )])
-}
-
-#[test]
-fn deploy_files_agree_with_the_config() {
-    // docker-compose: 3 independent Redis nodes, 5 replicas, a receiver; the mounted jobs file
-    // names exactly those services.
-    let compose = yaml("deploy/docker-compose.yml");
-    let services = compose["services"].as_mapping().unwrap();
-    let names: Vec<&str> = services.keys().filter_map(|k| k.as_str()).collect();
-    let redis: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|n| n.starts_with("redis"))
-        .collect();
-    let replicas: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|n| n.starts_with("replica"))
-        .collect();
-    assert_eq!(redis.len(), 3, "{names:?}");
-    assert_eq!(replicas.len(), 5, "{names:?}");
-    assert!(names.contains(&"receiver"));
-    for r in &replicas {
-        let volumes = format!("{:?}", compose["services"][*r]["volumes"]);
-        assert!(volumes.contains("jobs.compose.toml"), "{r}: {volumes}");
-    }
-    let jobs_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/jobs.compose.toml");
-    let config =
-        slotcron::config::load_with(&jobs_path, &HashMap::<String, String>::new()).unwrap();
-    let hosts: Vec<String> = config
-        .redis
-        .as_ref()
-        .unwrap()
-        .nodes
-        .iter()
-        .map(|n| n.expose().host_str().unwrap().to_owned())
-        .collect();
-    let mut sorted_redis: Vec<String> = redis.iter().map(|s| (*s).to_owned()).collect();
-    sorted_redis.sort();
-    let mut sorted_hosts = hosts.clone();
-    sorted_hosts.sort();
-    assert_eq!(sorted_hosts, sorted_redis);
-    let target = config.jobs[0].action.target().unwrap();
-    assert!(target.contains("//receiver:8080/"), "{target}");
-
-    // Kubernetes: 5 replicas, probes on the [http] port, grace period above the longest timeout,
-    // the webhook from the Secret.
-    let deployment = yaml("deploy/kubernetes/deployment.yaml");
-    assert_eq!(deployment["spec"]["replicas"].as_u64(), Some(5));
-    let pod = &deployment["spec"]["template"]["spec"];
-    let container = &pod["containers"][0];
-    assert_eq!(
-        container["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz")
-    );
-    assert_eq!(
-        container["livenessProbe"]["httpGet"]["path"].as_str(),
-        Some("/healthz")
-    );
-    let port = container["ports"][0]["containerPort"].as_u64().unwrap();
-
-    let configmap = yaml("deploy/kubernetes/configmap.yaml");
-    let jobs = configmap["data"]["jobs.toml"].as_str().unwrap();
-    let config =
-        slotcron::config::parse(Path::new("configmap/jobs.toml"), jobs, &env_with_webhook())
-            .unwrap();
-    assert_eq!(
-        u64::from(config.http.unwrap().listen.port()),
-        port,
-        "probes and [http] listen disagree"
-    );
-    let longest = config
-        .jobs
-        .iter()
-        .map(|j| j.timeout.as_secs())
-        .max()
-        .unwrap();
-    assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > longest);
-
-    let secret = yaml("deploy/kubernetes/secret.yaml");
-    assert!(secret["stringData"]["WECOM_WEBHOOK"].is_string());
-    assert!(format!("{:?}", container["envFrom"]).contains("slotcron-webhook"));
-
-    let dockerfile =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/Dockerfile"))
-            .unwrap();
-    assert_eq!(
-        dockerfile
-            .lines()
-            .filter(|l| l.starts_with("FROM "))
-            .count(),
-        2,
-        "multi-stage build"
-    );
-    assert!(dockerfile
-        .lines()
-        .any(|l| l.starts_with("USER ") && !l.contains("root")));
-    assert!(dockerfile.contains("HEALTHCHECK"));
-    assert!(dockerfile.contains(r#"ENTRYPOINT ["slotcron", "run"]"#));
 }

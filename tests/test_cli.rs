@@ -1,0 +1,460 @@
+//! The `slotcron` binary: `check` prints each job's next slots in the job's zone and never the
+//! webhook key; a bad config exits 2 with the file, job and field on stderr, before anything
+//! starts; `--help` documents the subcommands and their flags.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, Offset, TimeZone};
+use chrono_tz::Tz;
+use common::{write_config, Replica};
+
+const WEBHOOK: &str = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=SECRETKEY123";
+const KEY: &str = "SECRETKEY123";
+
+/// Three enabled jobs in three zones (one from [scheduler]) and a disabled one.
+const GOOD: &str = r#"
+[scheduler]
+timezone = "America/New_York"
+
+[[job]]
+name = "standup"
+schedule = "0 30 9 * * *"
+timezone = "Asia/Shanghai"
+timeout = "30s"
+[job.action]
+type = "wecom"
+webhook = "${WECOM_WEBHOOK}"
+msgtype = "text"
+content = "Stand-up ({{ slot }})"
+mentioned_list = ["@all"]
+
+[[job]]
+name = "hourly"
+schedule = "15 * * * *"
+timezone = "UTC"
+[job.action]
+type = "log"
+content = "hourly {{ slot }}"
+
+[[job]]
+name = "nightly"
+schedule = "0 0 22 * * *"
+[job.action]
+type = "log"
+content = "nightly {{ slot }}"
+
+[[job]]
+name = "off"
+enabled = false
+schedule = "0 0 * * *"
+[job.action]
+type = "wecom"
+webhook = "${NEVER_SET_HOOK}"
+msgtype = "text"
+content = "never"
+"#;
+
+/// The binary, with none of its settings inherited from the test's environment.
+fn slotcron() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
+    for var in [
+        "SLOTCRON_CONFIG",
+        "SLOTCRON_REPLICA_ID",
+        "SLOTCRON_LOG_FORMAT",
+        "WECOM_WEBHOOK",
+        "NEVER_SET_HOOK",
+        "RUST_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().unwrap();
+    (
+        status.code(),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// The slot lines `check` prints under `job "<name>"`.
+fn slots_of<'a>(stdout: &'a str, job: &str) -> Vec<&'a str> {
+    let header = format!("job {job:?}:");
+    let mut lines = stdout.lines().skip_while(|l| !l.starts_with(&header));
+    assert!(lines.next().is_some(), "no {header} in:\n{stdout}");
+    lines
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect()
+}
+
+/// Checks `n` slots of a job: RFC 3339, strictly increasing, after `since`, each at the offset
+/// `zone` has at that instant and at the expected wall-clock time.
+fn assert_slots(
+    stdout: &str,
+    job: &str,
+    zone: Tz,
+    n: usize,
+    wall: &str,
+    since: DateTime<FixedOffset>,
+) {
+    let slots = slots_of(stdout, job);
+    assert_eq!(slots.len(), n, "job {job}: {slots:?}\n{stdout}");
+    let mut previous = since;
+    for text in slots {
+        let at = DateTime::parse_from_rfc3339(text)
+            .unwrap_or_else(|e| panic!("job {job}: {text:?} is not RFC 3339: {e}"));
+        let in_zone = zone.from_utc_datetime(&at.naive_utc());
+        assert_eq!(
+            *at.offset(),
+            in_zone.offset().fix(),
+            "job {job}: {text} is not in {zone}'s offset"
+        );
+        assert!(
+            text.contains(wall),
+            "job {job}: {text} is not at {wall} local time"
+        );
+        assert!(at > previous, "job {job}: {text} is not after {previous}");
+        previous = at;
+    }
+}
+
+fn assert_check_output(stdout: &str, since: DateTime<FixedOffset>) {
+    let shanghai: Tz = "Asia/Shanghai".parse().unwrap();
+    let new_york: Tz = "America/New_York".parse().unwrap();
+    assert_slots(stdout, "standup", shanghai, 3, "T09:30:00+08:00", since);
+    assert_slots(stdout, "hourly", chrono_tz::UTC, 3, ":15:00Z", since);
+    // New York's offset is -04:00 or -05:00 with the season; assert_slots checks which.
+    assert_slots(stdout, "nightly", new_york, 3, "T22:00:00-0", since);
+    assert!(
+        stdout.contains("job \"off\": disabled"),
+        "the disabled job is listed:\n{stdout}"
+    );
+    assert!(stdout.contains("3 job(s)"), "{stdout}");
+}
+
+fn now() -> DateTime<FixedOffset> {
+    chrono::Utc::now().fixed_offset()
+}
+
+#[test]
+fn check_prints_the_next_slots_of_each_job_in_its_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, GOOD);
+    let since = now();
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--config"])
+            .arg(&path)
+            .args(["--next", "3"])
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(0), "stderr: {stderr}\nstdout: {stdout}");
+    assert!(stdout.starts_with(&path.display().to_string()), "{stdout}");
+    assert_check_output(&stdout, since);
+}
+
+#[test]
+fn check_reads_the_config_path_from_slotcron_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, GOOD);
+    let since = now();
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--next", "3"])
+            .env("SLOTCRON_CONFIG", &path)
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(0), "stderr: {stderr}\nstdout: {stdout}");
+    assert!(stdout.starts_with(&path.display().to_string()), "{stdout}");
+    assert_check_output(&stdout, since);
+}
+
+#[test]
+fn check_never_prints_the_webhook_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, GOOD);
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--config"])
+            .arg(&path)
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !stdout.contains(KEY) && !stderr.contains(KEY),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stdout.contains("qyapi.weixin.qq.com/cgi-bin/webhook/send?key=***"),
+        "check shows the redacted webhook:\n{stdout}"
+    );
+
+    // An error elsewhere in the same job: the key is not printed either.
+    let bad = write_config(&dir, &GOOD.replace("timeout = \"30s\"", "timeout = \"0s\""));
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--config"])
+            .arg(&bad)
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("timeout"), "{stderr}");
+    assert!(
+        !stdout.contains(KEY) && !stderr.contains(KEY),
+        "{stdout}{stderr}"
+    );
+
+    // The webhook itself is bad: named, but its key is not printed.
+    for webhook in [
+        format!("ftp://qyapi.weixin.qq.com/cgi-bin/webhook/send?key={KEY}"),
+        format!("qyapi.weixin.qq.com/cgi-bin/webhook/send?key={KEY}"),
+        format!("https:// bad host/send?key={KEY}"),
+    ] {
+        let (code, stdout, stderr) = output(
+            slotcron()
+                .args(["check", "--config"])
+                .arg(&path)
+                .env("WECOM_WEBHOOK", &webhook),
+        );
+        assert_eq!(code, Some(2), "{webhook}: {stderr}");
+        assert!(stderr.contains("action.webhook"), "{stderr}");
+        assert!(
+            !stdout.contains(KEY) && !stderr.contains(KEY),
+            "{webhook}: {stdout}{stderr}"
+        );
+    }
+}
+
+/// A config whose job "standup" has a schedule with a value out of range.
+fn bad_config(dir: &Path) -> std::path::PathBuf {
+    write_config(dir, &GOOD.replace("0 30 9 * * *", "0 61 9 * * *"))
+}
+
+#[test]
+fn check_on_a_bad_file_exits_2_naming_the_file_job_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bad_config(dir.path());
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--config"])
+            .arg(&path)
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(2), "stderr: {stderr}");
+    assert_eq!(stdout, "", "nothing on stdout");
+    let shown = path.display().to_string();
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with(&shown))
+        .unwrap_or_else(|| panic!("no line starts with {shown}:\n{stderr}"));
+    assert!(
+        error.contains("job \"standup\"") && error.contains("field \"schedule\""),
+        "{error}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // Several errors: each is reported, then a count.
+    let two = write_config(
+        dir.path(),
+        &GOOD
+            .replace("0 30 9 * * *", "0 61 9 * * *")
+            .replace("\"UTC\"", "\"Mars/Base\""),
+    );
+    let (code, stdout, stderr) = output(
+        slotcron()
+            .args(["check", "--config"])
+            .arg(&two)
+            .env("WECOM_WEBHOOK", WEBHOOK),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("job \"standup\", field \"schedule\"")
+            && stderr.contains("job \"hourly\", field \"timezone\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 error(s)"), "{stderr}");
+
+    // A missing file and a TOML syntax error: exit 2 as well, no panic.
+    let missing = dir.path().join("nope.toml");
+    let syntax = write_config(dir.path(), "[[job]]\nname = \"x\nschedule = 1\n");
+    for (path, says) in [(&missing, "no such file"), (&syntax, "TOML syntax")] {
+        let (code, stdout, stderr) = output(slotcron().args(["check", "--config"]).arg(path));
+        assert_eq!(code, Some(2), "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.contains(&path.display().to_string()) && stderr.contains(says),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+/// Runs `slotcron run --config <path>` to its exit; fails the test if it is still running
+/// after 30 s (a bad config must stop it at once). Returns the exit code and the output lines.
+fn run_to_exit(path: &Path, webhook: Option<&str>) -> (Option<i32>, String) {
+    let mut cmd = slotcron();
+    cmd.arg("run").arg("--config").arg(path);
+    if let Some(webhook) = webhook {
+        cmd.env("WECOM_WEBHOOK", webhook);
+    }
+    let replica = Replica::spawn_cmd("slotcron run", cmd);
+    let status = replica.wait_timeout(Duration::from_secs(30));
+    let text = replica.lines().join("\n");
+    assert!(status.is_some(), "slotcron run is still running:\n{text}");
+    (status.and_then(|s| s.code()), text)
+}
+
+#[test]
+fn run_on_a_bad_file_exits_2_before_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bad_config(dir.path());
+    let (code, text) = run_to_exit(&path, Some(WEBHOOK));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{}: job \"standup\", field \"schedule\"",
+            path.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("nothing started"), "{text}");
+    assert!(!text.contains("slotcron started"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+}
+
+#[test]
+fn run_with_an_unset_webhook_variable_exits_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), GOOD);
+    let (code, text) = run_to_exit(&path, None);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("job \"standup\", field \"action.webhook\"")
+            && text.contains("environment variable WECOM_WEBHOOK is not set"),
+        "{text}"
+    );
+    // The disabled job's unset variable is not an error.
+    assert!(!text.contains("NEVER_SET_HOOK"), "{text}");
+    assert!(!text.contains("slotcron started"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+}
+
+/// The control for the two tests above: with a good config `run` does start (and logs
+/// "slotcron started"), runs a slot, and stops with exit 0 on SIGTERM.
+#[test]
+fn run_on_a_good_file_starts_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"tick {{ slot }}\"\n",
+    );
+    let mut cmd = slotcron();
+    cmd.args([
+        "run",
+        "--replica-id",
+        "cli-test",
+        "--log-format",
+        "json",
+        "--config",
+    ])
+    .arg(&path);
+    let replica = Replica::spawn_cmd("slotcron run", cmd);
+    let started = replica.wait_for_json(Duration::from_secs(30), |v| {
+        v["message"] == "slotcron started"
+    });
+    assert!(started.is_some(), "{}", replica.lines().join("\n"));
+    let done = replica.wait_for_json(Duration::from_secs(30), |v| {
+        v["job"] == "tick" && v["outcome"] == "done" && v["replica"] == "cli-test"
+    });
+    assert!(done.is_some(), "{}", replica.lines().join("\n"));
+    replica.terminate();
+    let status = replica.wait_timeout(Duration::from_secs(30));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        replica.lines().join("\n")
+    );
+}
+
+#[test]
+fn help_lists_the_subcommands_and_their_flags() {
+    let (code, stdout, stderr) = output(slotcron().arg("--help"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let commands: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for command in ["run", "check"] {
+        assert!(
+            commands.contains(&command),
+            "{command} not in {commands:?}:\n{stdout}"
+        );
+    }
+
+    let (code, stdout, stderr) = output(slotcron().args(["run", "--help"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    for flag in [
+        "--replica-id",
+        "--log-format",
+        "--config",
+        "SLOTCRON_REPLICA_ID",
+    ] {
+        assert!(stdout.contains(flag), "run --help lacks {flag}:\n{stdout}");
+    }
+
+    let (code, stdout, stderr) = output(slotcron().args(["check", "--help"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    for flag in ["--config", "--next", "SLOTCRON_CONFIG"] {
+        assert!(
+            stdout.contains(flag),
+            "check --help lacks {flag}:\n{stdout}"
+        );
+    }
+
+    // An unknown subcommand is a usage error, not a panic.
+    let (code, _, stderr) = output(slotcron().arg("frobnicate"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn check_accepts_the_shipped_jobs_toml() {
+    let (code, stdout, stderr) = output(slotcron().current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "check",
+        "--config",
+        "jobs.toml",
+    ]));
+    assert_eq!(code, Some(0), "stderr: {stderr}\nstdout: {stdout}");
+    assert!(stdout.starts_with("jobs.toml: ok"), "{stdout}");
+    assert!(stdout.contains("job \"heartbeat\""), "{stdout}");
+    assert!(stdout.contains("job \"standup\": disabled"), "{stdout}");
+    assert!(!stderr.contains("WECOM_WEBHOOK"), "{stderr}");
+
+    // Its default path is jobs.toml in the working directory.
+    let (code, default_stdout, stderr) = output(
+        slotcron()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .arg("check"),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        default_stdout.starts_with("jobs.toml: ok"),
+        "{default_stdout}"
+    );
+}
