@@ -1,20 +1,31 @@
 //! slotcron against the peers users would pick instead, side by side in one run.
 //!
-//!     cargo bench --bench peers                       # everything (about 5 minutes)
+//!     cargo bench --bench peers                       # everything (about 7 minutes)
 //!     SLOTCRON_BENCH=race,lateness cargo bench --bench peers
 //!     SLOTCRON_BENCH_QUICK=1 cargo bench --bench peers  # a short smoke run
 //!
-//! Starts its own 3 redis-server nodes on free ports and stops them at the end. Prints one
-//! markdown table; BENCHMARKS.md holds the latest one with its reading.
+//! Sections: race, lateness, scale, footprint (`SLOTCRON_BENCH`, comma-separated; default all).
+//! `SLOTCRON_BENCH_QUICK=1` shortens every section; `SLOTCRON_BENCH_SCALE=1000x5` runs only the
+//! scale sizes named (jobs x replicas, comma-separated); `SLOTCRON_BENCH_KEEP_LOGS=1` keeps the
+//! scale replicas' logs and prints where; `SLOTCRON_BENCH_RUST_LOG` sets their log filter
+//! (default `info`, every won/lost/done line). `SLOTCRON_BENCH_RUNTIME=current_thread` runs
+//! the in-process parts (race, lateness) on a single-threaded runtime instead of the binary's
+//! multi-threaded one.
+//!
+//! Starts its own 3 redis-server nodes on free ports and stops them at the end. The scale and
+//! footprint replicas are processes of the `slotcron` binary cargo builds for this benchmark
+//! (bench profile = release: `target/release/slotcron`, or under `$CARGO_TARGET_DIR`). Prints
+//! one markdown table; BENCHMARKS.md holds the latest one with its reading.
 
 use std::collections::HashMap;
 use std::net::TcpListener as StdListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use slotcron::lock::{Acquire, LockConfig, NodeUrl, Redlock, SlotKey};
 use slotcron::schedule::{SharedClock, Slot, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +37,16 @@ fn quick() -> bool {
 
 fn wanted(section: &str) -> bool {
     std::env::var("SLOTCRON_BENCH").map_or(true, |s| s.split(',').any(|x| x.trim() == section))
+}
+
+/// `SLOTCRON_BENCH_SCALE=1000x5,100x1,1000x5-allow` runs only those scale sizes (jobs x
+/// replicas; `-allow` names the `overlap = "allow"` row).
+fn scale_wanted(jobs: usize, replicas: usize, overlap: &str) -> bool {
+    let name = match overlap {
+        "skip" => format!("{jobs}x{replicas}"),
+        _ => format!("{jobs}x{replicas}-{overlap}"),
+    };
+    std::env::var("SLOTCRON_BENCH_SCALE").map_or(true, |s| s.split(',').any(|x| x.trim() == name))
 }
 
 fn free_port() -> u16 {
@@ -108,8 +129,167 @@ impl Table {
 // ---------------------------------------------------------------------------------------------
 // 1. The race
 
+/// A redis-rs client for `node` with TCP_NODELAY, as slotcron's nodes have.
+fn nodelay_client(node: &Node) -> redis::Client {
+    use redis::IntoConnectionInfo;
+    let info = node
+        .url()
+        .into_connection_info()
+        .unwrap()
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info).unwrap()
+}
+
+/// The contenders of the race section, each timed alone in its own batches.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Op {
+    SlotcronAcquire,
+    RslockAcquire,
+    SlotcronLose,
+    RslockLose,
+    Floor,
+    MajorityFloor,
+    BareFloor,
+    BareMajority,
+}
+
+impl Op {
+    const ALL: [Op; 8] = [
+        Op::SlotcronAcquire,
+        Op::RslockAcquire,
+        Op::SlotcronLose,
+        Op::RslockLose,
+        Op::Floor,
+        Op::MajorityFloor,
+        Op::BareFloor,
+        Op::BareMajority,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Op::SlotcronAcquire => "slotcron acquire",
+            Op::RslockAcquire => "rslock acquire",
+            Op::SlotcronLose => "slotcron lose",
+            Op::RslockLose => "rslock lose",
+            Op::Floor => "floor: single SET NX PX, redis-rs",
+            Op::MajorityFloor => "floor: 3 x SET NX PX, first 2 answers, redis-rs",
+            Op::BareFloor => "floor: single SET NX PX, bare socket",
+            Op::BareMajority => "floor: 3 x SET NX PX, first 2 answers, bare sockets",
+        }
+    }
+}
+
+/// What the race section races with.
+struct Racers {
+    ours: Redlock,
+    rslock: rslock::LockManager,
+    /// The slot key another replica holds, and rslock's held resource.
+    held: SlotKey,
+    rs_held: String,
+    /// redis-rs multiplexed connections (TCP_NODELAY) to the 3 nodes.
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    /// Bare sockets (TCP_NODELAY) to the 3 nodes.
+    bare: Vec<tokio::net::TcpStream>,
+    ttl: Duration,
+}
+
+impl Racers {
+    /// One timed attempt of `op` on fresh key number `n`, in milliseconds.
+    async fn time(&mut self, op: Op, n: i64) -> f64 {
+        let ttl = self.ttl;
+        let t = Instant::now();
+        match op {
+            Op::SlotcronAcquire => {
+                let slot = Slot::at(DateTime::from_timestamp(1_700_000_000 + n, 0).unwrap());
+                let key = SlotKey::new("bench", "fresh", slot);
+                let won = matches!(self.ours.acquire(&key, ttl).await, Acquire::Won(_));
+                let elapsed = t.elapsed();
+                assert!(won);
+                return elapsed.as_secs_f64() * 1e3;
+            }
+            Op::SlotcronLose => {
+                let lost = matches!(
+                    self.ours.acquire(&self.held, ttl).await,
+                    Acquire::Lost { .. }
+                );
+                let elapsed = t.elapsed();
+                assert!(lost);
+                return elapsed.as_secs_f64() * 1e3;
+            }
+            Op::RslockAcquire => {
+                let ok = self
+                    .rslock
+                    .lock(format!("rs-fresh-{n}").as_bytes(), ttl)
+                    .await
+                    .is_ok();
+                let elapsed = t.elapsed();
+                assert!(ok);
+                return elapsed.as_secs_f64() * 1e3;
+            }
+            Op::RslockLose => {
+                let failed = self
+                    .rslock
+                    .lock(self.rs_held.as_bytes(), ttl)
+                    .await
+                    .is_err();
+                let elapsed = t.elapsed();
+                assert!(failed);
+                return elapsed.as_secs_f64() * 1e3;
+            }
+            Op::Floor => {
+                let _: Option<String> = set_nx(&format!("floor-{n}"))
+                    .query_async(&mut self.conns[0])
+                    .await
+                    .unwrap();
+            }
+            Op::MajorityFloor => {
+                let cmd = set_nx(&format!("majority-{n}"));
+                let mut pending: FuturesUnordered<_> = self
+                    .conns
+                    .iter()
+                    .map(|conn| {
+                        let mut conn = conn.clone();
+                        let cmd = &cmd;
+                        async move { cmd.query_async::<Option<String>>(&mut conn).await }
+                    })
+                    .collect();
+                for _ in 0..2 {
+                    pending.next().await.unwrap().unwrap();
+                }
+                // Dropped like the slower node's request in a race: its answer is discarded.
+            }
+            Op::BareFloor => {
+                bare_set(&mut self.bare[0], &resp_set(&format!("bare-{n}"))).await;
+            }
+            Op::BareMajority => {
+                let command = resp_set(&format!("bare3-{n}"));
+                let mut pending: FuturesUnordered<_> = self
+                    .bare
+                    .iter_mut()
+                    .map(|s| bare_set(s, &command))
+                    .collect();
+                for _ in 0..2 {
+                    pending.next().await.unwrap();
+                }
+                let elapsed = t.elapsed();
+                // The third answer, off the clock, so every stream stays in step.
+                pending.next().await.unwrap();
+                return elapsed.as_secs_f64() * 1e3;
+            }
+        }
+        t.elapsed().as_secs_f64() * 1e3
+    }
+}
+
+fn set_nx(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg("x").arg("NX").arg("PX").arg(30_000);
+    cmd
+}
+
 async fn race(nodes: &[Node], table: &mut Table) {
-    let attempts = if quick() { 2_000 } else { 10_000 };
+    let attempts: usize = if quick() { 2_000 } else { 10_000 };
+    let batch = 100;
     let urls: Vec<NodeUrl> = nodes
         .iter()
         .map(|n| NodeUrl::parse(&n.url()).unwrap())
@@ -121,14 +301,26 @@ async fn race(nodes: &[Node], table: &mut Table) {
     };
     let ours = Redlock::new(&urls, "bench", config.clone(), None).unwrap();
     let holder = Redlock::new(&urls, "holder", config, None).unwrap();
-    let mut rslock = rslock::LockManager::new(nodes.iter().map(|n| n.url()).collect::<Vec<_>>());
+    // rslock from clients with TCP_NODELAY, like slotcron's; one attempt (its retry count counts
+    // attempts). It has no per-node timeout of its own: its connections keep redis-rs' default
+    // response timeout (500 ms), which on a healthy loopback never fires.
+    let mut rslock = rslock::LockManager::from_clients(nodes.iter().map(nodelay_client).collect());
     rslock.set_retry(1, Duration::from_millis(40));
-    let floor_client = redis::Client::open(nodes[0].url()).unwrap();
-    let mut floor = floor_client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let ttl = Duration::from_secs(30);
+    let mut conns = Vec::new();
+    let mut bare = Vec::new();
+    for node in nodes {
+        conns.push(
+            nodelay_client(node)
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        );
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", node.port))
+            .await
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        bare.push(stream);
+    }
 
     // Keys already held, for the losses.
     let held = SlotKey::new("bench", "held", Slot::at(Utc::now()));
@@ -141,117 +333,119 @@ async fn race(nodes: &[Node], table: &mut Table) {
         .lock(rs_held.as_bytes(), Duration::from_secs(600))
         .await
         .unwrap();
+    let mut racers = Racers {
+        ours,
+        rslock,
+        held,
+        rs_held,
+        conns,
+        bare,
+        ttl: Duration::from_secs(30),
+    };
 
-    // Warm-up.
-    for i in 0..200 {
-        let _ = ours
-            .acquire(
-                &SlotKey::new(
-                    "warm",
-                    "x",
-                    Slot::at(DateTime::from_timestamp(i, 0).unwrap()),
-                ),
-                ttl,
-            )
-            .await;
-        let _ = rslock.lock(format!("warm-{i}").as_bytes(), ttl).await;
-    }
-
-    let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
-    let batch = 500;
+    // Warm-up, then interleaved batches: each round runs a batch of every contender, starting
+    // with a different one each round, so machine noise hits every contender alike.
     let mut n = 0i64;
-    while (n as usize) < attempts {
-        // Interleaved batches, so machine noise hits every contender alike.
-        for _ in 0..batch {
+    for op in Op::ALL {
+        for _ in 0..200 {
             n += 1;
-            let key = SlotKey::new(
-                "bench",
-                "fresh",
-                Slot::at(DateTime::from_timestamp(1_700_000_000 + n, 0).unwrap()),
-            );
-            let t = Instant::now();
-            let won = matches!(ours.acquire(&key, ttl).await, Acquire::Won(_));
-            samples
-                .entry("slotcron acquire")
-                .or_default()
-                .push(t.elapsed().as_secs_f64() * 1e3);
-            assert!(won);
-            let t = Instant::now();
-            let lost = matches!(ours.acquire(&held, ttl).await, Acquire::Lost { .. });
-            samples
-                .entry("slotcron lose")
-                .or_default()
-                .push(t.elapsed().as_secs_f64() * 1e3);
-            assert!(lost);
-            let t = Instant::now();
-            let ok = rslock
-                .lock(format!("rs-fresh-{n}").as_bytes(), ttl)
-                .await
-                .is_ok();
-            samples
-                .entry("rslock acquire")
-                .or_default()
-                .push(t.elapsed().as_secs_f64() * 1e3);
-            assert!(ok);
-            let t = Instant::now();
-            let err = rslock.lock(rs_held.as_bytes(), ttl).await.is_err();
-            samples
-                .entry("rslock lose")
-                .or_default()
-                .push(t.elapsed().as_secs_f64() * 1e3);
-            assert!(err);
-            let t = Instant::now();
-            let _: Option<String> = redis::cmd("SET")
-                .arg(format!("floor-{n}"))
-                .arg("x")
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut floor)
-                .await
-                .unwrap();
-            samples
-                .entry("single SET NX PX (floor)")
-                .or_default()
-                .push(t.elapsed().as_secs_f64() * 1e3);
+            racers.time(op, -n).await;
+        }
+    }
+    let mut samples: HashMap<Op, Vec<f64>> = HashMap::new();
+    let mut cpu: HashMap<Op, f64> = HashMap::new();
+    for round in 0..attempts.div_ceil(batch) {
+        for k in 0..Op::ALL.len() {
+            let op = Op::ALL[(round + k) % Op::ALL.len()];
+            let cpu_before = process_cpu_seconds();
+            for _ in 0..batch {
+                n += 1;
+                let ms = racers.time(op, n).await;
+                samples.entry(op).or_default().push(ms);
+            }
+            *cpu.entry(op).or_default() += process_cpu_seconds() - cpu_before;
         }
     }
     let mut p50 = HashMap::new();
-    for name in [
-        "slotcron acquire",
-        "rslock acquire",
-        "slotcron lose",
-        "rslock lose",
-        "single SET NX PX (floor)",
-    ] {
-        let s = samples.get_mut(name).unwrap();
+    for op in Op::ALL {
+        let s = samples.get_mut(&op).unwrap();
         let count = s.len();
         let (a, b, c) = percentiles(s);
-        p50.insert(name, a);
+        p50.insert(op, a);
         table.row(&[
-            format!("race: {name}"),
-            format!("{count} attempts"),
+            format!("race: {}", op.label()),
+            format!(
+                "{count} attempts, client CPU {:.0} µs each",
+                cpu[&op] / count as f64 * 1e6
+            ),
             format!("p50 {a:.3} ms"),
             format!("p99 {b:.3} ms"),
             format!("max {c:.3} ms"),
         ]);
     }
     table.row(&[
-        "race: ratios".into(),
+        "race: p50 ratios".into(),
         format!(
-            "acquire p50 slotcron/rslock = {:.2}",
-            p50["slotcron acquire"] / p50["rslock acquire"]
+            "acquire: slotcron / rslock = {:.2}",
+            p50[&Op::SlotcronAcquire] / p50[&Op::RslockAcquire]
         ),
         format!(
-            "lose p50 slotcron/rslock = {:.2}",
-            p50["slotcron lose"] / p50["rslock lose"]
+            "lose: slotcron / rslock = {:.2}",
+            p50[&Op::SlotcronLose] / p50[&Op::RslockLose]
         ),
         format!(
-            "lose p50 / floor = {:.2}",
-            p50["slotcron lose"] / p50["single SET NX PX (floor)"]
+            "lose: slotcron / single-SET floor = {:.2}",
+            p50[&Op::SlotcronLose] / p50[&Op::Floor]
         ),
-        String::new(),
+        format!(
+            "acquire, lose: slotcron / majority floor = {:.2}, {:.2}",
+            p50[&Op::SlotcronAcquire] / p50[&Op::MajorityFloor],
+            p50[&Op::SlotcronLose] / p50[&Op::MajorityFloor]
+        ),
     ]);
+}
+
+/// CPU time (user + system) of this process so far: the client side of the race, since the
+/// Redis nodes are other processes.
+fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: zero-initialised and filled above.
+    let usage = unsafe { usage.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// `SET key x NX PX 30000` in RESP.
+fn resp_set(key: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"*6\r\n");
+    for part in [
+        b"SET".as_slice(),
+        key.as_bytes(),
+        b"x",
+        b"NX",
+        b"PX",
+        b"30000",
+    ] {
+        out.extend_from_slice(format!("${}\r\n", part.len()).as_bytes());
+        out.extend_from_slice(part);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Writes `command` and reads its one-line answer (`+OK` or a nil).
+async fn bare_set(stream: &mut tokio::net::TcpStream, command: &[u8]) {
+    stream.write_all(command).await.unwrap();
+    let mut answer = [0u8; 64];
+    let mut got = 0;
+    while !answer[..got].ends_with(b"\r\n") {
+        let n = stream.read(&mut answer[got..]).await.unwrap();
+        assert!(n > 0, "redis closed the connection");
+        got += n;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,14 +563,11 @@ async fn lateness(nodes: &[Node], table: &mut Table) {
     for r in 0..5 {
         let config = slotcron::config::parse(Path::new("bench.toml"), &text, &env).unwrap();
         let clock: SharedClock = Arc::new(SystemClock);
-        let replica = slotcron::scheduler::Replica::connect(&config, format!("r{r}"), clock)
-            .await
-            .unwrap();
-        runs.push(tokio::spawn(slotcron::scheduler::run_replica(
-            replica,
+        runs.push(tokio::spawn(slotcron::scheduler::run(
             config,
+            format!("r{r}"),
+            clock,
             shutdown.clone(),
-            None,
         )));
     }
     let from = Utc::now() + chrono::Duration::seconds(1);
@@ -388,38 +579,54 @@ async fn lateness(nodes: &[Node], table: &mut Table) {
     let mut ours = lateness_ms(&arrivals.lock().unwrap(), from);
 
     // tokio-cron-scheduler: the same every-second job, posting with the second it fired in as
-    // its slot (it cannot tell the job its scheduled instant).
+    // its slot (it cannot tell the job its scheduled instant). It polls every 500 ms, so its
+    // lateness depends on the phase it started at: 5 schedulers started 100 ms apart within a
+    // second sample the phases evenly, as 5 replicas started at random would.
     let (port, tcs_arrivals) = receiver().await;
-    let scheduler = tokio_cron_scheduler::JobScheduler::new().await.unwrap();
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .build()
         .unwrap();
-    let job = tokio_cron_scheduler::Job::new_async("* * * * * *", move |_, _| {
+    let mut schedulers = Vec::new();
+    let base = Utc::now().timestamp() + 1;
+    for k in 0..5i64 {
+        let scheduler = tokio_cron_scheduler::JobScheduler::new().await.unwrap();
         let client = client.clone();
-        Box::pin(async move {
-            let slot = Slot::at(Utc::now());
-            let _ = client
-                .post(format!("http://127.0.0.1:{port}/hook"))
-                .header("X-Slotcron-Slot", slot.rfc3339_utc())
-                .header("Idempotency-Key", format!("tcs/{}", slot.rfc3339_utc()))
-                .body("x")
-                .send()
-                .await;
+        let job = tokio_cron_scheduler::Job::new_async("* * * * * *", move |_, _| {
+            let client = client.clone();
+            Box::pin(async move {
+                let slot = Slot::at(Utc::now());
+                let _ = client
+                    .post(format!("http://127.0.0.1:{port}/hook"))
+                    .header("X-Slotcron-Slot", slot.rfc3339_utc())
+                    .header("Idempotency-Key", format!("tcs-{k}/{}", slot.rfc3339_utc()))
+                    .body("x")
+                    .send()
+                    .await;
+            })
         })
-    })
-    .unwrap();
-    scheduler.add(job).await.unwrap();
-    scheduler.start().await.unwrap();
+        .unwrap();
+        scheduler.add(job).await.unwrap();
+        let phase = DateTime::from_timestamp_millis(base * 1000 + k * 100).unwrap();
+        if let Ok(wait) = (phase - Utc::now()).to_std() {
+            tokio::time::sleep(wait).await;
+        }
+        scheduler.start().await.unwrap();
+        schedulers.push(scheduler);
+    }
     let from = Utc::now() + chrono::Duration::seconds(1);
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let mut scheduler = scheduler;
-    let _ = scheduler.shutdown().await;
+    for mut scheduler in schedulers {
+        let _ = scheduler.shutdown().await;
+    }
     let mut theirs = lateness_ms(&tcs_arrivals.lock().unwrap(), from);
 
     for (name, samples) in [
         ("slotcron, 10 jobs x 5 replicas x 3 nodes", &mut ours),
-        ("tokio-cron-scheduler, 1 job, no lock", &mut theirs),
+        (
+            "tokio-cron-scheduler, 1 job x 5 instances, no lock",
+            &mut theirs,
+        ),
     ] {
         let count = samples.len();
         let (a, b, c) = percentiles(samples);
@@ -453,7 +660,8 @@ fn usage(pid: u32) -> (f64, u64) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    let hz = 100.0; // USER_HZ on Linux
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let cpu = (ticks(11) + ticks(12)) / hz;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |name: &str| {
@@ -502,9 +710,16 @@ fn redis_calls(nodes: &[Node]) -> u64 {
         .sum()
 }
 
-fn spawn_replicas(binary: &Path, config: &Path, count: usize) -> Vec<Child> {
+/// Replica processes, logging JSON lines (at the default level, `info`) to a file each.
+/// CPU seconds the 3 Redis nodes have used so far.
+fn redis_cpu(nodes: &[Node]) -> f64 {
+    nodes.iter().map(|n| usage(n.child.id()).0).sum()
+}
+
+fn spawn_replicas(binary: &Path, config: &Path, count: usize, logs: &Path) -> Vec<Child> {
     (0..count)
         .map(|r| {
+            let log = std::fs::File::create(logs.join(format!("r{r}.log"))).unwrap();
             Command::new(binary)
                 .args([
                     "run",
@@ -515,97 +730,174 @@ fn spawn_replicas(binary: &Path, config: &Path, count: usize) -> Vec<Child> {
                     "--config",
                 ])
                 .arg(config)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .env(
+                    "RUST_LOG",
+                    std::env::var("SLOTCRON_BENCH_RUST_LOG").unwrap_or("info".into()),
+                )
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
                 .spawn()
                 .unwrap()
         })
         .collect()
 }
 
+/// Stops replicas with SIGTERM (graceful: in-flight slots finish) and waits for them.
 fn stop(children: &mut [Child]) {
     for c in children.iter() {
-        let _ = nix_kill(c.id(), 15);
+        // SAFETY: kill(2) on a child this process spawned and has not reaped yet.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
     }
     for c in children.iter_mut() {
         let _ = c.wait();
     }
 }
 
-fn nix_kill(pid: u32, signal: i32) -> bool {
-    Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Kills replicas left running if the benchmark panics.
+struct Replicas(Vec<Child>);
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sleeps until `offset` past the next whole second of the wall clock; returns that second.
+async fn sleep_to_second(offset: Duration) -> DateTime<Utc> {
+    let next = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
+    let at = next + chrono::Duration::from_std(offset).unwrap();
+    if let Ok(wait) = (at - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+    next
+}
+
+/// Outcomes the replicas logged for slots in [from, to), summed over replicas.
+fn logged_outcomes(logs: &Path, from: DateTime<Utc>, to: DateTime<Utc>) -> HashMap<String, usize> {
+    let mut outcomes = HashMap::new();
+    for entry in std::fs::read_dir(logs).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let (Some(outcome), Some(slot)) = (v["outcome"].as_str(), v["slot"].as_str()) else {
+                continue;
+            };
+            let Ok(slot) = slot.parse::<DateTime<Utc>>() else {
+                continue;
+            };
+            if slot >= from && slot < to {
+                // A skip says why: the previous run still going, or the replica woke too late.
+                let outcome = match (outcome, v["reason"].as_str()) {
+                    ("skipped", Some(reason)) => format!("skipped ({reason})"),
+                    ("skipped", None) => "skipped (late)".to_owned(),
+                    _ => outcome.to_owned(),
+                };
+                *outcomes.entry(outcome).or_default() += 1;
+            }
+        }
+    }
+    outcomes
 }
 
 async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
     let seconds: i64 = if quick() { 5 } else { 30 };
-    for jobs in [10usize, 100, 1000] {
-        for replicas in [1usize, 5] {
+    // The default `overlap = "skip"` everywhere, and once more at the largest size with
+    // `overlap = "allow"`: no running lease, one round trip fewer before the send.
+    let sizes = [10usize, 100, 1000]
+        .into_iter()
+        .flat_map(|jobs| [(jobs, 1usize, "skip"), (jobs, 5, "skip")])
+        .chain([(1000, 5, "allow")]);
+    for (jobs, replicas, overlap) in sizes {
+        if !scale_wanted(jobs, replicas, overlap) {
+            continue;
+        }
+        {
             let (port, arrivals) = receiver().await;
             let dir = tempfile::tempdir().unwrap();
             let config = dir.path().join("jobs.toml");
-            std::fs::write(
-                &config,
-                jobs_toml(
-                    &format!("scale-{jobs}-{replicas}"),
-                    nodes,
-                    jobs,
-                    "* * * * * *",
-                    port,
-                ),
-            )
-            .unwrap();
-            let mut children = spawn_replicas(binary, &config, replicas);
+            let prefix = format!("scale-{jobs}-{replicas}-{overlap}");
+            let text = jobs_toml(&prefix, nodes, jobs, "* * * * * *", port).replace(
+                "timeout = \"5s\"\n",
+                &format!("timeout = \"5s\"\noverlap = \"{overlap}\"\n"),
+            );
+            std::fs::write(&config, text).unwrap();
+            let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
             tokio::time::sleep(Duration::from_secs(2)).await;
+            // The window: whole seconds [from, to). Counters are read half a second before
+            // each end, between two bursts, so they hold the window's slots and nothing else.
+            let before = sleep_to_second(Duration::from_millis(500)).await;
             let calls_before = redis_calls(nodes);
-            let from = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
-            tokio::time::sleep(Duration::from_secs(seconds as u64)).await;
-            let to = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
-            let usages: Vec<(f64, u64)> = children.iter().map(|c| usage(c.id())).collect();
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let cpu_before: Vec<f64> = children.0.iter().map(|c| usage(c.id()).0).collect();
+            let redis_cpu_before = redis_cpu(nodes);
+            let from = before + chrono::Duration::seconds(1);
+            let to = from + chrono::Duration::seconds(seconds);
+            let end = to + chrono::Duration::milliseconds(500);
+            tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
             let calls = redis_calls(nodes) - calls_before;
-            stop(&mut children);
+            let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
+            let usages: Vec<(f64, u64)> = children.0.iter().map(|c| usage(c.id())).collect();
+            // Late arrivals of the window's last slots, then a graceful stop.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            stop(&mut children.0);
             let arrivals = arrivals.lock().unwrap();
             let mut counts: HashMap<&str, usize> = HashMap::new();
-            for (key, slot, _) in &arrivals.seen {
+            let mut late = Vec::new();
+            for (key, slot, at) in &arrivals.seen {
                 if *slot >= from && *slot < to {
                     *counts.entry(key.as_str()).or_default() += 1;
+                    late.push((*at - *slot).num_microseconds().unwrap() as f64 / 1e3);
                 }
             }
-            let expected = jobs * (to - from).num_seconds() as usize;
+            let expected = jobs * seconds as usize;
             let run = counts.len();
             let duplicated = counts.values().filter(|n| **n > 1).count();
-            let mut late: Vec<f64> = arrivals
-                .seen
-                .iter()
-                .filter(|(_, s, _)| *s >= from && *s < to)
-                .map(|(_, s, a)| (*a - *s).num_microseconds().unwrap() as f64 / 1e3)
-                .collect();
-            let (_, p99, _) = if late.is_empty() {
-                (0.0, 0.0, 0.0)
+            let p99 = if late.is_empty() {
+                f64::NAN
             } else {
-                percentiles(&mut late)
+                percentiles(&mut late).1
             };
-            let cpu = usages.iter().map(|u| u.0).sum::<f64>() / replicas as f64;
+            let cpu = usages
+                .iter()
+                .zip(&cpu_before)
+                .map(|(u, b)| u.0 - b)
+                .sum::<f64>()
+                / replicas as f64;
             let rss = usages.iter().map(|u| u.1).max().unwrap_or(0);
+            let outcomes = logged_outcomes(dir.path(), from, to);
+            if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
+                eprintln!("peers: replica logs kept in {}", dir.keep().display());
+            }
+            let mut logged: Vec<String> = outcomes
+                .iter()
+                .filter(|(o, _)| !matches!(o.as_str(), "won" | "lost" | "done"))
+                .map(|(o, n)| format!("{o} {n}"))
+                .collect();
+            logged.sort();
+            if logged.is_empty() {
+                logged.push("none unavailable, skipped or failed".into());
+            }
             table.row(&[
-                format!("scale: {jobs} jobs/s x {replicas} replica(s)"),
+                format!("scale: {jobs} jobs/s x {replicas} replica(s), overlap = {overlap}, {seconds} s"),
                 format!(
-                    "slots {expected}, run {run}, duplicated {duplicated}, missed {}",
-                    expected.saturating_sub(run)
+                    "slots {expected}, run {run}, duplicated {duplicated}, missed {} (replica logs: {})",
+                    expected.saturating_sub(run),
+                    logged.join(", ")
                 ),
                 format!("lateness p99 {p99:.1} ms"),
                 format!(
-                    "CPU {cpu:.2} s/replica, peak RSS {:.1} MiB",
+                    "CPU {cpu:.2} s ({:.0} µs/slot) and peak RSS {:.1} MiB per replica",
+                    cpu / expected as f64 * 1e6,
                     rss as f64 / 1024.0
                 ),
                 format!(
-                    "{:.1} Redis commands/slot",
-                    calls as f64 / run.max(1) as f64
+                    "{:.1} Redis commands/slot, Redis CPU {redis_cpu:.2} s ({:.0} µs/slot)",
+                    calls as f64 / expected as f64,
+                    redis_cpu / expected as f64 * 1e6
                 ),
             ]);
         }
@@ -617,30 +909,51 @@ async fn footprint(nodes: &[Node], binary: &Path, table: &mut Table) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("jobs.toml");
     std::fs::write(&config, jobs_toml("idle", nodes, 10, "0 0 3 * * *", 9)).unwrap();
-    let mut children = spawn_replicas(binary, &config, 1);
+    let mut children = Replicas(spawn_replicas(binary, &config, 1, dir.path()));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let pid = children[0].id();
+    let pid = children.0[0].id();
     let (cpu_before, _) = usage(pid);
-    let started = SystemTime::now();
+    let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (cpu_after, _) = usage(pid);
-    let wall = started.elapsed().unwrap().as_secs_f64();
+    let (cpu_after, peak) = usage(pid);
+    let wall = started.elapsed().as_secs_f64();
     let rss = rss_now(pid);
-    stop(&mut children);
+    stop(&mut children.0);
     table.row(&[
-        "footprint: 1 replica, 10 daily jobs, idle".into(),
-        format!("{seconds} s"),
-        format!("RSS {:.1} MiB", rss as f64 / 1024.0),
-        format!("CPU {:.3} %", 100.0 * (cpu_after - cpu_before) / wall),
+        format!("footprint: 1 replica, 10 daily jobs, 3 nodes, idle {seconds} s"),
+        format!(
+            "RSS {:.1} MiB (peak {:.1} MiB)",
+            rss as f64 / 1024.0,
+            peak as f64 / 1024.0
+        ),
+        format!(
+            "CPU {:.3} % ({:.2} s)",
+            100.0 * (cpu_after - cpu_before) / wall,
+            cpu_after - cpu_before
+        ),
+        String::new(),
         String::new(),
     ]);
 }
 
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // The binary's runtime (multi-threaded, one worker per core) unless told otherwise.
+    let flavor = std::env::var("SLOTCRON_BENCH_RUNTIME").unwrap_or_default();
+    let runtime = match flavor.as_str() {
+        "current_thread" => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()
+    .unwrap();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load_before = load_average();
     let nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
     let mut table = Table {
         rows: vec![
@@ -649,21 +962,35 @@ fn main() {
         ],
     };
     runtime.block_on(async {
-        if wanted("race") {
-            race(&nodes, &mut table).await;
-        }
-        if wanted("lateness") {
-            lateness(&nodes, &mut table).await;
-        }
-        if wanted("scale") || wanted("footprint") {
-            let binary = release_binary();
-            if wanted("scale") {
-                scale(&nodes, &binary, &mut table).await;
+        for (name, section) in [("race", 0), ("lateness", 1), ("scale", 2), ("footprint", 3)] {
+            if !wanted(name) {
+                continue;
             }
-            if wanted("footprint") {
-                footprint(&nodes, &binary, &mut table).await;
+            eprintln!("peers: {name}... (load {})", load_average());
+            match section {
+                0 => race(&nodes, &mut table).await,
+                1 => lateness(&nodes, &mut table).await,
+                2 => scale(&nodes, &release_binary(), &mut table).await,
+                _ => footprint(&nodes, &release_binary(), &mut table).await,
             }
         }
     });
+    table.row(&[
+        "run".into(),
+        format!(
+            "{cpus} CPUs, {} mode",
+            if quick() { "quick" } else { "full" }
+        ),
+        format!("load average before {load_before}"),
+        format!("after {}", load_average()),
+        format!(
+            "bench runtime: {}",
+            if flavor == "current_thread" {
+                "current_thread"
+            } else {
+                "multi_thread"
+            }
+        ),
+    ]);
     println!("{}", table.rows.join("\n"));
 }

@@ -47,6 +47,12 @@ class Receiver(http.server.ThreadingHTTPServer):
         self.counts = collections.Counter()
         self.replicas = collections.Counter()
 
+    def handle_error(self, request, client_address):
+        # A replica SIGKILLed mid-request leaves a broken pipe: expected here, not a failure.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):

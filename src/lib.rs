@@ -7,7 +7,7 @@
 //! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
-//! - [`scheduler`]: the per-job loops that sleep until each slot; shutdown and task tracking.
+//! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.

@@ -1,7 +1,8 @@
 //! The replica: one timeline that sleeps until the next instant a job is due and hands the jobs
-//! due then to one race task, which races them as a batch. Every task is tracked; on shutdown no new slot starts and in-flight slots finish
-//! (each within its job's timeout) before `run` returns. A reload swaps the job loops for new
-//! ones built from the new file; slots already racing or running finish on the old ones.
+//! due then to one race task, which races them as a batch. Every task is tracked; on shutdown
+//! no new slot starts and in-flight slots finish (each within its job's timeout) before `run`
+//! returns. A reload swaps the timeline for one built from the new file; slots already racing
+//! or running finish on the old one.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
