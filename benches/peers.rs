@@ -816,72 +816,71 @@ async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
         if !scale_wanted(jobs, replicas, overlap) {
             continue;
         }
-        {
-            let (port, arrivals) = receiver().await;
-            let dir = tempfile::tempdir().unwrap();
-            let config = dir.path().join("jobs.toml");
-            let prefix = format!("scale-{jobs}-{replicas}-{overlap}");
-            let text = jobs_toml(&prefix, nodes, jobs, "* * * * * *", port).replace(
-                "timeout = \"5s\"\n",
-                &format!("timeout = \"5s\"\noverlap = \"{overlap}\"\n"),
-            );
-            std::fs::write(&config, text).unwrap();
-            let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            // The window: whole seconds [from, to). Counters are read half a second before
-            // each end, between two bursts, so they hold the window's slots and nothing else.
-            let before = sleep_to_second(Duration::from_millis(500)).await;
-            let calls_before = redis_calls(nodes);
-            let cpu_before: Vec<f64> = children.0.iter().map(|c| usage(c.id()).0).collect();
-            let redis_cpu_before = redis_cpu(nodes);
-            let from = before + chrono::Duration::seconds(1);
-            let to = from + chrono::Duration::seconds(seconds);
-            let end = to + chrono::Duration::milliseconds(500);
-            tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
-            let calls = redis_calls(nodes) - calls_before;
-            let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
-            let usages: Vec<(f64, u64)> = children.0.iter().map(|c| usage(c.id())).collect();
-            // Late arrivals of the window's last slots, then a graceful stop.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            stop(&mut children.0);
-            let arrivals = arrivals.lock().unwrap();
-            let mut counts: HashMap<&str, usize> = HashMap::new();
-            let mut late = Vec::new();
-            for (key, slot, at) in &arrivals.seen {
-                if *slot >= from && *slot < to {
-                    *counts.entry(key.as_str()).or_default() += 1;
-                    late.push((*at - *slot).num_microseconds().unwrap() as f64 / 1e3);
-                }
+        let (port, arrivals) = receiver().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("jobs.toml");
+        let prefix = format!("scale-{jobs}-{replicas}-{overlap}");
+        let text = jobs_toml(&prefix, nodes, jobs, "* * * * * *", port).replace(
+            "timeout = \"5s\"\n",
+            &format!("timeout = \"5s\"\noverlap = \"{overlap}\"\n"),
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The window: whole seconds [from, to). Counters are read half a second before
+        // each end, between two bursts, so they hold the window's slots and nothing else.
+        let before = sleep_to_second(Duration::from_millis(500)).await;
+        let calls_before = redis_calls(nodes);
+        let cpu_before: Vec<f64> = children.0.iter().map(|c| usage(c.id()).0).collect();
+        let redis_cpu_before = redis_cpu(nodes);
+        let from = before + chrono::Duration::seconds(1);
+        let to = from + chrono::Duration::seconds(seconds);
+        let end = to + chrono::Duration::milliseconds(500);
+        tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
+        let calls = redis_calls(nodes) - calls_before;
+        let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
+        let usages: Vec<(f64, u64)> = children.0.iter().map(|c| usage(c.id())).collect();
+        // Late arrivals of the window's last slots, then a graceful stop.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop(&mut children.0);
+        let arrivals = arrivals.lock().unwrap();
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        let mut late = Vec::new();
+        for (key, slot, at) in &arrivals.seen {
+            if *slot >= from && *slot < to {
+                *counts.entry(key.as_str()).or_default() += 1;
+                late.push((*at - *slot).num_microseconds().unwrap() as f64 / 1e3);
             }
-            let expected = jobs * seconds as usize;
-            let run = counts.len();
-            let duplicated = counts.values().filter(|n| **n > 1).count();
-            let p99 = if late.is_empty() {
-                f64::NAN
-            } else {
-                percentiles(&mut late).1
-            };
-            let cpu = usages
-                .iter()
-                .zip(&cpu_before)
-                .map(|(u, b)| u.0 - b)
-                .sum::<f64>()
-                / replicas as f64;
-            let rss = usages.iter().map(|u| u.1).max().unwrap_or(0);
-            let outcomes = logged_outcomes(dir.path(), from, to);
-            if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
-                eprintln!("peers: replica logs kept in {}", dir.keep().display());
-            }
-            let mut logged: Vec<String> = outcomes
-                .iter()
-                .filter(|(o, _)| !matches!(o.as_str(), "won" | "lost" | "done"))
-                .map(|(o, n)| format!("{o} {n}"))
-                .collect();
-            logged.sort();
-            if logged.is_empty() {
-                logged.push("none unavailable, skipped or failed".into());
-            }
-            table.row(&[
+        }
+        let expected = jobs * seconds as usize;
+        let run = counts.len();
+        let duplicated = counts.values().filter(|n| **n > 1).count();
+        let p99 = if late.is_empty() {
+            f64::NAN
+        } else {
+            percentiles(&mut late).1
+        };
+        let cpu = usages
+            .iter()
+            .zip(&cpu_before)
+            .map(|(u, b)| u.0 - b)
+            .sum::<f64>()
+            / replicas as f64;
+        let rss = usages.iter().map(|u| u.1).max().unwrap_or(0);
+        let outcomes = logged_outcomes(dir.path(), from, to);
+        if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
+            eprintln!("peers: replica logs kept in {}", dir.keep().display());
+        }
+        let mut logged: Vec<String> = outcomes
+            .iter()
+            .filter(|(o, _)| !matches!(o.as_str(), "won" | "lost" | "done"))
+            .map(|(o, n)| format!("{o} {n}"))
+            .collect();
+        logged.sort();
+        if logged.is_empty() {
+            logged.push("none unavailable, skipped or failed".into());
+        }
+        table.row(&[
                 format!("scale: {jobs} jobs/s x {replicas} replica(s), overlap = {overlap}, {seconds} s"),
                 format!(
                     "slots {expected}, run {run}, duplicated {duplicated}, missed {} (replica logs: {})",
@@ -900,7 +899,6 @@ async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
                     redis_cpu / expected as f64 * 1e6
                 ),
             ]);
-        }
     }
 }
 
