@@ -528,3 +528,58 @@ fn sigterm_while_an_action_is_in_flight_finishes_it_and_exits_0() {
         "a slot started after SIGTERM"
     );
 }
+
+#[test]
+fn a_running_lease_release_that_misses_a_majority_is_reported() {
+    // Two of three nodes paused while a run is in flight: at its end the running lease is
+    // released on one node only, after waiting up to 1 s per node, and the replica says so
+    // (the job's next slots would be skipped until the lease's TTL runs out).
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"release\"\n[redis]\nnodes = [{}]\n\
+         [[job]]\nname = \"slow\"\nschedule = \"*/5 * * * * *\"\ntimeout = \"4s\"\n\
+         [job.action]\ntype = \"command\"\nshell = \"sleep 1.5\"\n",
+        nodes.join(", ")
+    );
+    let path = write_config(dir.path(), &text);
+    let replica = Replica::spawn(
+        env!("CARGO_BIN_EXE_slotcron"),
+        &[
+            "run",
+            "--log-format",
+            "json",
+            "--replica-id",
+            "solo",
+            "--config",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let won = replica
+        .wait_for_json(Duration::from_secs(12), |l| l["outcome"] == "won")
+        .unwrap_or_else(|| panic!("no win: {:?}", replica.lines()));
+    // The lease is taken right after the win; pause the nodes once the command runs.
+    std::thread::sleep(Duration::from_millis(400));
+    cluster[0].pause();
+    cluster[1].pause();
+    let warning = replica.wait_for_json(Duration::from_secs(6), |l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("the running lease was released on"))
+    });
+    cluster[0].resume();
+    cluster[1].resume();
+    let warning = warning.unwrap_or_else(|| panic!("no warning: {:?}", replica.lines()));
+    assert_eq!(warning["level"], "WARN");
+    assert_eq!(warning["job"], "slow");
+    assert_eq!(warning["slot"], won["slot"]);
+    assert_eq!(warning["nodes"], 1, "{warning}");
+    // The run itself completed: the paused nodes cost the release, not the slot.
+    assert!(replica
+        .json_lines()
+        .iter()
+        .any(|l| l["outcome"] == "done" && l["slot"] == won["slot"]));
+    replica.terminate();
+}
