@@ -47,19 +47,7 @@ impl Fleet {
         let replicas = (0..REPLICAS)
             .map(|i| {
                 let id = format!("replica-{i}");
-                Replica::spawn(
-                    env!("CARGO_BIN_EXE_slotcron"),
-                    &[
-                        "run",
-                        "--log-format",
-                        "json",
-                        "--replica-id",
-                        &id,
-                        "--config",
-                        path,
-                    ],
-                    &[],
-                )
+                Replica::run(path, &id, &[])
             })
             .collect::<Vec<_>>();
         for r in &replicas {

@@ -168,25 +168,9 @@ fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
             "2s",
         ),
     );
-    let path = path.to_str().unwrap();
-    let bin = env!("CARGO_BIN_EXE_slotcron");
     let replicas: Vec<Replica> = ["a", "b"]
         .iter()
-        .map(|name| {
-            Replica::spawn(
-                bin,
-                &[
-                    "run",
-                    "--log-format",
-                    "json",
-                    "--replica-id",
-                    name,
-                    "--config",
-                    path,
-                ],
-                &[],
-            )
-        })
+        .map(|name| Replica::run(&path, name, &[]))
         .collect();
     assert!(
         receiver.wait_for(2, Duration::from_secs(10)).len() >= 2,
@@ -293,23 +277,7 @@ fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
             "3s",
         ),
     );
-    let path = path.to_str().unwrap().to_owned();
-    let bin = env!("CARGO_BIN_EXE_slotcron");
-    let spawn = |name: &str| {
-        Replica::spawn(
-            bin,
-            &[
-                "run",
-                "--log-format",
-                "json",
-                "--replica-id",
-                name,
-                "--config",
-                &path,
-            ],
-            &[],
-        )
-    };
+    let spawn = |name: &str| Replica::run(&path, name, &[]);
     let mut replicas: Vec<(String, Replica)> = (0..3)
         .map(|i| (format!("r{i}"), spawn(&format!("r{i}"))))
         .collect();
@@ -358,19 +326,7 @@ fn a_replica_paused_past_its_validity_does_not_send_on_resume() {
         "1s",
     );
     let path = write_config(dir.path(), &text);
-    let replica = Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            "sleepy",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let replica = Replica::run(&path, "sleepy", &[]);
     let first = receiver.wait_for(1, Duration::from_secs(10));
     replica.pause();
     let slot_key = common::idempotency_key(&first[0]).unwrap();
@@ -485,19 +441,7 @@ fn sigterm_while_an_action_is_in_flight_finishes_it_and_exits_0() {
             "5s",
         ),
     );
-    let replica = Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            "draining",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let replica = Replica::run(&path, "draining", &[]);
     let first = receiver.wait_for(1, Duration::from_secs(10));
     let in_flight = common::idempotency_key(&first[0]).unwrap();
     replica.terminate();
@@ -544,19 +488,7 @@ fn a_running_lease_release_that_misses_a_majority_is_reported() {
         nodes.join(", ")
     );
     let path = write_config(dir.path(), &text);
-    let replica = Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            "solo",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let replica = Replica::run(&path, "solo", &[]);
     let won = replica
         .wait_for_json(Duration::from_secs(12), |l| l["outcome"] == "won")
         .unwrap_or_else(|| panic!("no win: {:?}", replica.lines()));

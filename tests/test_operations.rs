@@ -32,19 +32,7 @@ fn http_job(name: &str, schedule: &str, receiver: &Receiver, extra: &str) -> Str
 }
 
 fn replica(config: &Path, id: &str) -> Replica {
-    Replica::spawn(
-        bin(),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            id,
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &[],
-    )
+    Replica::run(config, id, &[])
 }
 
 fn started(r: &Replica) {

@@ -103,21 +103,7 @@ fn fleet(
     );
     let path = common::write_config(dir, &text);
     (0..3)
-        .map(|i| {
-            common::Replica::spawn(
-                env!("CARGO_BIN_EXE_slotcron"),
-                &[
-                    "run",
-                    "--log-format",
-                    "json",
-                    "--replica-id",
-                    &format!("r{i}"),
-                    "--config",
-                    path.to_str().unwrap(),
-                ],
-                &[],
-            )
-        })
+        .map(|i| common::Replica::run(&path, &format!("r{i}"), &[]))
         .collect()
 }
 

@@ -954,19 +954,7 @@ fn no_secret_in_any_log_line_error_or_check_output() {
         ("RUST_LOG", "debug"),
     ];
 
-    let replica = common::Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            "leaky",
-            "--config",
-            path.to_str().unwrap(),
-        ],
-        &env,
-    );
+    let replica = common::Replica::run(&path, "leaky", &env);
     let jobs = ["wecom", "ding", "feishu", "slack", "api", "cmd"];
     let all_failed = common::wait_until(Duration::from_secs(20), || {
         let lines = replica.json_lines();

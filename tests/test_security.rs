@@ -32,19 +32,7 @@ fn job(receiver: &str) -> String {
 
 /// Runs one replica for ~3 s with `config`, returns all its output lines.
 fn run_replica(config: &Path) -> Vec<String> {
-    let replica = Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            "secure-1",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        &[("WECOM_KEY", WEBHOOK_KEY)],
-    );
+    let replica = Replica::run(config, "secure-1", &[("WECOM_KEY", WEBHOOK_KEY)]);
     let done = replica.wait_for_json(Duration::from_secs(10), |l| l["outcome"] == "done");
     assert!(done.is_some(), "no slot ran: {:?}", replica.lines());
     replica.terminate();

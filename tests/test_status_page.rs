@@ -22,19 +22,7 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 fn start_replica(config: &Path, id: &str) -> Replica {
-    Replica::spawn(
-        BIN,
-        &[
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-            "--replica-id",
-            id,
-            "--log-format",
-            "json",
-        ],
-        &[("RUST_LOG", "info")],
-    )
+    Replica::run(config, id, &[("RUST_LOG", "info")])
 }
 
 /// The part of `html` after `start` and before the next `end`.

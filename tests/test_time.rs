@@ -226,20 +226,7 @@ fn faked_replica(lib: &Path, offset: &str, config: &Path, name: &str) -> Replica
 }
 
 fn plain_replica(config: &Path, name: &str) -> Replica {
-    let config = config.to_str().unwrap();
-    Replica::spawn(
-        env!("CARGO_BIN_EXE_slotcron"),
-        &[
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-            config,
-        ],
-        &[],
-    )
+    Replica::run(config, name, &[])
 }
 
 #[test]

@@ -797,6 +797,25 @@ impl Replica {
         Self::spawn_cmd(&name, cmd)
     }
 
+    /// `slotcron run --log-format json --replica-id ID --config CONFIG`, with extra environment
+    /// variables: a replica as the tests run it.
+    pub fn run(config: impl AsRef<Path>, id: &str, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
+        cmd.args([
+            "run",
+            "--log-format",
+            "json",
+            "--replica-id",
+            id,
+            "--config",
+        ])
+        .arg(config.as_ref());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self::spawn_cmd("slotcron", cmd)
+    }
+
     /// Spawns a prepared command (e.g. wrapped in `faketime`, with a cwd);
     /// stdin/stdout/stderr are overridden. `name` labels the dumped output.
     pub fn spawn_cmd(name: &str, mut cmd: Command) -> Self {
