@@ -14,12 +14,40 @@ use redis::Value;
 use serde::Serialize;
 
 use crate::lock::Redlock;
-use crate::schedule::Slot;
+use crate::schedule::{Fence, Slot};
 
 /// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.
 pub const HISTORY_CAP: usize = 2000;
 /// Bound on a history write or read per node (not on the race path).
 const HISTORY_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// What a failed run's receiver may have seen: the `delivery` field of its log line and record.
+/// Kept here, beside the record, so the actions below the race can name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// Nothing reached the receiver, or it answered that it refused the message.
+    NotDelivered,
+    /// A request may have reached the receiver and been acted on.
+    Uncertain,
+}
+
+impl DeliveryState {
+    /// The value of the `delivery` log field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::NotDelivered => "not_delivered",
+            DeliveryState::Uncertain => "uncertain",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "not_delivered" => Some(DeliveryState::NotDelivered),
+            "uncertain" => Some(DeliveryState::Uncertain),
+            _ => None,
+        }
+    }
+}
 
 /// The state of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
@@ -29,6 +57,8 @@ pub enum RunState {
     Running,
     Done,
     Failed,
+    /// Nothing left the winner: it offered the slot to the fleet (see `handoff`).
+    HandedOff,
 }
 
 impl RunState {
@@ -37,6 +67,7 @@ impl RunState {
             RunState::Running => "running",
             RunState::Done => "done",
             RunState::Failed => "failed",
+            RunState::HandedOff => "handed_off",
         }
     }
 
@@ -45,6 +76,7 @@ impl RunState {
             "running" => Some(RunState::Running),
             "done" => Some(RunState::Done),
             "failed" => Some(RunState::Failed),
+            "handed_off" => Some(RunState::HandedOff),
             _ => None,
         }
     }
@@ -68,6 +100,30 @@ pub struct RunRecord {
     pub outcome: RunState,
     pub error: Option<String>,
     pub attempts: u32,
+    /// What started the run: `schedule`, `catch_up`, `trigger` or `handoff`.
+    pub trigger: String,
+    /// The run's fencing token (the slot's epoch ms plus its handoff number).
+    #[serde(serialize_with = "serialize_fence")]
+    pub fence: Fence,
+    /// On a failed or handed-off run: whether the receiver may have acted on it.
+    #[serde(serialize_with = "serialize_delivery")]
+    pub delivery: Option<DeliveryState>,
+    /// On a handoff: the replica that won the slot first and could not deliver it.
+    pub previous_winner: Option<String>,
+}
+
+fn serialize_fence<S: serde::Serializer>(fence: &Fence, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64(fence.get())
+}
+
+fn serialize_delivery<S: serde::Serializer>(
+    delivery: &Option<DeliveryState>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match delivery {
+        Some(d) => s.serialize_str(d.as_str()),
+        None => s.serialize_none(),
+    }
 }
 
 fn serialize_slot<S: serde::Serializer>(slot: &Slot, s: S) -> Result<S::Ok, S::Error> {
@@ -87,7 +143,15 @@ impl RunRecord {
             ("started_ms", self.started.timestamp_millis().to_string()),
             ("outcome", self.outcome.as_str().to_owned()),
             ("attempts", self.attempts.to_string()),
+            ("trigger", self.trigger.clone()),
+            ("fence", self.fence.get().to_string()),
         ];
+        if let Some(d) = self.delivery {
+            fields.push(("delivery", d.as_str().to_owned()));
+        }
+        if let Some(p) = &self.previous_winner {
+            fields.push(("previous_winner", p.clone()));
+        }
         if let Some(f) = self.finished {
             fields.push(("finished_ms", f.timestamp_millis().to_string()));
         }
@@ -100,9 +164,10 @@ impl RunRecord {
     fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
         let ms = |k: &str| fields.get(k).and_then(|v| v.parse::<i64>().ok());
         let time = |k: &str| ms(k).and_then(DateTime::from_timestamp_millis);
+        let slot = Slot::at(time("slot_ms")?);
         Some(RunRecord {
             job: fields.get("job")?.clone(),
-            slot: Slot::at(time("slot_ms")?),
+            slot,
             replica: fields.get("replica")?.clone(),
             started: time("started_ms")?,
             finished: time("finished_ms"),
@@ -112,6 +177,16 @@ impl RunRecord {
                 .get("attempts")
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(0),
+            // Records written before these fields existed read as a schedule's first run.
+            trigger: fields
+                .get("trigger")
+                .cloned()
+                .unwrap_or_else(|| "schedule".to_owned()),
+            fence: ms("fence").map_or(Fence::new(slot, 0), |f| {
+                Fence::new(slot, (f - slot.epoch_ms()).clamp(0, 255) as u8)
+            }),
+            delivery: fields.get("delivery").and_then(|d| DeliveryState::parse(d)),
+            previous_winner: fields.get("previous_winner").cloned(),
         })
     }
 
@@ -171,7 +246,8 @@ impl History {
         }
     }
 
-    /// The latest runs of `job`, one per slot, newest slot first, merged across nodes.
+    /// The latest runs of `job`, one per run (a handed-off slot has two), newest first, merged
+    /// across nodes.
     pub async fn read(
         &self,
         job: &str,
@@ -231,18 +307,19 @@ async fn read_nodes(
     Ok(records)
 }
 
-/// One record per slot (the most complete), newest slot first.
+/// One record per run (the most complete), newest first. A run is a slot and a fence: a
+/// handed-off slot has two, the first winner's `handed_off` and the taker's.
 pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
-    let mut by_slot: BTreeMap<Slot, RunRecord> = BTreeMap::new();
+    let mut by_run: BTreeMap<Fence, RunRecord> = BTreeMap::new();
     for record in records {
-        match by_slot.get(&record.slot) {
+        match by_run.get(&record.fence) {
             Some(existing) if !record.supersedes(existing) => {}
             _ => {
-                by_slot.insert(record.slot, record);
+                by_run.insert(record.fence, record);
             }
         }
     }
-    by_slot.into_values().rev().collect()
+    by_run.into_values().rev().collect()
 }
 
 /// Stream entries `[[id, [k, v, …]], …]` into records; malformed entries are skipped.
@@ -281,16 +358,50 @@ mod tests {
     use super::*;
 
     fn record(slot_s: i64, outcome: RunState, finished: Option<i64>) -> RunRecord {
+        let slot = Slot::at(DateTime::from_timestamp(slot_s, 0).unwrap());
         RunRecord {
             job: "j".into(),
-            slot: Slot::at(DateTime::from_timestamp(slot_s, 0).unwrap()),
+            slot,
             replica: "r".into(),
             started: DateTime::from_timestamp(slot_s, 0).unwrap(),
             finished: finished.and_then(|f| DateTime::from_timestamp(f, 0)),
             outcome,
             error: None,
             attempts: 1,
+            trigger: "schedule".into(),
+            fence: Fence::new(slot, 0),
+            delivery: None,
+            previous_winner: None,
         }
+    }
+
+    #[test]
+    fn merge_keeps_both_runs_of_a_handed_off_slot_the_taker_first() {
+        let mut first = record(10, RunState::HandedOff, Some(10));
+        first.delivery = Some(DeliveryState::NotDelivered);
+        let mut taker = record(10, RunState::Done, Some(11));
+        taker.replica = "r2".into();
+        taker.trigger = "handoff".into();
+        taker.fence = Fence::new(taker.slot, 1);
+        taker.previous_winner = Some("r".into());
+        let merged = merge(vec![first.clone(), taker.clone(), record(5, RunState::Done, Some(6))]);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(merged[0], taker);
+        assert_eq!(merged[1], first);
+        assert_eq!(merged[2].slot.instant().timestamp(), 5);
+    }
+
+    #[test]
+    fn a_record_written_before_fences_reads_as_the_first_run() {
+        let r = record(10, RunState::Done, Some(11));
+        let mut fields: HashMap<String, String> = r
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        fields.remove("fence");
+        fields.remove("trigger");
+        assert_eq!(RunRecord::from_fields(&fields), Some(r));
     }
 
     #[test]
@@ -310,6 +421,10 @@ mod tests {
     fn fields_round_trip() {
         let mut r = record(10, RunState::Failed, Some(12));
         r.error = Some("boom".into());
+        r.delivery = Some(DeliveryState::Uncertain);
+        r.trigger = "handoff".into();
+        r.fence = Fence::new(r.slot, 1);
+        r.previous_winner = Some("r0".into());
         let fields: HashMap<String, String> = r
             .fields()
             .into_iter()

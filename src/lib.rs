@@ -6,7 +6,9 @@
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
 //! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
-//! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
+//! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
+//!   handing the slot off when nothing left this replica.
+//! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
@@ -20,6 +22,7 @@ pub mod action;
 pub mod cli;
 pub mod config;
 pub mod fleet_clock;
+pub mod handoff;
 pub mod history;
 pub mod lock;
 pub mod manual;

@@ -76,7 +76,16 @@ fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
                 delivery.attempts
             ),
         ),
-        SlotResult::Failed { error, .. } => (EXIT_RUNTIME, format!("failed: {error}")),
+        SlotResult::Failed {
+            error, delivery, ..
+        } => (
+            EXIT_RUNTIME,
+            format!("failed (delivery {}): {error}", delivery.as_str()),
+        ),
+        SlotResult::HandedOff { reason, .. } => (
+            EXIT_RUNTIME,
+            format!("not sent from here, handed off to the running replicas: {reason}"),
+        ),
         SlotResult::Lost { holder } => (
             EXIT_LOST,
             format!("already run by {} for this second", holder.replica()),

@@ -47,6 +47,7 @@ pub struct Metrics {
     clock_offset_ms: Gauge,
     budget_waits: Family<JobLabels, Counter>,
     budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    handoffs: Family<JobLabels, Counter>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -68,6 +69,7 @@ impl Metrics {
             clock_offset_ms: Gauge::default(),
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
+            handoffs: Family::default(),
             registry: Mutex::new(Registry::with_prefix("slotcron")),
         };
         metrics.register();
@@ -116,6 +118,18 @@ impl Metrics {
             "Time spent waiting for rate budgets",
             self.budget_wait_seconds.clone(),
         );
+        r.register(
+            "handoffs",
+            "Slots this replica won and handed off to the fleet, its egress having failed",
+            self.handoffs.clone(),
+        );
+    }
+
+    /// A slot this replica won and offered to the rest of the fleet.
+    pub fn handoff(&self, job: &str) {
+        self.handoffs
+            .get_or_create(&JobLabels { job: job.to_owned() })
+            .inc();
     }
 
     pub fn slot(&self, job: &str, outcome: &str) {

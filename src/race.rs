@@ -10,12 +10,13 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use crate::action::template::Templates;
-use crate::action::{ActionError, Delivery, SendContext};
+use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
+use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
 use crate::metrics::Metrics;
-use crate::schedule::{SharedClock, Slot};
+use crate::schedule::{Fence, SharedClock, Slot};
 use crate::secret::Scrubber;
 
 /// Slot keys outlive the latest legitimate racer by this much.
@@ -38,6 +39,8 @@ pub enum RaceKind {
     CatchUp,
     /// `slotcron trigger`: now, through the same race.
     Manual,
+    /// Another replica won the slot and could not deliver it (see [`crate::handoff`]).
+    Handoff,
 }
 
 impl RaceKind {
@@ -46,6 +49,7 @@ impl RaceKind {
             RaceKind::Scheduled => "schedule",
             RaceKind::CatchUp => "catch_up",
             RaceKind::Manual => "trigger",
+            RaceKind::Handoff => "handoff",
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct RaceContext {
     pub history: History,
     pub metrics: Arc<Metrics>,
     pub budgets: crate::action::rate::Budgets,
+    /// Where a slot this replica could not deliver is offered to the fleet.
+    pub handoffs: Handoffs,
 }
 
 /// How one slot ended on this replica.
@@ -88,6 +94,15 @@ pub enum SlotResult {
         error: String,
         attempts: u32,
         duration: Duration,
+        /// Whether the receiver may have acted on an attempt.
+        delivery: DeliveryState,
+    },
+    /// Nothing left this replica (its egress failed, or its lock ran out before the first
+    /// byte): the slot was offered to the fleet, which runs it at most once more.
+    HandedOff {
+        reason: String,
+        attempts: u32,
+        duration: Duration,
     },
 }
 
@@ -100,8 +115,28 @@ impl SlotResult {
             SlotResult::Unavailable(_) => "unavailable",
             SlotResult::Done { .. } => "done",
             SlotResult::Failed { .. } => "failed",
+            SlotResult::HandedOff { .. } => "handed_off",
         }
     }
+}
+
+/// Why a run did not deliver, scrubbed, with what the receiver may have seen.
+#[derive(Debug)]
+struct SendFailure {
+    error: String,
+    attempts: u32,
+    delivery: DeliveryState,
+    /// Nothing left this replica for a reason of its own: another replica may deliver it.
+    local: bool,
+}
+
+/// What one run of the action came to, before the handoff decision.
+#[derive(Debug)]
+struct Ran {
+    sent: Result<Delivery, SendFailure>,
+    duration: Duration,
+    /// From the slot to the end of the run, on the fleet clock.
+    lateness_ms: i64,
 }
 
 /// A slot this replica won: its run is still to do ([`RaceContext::run`]).
@@ -112,6 +147,11 @@ pub struct Won {
     lease: Lease,
     /// The job's running lease, held while the run goes on (`overlap = "skip"`).
     running: Option<Lease>,
+    kind: RaceKind,
+    /// This run's fencing token: the slot's, plus one on a handoff.
+    fence: Fence,
+    /// On a handoff: the replica that won first and could not deliver.
+    previous_winner: Option<String>,
 }
 
 /// How a race for one slot ended on this replica.
@@ -157,10 +197,46 @@ impl RaceContext {
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
         let raced_at = Instant::now();
         let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
-        let mut claim = self.settle(job, slot, kind, acquired, raced_at.elapsed());
+        let mut claim = self.settle(job, slot, kind, acquired, raced_at.elapsed(), None);
         self.take_running_leases(std::slice::from_mut(&mut claim))
             .await;
         claim
+    }
+
+    /// The latest instant a slot may be delivered, on the fleet clock: one job timeout after
+    /// the first winner's lock surely lapsed, so a handoff still has a whole timeout to run.
+    pub fn handoff_deadline(&self, job: &Job, slot: Slot) -> chrono::DateTime<Utc> {
+        let span = self.key_ttl(job) + job.timeout;
+        slot.instant() + chrono::Duration::from_std(span).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// Takes a handoff offer for `job`: races for the slot's handoff key and, if won, runs it
+    /// with the offer's fence. `None` when the offer is not this replica's to take (it made
+    /// it), so nothing is logged.
+    pub async fn take_over(&self, job: &Arc<Job>, offer: &HandoffRequest) -> Option<SlotResult> {
+        if offer.previous_winner == self.replica {
+            return None;
+        }
+        let slot = offer.slot()?;
+        let late = (self.clock.now() - self.handoff_deadline(job, slot)).to_std();
+        if let Ok(late) = late {
+            tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
+                trigger = %"handoff", previous_winner = %offer.previous_winner, reason = %"deadline",
+                "the handoff offer came {} ms past the slot's deadline: not taken", late.as_millis());
+            self.metrics.slot(&job.name, "skipped");
+            return Some(SlotResult::Late { late });
+        }
+        let key = SlotKey::handoff(&self.key_prefix, &job.name, slot);
+        let raced_at = Instant::now();
+        let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
+        let elapsed = raced_at.elapsed();
+        let mut claim = self.settle(job, slot, RaceKind::Handoff, acquired, elapsed, Some(offer));
+        self.take_running_leases(std::slice::from_mut(&mut claim))
+            .await;
+        Some(match claim {
+            Claim::Won(won) => self.run(won).await,
+            Claim::Settled(result) => result,
+        })
     }
 
     /// Races for `slot` of every job of `jobs` (the jobs due at that instant) as one batch: one
@@ -187,7 +263,7 @@ impl RaceContext {
         let mut claims: Vec<Claim> = jobs
             .iter()
             .zip(acquired)
-            .map(|(job, acquired)| self.settle(job, slot, kind, acquired, elapsed))
+            .map(|(job, acquired)| self.settle(job, slot, kind, acquired, elapsed, None))
             .collect();
         self.take_running_leases(&mut claims).await;
         claims
@@ -209,7 +285,8 @@ impl RaceContext {
         SlotResult::Late { late }
     }
 
-    /// Logs a race's outcome (the line that names the winner) and counts it.
+    /// Logs a race's outcome (the line that names the winner) and counts it. `offer` is the
+    /// handoff offer raced for, if any: the run then carries its fence and previous winner.
     fn settle(
         &self,
         job: &Arc<Job>,
@@ -217,12 +294,14 @@ impl RaceContext {
         kind: RaceKind,
         acquired: Acquire,
         lock_time: Duration,
+        offer: Option<&HandoffRequest>,
     ) -> Claim {
         self.metrics.lock_latency(lock_time);
+        let previous_winner = offer.map(|o| o.previous_winner.as_str());
         let settled = match acquired {
             Acquire::Won(lease) => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"won",
-                    trigger = %kind.as_str(), validity_ms = lease.validity.as_millis() as u64,
+                    trigger = %kind.as_str(), previous_winner, validity_ms = lease.validity.as_millis() as u64,
                     lock_us = lock_time.as_micros() as u64, "won the slot");
                 self.metrics.slot(&job.name, "won");
                 return Claim::Won(Won {
@@ -230,16 +309,19 @@ impl RaceContext {
                     slot,
                     lease,
                     running: None,
+                    kind,
+                    fence: offer.map_or(Fence::new(slot, 0), |o| o.fence(slot)),
+                    previous_winner: previous_winner.map(str::to_owned),
                 });
             }
             Acquire::Lost { holder } => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"lost",
-                    winner = holder.replica(), "lost the slot to {}", holder.replica());
+                    trigger = %kind.as_str(), winner = holder.replica(), "lost the slot to {}", holder.replica());
                 SlotResult::Lost { holder }
             }
             Acquire::Unavailable(why) => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"unavailable",
-                    error = %why, "lock unavailable: the slot does not run here");
+                    trigger = %kind.as_str(), error = %why, "lock unavailable: the slot does not run here");
                 SlotResult::Unavailable(why)
             }
         };
@@ -254,24 +336,47 @@ impl RaceContext {
         result
     }
 
-    /// The winner's part: the run, then (after the running lease is released, so the next slot
-    /// is not held up) the run's record.
+    /// The winner's part: the run; then the running lease is released (so the next slot, or
+    /// the replica taking a handoff, is not held up); then the ending is logged (handing the
+    /// slot off if nothing left this replica) and recorded.
     async fn run_won(&self, won: &Won) -> SlotResult {
-        let (job, slot) = (&won.job, won.slot);
-        let (result, record) = self
-            .execute(job, slot, &won.lease, won.running.as_ref())
-            .await;
-        if let Some(running) = &won.running {
-            let released = self.lock.release(running).await;
-            if released < self.lock.quorum() {
-                tracing::warn!(job = %job.name, %slot, replica = %self.replica, nodes = released,
-                    "the running lease was released on {released} node(s), fewer than a majority: \
-                    the job's slots are skipped as overlapping until it expires (at most {} s)",
-                    RUNNING_LEASE_TTL.as_secs());
-            }
-        }
+        let mut record = self.start_record(won);
+        let ran = self.execute(won, &record).await;
+        self.release_running(won).await;
+        let result = self.conclude(won, ran).await;
+        finish_record(&mut record, &result);
         self.history.record(&record).await;
         result
+    }
+
+    /// Releases the job's running lease, warning when a majority did not confirm it.
+    async fn release_running(&self, won: &Won) {
+        let Some(running) = &won.running else { return };
+        let released = self.lock.release(running).await;
+        if released < self.lock.quorum() {
+            tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %self.replica, nodes = released,
+                "the running lease was released on {released} node(s), fewer than a majority: \
+                the job's slots are skipped as overlapping until it expires (at most {} s)",
+                RUNNING_LEASE_TTL.as_secs());
+        }
+    }
+
+    /// The run's record as it starts: `running`, with its trigger and fence.
+    fn start_record(&self, won: &Won) -> RunRecord {
+        RunRecord {
+            job: won.job.name.clone(),
+            slot: won.slot,
+            replica: self.replica.clone(),
+            started: Utc::now(),
+            finished: None,
+            outcome: RunState::Running,
+            error: None,
+            attempts: 0,
+            trigger: won.kind.as_str().to_owned(),
+            fence: won.fence,
+            delivery: None,
+            previous_winner: won.previous_winner.clone(),
+        }
     }
 
     /// Takes the running lease of every win in `claims` whose job skips overlapping runs, in
@@ -328,73 +433,116 @@ impl RaceContext {
 
     /// Runs the action inside the lease, keeping the running lease alive, while the start of
     /// the run is recorded (at once for `catch_up` jobs, else only once the run is slow; a
-    /// history write never delays a send). Logs the end; returns the
-    /// result and the run's final record.
-    async fn execute(
-        &self,
-        job: &Job,
-        slot: Slot,
-        lease: &Lease,
-        running: Option<&Lease>,
-    ) -> (SlotResult, RunRecord) {
+    /// history write never delays a send).
+    async fn execute(&self, won: &Won, record: &RunRecord) -> Ran {
         let started = Instant::now();
-        let mut record = RunRecord {
-            job: job.name.clone(),
-            slot,
-            replica: self.replica.clone(),
-            started: Utc::now(),
-            finished: None,
-            outcome: RunState::Running,
-            error: None,
-            attempts: 0,
-        };
         let run = async {
-            let result = if Instant::now() >= lease.valid_until {
-                Err((
-                    "lock validity expired before the send (was the process paused?): not sent"
-                        .to_owned(),
-                    0,
-                ))
-            } else {
-                self.metrics.lateness(
-                    &job.name,
-                    (self.clock.now() - slot.instant())
-                        .to_std()
-                        .unwrap_or_default(),
-                );
-                let action = self.send(job, slot, lease);
-                match running {
-                    Some(running) => self.with_watchdog(action, running).await,
-                    None => action.await,
-                }
+            self.metrics.lateness(
+                &won.job.name,
+                (self.clock.now() - won.slot.instant())
+                    .to_std()
+                    .unwrap_or_default(),
+            );
+            let action = self.send(won);
+            let sent = match &won.running {
+                Some(running) => self.with_watchdog(action, running).await,
+                None => action.await,
             };
             let duration = started.elapsed();
-            self.metrics.action_duration(&job.name, duration);
-            self.log_end(job, slot, result, duration)
+            self.metrics.action_duration(&won.job.name, duration);
+            Ran {
+                sent,
+                duration,
+                lateness_ms: (self.clock.now() - won.slot.instant()).num_milliseconds(),
+            }
         };
-        let outcome = if job.catch_up.is_some() {
+        if won.job.catch_up.is_some() {
             // Recorded at once: a slot whose winner dies mid-run must not look missed to the
             // catch-up of a replica starting later.
-            tokio::join!(self.history.record(&record), run).1
+            tokio::join!(self.history.record(record), run).1
         } else {
-            self.record_start_if_slow(&record, run).await
-        };
-        record.finished = Some(Utc::now());
-        match &outcome {
-            SlotResult::Failed {
-                error, attempts, ..
-            } => {
-                record.outcome = RunState::Failed;
-                record.error = Some(error.clone());
-                record.attempts = *attempts;
-            }
-            SlotResult::Done { delivery, .. } => {
-                record.outcome = RunState::Done;
-                record.attempts = delivery.attempts;
-            }
-            _ => {}
+            self.record_start_if_slow(record, run).await
         }
-        (outcome, record)
+    }
+
+    /// Logs how the run ended and counts it; a failure where nothing left this replica is
+    /// offered to the fleet instead (once per slot, while its deadline allows).
+    async fn conclude(&self, won: &Won, ran: Ran) -> SlotResult {
+        let (job, slot) = (&won.job, won.slot);
+        let duration_ms = ran.duration.as_millis() as u64;
+        let failure = match ran.sent {
+            Ok(delivery) => {
+                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"done",
+                    trigger = %won.kind.as_str(), fence = won.fence.get(), duration_ms,
+                    attempts = delivery.attempts, lateness_ms = ran.lateness_ms, "ran the slot");
+                return SlotResult::Done {
+                    delivery,
+                    duration: ran.duration,
+                };
+            }
+            Err(failure) => failure,
+        };
+        let failure = match self.offerable(won, failure) {
+            Ok(reason) => match self.hand_off(won, reason, ran.duration).await {
+                Ok(handed_off) => return handed_off,
+                Err(failure) => failure,
+            },
+            Err(failure) => failure,
+        };
+        tracing::error!(job = %job.name, %slot, replica = %self.replica, outcome = %"failed",
+            trigger = %won.kind.as_str(), fence = won.fence.get(), delivery = %failure.delivery.as_str(),
+            duration_ms, attempts = failure.attempts, error = %failure.error, "the slot's action failed");
+        SlotResult::Failed {
+            error: failure.error,
+            attempts: failure.attempts,
+            duration: ran.duration,
+            delivery: failure.delivery,
+        }
+    }
+
+    /// The failure as a handoff offer's reason when it may be handed off: nothing left this
+    /// replica, the slot has not been handed off already, and its deadline is not past.
+    fn offerable(&self, won: &Won, failure: SendFailure) -> Result<SendFailure, SendFailure> {
+        let open = self.clock.now() < self.handoff_deadline(&won.job, won.slot);
+        if failure.local && won.fence.handoff() < Fence::MAX_HANDOFF && open {
+            Ok(failure)
+        } else {
+            Err(failure)
+        }
+    }
+
+    /// Offers the slot to the fleet. `HandedOff` when another replica heard the offer; the
+    /// failure back (its error saying so) when none did.
+    async fn hand_off(
+        &self,
+        won: &Won,
+        failure: SendFailure,
+        duration: Duration,
+    ) -> Result<SlotResult, SendFailure> {
+        let offer = HandoffRequest {
+            job: won.job.name.clone(),
+            slot_ms: won.slot.epoch_ms(),
+            handoff: won.fence.handoff() + 1,
+            previous_winner: self.replica.clone(),
+            reason: failure.error.clone(),
+        };
+        let heard = self.handoffs.offer(&offer).await;
+        if heard == 0 {
+            return Err(SendFailure {
+                error: format!("{}; no other replica heard the handoff offer", failure.error),
+                ..failure
+            });
+        }
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %self.replica, outcome = %"handed_off",
+            trigger = %won.kind.as_str(), fence = won.fence.get(), attempts = failure.attempts,
+            duration_ms = duration.as_millis() as u64, reason = %failure.error,
+            "nothing left this replica: the slot is handed off to the fleet");
+        self.metrics.handoff(&won.job.name);
+        Ok(SlotResult::HandedOff {
+            reason: failure.error,
+            attempts: failure.attempts,
+            duration,
+        })
     }
 
     /// Drives `run`; if it is still going after [`START_RECORD_DELAY`], records its start
@@ -414,22 +562,38 @@ impl RaceContext {
         tokio::join!(self.history.record(record), run).1
     }
 
-    async fn send(&self, job: &Job, slot: Slot, lease: &Lease) -> Result<Delivery, (String, u32)> {
+    /// Runs the job's action for `won`: the deadline is the job's timeout, cut short by the
+    /// lock's validity and, on a handoff, by the slot's deadline.
+    async fn send(&self, won: &Won) -> Result<Delivery, SendFailure> {
+        let job = &won.job;
+        let mut deadline = (Instant::now() + job.timeout).min(won.lease.valid_until);
+        if won.kind == RaceKind::Handoff {
+            let left = (self.handoff_deadline(job, won.slot) - self.clock.now()).to_std();
+            deadline = deadline.min(Instant::now() + left.unwrap_or_default());
+        }
         let ctx = SendContext {
             job: &job.name,
-            slot,
+            slot: won.slot,
             zone: job.zone(),
             replica: &self.replica,
-            deadline: (Instant::now() + job.timeout).min(lease.valid_until),
+            fence: won.fence,
+            deadline,
+            valid_until: won.lease.valid_until,
             client: &self.client,
             templates: &self.templates,
             budgets: &self.budgets,
             metrics: &self.metrics,
         };
-        job.action
-            .execute(&ctx)
-            .await
-            .map_err(|e: ActionError| (self.scrubber.scrub(&e.to_string()), e.attempts()))
+        let sent = match ctx.check_validity(1, false) {
+            Ok(()) => job.action.execute(&ctx).await,
+            Err(expired) => Err(expired),
+        };
+        sent.map_err(|e: ActionError| SendFailure {
+                error: self.scrubber.scrub(&e.to_string()),
+                attempts: e.attempts(),
+                delivery: e.delivery(),
+                local: e.is_local(),
+            })
     }
 
     /// Drives `action` while extending the running lease every third of its TTL.
@@ -451,31 +615,38 @@ impl RaceContext {
             }
         }
     }
+}
 
-    fn log_end(
-        &self,
-        job: &Job,
-        slot: Slot,
-        result: Result<Delivery, (String, u32)>,
-        duration: Duration,
-    ) -> SlotResult {
-        let duration_ms = duration.as_millis() as u64;
-        match result {
-            Ok(delivery) => {
-                let lateness_ms = (self.clock.now() - slot.instant()).num_milliseconds();
-                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"done",
-                    duration_ms, attempts = delivery.attempts, lateness_ms, "ran the slot");
-                SlotResult::Done { delivery, duration }
-            }
-            Err((error, attempts)) => {
-                tracing::error!(job = %job.name, %slot, replica = %self.replica, outcome = %"failed",
-                    duration_ms, attempts, error = %error, "the slot's action failed");
-                SlotResult::Failed {
-                    error,
-                    attempts,
-                    duration,
-                }
-            }
+/// The run's final record: its ending, attempts, error and delivery.
+fn finish_record(record: &mut RunRecord, result: &SlotResult) {
+    record.finished = Some(Utc::now());
+    match result {
+        SlotResult::Done { delivery, .. } => {
+            record.outcome = RunState::Done;
+            record.attempts = delivery.attempts;
         }
+        SlotResult::Failed {
+            error,
+            attempts,
+            delivery,
+            ..
+        } => {
+            record.outcome = RunState::Failed;
+            record.error = Some(error.clone());
+            record.attempts = *attempts;
+            record.delivery = Some(*delivery);
+        }
+        SlotResult::HandedOff {
+            reason, attempts, ..
+        } => {
+            record.outcome = RunState::HandedOff;
+            record.error = Some(reason.clone());
+            record.attempts = *attempts;
+            record.delivery = Some(DeliveryState::NotDelivered);
+        }
+        SlotResult::Late { .. }
+        | SlotResult::Lost { .. }
+        | SlotResult::Unavailable(_)
+        | SlotResult::Overlapping { .. } => {}
     }
 }

@@ -55,6 +55,38 @@ impl fmt::Display for Slot {
     }
 }
 
+/// A run's fencing token: increases with every run of a job, so a receiver that remembers the
+/// highest fence it accepted can refuse a stale run (a winner that resumes after its lock
+/// expired). It is the slot in epoch milliseconds plus the run's handoff number (0 for the
+/// slot's first winner, 1 for the replica that took it over): slots are whole seconds, so the
+/// handoff number never reaches the next slot's fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(i64);
+
+impl Fence {
+    /// Handoffs a slot may have: the first winner's run is 0, the taker's 1.
+    pub const MAX_HANDOFF: u8 = 1;
+
+    pub fn new(slot: Slot, handoff: u8) -> Self {
+        Fence(slot.epoch_ms() + i64::from(handoff.min(Self::MAX_HANDOFF)))
+    }
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
+    /// The handoff number of the run (0 for the slot's first winner).
+    pub fn handoff(self) -> u8 {
+        self.0.rem_euclid(1000) as u8
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 fn truncate_to_second(at: DateTime<Utc>) -> DateTime<Utc> {
     Utc.timestamp_opt(at.timestamp(), 0).single().unwrap_or(at)
 }

@@ -20,6 +20,7 @@ use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
 use crate::fleet_clock::{self, FleetClock};
+use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
@@ -40,6 +41,8 @@ pub struct Replica {
     pub history: History,
     pub metrics: Arc<Metrics>,
     pub budgets: Budgets,
+    /// Where slots this replica cannot deliver are offered, and offers are heard.
+    pub handoffs: Handoffs,
     pub client: reqwest::Client,
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
@@ -63,6 +66,7 @@ impl Replica {
                 lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
                 history: History::local(),
                 budgets: Budgets::local(),
+                handoffs: Handoffs::Off,
                 metrics,
                 client: http_client().context("building the HTTP client")?,
                 clock,
@@ -94,6 +98,7 @@ impl Replica {
                 lock: lock.clone(),
                 prefix: key_prefix.clone(),
             },
+            handoffs: Handoffs::redis(lock.clone(), &key_prefix),
             lock: SlotLock::Redlock(lock.clone()),
             metrics,
             client: http_client().context("building the HTTP client")?,
@@ -118,6 +123,7 @@ impl Replica {
             history: self.history.clone(),
             metrics: self.metrics.clone(),
             budgets: self.budgets.clone(),
+            handoffs: self.handoffs.clone(),
         }
     }
 }
@@ -190,6 +196,14 @@ pub async fn run_replica(
             shutdown.clone(),
         ));
     }
+    let offers = replica.handoffs.listen(&tracker, &shutdown);
+    tracker.spawn(take_handoffs(
+        replica.clone(),
+        current.clone(),
+        offers,
+        tracker.clone(),
+        shutdown.clone(),
+    ));
     let mut reloads = reloads;
     let mut first = true;
     loop {
@@ -395,6 +409,38 @@ async fn race_instant(
 
 async fn run_won(ctx: Arc<RaceContext>, won: Won) {
     ctx.run(won).await;
+}
+
+/// Takes the fleet's handoff offers until shutdown: each offer (heard once per node) races once
+/// for the slot, under the configuration current when it arrives.
+async fn take_handoffs(
+    replica: Replica,
+    current: Arc<RwLock<Arc<Config>>>,
+    mut offers: mpsc::Receiver<HandoffRequest>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut seen = Seen::default();
+    loop {
+        let offer = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            offer = offers.recv() => offer,
+        };
+        let Some(offer) = offer else { return };
+        if !seen.first_time(&offer) {
+            continue;
+        }
+        let config = read(&current);
+        let Some(job) = config.jobs.iter().find(|j| j.name == offer.job).cloned() else {
+            tracing::debug!(job = %offer.job, replica = %replica.name, "handoff offer for a job this replica does not run");
+            continue;
+        };
+        tracker.spawn(take_handoff(Arc::new(replica.context(&config)), job, offer));
+    }
+}
+
+async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffRequest) {
+    ctx.take_over(&job, &offer).await;
 }
 
 /// Runs, once, the slots of `job` inside its catch-up window that have no run record: slots

@@ -19,7 +19,7 @@ use slotcron::action::{http_client, Delivery, SendContext};
 use slotcron::config::{self, Config};
 use slotcron::metrics::Metrics;
 use slotcron::race::{RaceContext, SlotResult};
-use slotcron::schedule::{Slot, SystemClock};
+use slotcron::schedule::{Fence, Slot, SystemClock};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -75,7 +75,9 @@ async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::acti
         slot,
         zone: job.zone(),
         replica: REPLICA,
+        fence: Fence::new(slot, 0),
         deadline: tokio::time::Instant::now() + job.timeout,
+        valid_until: tokio::time::Instant::now() + job.timeout,
         client: &client,
         templates: &config.templates,
         budgets: &budgets,
@@ -109,6 +111,7 @@ fn failed(result: SlotResult) -> (String, u32, Duration) {
             error,
             attempts,
             duration,
+            ..
         } => (error, attempts, duration),
         other => panic!("expected a failed slot, got {other:?}"),
     }

@@ -30,11 +30,15 @@ impl CommandAction {
                 reason: "empty argv".to_owned(),
             });
         };
+        // A command that started is never started again; one that cannot start inside the lock's
+        // validity is handed off.
+        ctx.may_send(1, false, "no attempt made before the deadline")?;
         let mut child = Command::new(program)
             .args(args)
             .env("SLOTCRON_JOB", ctx.job)
             .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
             .env("SLOTCRON_REPLICA", ctx.replica)
+            .env("SLOTCRON_FENCE", ctx.fence.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -67,6 +71,7 @@ impl CommandAction {
                 reason: format!(
                     "{program:?} still running at the job's timeout: killed its process group"
                 ),
+                uncertain: true,
             });
         };
         tracing::info!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, stdout = %out, stderr = %err, "command output");

@@ -44,75 +44,148 @@ pub enum Verdict<T = ()> {
     Fail(String),
 }
 
+/// What an action does after an *uncertain* attempt: one whose request was written (or partly
+/// written) and whose answer was never read, so the receiver may have acted on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUncertain {
+    /// Never send again: a group robot does not deduplicate, so a resend is a second message.
+    Stop,
+    /// Send again: the receiver deduplicates by `Idempotency-Key` (`http`, media uploads).
+    Resend,
+}
+
+/// How one attempt ended, before the action's reading of an answer.
+#[derive(Debug)]
+enum Attempt<T> {
+    /// The receiver answered; the action's verdict on the answer.
+    Answered(Verdict<T>),
+    /// Nothing left this machine: connect, DNS, TLS or proxy failure. Local to this replica as
+    /// far as it can tell, so another replica may well get through (the handoff).
+    NotSent(String),
+    /// The request was written and no (whole) answer was read: reset, closed, read timeout,
+    /// truncated answer. The receiver may have acted on it.
+    Uncertain(String),
+}
+
 /// Sends until `classify` says success or fail, or the deadline or attempt cap is reached.
 /// Each attempt first takes a place in `budget` (the robot's rate limit), when there is one.
 pub async fn deliver(
     ctx: &SendContext<'_>,
     budget: Option<&Budget>,
+    on_uncertain: OnUncertain,
     request: impl Fn() -> RequestBuilder,
     classify: impl Fn(&Answer) -> Verdict,
 ) -> Result<Delivery, ActionError> {
-    deliver_for(ctx, budget, request, classify)
+    deliver_for(ctx, budget, on_uncertain, request, classify)
         .await
         .map(|((), delivery)| delivery)
 }
 
 /// [`deliver`], returning what the successful answer yielded.
+///
+/// The first attempt that cannot leave this machine ends the delivery at once with
+/// [`ActionError::NotSent`] when no earlier attempt reached the receiver: retrying from a replica
+/// whose egress is broken only spends the deadline that the handoff gives to another replica.
 pub async fn deliver_for<T>(
     ctx: &SendContext<'_>,
     budget: Option<&Budget>,
+    on_uncertain: OnUncertain,
     request: impl Fn() -> RequestBuilder,
     classify: impl Fn(&Answer) -> Verdict<T>,
 ) -> Result<(T, Delivery), ActionError> {
     let mut last = String::from("no attempt made before the deadline");
+    // Whether an attempt reached the receiver (an answer, or an uncertain attempt): from then
+    // on a connect failure is transient, not this replica's broken egress.
+    let mut reached = false;
+    let mut uncertain = false;
     for attempt in 1..=MAX_ATTEMPTS {
-        let now = Instant::now();
-        if now >= ctx.deadline {
-            return Err(ActionError::GaveUp {
-                attempts: attempt - 1,
-                reason: last,
-            });
-        }
         if let Some(budget) = budget {
-            take_budget(ctx, budget, attempt).await?;
+            take_budget(ctx, budget, attempt, reached).await?;
         }
-        let verdict = attempt_once(
-            ctx,
-            request(),
-            ctx.deadline.saturating_duration_since(Instant::now()),
-            &classify,
-        )
-        .await;
-        match verdict {
-            Verdict::Success(value) => return Ok((value, Delivery { attempts: attempt })),
-            Verdict::Fail(reason) => {
+        ctx.may_send(attempt, reached, &last)
+            .map_err(|e| e.with_uncertain(uncertain))?;
+        let remaining = ctx.deadline.saturating_duration_since(Instant::now());
+        let reason = match attempt_once(ctx, request(), remaining, &classify).await {
+            Attempt::Answered(Verdict::Success(value)) => {
+                return Ok((value, Delivery { attempts: attempt }))
+            }
+            Attempt::Answered(Verdict::Fail(reason)) => {
                 return Err(ActionError::Rejected {
                     attempts: attempt,
                     reason,
                 })
             }
-            Verdict::Retry { reason, after } => {
-                let delay = after.unwrap_or_else(|| backoff(attempt));
-                if attempt == MAX_ATTEMPTS || Instant::now() + delay >= ctx.deadline {
-                    return Err(ActionError::GaveUp {
-                        attempts: attempt,
-                        reason,
-                    });
-                }
-                // Only the kind of failure ("HTTP 502 Bad Gateway", "errcode 45009"): the rest may
-                // echo what the receiver was sent, and this line is not scrubbed. The final error
-                // (scrubbed) carries the whole reason.
-                let kind = reason.split(": ").next().unwrap_or_default();
-                tracing::debug!(job = %ctx.job, slot = %ctx.slot, attempt, reason = %kind, "retrying");
-                last = reason;
-                tokio::time::sleep(delay).await;
+            Attempt::NotSent(reason) if !reached => {
+                return Err(ActionError::NotSent {
+                    attempts: attempt,
+                    reason,
+                })
             }
-        }
+            Attempt::Uncertain(reason) if on_uncertain == OnUncertain::Stop => {
+                return Err(ActionError::Uncertain {
+                    attempts: attempt,
+                    reason,
+                })
+            }
+            Attempt::Answered(Verdict::Retry { reason, after }) => {
+                reached = true;
+                RetryAfter { reason, after }
+            }
+            Attempt::Uncertain(reason) => {
+                reached = true;
+                uncertain = true;
+                RetryAfter::backoff(reason)
+            }
+            Attempt::NotSent(reason) => RetryAfter::backoff(reason),
+        };
+        last = wait_to_retry(ctx, attempt, reason)
+            .await
+            .map_err(|e| e.with_uncertain(uncertain))?;
     }
     Err(ActionError::GaveUp {
         attempts: MAX_ATTEMPTS,
         reason: last,
+        uncertain,
     })
+}
+
+/// A retryable attempt's reason, and the receiver's `Retry-After` if it sent one.
+struct RetryAfter {
+    reason: String,
+    after: Option<Duration>,
+}
+
+impl RetryAfter {
+    fn backoff(reason: String) -> Self {
+        RetryAfter {
+            reason,
+            after: None,
+        }
+    }
+}
+
+/// Sleeps before the next attempt, or gives up when the cap or the deadline comes first.
+/// Returns the reason to report if the next attempt never happens.
+async fn wait_to_retry(
+    ctx: &SendContext<'_>,
+    attempt: u32,
+    retry: RetryAfter,
+) -> Result<String, ActionError> {
+    let delay = retry.after.unwrap_or_else(|| backoff(attempt));
+    if attempt == MAX_ATTEMPTS || Instant::now() + delay >= ctx.deadline {
+        return Err(ActionError::GaveUp {
+            attempts: attempt,
+            reason: retry.reason,
+            uncertain: false,
+        });
+    }
+    // Only the kind of failure ("HTTP 502 Bad Gateway", "errcode 45009"): the rest may echo what
+    // the receiver was sent, and this line is not scrubbed. The final error (scrubbed) carries
+    // the whole reason.
+    let kind = retry.reason.split(": ").next().unwrap_or_default();
+    tracing::debug!(job = %ctx.job, slot = %ctx.slot, attempt, reason = %kind, "retrying");
+    tokio::time::sleep(delay).await;
+    Ok(retry.reason)
 }
 
 /// Waits for a place in the webhook's rate budget, or fails the slot when none frees in time.
@@ -120,6 +193,7 @@ async fn take_budget(
     ctx: &SendContext<'_>,
     budget: &Budget,
     attempt: u32,
+    reached: bool,
 ) -> Result<(), ActionError> {
     match ctx.budgets.take(budget, ctx.deadline).await {
         Ok(waited) => {
@@ -131,6 +205,9 @@ async fn take_budget(
             Ok(())
         }
         Err(spent) => {
+            // A replica paused in the wait wakes past both its validity and the deadline: the
+            // slot is then another replica's to run, not one skipped for the budget.
+            ctx.check_validity(attempt, reached)?;
             tracing::warn!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, rate = %spent.rate,
                 "skipped for the rate budget: {spent}");
             Err(ActionError::BudgetSpent {
@@ -146,21 +223,19 @@ async fn attempt_once<T>(
     request: RequestBuilder,
     remaining: Duration,
     classify: &impl Fn(&Answer) -> Verdict<T>,
-) -> Verdict<T> {
+) -> Attempt<T> {
     let request = request.headers(slotcron_headers(ctx)).timeout(remaining);
     match request.send().await {
         Ok(response) => match read_answer(response).await {
-            Ok(answer) => classify(&answer),
-            Err(e) => retry(format!("reading the answer failed: {}", e.without_url())),
+            Ok(answer) => Attempt::Answered(classify(&answer)),
+            Err(e) => Attempt::Uncertain(format!(
+                "the answer was cut off: {}",
+                describe_send_error(&e)
+            )),
         },
-        Err(e) => retry(describe_send_error(&e)),
-    }
-}
-
-fn retry<T>(reason: String) -> Verdict<T> {
-    Verdict::Retry {
-        reason,
-        after: None,
+        Err(e) if e.is_connect() => Attempt::NotSent(describe_send_error(&e)),
+        Err(e) if e.is_builder() => Attempt::Answered(Verdict::Fail(describe_send_error(&e))),
+        Err(e) => Attempt::Uncertain(describe_send_error(&e)),
     }
 }
 
@@ -191,6 +266,7 @@ fn slotcron_headers(ctx: &SendContext<'_>) -> HeaderMap {
         ("x-slotcron-slot", slot.clone()),
         ("x-slotcron-replica", ctx.replica.to_owned()),
         ("idempotency-key", format!("{}/{}", ctx.job, slot)),
+        ("x-slotcron-fence", ctx.fence.to_string()),
     ];
     let mut headers = HeaderMap::new();
     for (name, value) in pairs {

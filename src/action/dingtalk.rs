@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use url::Url;
 
-use super::deliver::{self, snippet, Answer, Verdict};
+use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
@@ -55,7 +55,7 @@ impl DingTalkAction {
             };
             ctx.client.post(url).json(&body)
         };
-        deliver::deliver(ctx, Some(&self.budget), build, classify).await
+        deliver::deliver(ctx, Some(&self.budget), OnUncertain::Stop, build, classify).await
     }
 }
 

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::deliver::{self, snippet, Answer, Verdict};
+use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
@@ -36,7 +36,7 @@ impl FeishuAction {
             }
             ctx.client.post(self.webhook.expose().clone()).json(&body)
         };
-        deliver::deliver(ctx, Some(&self.budget), build, classify).await
+        deliver::deliver(ctx, Some(&self.budget), OnUncertain::Stop, build, classify).await
     }
 }
 

@@ -4,7 +4,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
 
 use super::deliver;
-use super::template::{Content, TemplateContext};
+use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::{Secret, SecretUrl};
 
@@ -22,11 +22,14 @@ pub struct HttpAction {
     pub success: std::ops::RangeInclusive<u16>,
     /// `success_json = { field = "code", equals = 0 }`: a JSON field that must equal a value.
     pub success_json: Option<(String, serde_json::Value)>,
+    /// `retry_uncertain` (default true): resend after an attempt whose answer was lost. Safe
+    /// for receivers that deduplicate by `Idempotency-Key`, which every request carries.
+    pub on_uncertain: deliver::OnUncertain,
 }
 
 impl HttpAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
+        let tctx = ctx.template_context();
         let body = match &self.body {
             Some(content) => Some(ctx.templates.render(content, &tctx).map_err(|reason| {
                 ActionError::Render {
@@ -50,7 +53,7 @@ impl HttpAction {
                 None => request,
             }
         };
-        deliver::deliver(ctx, self.budget.as_ref(), build, |answer| {
+        deliver::deliver(ctx, self.budget.as_ref(), self.on_uncertain, build, |answer| {
             self.classify(answer)
         })
         .await

@@ -1,7 +1,7 @@
 //! The `log` action: renders its message into the replica's log. For trying slotcron out with
 //! nothing else installed, and for dry runs of a schedule.
 
-use super::template::{Content, TemplateContext};
+use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
 
 #[derive(Debug)]
@@ -11,7 +11,7 @@ pub struct LogAction {
 
 impl LogAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
+        let tctx = ctx.template_context();
         let message = ctx
             .templates
             .render(&self.content, &tctx)

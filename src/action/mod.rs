@@ -17,7 +17,8 @@ pub mod wecom;
 use chrono_tz::Tz;
 use tokio::time::Instant;
 
-use crate::schedule::Slot;
+pub use crate::history::DeliveryState;
+use crate::schedule::{Fence, Slot};
 use template::Templates;
 
 /// A checked action of a job.
@@ -81,8 +82,13 @@ pub struct SendContext<'a> {
     pub slot: Slot,
     pub zone: Tz,
     pub replica: &'a str,
+    /// This run's fencing token: `X-Slotcron-Fence`, `SLOTCRON_FENCE`, `{{ fence }}`.
+    pub fence: Fence,
     /// No attempt starts after this instant.
     pub deadline: Instant,
+    /// The lock's validity: past it another replica may run the slot, so no first byte may
+    /// leave after it (an attempt already under way is not cut).
+    pub valid_until: Instant,
     pub client: &'a reqwest::Client,
     pub templates: &'a Templates,
     /// The fleet-wide rate budgets of the webhooks.
@@ -93,7 +99,7 @@ pub struct SendContext<'a> {
 impl SendContext<'_> {
     /// The template context of this slot.
     pub fn template_context(&self) -> template::TemplateContext<'_> {
-        template::TemplateContext::new(self.job, self.slot, self.zone, self.replica)
+        template::TemplateContext::new(self.job, self.slot, self.zone, self.replica, self.fence)
     }
 
     /// `value` with its template strings rendered for this slot (cards, posts, blocks, argv).
@@ -105,6 +111,43 @@ impl SendContext<'_> {
         self.templates
             .render_json(value, &self.template_context())
             .map_err(|reason| ActionError::Render { field, reason })
+    }
+
+    /// Whether attempt `attempt` may still start: not past the lock's validity while nothing
+    /// has reached the receiver (the slot is then handed off), and not past the deadline.
+    /// `reached` says whether an earlier attempt reached the receiver; `last` is its reason.
+    pub fn may_send(&self, attempt: u32, reached: bool, last: &str) -> Result<(), ActionError> {
+        self.check_validity(attempt, reached)?;
+        if Instant::now() >= self.deadline {
+            return Err(ActionError::GaveUp {
+                attempts: attempt - 1,
+                reason: last.to_owned(),
+                uncertain: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// `NotSent` once the lock's validity has run out while nothing reached the receiver: past
+    /// it another replica may hold the slot, so this one must not send its first byte.
+    pub fn check_validity(&self, attempt: u32, reached: bool) -> Result<(), ActionError> {
+        if Instant::now() >= self.valid_until && !reached {
+            return Err(ActionError::NotSent {
+                attempts: attempt - 1,
+                reason: "the lock's validity ran out before the first byte left \
+                    (was the process paused?)"
+                    .to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn uncertain_note(uncertain: bool) -> &'static str {
+    if uncertain {
+        "; an earlier attempt may have been delivered"
+    } else {
+        ""
     }
 }
 
@@ -119,8 +162,17 @@ pub struct Delivery {
 pub enum ActionError {
     #[error("rejected after {attempts} attempt(s): {reason}")]
     Rejected { attempts: u32, reason: String },
-    #[error("gave up after {attempts} attempt(s) within the job's timeout: {reason}")]
-    GaveUp { attempts: u32, reason: String },
+    #[error(
+        "gave up after {attempts} attempt(s) within the job's timeout: {reason}{}",
+        uncertain_note(*.uncertain)
+    )]
+    GaveUp {
+        attempts: u32,
+        reason: String,
+        /// An attempt may have reached the receiver (an `http` resend after an uncertain one,
+        /// a command killed at its timeout).
+        uncertain: bool,
+    },
     #[error("field {field}: {reason}")]
     Render { field: &'static str, reason: String },
     #[error(
@@ -136,6 +188,17 @@ pub enum ActionError {
     Input { field: &'static str, reason: String },
     #[error("not sent after {attempts} attempt(s): {reason}")]
     BudgetSpent { attempts: u32, reason: String },
+    /// Nothing left this replica (connect, DNS, TLS, proxy; or its lock's validity ran out
+    /// before the first byte): another replica may deliver it (the handoff).
+    #[error("not delivered: nothing left this replica after {attempts} attempt(s): {reason}")]
+    NotSent { attempts: u32, reason: String },
+    /// A request was written and no answer read: the receiver may have acted on it, so it is
+    /// not sent again.
+    #[error(
+        "may have been delivered: attempt {attempts} was sent and no answer came back ({reason}); \
+         not sent again"
+    )]
+    Uncertain { attempts: u32, reason: String },
 }
 
 impl ActionError {
@@ -144,13 +207,58 @@ impl ActionError {
         match self {
             ActionError::Rejected { attempts, .. }
             | ActionError::GaveUp { attempts, .. }
-            | ActionError::BudgetSpent { attempts, .. } => *attempts,
+            | ActionError::BudgetSpent { attempts, .. }
+            | ActionError::NotSent { attempts, .. }
+            | ActionError::Uncertain { attempts, .. } => *attempts,
             ActionError::Render { .. }
             | ActionError::TooLarge { .. }
             | ActionError::Input { .. } => 0,
         }
     }
+
+    /// What the receiver may have seen: every ending other than `Uncertain` and an uncertain
+    /// `GaveUp` either sent nothing or read the receiver's refusal.
+    pub fn delivery(&self) -> DeliveryState {
+        match self {
+            ActionError::Uncertain { .. } => DeliveryState::Uncertain,
+            ActionError::GaveUp {
+                uncertain: true, ..
+            } => DeliveryState::Uncertain,
+            ActionError::Rejected { .. }
+            | ActionError::GaveUp { .. }
+            | ActionError::BudgetSpent { .. }
+            | ActionError::NotSent { .. }
+            | ActionError::Render { .. }
+            | ActionError::TooLarge { .. }
+            | ActionError::Input { .. } => DeliveryState::NotDelivered,
+        }
+    }
+
+    /// `self`, marked uncertain when an earlier attempt was (a `GaveUp` only: every other
+    /// ending already says what the receiver saw).
+    pub fn with_uncertain(self, uncertain: bool) -> Self {
+        match self {
+            ActionError::GaveUp {
+                attempts, reason, ..
+            } if uncertain => ActionError::GaveUp {
+                attempts,
+                reason,
+                uncertain,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether another replica may deliver what this one could not: nothing left this replica
+    /// for a reason local to it. A receiver's explicit refusal is not handed off (another
+    /// replica would get the same answer), nor is an uncertain attempt (it may have arrived).
+    pub fn is_local(&self) -> bool {
+        matches!(self, ActionError::NotSent { .. })
+    }
 }
+
+/// Longest TCP, TLS and proxy set-up of one attempt.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The HTTP client all actions share: one connection pool per replica.
 pub fn http_client() -> reqwest::Result<reqwest::Client> {
@@ -158,6 +266,9 @@ pub fn http_client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .user_agent(concat!("slotcron/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)
+        // Bounds the connect phase on its own, so a black-holed address fails as a connect
+        // error (nothing sent: handed off) rather than as the request's timeout (uncertain).
+        .connect_timeout(CONNECT_TIMEOUT)
         .build()
 }
 

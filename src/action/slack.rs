@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::deliver::{self, snippet, Answer, Verdict};
+use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::SecretUrl;
@@ -22,6 +22,7 @@ impl SlackAction {
         deliver::deliver(
             ctx,
             Some(&self.budget),
+            OnUncertain::Stop,
             || ctx.client.post(self.webhook.expose().clone()).json(&body),
             classify,
         )

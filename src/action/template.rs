@@ -7,7 +7,7 @@ use chrono_tz::Tz;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::schedule::Slot;
+use crate::schedule::{Fence, Slot};
 
 /// The variables a template sees.
 #[derive(Debug, Serialize)]
@@ -22,17 +22,26 @@ pub struct TemplateContext<'a> {
     pub slot_ms: i64,
     /// The replica that won the slot and sends.
     pub replica: &'a str,
+    /// The run's fencing token (slot epoch ms plus its handoff number).
+    pub fence: i64,
 }
 
 impl<'a> TemplateContext<'a> {
-    pub fn new(job: &'a str, slot: Slot, zone: Tz, replica: &'a str) -> Self {
+    pub fn new(job: &'a str, slot: Slot, zone: Tz, replica: &'a str, fence: Fence) -> Self {
         TemplateContext {
             job,
             slot: slot.rfc3339_in(zone),
             slot_utc: slot.rfc3339_utc(),
             slot_ms: slot.epoch_ms(),
             replica,
+            fence: fence.get(),
         }
+    }
+
+    /// The context templates are checked against at load.
+    fn sample() -> Self {
+        let slot = Slot::at(chrono::Utc::now());
+        TemplateContext::new("job", slot, chrono_tz::UTC, "replica", Fence::new(slot, 0))
     }
 }
 
@@ -102,13 +111,7 @@ impl Templates {
 
     /// Checks every string of `value` that has template syntax compiles and renders.
     pub fn check_json(&self, value: &serde_json::Value) -> Result<(), String> {
-        let sample = TemplateContext::new(
-            "job",
-            Slot::at(chrono::Utc::now()),
-            chrono_tz::UTC,
-            "replica",
-        );
-        self.render_json(value, &sample).map(drop)
+        self.render_json(value, &TemplateContext::sample()).map(drop)
     }
 
     /// `value` with every string that has template syntax rendered (cards, blocks, posts).
@@ -145,15 +148,9 @@ impl Templates {
         self.env
             .add_template_owned(name.clone(), source.clone())
             .map_err(describe)?;
-        let sample = TemplateContext::new(
-            "job",
-            Slot::at(chrono::Utc::now()),
-            chrono_tz::UTC,
-            "replica",
-        );
         self.env
             .get_template(&name)
-            .and_then(|tpl| tpl.render(&sample))
+            .and_then(|tpl| tpl.render(TemplateContext::sample()))
             .map_err(|e| describe_in(e, &source))?;
         Ok(Content::Template(TemplateRef { name: name.into() }))
     }
@@ -207,7 +204,13 @@ mod tests {
                 .unwrap()
                 .into(),
         );
-        TemplateContext::new("standup", slot, chrono_tz::Asia::Shanghai, "replica-1")
+        TemplateContext::new(
+            "standup",
+            slot,
+            chrono_tz::Asia::Shanghai,
+            "replica-1",
+            Fence::new(slot, 1),
+        )
     }
 
     #[test]
@@ -216,12 +219,12 @@ mod tests {
         let c = t
             .add(
                 "a".into(),
-                "{{ job }} at {{ slot }} by {{ replica }}".into(),
+                "{{ job }} at {{ slot }} by {{ replica }} fence {{ fence }}".into(),
             )
             .unwrap();
         assert_eq!(
             t.render(&c, &ctx()).unwrap(),
-            "standup at 2026-11-23T09:30:00+08:00 by replica-1"
+            "standup at 2026-11-23T09:30:00+08:00 by replica-1 fence 1795397400001"
         );
     }
 

@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use url::Url;
 
-use super::deliver::{self, snippet, Answer, Verdict};
+use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
-use super::template::{Content, TemplateContext};
+use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::SecretUrl;
 
@@ -128,6 +128,7 @@ impl WecomAction {
         deliver::deliver(
             ctx,
             Some(&self.budget),
+            OnUncertain::Stop,
             || ctx.client.post(url.clone()).json(&body),
             classify,
         )
@@ -136,7 +137,7 @@ impl WecomAction {
 
     /// The JSON the robot expects for this message, rendered for this slot.
     pub async fn payload(&self, ctx: &SendContext<'_>) -> Result<Value, ActionError> {
-        let tctx = TemplateContext::new(ctx.job, ctx.slot, ctx.zone, ctx.replica);
+        let tctx = ctx.template_context();
         let render = |content: &Content, field: &'static str| {
             ctx.templates
                 .render(content, &tctx)
@@ -243,7 +244,7 @@ impl WecomAction {
                 .post(url.clone())
                 .multipart(reqwest::multipart::Form::new().part("media", part))
         };
-        let (media_id, _) = deliver::deliver_for(ctx, None, build, classify_upload).await?;
+        let (media_id, _) = deliver::deliver_for(ctx, None, OnUncertain::Resend, build, classify_upload).await?;
         Ok(media_id)
     }
 }

@@ -17,6 +17,7 @@ use super::{ConfigError, Loader, Section};
 use crate::action::command::CommandAction;
 use crate::action::dingtalk::DingTalkAction;
 use crate::action::feishu::FeishuAction;
+use crate::action::deliver::OnUncertain;
 use crate::action::http::HttpAction;
 use crate::action::log::LogAction;
 use crate::action::rate::{Budget, Rate};
@@ -480,6 +481,10 @@ impl ActionCheck<'_, '_> {
             budget,
             success,
             success_json,
+            on_uncertain: match raw.retry_uncertain {
+                Some(false) => OnUncertain::Stop,
+                Some(true) | None => OnUncertain::Resend,
+            },
         })
     }
 

@@ -202,6 +202,7 @@ pub struct RawHttp {
     pub rate: Option<String>,
     pub success_status: Option<String>,
     pub success_json: Option<RawSuccessJson>,
+    pub retry_uncertain: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

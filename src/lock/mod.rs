@@ -19,14 +19,21 @@ pub use local::LocalLock;
 pub use node::{NodeError, NodeUrl};
 pub use redlock::{LockConfig, Redlock};
 
-/// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`, or a
-/// job's running lease, `{key_prefix}:{job}:running`.
+/// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`; its
+/// handoff, `{key_prefix}:{job}:{slot as epoch ms}:handoff`; or a job's running lease,
+/// `{key_prefix}:{job}:running`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SlotKey(String);
 
 impl SlotKey {
     pub fn new(prefix: &str, job: &str, slot: Slot) -> Self {
         SlotKey(format!("{prefix}:{job}:{}", slot.epoch_ms()))
+    }
+
+    /// The key the fleet races for when the slot's winner hands it off: the same lock, a
+    /// second key, so the takers race each other and never the first winner's key.
+    pub fn handoff(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:handoff", slot.epoch_ms()))
     }
 
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).

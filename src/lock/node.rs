@@ -154,6 +154,8 @@ pub enum NodeReply {
 /// One Redis node.
 pub struct Node {
     address: String,
+    /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs).
+    client: redis::Client,
     conn: ConnectionManager,
     timeout: Duration,
     /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
@@ -197,10 +199,11 @@ impl Node {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(CONNECT_RETRIES);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("{url}: {e}"))?;
         Ok(Node {
             address: url.address(),
+            client,
             conn,
             timeout,
             legacy: AtomicBool::new(false),
@@ -212,6 +215,24 @@ impl Node {
 
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// A dedicated connection subscribed to `channel`, opened within `wait`.
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+        wait: Duration,
+    ) -> Result<redis::aio::PubSub, NodeError> {
+        let open = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(wait, open).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
+            Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
+        }
     }
 
     /// Whether the node answered its last request.

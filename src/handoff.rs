@@ -1,0 +1,249 @@
+//! Handoffs: a slot whose winner could not deliver it, for a reason local to that winner (its
+//! egress is broken, or its lock ran out before the first byte left), is offered to the rest of
+//! the fleet, which races for it once more through the same lock.
+//!
+//! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`). Every
+//! replica keeps one subscribed connection per node, so an offer reaches it in one hop and a
+//! fleet where all is well sends and reads nothing: no loser polls for the winner's fate. An
+//! offer that arrives from several nodes is taken once (see [`Seen`]).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lock::Redlock;
+use crate::schedule::{Fence, Slot};
+
+/// Bound on one node's `PUBLISH`: an offer is made once, off the race path.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on opening and subscribing one node's pub/sub connection.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Wait before subscribing again to a node whose connection failed or closed.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+/// Offers remembered to drop the copies that the other nodes deliver.
+const SEEN_CAP: usize = 4096;
+/// Offers queued between the subscribers and the replica that takes them.
+const QUEUE: usize = 256;
+
+/// One offer: run `job`'s `slot` as handoff number `handoff` (its fence), since
+/// `previous_winner` could not deliver it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffRequest {
+    pub job: String,
+    /// The slot, epoch milliseconds (as in the slot key).
+    pub slot_ms: i64,
+    /// The handoff number the taker runs with: its fence is the slot's plus this.
+    pub handoff: u8,
+    /// The replica that handed the slot off; it never takes it back.
+    pub previous_winner: String,
+    /// Why it could not deliver (scrubbed).
+    pub reason: String,
+}
+
+impl HandoffRequest {
+    pub fn slot(&self) -> Option<Slot> {
+        chrono::DateTime::from_timestamp_millis(self.slot_ms).map(Slot::at)
+    }
+
+    /// The fencing token of the run that takes this offer.
+    pub fn fence(&self, slot: Slot) -> Fence {
+        Fence::new(slot, self.handoff)
+    }
+}
+
+/// Where offers are made: the Redis nodes, or nowhere in standalone mode (one replica).
+#[derive(Debug, Clone)]
+pub enum Handoffs {
+    Redis {
+        lock: Arc<Redlock>,
+        /// `{key_prefix}:handoff`.
+        channel: String,
+    },
+    Off,
+}
+
+impl Handoffs {
+    pub fn redis(lock: Arc<Redlock>, prefix: &str) -> Self {
+        Handoffs::Redis {
+            lock,
+            channel: format!("{prefix}:handoff"),
+        }
+    }
+
+    /// Offers `request` on every node. Returns how many subscriptions received it, summed over
+    /// the nodes (each replica counts once per node it is subscribed to): 0 means no other
+    /// replica heard the offer.
+    pub async fn offer(&self, request: &HandoffRequest) -> usize {
+        let Handoffs::Redis { lock, channel } = self else {
+            return 0;
+        };
+        let Ok(payload) = serde_json::to_string(request) else {
+            return 0;
+        };
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(channel).arg(payload);
+        let answers = join_all(
+            lock.nodes()
+                .iter()
+                .map(|n| n.query::<usize>(&cmd, PUBLISH_TIMEOUT)),
+        )
+        .await;
+        answers.into_iter().filter_map(Result::ok).sum()
+    }
+
+    /// Subscribes to the offers on every node, each in a tracked task that resubscribes after
+    /// a failure until `shutdown`. The offers arrive on the returned channel, duplicates
+    /// included (one per node): the taker drops them with [`Seen`].
+    pub fn listen(
+        &self,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) -> mpsc::Receiver<HandoffRequest> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        if let Handoffs::Redis { lock, channel } = self {
+            for index in 0..lock.nodes().len() {
+                tracker.spawn(subscribe_node(
+                    lock.clone(),
+                    index,
+                    channel.clone(),
+                    tx.clone(),
+                    shutdown.clone(),
+                ));
+            }
+        }
+        rx
+    }
+}
+
+/// Keeps node `index` subscribed to `channel`, forwarding each offer, until shutdown.
+async fn subscribe_node(
+    lock: Arc<Redlock>,
+    index: usize,
+    channel: String,
+    offers: mpsc::Sender<HandoffRequest>,
+    shutdown: CancellationToken,
+) {
+    let node = &lock.nodes()[index];
+    loop {
+        let subscribed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            subscribed = node.subscribe(&channel, SUBSCRIBE_TIMEOUT) => subscribed,
+        };
+        match subscribed {
+            Ok(pubsub) => {
+                tracing::debug!(node = %node.address(), %channel, "listening for handoffs");
+                if !forward(pubsub, &offers, &shutdown).await {
+                    return;
+                }
+                tracing::debug!(node = %node.address(), "handoff subscription closed; subscribing again");
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot subscribe to handoffs; trying again"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
+        }
+    }
+}
+
+/// Forwards the offers of one subscription until it closes (true) or shutdown (false).
+async fn forward(
+    pubsub: redis::aio::PubSub,
+    offers: &mpsc::Sender<HandoffRequest>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut messages = pubsub.into_on_message();
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            message = messages.next() => message,
+        };
+        let Some(message) = message else { return true };
+        let Ok(payload) = message.get_payload::<String>() else {
+            continue;
+        };
+        match serde_json::from_str::<HandoffRequest>(&payload) {
+            Ok(request) => {
+                if offers.send(request).await.is_err() {
+                    return false;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "ignoring a malformed handoff offer"),
+        }
+    }
+}
+
+/// The offers already taken: each arrives once per node.
+#[derive(Debug, Default)]
+pub struct Seen {
+    set: HashSet<(String, i64, u8)>,
+    order: VecDeque<(String, i64, u8)>,
+}
+
+impl Seen {
+    /// True the first time `request` is seen (the oldest are forgotten past [`SEEN_CAP`]).
+    pub fn first_time(&mut self, request: &HandoffRequest) -> bool {
+        let key = (request.job.clone(), request.slot_ms, request.handoff);
+        if !self.set.insert(key.clone()) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > SEEN_CAP {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(job: &str, slot_ms: i64) -> HandoffRequest {
+        HandoffRequest {
+            job: job.into(),
+            slot_ms,
+            handoff: 1,
+            previous_winner: "r1".into(),
+            reason: "connection refused".into(),
+        }
+    }
+
+    #[test]
+    fn an_offer_is_taken_once_whatever_the_number_of_nodes_that_deliver_it() {
+        let mut seen = Seen::default();
+        assert!(seen.first_time(&offer("a", 1000)));
+        assert!(!seen.first_time(&offer("a", 1000)));
+        assert!(!seen.first_time(&offer("a", 1000)));
+        assert!(seen.first_time(&offer("a", 2000)));
+        assert!(seen.first_time(&offer("b", 1000)));
+    }
+
+    #[test]
+    fn the_oldest_offers_are_forgotten_past_the_cap() {
+        let mut seen = Seen::default();
+        for ms in 0..=SEEN_CAP as i64 {
+            assert!(seen.first_time(&offer("a", ms)));
+        }
+        assert_eq!(seen.order.len(), SEEN_CAP);
+        assert!(seen.first_time(&offer("a", 0)), "the first offer was forgotten");
+        assert!(!seen.first_time(&offer("a", SEEN_CAP as i64)));
+    }
+
+    #[test]
+    fn the_taker_runs_with_the_next_fence() {
+        let request = offer("a", 1_795_397_400_000);
+        let slot = request.slot().unwrap();
+        assert_eq!(request.fence(slot).get(), 1_795_397_400_001);
+        assert!(request.fence(slot) > Fence::new(slot, 0));
+    }
+}
