@@ -41,8 +41,11 @@ pub struct HandoffRequest {
     pub slot_ms: i64,
     /// The handoff number the taker runs with: its fence is the slot's plus this.
     pub handoff: u8,
-    /// The replica that handed the slot off; it never takes it back.
+    /// The replica that handed the slot off.
     pub previous_winner: String,
+    /// Every replica that had the slot (the previous winner included): none takes it again.
+    #[serde(default)]
+    pub excluded: Vec<String>,
     /// Why it could not deliver (scrubbed).
     pub reason: String,
 }
@@ -50,6 +53,11 @@ pub struct HandoffRequest {
 impl HandoffRequest {
     pub fn slot(&self) -> Option<Slot> {
         chrono::DateTime::from_timestamp_millis(self.slot_ms).map(Slot::at)
+    }
+
+    /// Whether `replica` already had the slot (and so may not take it).
+    pub fn excludes(&self, replica: &str) -> bool {
+        self.previous_winner == replica || self.excluded.iter().any(|r| r == replica)
     }
 
     /// The fencing token of the run that takes this offer.
@@ -77,9 +85,10 @@ impl Handoffs {
         }
     }
 
-    /// Offers `request` on every node. Returns how many subscriptions received it, summed over
-    /// the nodes (each replica counts once per node it is subscribed to): 0 means no other
-    /// replica heard the offer.
+    /// Offers `request` on every node. Returns how many subscriptions of replicas that may take
+    /// it received it, summed over the nodes: each replica is subscribed once per node, so the
+    /// excluded ones (the offerer among them) are taken off once per node that answered. 0
+    /// means no replica that may take the slot heard the offer.
     pub async fn offer(&self, request: &HandoffRequest) -> usize {
         let Handoffs::Redis { lock, channel } = self else {
             return 0;
@@ -95,7 +104,9 @@ impl Handoffs {
                 .map(|n| n.query::<usize>(&cmd, PUBLISH_TIMEOUT)),
         )
         .await;
-        answers.into_iter().filter_map(Result::ok).sum()
+        let heard: Vec<usize> = answers.into_iter().filter_map(Result::ok).collect();
+        let excluded = request.excluded.len().max(1) * heard.len();
+        heard.iter().sum::<usize>().saturating_sub(excluded)
     }
 
     /// Subscribes to the offers on every node, each in a tracked task that resubscribes after
@@ -214,8 +225,16 @@ mod tests {
             slot_ms,
             handoff: 1,
             previous_winner: "r1".into(),
+            excluded: vec!["r0".into(), "r1".into()],
             reason: "connection refused".into(),
         }
+    }
+
+    #[test]
+    fn every_replica_that_had_the_slot_is_excluded() {
+        let request = offer("a", 1000);
+        assert!(request.excludes("r0") && request.excludes("r1"));
+        assert!(!request.excludes("r2"));
     }
 
     #[test]

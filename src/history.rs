@@ -51,7 +51,7 @@ impl DeliveryState {
 
 /// The state of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Won and started; no end recorded (still running, or the winner died).
     Running,

@@ -221,18 +221,19 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
         return;
     }
     println!(
-        "{:<26} {:<20} {:<20} {:<8} {:>9} {:>8}  ERROR",
-        "SLOT", "JOB", "WINNER", "OUTCOME", "DURATION", "ATTEMPTS"
+        "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  ERROR",
+        "SLOT", "JOB", "WINNER", "TRIGGER", "OUTCOME", "DURATION", "ATTEMPTS"
     );
     for run in runs {
         let duration = run
             .duration()
             .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
         println!(
-            "{:<26} {:<20} {:<20} {:<8} {:>9} {:>8}  {}",
+            "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  {}",
             run.slot.rfc3339_in(zone(&run.job)),
             run.job,
             run.replica,
+            run.trigger,
             run.outcome,
             duration,
             run.attempts,

@@ -150,8 +150,10 @@ pub struct Won {
     kind: RaceKind,
     /// This run's fencing token: the slot's, plus one on a handoff.
     fence: Fence,
-    /// On a handoff: the replica that won first and could not deliver.
+    /// On a handoff: the replica that had the slot before and could not deliver.
     previous_winner: Option<String>,
+    /// On a handoff: every replica that had the slot before.
+    excluded: Vec<String>,
 }
 
 /// How a race for one slot ended on this replica.
@@ -214,7 +216,7 @@ impl RaceContext {
     /// with the offer's fence. `None` when the offer is not this replica's to take (it made
     /// it), so nothing is logged.
     pub async fn take_over(&self, job: &Arc<Job>, offer: &HandoffRequest) -> Option<SlotResult> {
-        if offer.previous_winner == self.replica {
+        if offer.excludes(&self.replica) {
             return None;
         }
         let slot = offer.slot()?;
@@ -226,7 +228,7 @@ impl RaceContext {
             self.metrics.slot(&job.name, "skipped");
             return Some(SlotResult::Late { late });
         }
-        let key = SlotKey::handoff(&self.key_prefix, &job.name, slot);
+        let key = SlotKey::handoff(&self.key_prefix, &job.name, slot, offer.handoff);
         let raced_at = Instant::now();
         let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
         let elapsed = raced_at.elapsed();
@@ -312,6 +314,7 @@ impl RaceContext {
                     kind,
                     fence: offer.map_or(Fence::new(slot, 0), |o| o.fence(slot)),
                     previous_winner: previous_winner.map(str::to_owned),
+                    excluded: offer.map(|o| o.excluded.clone()).unwrap_or_default(),
                 });
             }
             Acquire::Lost { holder } => {
@@ -519,17 +522,23 @@ impl RaceContext {
         failure: SendFailure,
         duration: Duration,
     ) -> Result<SlotResult, SendFailure> {
+        let mut excluded = won.excluded.clone();
+        excluded.push(self.replica.clone());
         let offer = HandoffRequest {
             job: won.job.name.clone(),
             slot_ms: won.slot.epoch_ms(),
             handoff: won.fence.handoff() + 1,
             previous_winner: self.replica.clone(),
+            excluded,
             reason: failure.error.clone(),
         };
         let heard = self.handoffs.offer(&offer).await;
         if heard == 0 {
             return Err(SendFailure {
-                error: format!("{}; no other replica heard the handoff offer", failure.error),
+                error: format!(
+                    "{}; no replica that has not had the slot heard the handoff offer",
+                    failure.error
+                ),
                 ..failure
             });
         }

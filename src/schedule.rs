@@ -58,14 +58,14 @@ impl fmt::Display for Slot {
 /// A run's fencing token: increases with every run of a job, so a receiver that remembers the
 /// highest fence it accepted can refuse a stale run (a winner that resumes after its lock
 /// expired). It is the slot in epoch milliseconds plus the run's handoff number (0 for the
-/// slot's first winner, 1 for the replica that took it over): slots are whole seconds, so the
-/// handoff number never reaches the next slot's fence.
+/// slot's first winner, 1 for the replica that took it over, 2 for the next): slots are whole
+/// seconds, so the handoff number never reaches the next slot's fence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Fence(i64);
 
 impl Fence {
-    /// Handoffs a slot may have: the first winner's run is 0, the taker's 1.
-    pub const MAX_HANDOFF: u8 = 1;
+    /// Handoffs a slot may have: the first winner's run is 0, each taker's one more.
+    pub const MAX_HANDOFF: u8 = 3;
 
     pub fn new(slot: Slot, handoff: u8) -> Self {
         Fence(slot.epoch_ms() + i64::from(handoff.min(Self::MAX_HANDOFF)))

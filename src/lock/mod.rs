@@ -20,7 +20,7 @@ pub use node::{NodeError, NodeUrl};
 pub use redlock::{LockConfig, Redlock};
 
 /// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`; its
-/// handoff, `{key_prefix}:{job}:{slot as epoch ms}:handoff`; or a job's running lease,
+/// handoffs, `{key_prefix}:{job}:{slot as epoch ms}:handoff:{n}`; or a job's running lease,
 /// `{key_prefix}:{job}:running`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SlotKey(String);
@@ -30,10 +30,10 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:{}", slot.epoch_ms()))
     }
 
-    /// The key the fleet races for when the slot's winner hands it off: the same lock, a
-    /// second key, so the takers race each other and never the first winner's key.
-    pub fn handoff(prefix: &str, job: &str, slot: Slot) -> Self {
-        SlotKey(format!("{prefix}:{job}:{}:handoff", slot.epoch_ms()))
+    /// The key the fleet races for at the slot's `n`th handoff: the same lock, a key per
+    /// handoff, so the takers race each other and never an earlier winner's key.
+    pub fn handoff(prefix: &str, job: &str, slot: Slot, n: u8) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:handoff:{n}", slot.epoch_ms()))
     }
 
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod raw_http;
+
 use nix::sys::signal::{kill as send_signal, Signal};
 use nix::unistd::Pid;
 

@@ -1,0 +1,564 @@
+//! Delivery at the edges: every row of the README's classification table against a real local
+//! receiver (one that resets after reading, closes without answering, cuts its answer short,
+//! refuses, does not resolve, speaks no TLS), and the fleet behaviours built on it against real
+//! redis-server nodes and real replica processes: no robot message twice when the answer is
+//! lost, a slot whose winner cannot send is run by another replica (each replica at most once),
+//! and a winner paused past its lock's validity does not send.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::raw_http::{Misbehaviour, RawReceiver};
+use common::{write_config, Receiver, RedisCluster, Replica};
+use serde_json::Value;
+use slotcron::action::DeliveryState;
+use slotcron::config::{self, Config};
+use slotcron::race::SlotResult;
+use slotcron::schedule::{Slot, SystemClock};
+
+const KEY: &str = "deliverykey0001";
+
+// ---------------------------------------------------------------------------------------------
+// The classification table, one row per test, on a standalone replica (no other replica to hand
+// off to: a slot that was not sent ends `failed` with `delivery = not_delivered`).
+
+fn standalone(action: &str) -> Config {
+    let text = format!(
+        "[[job]]\nname = \"push\"\nschedule = \"0 0 0 1 1 *\"\ntimeout = \"3s\"\n\
+         [job.action]\n{action}\n"
+    );
+    config::parse(Path::new("jobs.toml"), &text, &HashMap::new()).unwrap()
+}
+
+fn wecom(base: &str) -> String {
+    format!(
+        "type = \"wecom\"\nwebhook = \"{base}/cgi-bin/webhook/send?key={KEY}\"\n\
+         msgtype = \"text\"\ncontent = \"hello\""
+    )
+}
+
+fn http(base: &str, extra: &str) -> String {
+    format!("type = \"http\"\nurl = \"{base}/hook\"\nbody = \"x\"\n{extra}")
+}
+
+async fn run_once(config: &Config) -> SlotResult {
+    let ctx = slotcron::scheduler::race_context(config, "r1".into(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    ctx.run_slot(&config.jobs[0], Slot::at(Utc::now())).await
+}
+
+/// The error, attempts and delivery of a failed slot; panics on any other result.
+fn failed(result: SlotResult) -> (String, u32, DeliveryState) {
+    match result {
+        SlotResult::Failed {
+            error,
+            attempts,
+            delivery,
+            ..
+        } => (error, attempts, delivery),
+        other => panic!("expected a failed slot, got {other:?}"),
+    }
+}
+
+/// A robot that read the request and never answered whole: one attempt, no resend, uncertain.
+async fn robot_is_not_sent_twice(mode: Misbehaviour) {
+    let robot = RawReceiver::start(mode);
+    let (error, attempts, delivery) = failed(run_once(&standalone(&wecom(&robot.uri()))).await);
+    assert_eq!(delivery, DeliveryState::Uncertain, "{error}");
+    assert_eq!(attempts, 1, "{error}");
+    assert!(error.contains("may have been delivered"), "{error}");
+    assert!(!error.contains(KEY), "{error}");
+    assert_eq!(robot.requests().len(), 1, "the robot got the message again");
+}
+
+#[tokio::test]
+async fn a_reset_after_the_robot_read_the_request_is_uncertain_and_not_resent() {
+    robot_is_not_sent_twice(Misbehaviour::ResetAlways).await;
+}
+
+#[tokio::test]
+async fn a_connection_closed_before_the_answer_is_uncertain_and_not_resent() {
+    robot_is_not_sent_twice(Misbehaviour::CloseWithoutAnswer).await;
+}
+
+#[tokio::test]
+async fn a_truncated_answer_is_uncertain_and_not_resent() {
+    robot_is_not_sent_twice(Misbehaviour::TruncatedAnswer).await;
+}
+
+#[tokio::test]
+async fn a_read_timeout_is_uncertain_and_not_resent() {
+    let receiver = Receiver::start();
+    receiver.set_delay(Duration::from_secs(10));
+    let (error, attempts, delivery) =
+        failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
+    assert_eq!(delivery, DeliveryState::Uncertain, "{error}");
+    assert_eq!((attempts, receiver.count()), (1, 1), "{error}");
+}
+
+/// Nothing left this replica: the slot is not delivered, and says so.
+async fn not_sent(base: &str, expect_in_error: &str) {
+    let (error, attempts, delivery) = failed(run_once(&standalone(&wecom(base))).await);
+    assert_eq!(delivery, DeliveryState::NotDelivered, "{error}");
+    assert_eq!(attempts, 1, "{error}");
+    assert!(error.contains("nothing left this replica"), "{error}");
+    assert!(error.contains(expect_in_error), "{error}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_not_delivered() {
+    not_sent(
+        &format!("http://127.0.0.1:{}", common::free_port()),
+        "refused",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_not_delivered() {
+    // RFC 6761: `.invalid` never resolves.
+    not_sent("http://robot.invalid", "dns").await;
+}
+
+#[tokio::test]
+async fn a_failed_tls_handshake_is_not_delivered() {
+    // An HTTPS request to a server that speaks plain HTTP fails in the handshake.
+    let receiver = Receiver::start();
+    not_sent(&receiver.uri().replace("http://", "https://"), "connection").await;
+    assert_eq!(receiver.count(), 0);
+}
+
+#[tokio::test]
+async fn an_explicit_rejection_is_not_delivered_and_not_retried() {
+    let receiver = Receiver::start_with_body(
+        serde_json::json!({"errcode": 93000, "errmsg": "invalid webhook url"}),
+    );
+    let (error, attempts, delivery) =
+        failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
+    assert_eq!(delivery, DeliveryState::NotDelivered, "{error}");
+    assert_eq!((attempts, receiver.count()), (1, 1), "{error}");
+    assert!(error.contains("93000"), "{error}");
+}
+
+#[tokio::test]
+async fn http_resends_after_an_uncertain_attempt_with_the_same_idempotency_key() {
+    let receiver = RawReceiver::start(Misbehaviour::ResetFirstOfEachSlot);
+    let result = run_once(&standalone(&http(&receiver.uri(), ""))).await;
+    let SlotResult::Done { delivery, .. } = result else {
+        panic!("expected done, got {result:?}");
+    };
+    assert_eq!(delivery.attempts, 2);
+    let requests = receiver.requests();
+    assert_eq!(requests.len(), 2);
+    let keys: Vec<_> = requests.iter().map(|r| r.header("idempotency-key")).collect();
+    assert!(keys[0].is_some() && keys[0] == keys[1], "{keys:?}");
+    let fences: Vec<_> = requests.iter().map(|r| r.header("x-slotcron-fence")).collect();
+    assert!(fences[0].is_some() && fences[0] == fences[1], "{fences:?}");
+}
+
+#[tokio::test]
+async fn http_that_gives_up_after_uncertain_attempts_reports_uncertain() {
+    let receiver = RawReceiver::start(Misbehaviour::ResetAlways);
+    let (error, attempts, delivery) =
+        failed(run_once(&standalone(&http(&receiver.uri(), ""))).await);
+    assert_eq!(delivery, DeliveryState::Uncertain, "{error}");
+    assert!(attempts >= 2, "{error}");
+    assert_eq!(receiver.requests().len(), attempts as usize);
+}
+
+#[tokio::test]
+async fn http_with_retry_uncertain_false_sends_once() {
+    let receiver = RawReceiver::start(Misbehaviour::ResetFirstOfEachSlot);
+    let config = standalone(&http(&receiver.uri(), "retry_uncertain = false"));
+    let (error, attempts, delivery) = failed(run_once(&config).await);
+    assert_eq!(delivery, DeliveryState::Uncertain, "{error}");
+    assert_eq!((attempts, receiver.requests().len()), (1, 1), "{error}");
+}
+
+#[tokio::test]
+async fn a_command_sees_its_fence_and_a_template_renders_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fence");
+    let action = format!(
+        "type = \"command\"\nshell = \"echo $SLOTCRON_FENCE {{{{ fence }}}} > {}\"",
+        out.display()
+    );
+    let config = standalone(&action);
+    let slot = Slot::at(Utc::now());
+    let ctx = slotcron::scheduler::race_context(&config, "r1".into(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let result = ctx.run_slot(&config.jobs[0], slot).await;
+    assert!(matches!(result, SlotResult::Done { .. }), "{result:?}");
+    let written = std::fs::read_to_string(&out).unwrap();
+    let fence = slot.epoch_ms().to_string();
+    assert_eq!(written.trim(), format!("{fence} {fence}"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fleet: real replicas racing on real nodes.
+
+/// A fleet config: one WeCom job every second at `webhook_base`.
+fn fleet_config(nodes: &[String], webhook_base: &str, prefix: &str, extra_job: &str) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        r#"
+        [scheduler]
+        key_prefix = "{prefix}"
+        max_clock_skew = "1s"
+        [redis]
+        nodes = [{nodes}]
+        # Generous for a loaded 2-core CI machine; the race itself takes well under 1 ms.
+        node_timeout = "250ms"
+        [[job]]
+        name = "push"
+        schedule = "* * * * * *"
+        timeout = "5s"
+        {extra_job}
+        [job.action]
+        type = "wecom"
+        webhook = "{webhook_base}/cgi-bin/webhook/send?key={KEY}"
+        msgtype = "text"
+        content = "{{{{ slot }}}} fence {{{{ fence }}}}"
+        # One a second, plus the places spent by attempts that never left a broken replica.
+        rate = "600/min"
+        "#,
+        nodes = nodes.join(", ")
+    )
+}
+
+struct Fleet {
+    replicas: Vec<Replica>,
+}
+
+impl Fleet {
+    /// Starts one replica per entry of `envs` (its extra environment), named `replica-{i}`.
+    fn start(config: &Path, envs: &[Vec<(&str, &str)>]) -> Self {
+        let replicas: Vec<Replica> = envs
+            .iter()
+            .enumerate()
+            .map(|(i, env)| Replica::run(config, &format!("replica-{i}"), env))
+            .collect();
+        for r in &replicas {
+            let started = r.wait_for_json(Duration::from_secs(20), |l| {
+                l["message"] == "slotcron started"
+            });
+            assert!(started.is_some(), "a replica did not start: {:?}", r.lines());
+        }
+        Fleet { replicas }
+    }
+
+    fn stop(&self) {
+        for r in &self.replicas {
+            r.resume();
+            r.terminate();
+        }
+        for r in &self.replicas {
+            let status = r.wait_timeout(Duration::from_secs(20));
+            assert!(status.is_some(), "a replica did not exit on SIGTERM");
+        }
+    }
+
+    /// Every JSON line with an `outcome`, by slot, tagged with the replica's index.
+    fn outcomes(&self) -> BTreeMap<String, Vec<(usize, Value)>> {
+        let mut by_slot: BTreeMap<String, Vec<(usize, Value)>> = BTreeMap::new();
+        for (i, r) in self.replicas.iter().enumerate() {
+            for line in r.json_lines() {
+                if let (Some(slot), Some(_)) = (line["slot"].as_str(), line.get("outcome")) {
+                    by_slot.entry(slot.to_owned()).or_default().push((i, line));
+                }
+            }
+        }
+        by_slot
+    }
+}
+
+fn no_env(n: usize) -> Vec<Vec<(&'static str, &'static str)>> {
+    vec![Vec::new(); n]
+}
+
+/// The whole seconds strictly inside (from, to), as RFC 3339 UTC.
+fn slots_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<String> {
+    (from.timestamp() + 1..to.timestamp())
+        .map(|s| {
+            DateTime::from_timestamp(s, 0)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        })
+        .collect()
+}
+
+fn count(lines: &[(usize, Value)], outcome: &str) -> usize {
+    lines.iter().filter(|(_, l)| l["outcome"] == outcome).count()
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[test]
+fn a_robot_that_resets_after_reading_gets_no_slot_twice_and_the_fleet_goes_on() {
+    let cluster = RedisCluster::start(3);
+    let robot = RawReceiver::start(Misbehaviour::ResetFirstOfEachSlot);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(&cluster.urls(), &robot.uri(), "reset", ""),
+    );
+    let fleet = Fleet::start(&path, &no_env(3));
+    let from = Utc::now();
+    std::thread::sleep(Duration::from_secs(8));
+    let to = Utc::now();
+    fleet.stop();
+
+    let by_slot = robot.by_slot();
+    let doubled: Vec<_> = by_slot.iter().filter(|(_, r)| r.len() > 1).collect();
+    assert!(doubled.is_empty(), "slots that reached the robot twice: {doubled:?}");
+    let outcomes = fleet.outcomes();
+    let window = slots_between(from, to);
+    for slot in &window {
+        assert_eq!(by_slot.get(slot).map_or(0, Vec::len), 1, "slot {slot} never reached the robot");
+        let lines = &outcomes[slot];
+        let failed: Vec<_> = lines.iter().filter(|(_, l)| l["outcome"] == "failed").collect();
+        assert_eq!(failed.len(), 1, "{slot}: {lines:?}");
+        assert_eq!(failed[0].1["delivery"], "uncertain", "{slot}: {lines:?}");
+        assert_eq!(count(lines, "handed_off"), 0, "an uncertain slot was handed off: {lines:?}");
+    }
+    assert!(window.len() >= 5, "only {} slots in the window", window.len());
+}
+
+#[test]
+fn a_refused_slot_is_run_once_by_each_replica_and_handed_off_no_further() {
+    let cluster = RedisCluster::start(3);
+    let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(&cluster.urls(), &closed, "refused", ""),
+    );
+    let fleet = Fleet::start(&path, &no_env(3));
+    let from = Utc::now();
+    std::thread::sleep(Duration::from_secs(6));
+    let to = Utc::now();
+    // Room for the last slots' takers to end before the lines are read.
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.stop();
+
+    let outcomes = fleet.outcomes();
+    for slot in slots_between(from, to) {
+        let lines = &outcomes[&slot];
+        // Every replica ran the slot once (one schedule win, then two handoff wins), each with
+        // the previous one named; the last, with no replica left that has not had it, fails.
+        let wins: Vec<&(usize, Value)> = lines.iter().filter(|(_, l)| l["outcome"] == "won").collect();
+        let mut runners: Vec<usize> = wins.iter().map(|(i, _)| *i).collect();
+        runners.sort_unstable();
+        assert_eq!(runners, [0, 1, 2], "{slot}: each replica runs it once: {lines:?}");
+        let takers: Vec<_> = wins.iter().filter(|(_, l)| l["trigger"] == "handoff").collect();
+        assert_eq!(takers.len(), 2, "{slot}: {lines:?}");
+        for (taker, won) in &takers {
+            let previous = won["previous_winner"].as_str().unwrap();
+            assert_ne!(previous, format!("replica-{taker}"), "{lines:?}");
+        }
+        assert_eq!(count(lines, "handed_off"), 2, "{slot}: {lines:?}");
+        let failed: Vec<_> = lines.iter().filter(|(_, l)| l["outcome"] == "failed").collect();
+        assert_eq!(failed.len(), 1, "{slot}: {lines:?}");
+        assert_eq!(failed[0].1["delivery"], "not_delivered");
+        assert_eq!(failed[0].1["trigger"], "handoff");
+        let fence = failed[0].1["fence"].as_i64().unwrap();
+        let slot_ms = DateTime::parse_from_rfc3339(&slot).unwrap().timestamp_millis();
+        assert_eq!(fence, slot_ms + 2, "{slot}: the third run's fence");
+    }
+
+    // The history holds both runs of a slot: the first winner's and the taker's.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(["history", "--json", "--limit", "100", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let slot = slots_between(from, to)[1].clone();
+    let runs: Vec<&Value> = rows.iter().filter(|r| r["slot"] == slot.as_str()).collect();
+    let outcomes: Vec<&str> = runs.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["failed", "handed_off", "handed_off"], "{runs:?}");
+    assert_eq!(runs[0]["trigger"], "handoff");
+    assert_eq!(runs[2]["trigger"], "schedule");
+    for pair in runs.windows(2) {
+        assert_eq!(pair[0]["previous_winner"], pair[1]["replica"], "{runs:?}");
+        assert_eq!(
+            pair[0]["fence"].as_i64().unwrap(),
+            pair[1]["fence"].as_i64().unwrap() + 1
+        );
+    }
+}
+
+#[test]
+fn an_explicit_rejection_is_not_handed_off() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start_with_body(
+        serde_json::json!({"errcode": 93000, "errmsg": "invalid webhook url"}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(&cluster.urls(), &receiver.uri(), "rejected", ""),
+    );
+    let fleet = Fleet::start(&path, &no_env(3));
+    std::thread::sleep(Duration::from_secs(4));
+    fleet.stop();
+    let counts = receiver.counts_by_idempotency_key();
+    assert!(counts.len() >= 3, "{counts:?}");
+    assert!(counts.values().all(|&n| n == 1), "a rejected slot was sent again: {counts:?}");
+    let handed: usize = fleet.outcomes().values().map(|l| count(l, "handed_off")).sum();
+    assert_eq!(handed, 0);
+}
+
+#[test]
+fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dead_proxy = format!("http://127.0.0.1:{}", common::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &fleet_config(&cluster.urls(), &receiver.uri(), "proxy", ""),
+    );
+    let broken: Vec<(&str, &str)> = vec![
+        ("HTTP_PROXY", &dead_proxy),
+        ("http_proxy", &dead_proxy),
+        ("NO_PROXY", ""),
+        ("no_proxy", ""),
+    ];
+    let mut envs = no_env(3);
+    envs.push(broken.clone());
+    envs.push(broken);
+    let fleet = Fleet::start(&path, &envs);
+    let from = Utc::now();
+    std::thread::sleep(Duration::from_secs(20));
+    let to = Utc::now();
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.stop();
+
+    let received = receiver.received();
+    let mut by_slot: BTreeMap<String, Vec<&wiremock::Request>> = BTreeMap::new();
+    for r in &received {
+        let slot = r.headers.get("x-slotcron-slot").unwrap().to_str().unwrap();
+        by_slot.entry(slot.to_owned()).or_default().push(r);
+    }
+    let window = slots_between(from, to);
+    let outcomes = fleet.outcomes();
+    let (mut lateness, mut handoff_lateness) = (Vec::new(), Vec::new());
+    for slot in &window {
+        let got = by_slot.get(slot).map_or(0, Vec::len);
+        assert_eq!(got, 1, "slot {slot} reached the receiver {got} times: {:?}", outcomes.get(slot));
+        let replica = by_slot[slot][0].headers["x-slotcron-replica"].to_str().unwrap();
+        assert!(!["replica-3", "replica-4"].contains(&replica), "{slot} sent through the dead proxy");
+        let done = outcomes[slot].iter().find(|(_, l)| l["outcome"] == "done").unwrap();
+        let ms = done.1["lateness_ms"].as_i64().unwrap();
+        lateness.push(ms);
+        if done.1["trigger"] == "handoff" {
+            handoff_lateness.push(ms);
+        }
+    }
+    lateness.sort_unstable();
+    handoff_lateness.sort_unstable();
+    let p99 = percentile(&lateness, 0.99);
+    println!(
+        "dead proxy: {} slots, {} handed off; lateness p50 {} ms p99 {p99} ms; \
+         handoff slot-to-delivery p50 {} ms max {} ms",
+        window.len(),
+        handoff_lateness.len(),
+        percentile(&lateness, 0.5),
+        handoff_lateness.get(handoff_lateness.len() / 2).copied().unwrap_or(0),
+        handoff_lateness.last().copied().unwrap_or(0),
+    );
+    assert!(window.len() >= 15, "only {} slots in the window", window.len());
+    assert!(!handoff_lateness.is_empty(), "the broken replicas never won a slot");
+    // The job's timeout is 5 s: well under it, with room for a loaded 2-core machine.
+    assert!(p99 < 2_500, "lateness p99 {p99} ms");
+}
+
+#[test]
+fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    // Two jobs on one webhook due at the same second, once a minute, with room for one send in
+    // 10 s: one winner waits on the rate budget. That winner is paused past its lock's
+    // validity (key TTL: timeout 15 s + skew 0 + start window 2 s + margin 5 s = 22 s).
+    let second = (Utc::now().timestamp() + 12) % 60;
+    let job = |name: &str| {
+        format!(
+            r#"
+            [[job]]
+            name = "{name}"
+            schedule = "{second} * * * * *"
+            timeout = "15s"
+            [job.action]
+            type = "wecom"
+            webhook = "{}/cgi-bin/webhook/send?key={KEY}"
+            msgtype = "text"
+            content = "{name} {{{{ fence }}}}"
+            rate = "1/10s"
+            "#,
+            receiver.uri()
+        )
+    };
+    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"stall\"\nmax_clock_skew = \"0s\"\n\
+         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n{}{}",
+        nodes.join(", "),
+        job("first"),
+        job("second")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &text);
+    let fleet = Fleet::start(&path, &no_env(3));
+
+    let sent = receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(sent.len(), 1, "the first send never came");
+    let slot = sent[0].headers["x-slotcron-slot"].to_str().unwrap().to_owned();
+    let sent_job = sent[0].headers["x-slotcron-job"].to_str().unwrap().to_owned();
+    let waiting = if sent_job == "first" { "second" } else { "first" };
+    let winner = fleet
+        .replicas
+        .iter()
+        .position(|r| {
+            r.json_lines().iter().any(|l| {
+                l["outcome"] == "won" && l["job"] == waiting && l["slot"] == slot.as_str()
+            })
+        })
+        .expect("no replica won the waiting job's slot");
+    fleet.replicas[winner].pause();
+    std::thread::sleep(Duration::from_secs(24));
+    fleet.replicas[winner].resume();
+
+    let all = receiver.wait_for(2, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.stop();
+    let of_waiting: Vec<_> = all
+        .iter()
+        .filter(|r| r.headers["x-slotcron-job"] == waiting)
+        .collect();
+    assert_eq!(of_waiting.len(), 1, "the waiting job's slot was not delivered once: {all:?}");
+    let by = of_waiting[0].headers["x-slotcron-replica"].to_str().unwrap();
+    assert_ne!(by, format!("replica-{winner}"), "the paused winner sent");
+    let slot_ms = DateTime::parse_from_rfc3339(&slot).unwrap().timestamp_millis();
+    let fence = of_waiting[0].headers["x-slotcron-fence"].to_str().unwrap();
+    assert_eq!(fence, (slot_ms + 1).to_string(), "the taker's fence");
+    let paused_lines = fleet.replicas[winner].json_lines();
+    let handed = paused_lines
+        .iter()
+        .find(|l| l["job"] == waiting && l["outcome"] == "handed_off")
+        .unwrap_or_else(|| panic!("the resumed winner did not hand off: {paused_lines:?}"));
+    assert!(handed["reason"].as_str().unwrap().contains("validity"), "{handed}");
+}
