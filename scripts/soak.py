@@ -4,7 +4,9 @@
 Runs R replicas x J jobs firing every second for DURATION seconds, all posting to one local
 receiver that counts deliveries by Idempotency-Key, while a chaos loop SIGKILLs and restarts a
 random Redis node (at most one down at a time, sometimes restarted empty) and a random replica
-(at most two down at a time). Prints slots expected, run, duplicated and missed.
+(at most two down at a time). B more replicas (--broken-egress, default 2) have a broken egress:
+their HTTP_PROXY is a closed loopback port, so every slot they win must be handed off to a
+healthy replica. Prints slots expected, run, duplicated and missed.
 
     cargo build --release
     python3 scripts/soak.py --duration 600            # 10 minutes, 5 replicas x 50 jobs
@@ -98,8 +100,9 @@ class Node:
 
 
 class Replica:
-    def __init__(self, binary, config, name, logdir):
+    def __init__(self, binary, config, name, logdir, env=None):
         self.binary, self.config, self.name = binary, config, name
+        self.env = env
         self.started = 0.0
         self.log = open(os.path.join(logdir, f"{name}.log"), "ab")
         self.proc = None
@@ -108,7 +111,7 @@ class Replica:
     def start(self):
         self.proc = subprocess.Popen(
             [self.binary, "run", "--config", self.config, "--replica-id", self.name, "--log-format", "json"],
-            stdout=self.log, stderr=self.log)
+            stdout=self.log, stderr=self.log, env=self.env)
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -134,11 +137,28 @@ def write_config(path, nodes, receiver_port, jobs, prefix):
         f.write("\n".join(lines))
 
 
+def count_handoffs(logdir):
+    """Slots handed off and taken over, from the replicas' JSON logs."""
+    handed, taken = 0, 0
+    for name in os.listdir(logdir):
+        if not name.endswith(".log"):
+            continue
+        with open(os.path.join(logdir, name), errors="replace") as f:
+            for line in f:
+                if '"handed_off"' in line:
+                    handed += 1
+                elif '"trigger":"handoff"' in line and '"outcome":"done"' in line:
+                    taken += 1
+    return {"handed_off": handed, "taken_over_and_done": taken}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=600, help="seconds of chaos (default 600)")
     parser.add_argument("--replicas", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--broken-egress", type=int, default=2,
+                        help="extra replicas whose HTTP proxy is a closed port (default 2)")
     parser.add_argument("--fault-every", type=float, default=7.0, help="mean seconds between faults")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "slotcron"))
@@ -155,13 +175,19 @@ def main():
     config = os.path.join(workdir, "jobs.toml")
     write_config(config, nodes, receiver.server_address[1], args.jobs, f"soak{os.getpid()}")
     replicas = [Replica(args.binary, config, f"replica-{i}", workdir) for i in range(args.replicas)]
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    broken_env = dict(os.environ, HTTP_PROXY=dead_proxy, http_proxy=dead_proxy, NO_PROXY="", no_proxy="")
+    replicas += [Replica(args.binary, config, f"broken-{i}", workdir, broken_env)
+                 for i in range(args.broken_egress)]
+    fleet = len(replicas)
     time.sleep(3)  # every replica up and connected
 
     start = int(time.time()) + 1
     end = start + args.duration
     faults = collections.Counter()
     down_since = {}
-    print(f"soak: {args.replicas} replicas x {args.jobs} jobs/s for {args.duration}s, workdir {workdir}", flush=True)
+    print(f"soak: {args.replicas} replicas (+{args.broken_egress} with broken egress) x {args.jobs} jobs/s "
+          f"for {args.duration}s, workdir {workdir}", flush=True)
     while time.time() < end:
         time.sleep(rng.expovariate(1.0 / args.fault_every))
         now = time.time()
@@ -180,7 +206,7 @@ def main():
             node.kill()
             down_since[node] = now
             faults["node SIGKILL (restarted empty)"] += 1
-        elif len(up_replicas) > args.replicas - 2:
+        elif len(up_replicas) > fleet - 2:
             replica = rng.choice(up_replicas)
             replica.kill()
             down_since[replica] = now
@@ -210,11 +236,13 @@ def main():
     duplicated = sum(1 for k in expected if counts.get(k, 0) > 1)
     missed = len(expected) - run
     result = {
-        "duration_s": args.duration, "replicas": args.replicas, "jobs": args.jobs,
+        "duration_s": args.duration, "replicas": args.replicas, "broken_egress": args.broken_egress,
+        "jobs": args.jobs,
         "faults": dict(faults), "slots_expected": len(expected), "slots_run": run,
         "slots_duplicated": duplicated, "slots_missed": missed,
         "missed_pct": round(100.0 * missed / max(1, len(expected)), 4),
         "sends_by_replica": dict(receiver.replicas),
+        "handoffs": count_handoffs(workdir),
     }
     print(json.dumps(result, indent=2))
     return 1 if duplicated else 0

@@ -128,7 +128,9 @@ impl Metrics {
     /// A slot this replica won and offered to the rest of the fleet.
     pub fn handoff(&self, job: &str) {
         self.handoffs
-            .get_or_create(&JobLabels { job: job.to_owned() })
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
             .inc();
     }
 
