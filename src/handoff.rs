@@ -87,9 +87,10 @@ impl Handoffs {
 
     /// Offers `request` on every node. Returns how many subscriptions of replicas that may take
     /// it received it, summed over the nodes: each replica is subscribed once per node, so the
-    /// excluded ones (the offerer among them) are taken off once per node that answered. 0
-    /// means no replica that may take the slot heard the offer.
-    pub async fn offer(&self, request: &HandoffRequest) -> usize {
+    /// excluded ones are taken off once per node that answered (the offerer among them unless
+    /// it has stopped listening, `offerer_listens` false: it is shutting down). 0 means no
+    /// replica that may take the slot heard the offer.
+    pub async fn offer(&self, request: &HandoffRequest, offerer_listens: bool) -> usize {
         let Handoffs::Redis { lock, channel } = self else {
             return 0;
         };
@@ -105,7 +106,11 @@ impl Handoffs {
         )
         .await;
         let heard: Vec<usize> = answers.into_iter().filter_map(Result::ok).collect();
-        let excluded = request.excluded.len().max(1) * heard.len();
+        let listening = request
+            .excluded
+            .len()
+            .saturating_sub(usize::from(!offerer_listens));
+        let excluded = listening * heard.len();
         heard.iter().sum::<usize>().saturating_sub(excluded)
     }
 

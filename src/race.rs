@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::action::template::Templates;
 use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
@@ -69,6 +70,8 @@ pub struct RaceContext {
     pub budgets: crate::action::rate::Budgets,
     /// Where a slot this replica could not deliver is offered to the fleet.
     pub handoffs: Handoffs,
+    /// The replica's shutdown: a run still waiting to send hands its slot off.
+    pub shutdown: CancellationToken,
 }
 
 /// How one slot ended on this replica.
@@ -532,7 +535,10 @@ impl RaceContext {
             excluded,
             reason: failure.error.clone(),
         };
-        let heard = self.handoffs.offer(&offer).await;
+        let heard = self
+            .handoffs
+            .offer(&offer, !self.shutdown.is_cancelled())
+            .await;
         if heard == 0 {
             return Err(SendFailure {
                 error: format!(
@@ -588,6 +594,7 @@ impl RaceContext {
             fence: won.fence,
             deadline,
             valid_until: won.lease.valid_until,
+            shutdown: &self.shutdown,
             client: &self.client,
             templates: &self.templates,
             budgets: &self.budgets,

@@ -50,6 +50,9 @@ pub struct Replica {
     pub key_prefix: String,
     /// The fleet clock and the nodes it reads, to measure again every minute.
     fleet: Option<(Arc<FleetClock>, Arc<Redlock>)>,
+    /// Cancelled when the replica shuts down (not on a reload): a run still waiting to send
+    /// then hands its slot off rather than hold it through the shutdown.
+    shutdown: CancellationToken,
 }
 
 impl Replica {
@@ -72,6 +75,7 @@ impl Replica {
                 clock,
                 key_prefix,
                 fleet: None,
+                shutdown: CancellationToken::new(),
                 name,
             });
         };
@@ -105,6 +109,7 @@ impl Replica {
             clock: fleet.clone(),
             key_prefix,
             fleet: Some((fleet, lock)),
+            shutdown: CancellationToken::new(),
             name,
         })
     }
@@ -124,6 +129,7 @@ impl Replica {
             metrics: self.metrics.clone(),
             budgets: self.budgets.clone(),
             handoffs: self.handoffs.clone(),
+            shutdown: self.shutdown.clone(),
         }
     }
 }
@@ -167,11 +173,12 @@ pub async fn run_with_reload(
 
 /// Runs the schedule on an already connected replica (tests reach its metrics and history).
 pub async fn run_replica(
-    replica: Replica,
+    mut replica: Replica,
     config: Config,
     shutdown: CancellationToken,
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
+    replica.shutdown = shutdown.clone();
     let http = config.http;
     let current = Arc::new(RwLock::new(Arc::new(config)));
     let tracker = TaskTracker::new();

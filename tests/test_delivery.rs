@@ -568,99 +568,156 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     assert!(p99 < 2_500, "lateness p99 {p99} ms");
 }
 
+/// A fleet of 3 where one winner waits on the rate budget: two jobs on one webhook due at the
+/// same second, once a minute, with room for one send in 10 s. Lock validity: key TTL =
+/// timeout 15 s + skew 0 + start window 2 s + margin 5 s = 22 s.
+struct BudgetWait {
+    _cluster: RedisCluster,
+    receiver: Receiver,
+    fleet: Fleet,
+    _dir: tempfile::TempDir,
+    slot: String,
+    /// The job whose winner waits on the budget.
+    waiting: String,
+    /// The index of the replica that won it.
+    winner: usize,
+}
+
+impl BudgetWait {
+    fn start() -> Self {
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let second = (Utc::now().timestamp() + 12) % 60;
+        let job = |name: &str| {
+            format!(
+                r#"
+                [[job]]
+                name = "{name}"
+                schedule = "{second} * * * * *"
+                timeout = "15s"
+                [job.action]
+                type = "wecom"
+                webhook = "{}/cgi-bin/webhook/send?key={KEY}"
+                msgtype = "text"
+                content = "{name} {{{{ fence }}}}"
+                rate = "1/10s"
+                "#,
+                receiver.uri()
+            )
+        };
+        let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+        let text = format!(
+            "[scheduler]\nkey_prefix = \"budgetwait\"\nmax_clock_skew = \"0s\"\n\
+             [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n{}{}",
+            nodes.join(", "),
+            job("first"),
+            job("second")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_config(dir.path(), &text);
+        let fleet = Fleet::start(&path, &no_env(3));
+
+        let sent = receiver.wait_for(1, Duration::from_secs(20));
+        assert_eq!(sent.len(), 1, "the first send never came");
+        let slot = sent[0].headers["x-slotcron-slot"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let sent_job = sent[0].headers["x-slotcron-job"].to_str().unwrap();
+        let waiting = if sent_job == "first" {
+            "second"
+        } else {
+            "first"
+        }
+        .to_owned();
+        let winner = fleet
+            .replicas
+            .iter()
+            .position(|r| {
+                r.json_lines().iter().any(|l| {
+                    l["outcome"] == "won"
+                        && l["job"] == waiting.as_str()
+                        && l["slot"] == slot.as_str()
+                })
+            })
+            .expect("no replica won the waiting job's slot");
+        BudgetWait {
+            _cluster: cluster,
+            receiver,
+            fleet,
+            _dir: dir,
+            slot,
+            waiting,
+            winner,
+        }
+    }
+
+    /// Waits for the waiting job's delivery and checks it came once, from another replica,
+    /// with the next fence; returns the winner's `handed_off` line.
+    fn delivered_once_by_another(&self) -> Value {
+        let all = self.receiver.wait_for(2, Duration::from_secs(25));
+        std::thread::sleep(Duration::from_secs(1));
+        let all_now = self.receiver.received();
+        let of_waiting: Vec<_> = all_now
+            .iter()
+            .filter(|r| r.headers["x-slotcron-job"] == self.waiting.as_str())
+            .collect();
+        assert_eq!(
+            of_waiting.len(),
+            1,
+            "the waiting job's slot was not delivered once: {all:?}"
+        );
+        let by = of_waiting[0].headers["x-slotcron-replica"]
+            .to_str()
+            .unwrap();
+        assert_ne!(
+            by,
+            format!("replica-{}", self.winner),
+            "the first winner sent"
+        );
+        let slot_ms = DateTime::parse_from_rfc3339(&self.slot)
+            .unwrap()
+            .timestamp_millis();
+        let fence = of_waiting[0].headers["x-slotcron-fence"].to_str().unwrap();
+        assert_eq!(fence, (slot_ms + 1).to_string(), "the taker's fence");
+        let lines = self.fleet.replicas[self.winner].json_lines();
+        lines
+            .iter()
+            .find(|l| l["job"] == self.waiting.as_str() && l["outcome"] == "handed_off")
+            .cloned()
+            .unwrap_or_else(|| panic!("the first winner did not hand off: {lines:?}"))
+    }
+}
+
 #[test]
 fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    // Two jobs on one webhook due at the same second, once a minute, with room for one send in
-    // 10 s: one winner waits on the rate budget. That winner is paused past its lock's
-    // validity (key TTL: timeout 15 s + skew 0 + start window 2 s + margin 5 s = 22 s).
-    let second = (Utc::now().timestamp() + 12) % 60;
-    let job = |name: &str| {
-        format!(
-            r#"
-            [[job]]
-            name = "{name}"
-            schedule = "{second} * * * * *"
-            timeout = "15s"
-            [job.action]
-            type = "wecom"
-            webhook = "{}/cgi-bin/webhook/send?key={KEY}"
-            msgtype = "text"
-            content = "{name} {{{{ fence }}}}"
-            rate = "1/10s"
-            "#,
-            receiver.uri()
-        )
-    };
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"stall\"\nmax_clock_skew = \"0s\"\n\
-         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n{}{}",
-        nodes.join(", "),
-        job("first"),
-        job("second")
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(dir.path(), &text);
-    let fleet = Fleet::start(&path, &no_env(3));
-
-    let sent = receiver.wait_for(1, Duration::from_secs(20));
-    assert_eq!(sent.len(), 1, "the first send never came");
-    let slot = sent[0].headers["x-slotcron-slot"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let sent_job = sent[0].headers["x-slotcron-job"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let waiting = if sent_job == "first" {
-        "second"
-    } else {
-        "first"
-    };
-    let winner = fleet
-        .replicas
-        .iter()
-        .position(|r| {
-            r.json_lines()
-                .iter()
-                .any(|l| l["outcome"] == "won" && l["job"] == waiting && l["slot"] == slot.as_str())
-        })
-        .expect("no replica won the waiting job's slot");
-    fleet.replicas[winner].pause();
+    let wait = BudgetWait::start();
+    let winner = &wait.fleet.replicas[wait.winner];
+    winner.pause();
     std::thread::sleep(Duration::from_secs(24));
-    fleet.replicas[winner].resume();
-
-    let all = receiver.wait_for(2, Duration::from_secs(20));
-    std::thread::sleep(Duration::from_secs(1));
-    fleet.stop();
-    let of_waiting: Vec<_> = all
-        .iter()
-        .filter(|r| r.headers["x-slotcron-job"] == waiting)
-        .collect();
-    assert_eq!(
-        of_waiting.len(),
-        1,
-        "the waiting job's slot was not delivered once: {all:?}"
-    );
-    let by = of_waiting[0].headers["x-slotcron-replica"]
-        .to_str()
-        .unwrap();
-    assert_ne!(by, format!("replica-{winner}"), "the paused winner sent");
-    let slot_ms = DateTime::parse_from_rfc3339(&slot)
-        .unwrap()
-        .timestamp_millis();
-    let fence = of_waiting[0].headers["x-slotcron-fence"].to_str().unwrap();
-    assert_eq!(fence, (slot_ms + 1).to_string(), "the taker's fence");
-    let paused_lines = fleet.replicas[winner].json_lines();
-    let handed = paused_lines
-        .iter()
-        .find(|l| l["job"] == waiting && l["outcome"] == "handed_off")
-        .unwrap_or_else(|| panic!("the resumed winner did not hand off: {paused_lines:?}"));
+    winner.resume();
+    let handed = wait.delivered_once_by_another();
     assert!(
         handed["reason"].as_str().unwrap().contains("validity"),
         "{handed}"
     );
+    wait.fleet.stop();
+}
+
+#[test]
+fn a_winner_stopped_while_it_waits_hands_its_slot_off_and_exits() {
+    let wait = BudgetWait::start();
+    let winner = &wait.fleet.replicas[wait.winner];
+    winner.terminate();
+    let status = winner.wait_timeout(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the stopped replica did not exit 0: {status:?}"
+    );
+    let handed = wait.delivered_once_by_another();
+    assert!(
+        handed["reason"].as_str().unwrap().contains("shutting down"),
+        "{handed}"
+    );
+    wait.fleet.stop();
 }

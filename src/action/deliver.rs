@@ -195,7 +195,16 @@ async fn take_budget(
     attempt: u32,
     reached: bool,
 ) -> Result<(), ActionError> {
-    match ctx.budgets.take(budget, ctx.deadline).await {
+    let taken = tokio::select! {
+        taken = ctx.budgets.take(budget, ctx.deadline) => taken,
+        () = ctx.shutdown.cancelled(), if !reached => {
+            return Err(ActionError::NotSent {
+                attempts: attempt - 1,
+                reason: "this replica is shutting down".to_owned(),
+            })
+        }
+    };
+    match taken {
         Ok(waited) => {
             if !waited.is_zero() {
                 ctx.metrics.budget_wait(ctx.job, waited);
