@@ -45,8 +45,46 @@ pub enum Command {
     Check(CheckArgs),
     /// Run one job now, through the same race as scheduled slots (once across the fleet).
     Trigger(TriggerArgs),
-    /// Print the run history (who ran what), newest first, merged across the Redis nodes.
+    /// Print the run history (who ran what), newest first, merged across the Redis nodes;
+    /// with --since, the slot ledger: every scheduled slot of the period and its fate.
     History(HistoryArgs),
+    /// Pause a job on every replica from its next slot (fleet-wide, kept on the Redis nodes).
+    Pause(PauseArgs),
+    /// Resume a paused job on every replica.
+    Resume(ResumeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The job to pause.
+    pub job: String,
+    /// When the pause ends by itself: an RFC 3339 time (`2026-12-28T09:00:00+08:00`) or a
+    /// duration from now (`2h`, `3d`). Default: until `slotcron resume`.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Why, shown in the logs, the metrics' status page and the ledger.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who pauses (default: $USER@hostname).
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The job to resume.
+    pub job: String,
+    /// Also run the newest slot that fell inside the pause, once across the fleet (by default
+    /// a paused job's slots are not caught up).
+    #[arg(long)]
+    pub catch_up: bool,
+    /// Who resumes (default: $USER@hostname).
+    #[arg(long)]
+    pub by: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +152,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run(args, cli.log_format),
         Command::Trigger(args) => crate::manual::trigger(args, cli.log_format),
         Command::History(args) => crate::manual::history(&args),
+        Command::Pause(args) => crate::manual::pause(&args),
+        Command::Resume(args) => crate::manual::resume(&args, cli.log_format),
     }
 }
 

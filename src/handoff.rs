@@ -2,35 +2,28 @@
 //! egress is broken, or its lock ran out before the first byte left), is offered to the rest of
 //! the fleet, which races for it once more through the same lock.
 //!
-//! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`). Every
-//! replica keeps one subscribed connection per node, so an offer reaches it in one hop and a
-//! fleet where all is well sends and reads nothing: no loser polls for the winner's fate. An
-//! offer that arrives from several nodes is taken once (see [`Seen`]).
+//! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`, see
+//! [`crate::pubsub`]): an offer reaches every replica in one hop and a fleet where all is well
+//! sends and reads nothing: no loser polls for the winner's fate. An offer that arrives from
+//! several nodes is taken once (see [`Seen`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::lock::Redlock;
+use crate::pubsub::{self, Heard};
 use crate::schedule::{Fence, Slot};
 
 /// Bound on one node's `PUBLISH`: an offer is made once, off the race path.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on opening and subscribing one node's pub/sub connection.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Wait before subscribing again to a node whose connection failed or closed.
-const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 /// Offers remembered to drop the copies that the other nodes deliver.
 const SEEN_CAP: usize = 4096;
-/// Offers queued between the subscribers and the replica that takes them.
-const QUEUE: usize = 256;
 
 /// One offer: run `job`'s `slot` as handoff number `handoff` (its fence), since
 /// `previous_winner` could not deliver it.
@@ -97,15 +90,7 @@ impl Handoffs {
         let Ok(payload) = serde_json::to_string(request) else {
             return 0;
         };
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(channel).arg(payload);
-        let answers = join_all(
-            lock.nodes()
-                .iter()
-                .map(|n| n.query::<usize>(&cmd, PUBLISH_TIMEOUT)),
-        )
-        .await;
-        let heard: Vec<usize> = answers.into_iter().filter_map(Result::ok).collect();
+        let heard = pubsub::publish_all(lock, channel, &payload, PUBLISH_TIMEOUT).await;
         let listening = request
             .excluded
             .len()
@@ -114,84 +99,19 @@ impl Handoffs {
         heard.iter().sum::<usize>().saturating_sub(excluded)
     }
 
-    /// Subscribes to the offers on every node, each in a tracked task that resubscribes after
-    /// a failure until `shutdown`. The offers arrive on the returned channel, duplicates
-    /// included (one per node): the taker drops them with [`Seen`].
+    /// Subscribes to the offers on every node (see [`pubsub`]). The offers arrive on the
+    /// returned channel, duplicates included (one per node): the taker drops them with
+    /// [`Seen`]. `None` in standalone mode.
     pub fn listen(
         &self,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
-    ) -> mpsc::Receiver<HandoffRequest> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        if let Handoffs::Redis { lock, channel } = self {
-            for index in 0..lock.nodes().len() {
-                tracker.spawn(subscribe_node(
-                    lock.clone(),
-                    index,
-                    channel.clone(),
-                    tx.clone(),
-                    shutdown.clone(),
-                ));
+    ) -> Option<mpsc::Receiver<Heard>> {
+        match self {
+            Handoffs::Redis { lock, channel } => {
+                Some(pubsub::subscribe_all(lock, channel, tracker, shutdown))
             }
-        }
-        rx
-    }
-}
-
-/// Keeps node `index` subscribed to `channel`, forwarding each offer, until shutdown.
-async fn subscribe_node(
-    lock: Arc<Redlock>,
-    index: usize,
-    channel: String,
-    offers: mpsc::Sender<HandoffRequest>,
-    shutdown: CancellationToken,
-) {
-    let node = &lock.nodes()[index];
-    loop {
-        let subscribed = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            subscribed = node.subscribe(&channel, SUBSCRIBE_TIMEOUT) => subscribed,
-        };
-        match subscribed {
-            Ok(pubsub) => {
-                tracing::debug!(node = %node.address(), %channel, "listening for handoffs");
-                if !forward(pubsub, &offers, &shutdown).await {
-                    return;
-                }
-                tracing::debug!(node = %node.address(), "handoff subscription closed; subscribing again");
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot subscribe to handoffs; trying again"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
-        }
-    }
-}
-
-/// Forwards the offers of one subscription until it closes (true) or shutdown (false).
-async fn forward(
-    pubsub: redis::aio::PubSub,
-    offers: &mpsc::Sender<HandoffRequest>,
-    shutdown: &CancellationToken,
-) -> bool {
-    let mut messages = pubsub.into_on_message();
-    loop {
-        let message = tokio::select! {
-            _ = shutdown.cancelled() => return false,
-            message = messages.next() => message,
-        };
-        let Some(message) = message else { return true };
-        let Ok(payload) = message.get_payload::<String>() else {
-            continue;
-        };
-        match serde_json::from_str::<HandoffRequest>(&payload) {
-            Ok(request) => {
-                if offers.send(request).await.is_err() {
-                    return false;
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "ignoring a malformed handoff offer"),
+            Handoffs::Off => None,
         }
     }
 }

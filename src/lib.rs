@@ -9,6 +9,8 @@
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
 //!   handing the slot off when nothing left this replica.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
+//! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
+//! - [`control`]: fleet-wide pause and resume of jobs, and their log.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
@@ -21,12 +23,14 @@
 pub mod action;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod fleet_clock;
 pub mod handoff;
 pub mod history;
 pub mod lock;
 pub mod manual;
 pub mod metrics;
+pub mod pubsub;
 pub mod race;
 pub mod schedule;
 pub mod scheduler;

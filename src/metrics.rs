@@ -48,6 +48,7 @@ pub struct Metrics {
     budget_waits: Family<JobLabels, Counter>,
     budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     handoffs: Family<JobLabels, Counter>,
+    paused: Family<JobLabels, Gauge>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -70,6 +71,7 @@ impl Metrics {
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
+            paused: Family::default(),
             registry: Mutex::new(Registry::with_prefix("slotcron")),
         };
         metrics.register();
@@ -123,6 +125,20 @@ impl Metrics {
             "Slots this replica won and handed off to the fleet, its egress having failed",
             self.handoffs.clone(),
         );
+        r.register(
+            "job_paused",
+            "1 while the job is paused fleet-wide (slotcron pause), as of its latest slot",
+            self.paused.clone(),
+        );
+    }
+
+    /// Whether `job` was paused (fleet-wide) at its latest slot.
+    pub fn paused(&self, job: &str, paused: bool) {
+        self.paused
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
+            .set(i64::from(paused));
     }
 
     /// A slot this replica won and offered to the rest of the fleet.

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::template::Templates;
 use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
+use crate::control::Control;
 use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
@@ -70,6 +71,8 @@ pub struct RaceContext {
     pub budgets: crate::action::rate::Budgets,
     /// Where a slot this replica could not deliver is offered to the fleet.
     pub handoffs: Handoffs,
+    /// The fleet-wide pauses: a paused job's slots are not raced.
+    pub control: Control,
     /// The replica's shutdown: a run still waiting to send hands its slot off.
     pub shutdown: CancellationToken,
 }
@@ -272,6 +275,23 @@ impl RaceContext {
             .collect();
         self.take_running_leases(&mut claims).await;
         claims
+    }
+
+    /// `jobs` less the ones paused at `slot`, each of which logs `paused` and is counted.
+    pub fn drop_paused(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<Arc<Job>> {
+        jobs.into_iter()
+            .filter(|job| {
+                let pause = self.control.paused(&job.name, slot.instant());
+                self.metrics.paused(&job.name, pause.is_some());
+                let Some(pause) = pause else { return true };
+                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"paused",
+                    paused_by = %pause.by, paused_at = %pause.at.to_rfc3339(),
+                    until = pause.until.map(|u| u.to_rfc3339()), reason = pause.reason.as_deref(),
+                    "the job is paused: slot not raced");
+                self.metrics.slot(&job.name, "paused");
+                false
+            })
+            .collect()
     }
 
     /// How late a scheduled slot is past the start window, if it is.

@@ -19,11 +19,13 @@ use tokio_util::task::TaskTracker;
 use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
+use crate::control::Control;
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
+use crate::pubsub::Heard;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
 use crate::schedule::{SharedClock, Slot};
 use crate::status;
@@ -43,6 +45,8 @@ pub struct Replica {
     pub budgets: Budgets,
     /// Where slots this replica cannot deliver are offered, and offers are heard.
     pub handoffs: Handoffs,
+    /// The fleet-wide pauses this replica honours.
+    pub control: Control,
     pub client: reqwest::Client,
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
@@ -70,6 +74,7 @@ impl Replica {
                 history: History::local(),
                 budgets: Budgets::local(),
                 handoffs: Handoffs::Off,
+                control: Control::Off,
                 metrics,
                 client: http_client().context("building the HTTP client")?,
                 clock,
@@ -103,6 +108,7 @@ impl Replica {
                 prefix: key_prefix.clone(),
             },
             handoffs: Handoffs::redis(lock.clone(), &key_prefix),
+            control: Control::redis(lock.clone(), &key_prefix),
             lock: SlotLock::Redlock(lock.clone()),
             metrics,
             client: http_client().context("building the HTTP client")?,
@@ -129,6 +135,7 @@ impl Replica {
             metrics: self.metrics.clone(),
             budgets: self.budgets.clone(),
             handoffs: self.handoffs.clone(),
+            control: self.control.clone(),
             shutdown: self.shutdown.clone(),
         }
     }
@@ -203,14 +210,21 @@ pub async fn run_replica(
             shutdown.clone(),
         ));
     }
-    let offers = replica.handoffs.listen(&tracker, &shutdown);
-    tracker.spawn(take_handoffs(
-        replica.clone(),
-        current.clone(),
-        offers,
-        tracker.clone(),
-        shutdown.clone(),
-    ));
+    let names = current.clone();
+    replica.control.watch(
+        move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
+        &tracker,
+        &shutdown,
+    );
+    if let Some(offers) = replica.handoffs.listen(&tracker, &shutdown) {
+        tracker.spawn(take_handoffs(
+            replica.clone(),
+            current.clone(),
+            offers,
+            tracker.clone(),
+            shutdown.clone(),
+        ));
+    }
     let mut reloads = reloads;
     let mut first = true;
     loop {
@@ -407,6 +421,7 @@ async fn race_instant(
     slot: Slot,
     tracker: TaskTracker,
 ) {
+    let jobs = ctx.drop_paused(jobs, slot);
     for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled).await {
         if let Claim::Won(won) = claim {
             tracker.spawn(run_won(ctx.clone(), won));
@@ -423,17 +438,24 @@ async fn run_won(ctx: Arc<RaceContext>, won: Won) {
 async fn take_handoffs(
     replica: Replica,
     current: Arc<RwLock<Arc<Config>>>,
-    mut offers: mpsc::Receiver<HandoffRequest>,
+    mut heard: mpsc::Receiver<Heard>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
     let mut seen = Seen::default();
     loop {
-        let offer = tokio::select! {
+        let message = tokio::select! {
             _ = shutdown.cancelled() => return,
-            offer = offers.recv() => offer,
+            message = heard.recv() => message,
         };
-        let Some(offer) = offer else { return };
+        let Some(message) = message else { return };
+        let Heard::Message(payload) = message else {
+            continue;
+        };
+        let Ok(offer) = serde_json::from_str::<HandoffRequest>(&payload) else {
+            tracing::debug!(replica = %replica.name, "ignoring a malformed handoff offer");
+            continue;
+        };
         if !seen.first_time(&offer) {
             continue;
         }

@@ -1,0 +1,390 @@
+//! Fleet-wide control of jobs at run time: pause and resume, without a redeploy.
+//!
+//! A pause is a record on the Redis nodes (`{key_prefix}:{job}:paused`, JSON: who, when, until,
+//! why), written to every node and counted like a lock: it holds once a majority has it. Every
+//! change is also appended to the job's pause log (`{key_prefix}:pauses:{job}`, a capped stream
+//! the slot ledger reads to tell paused slots from missed ones) and announced on
+//! `{key_prefix}:control`, so every replica re-reads that job's state at once instead of asking
+//! Redis before each slot. A replica whose subscription was down reads every job again when it
+//! comes back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
+use redis::Value;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lock::redlock::quorum;
+use crate::lock::Redlock;
+use crate::pubsub::{self, Heard};
+
+/// Bound on one node's answer to a control read or write.
+const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
+/// Pause-log entries kept per job and node.
+const PAUSE_LOG_CAP: usize = 1000;
+
+/// A job's pause: who paused it, when, until when (`None`: until resumed) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    pub by: String,
+    pub at: DateTime<Utc>,
+    pub until: Option<DateTime<Utc>>,
+    pub reason: Option<String>,
+}
+
+impl Pause {
+    /// Whether the pause holds at `t`.
+    pub fn holds_at(&self, t: DateTime<Utc>) -> bool {
+        self.at <= t && self.until.is_none_or(|until| t < until)
+    }
+}
+
+/// One entry of a job's pause log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum PauseEvent {
+    Paused(Pause),
+    Resumed { by: String, at: DateTime<Utc> },
+}
+
+/// A pause or resume reached fewer than a majority of the nodes.
+#[derive(Debug, thiserror::Error)]
+#[error("{acked} of {nodes} Redis node(s) took the change, {needed} needed: {errors}")]
+pub struct NoMajority {
+    pub acked: usize,
+    pub nodes: usize,
+    pub needed: usize,
+    pub errors: String,
+}
+
+/// The pause state a replica honours, and where it is changed.
+#[derive(Debug, Clone)]
+pub enum Control {
+    Redis {
+        lock: Arc<Redlock>,
+        prefix: String,
+        /// The pauses as last read, by job: the scheduler asks this before each slot.
+        known: Arc<RwLock<HashMap<String, Pause>>>,
+    },
+    /// Standalone mode: one replica; pauses are not shared (the CLI needs Redis).
+    Off,
+}
+
+impl Control {
+    pub fn redis(lock: Arc<Redlock>, prefix: &str) -> Self {
+        Control::Redis {
+            lock,
+            prefix: prefix.to_owned(),
+            known: Arc::default(),
+        }
+    }
+
+    /// The pause of `job` that holds at `t`, as this replica knows it.
+    pub fn paused(&self, job: &str, t: DateTime<Utc>) -> Option<Pause> {
+        let Control::Redis { known, .. } = self else {
+            return None;
+        };
+        let known = known.read().unwrap_or_else(|p| p.into_inner());
+        known.get(job).filter(|p| p.holds_at(t)).cloned()
+    }
+
+    /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
+    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<(), NoMajority> {
+        let Control::Redis { lock, prefix, .. } = self else {
+            return Ok(());
+        };
+        let record = serde_json::to_string(pause).unwrap_or_default();
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(pause_key(prefix, job)).arg(record);
+        majority(lock, &cmd).await?;
+        self.changed(job, &PauseEvent::Paused(pause.clone())).await;
+        Ok(())
+    }
+
+    /// Resumes `job` fleet-wide. Returns the pause it ended, if one was recorded.
+    pub async fn resume(&self, job: &str, by: &str) -> Result<Option<Pause>, NoMajority> {
+        let Control::Redis { lock, prefix, .. } = self else {
+            return Ok(None);
+        };
+        let ended = read_pause(lock, prefix, job).await;
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(pause_key(prefix, job));
+        majority(lock, &cmd).await?;
+        let event = PauseEvent::Resumed {
+            by: by.to_owned(),
+            at: Utc::now(),
+        };
+        self.changed(job, &event).await;
+        Ok(ended)
+    }
+
+    /// Logs and announces a change (best effort: the record on the nodes is what counts).
+    async fn changed(&self, job: &str, event: &PauseEvent) {
+        let Control::Redis { lock, prefix, .. } = self else {
+            return;
+        };
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(log_key(prefix, job))
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(PAUSE_LOG_CAP)
+            .arg("*")
+            .arg("event")
+            .arg(serde_json::to_string(event).unwrap_or_default());
+        join_all(
+            lock.nodes()
+                .iter()
+                .map(|n| n.query::<Value>(&xadd, CONTROL_TIMEOUT)),
+        )
+        .await;
+        pubsub::publish_all(lock, &channel(prefix), job, CONTROL_TIMEOUT).await;
+    }
+
+    /// Reads the pause state of every job in `jobs` into what this replica knows.
+    pub async fn refresh(&self, jobs: &[String]) {
+        let Control::Redis {
+            lock,
+            prefix,
+            known,
+        } = self
+        else {
+            return;
+        };
+        for job in jobs {
+            let pause = read_pause(lock, prefix, job).await;
+            let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+            match pause {
+                Some(pause) => known.insert(job.clone(), pause),
+                None => known.remove(job),
+            };
+        }
+    }
+
+    /// The changes of `job`'s pause state, oldest first, merged across the nodes.
+    pub async fn log(&self, job: &str) -> Vec<PauseEvent> {
+        let Control::Redis { lock, prefix, .. } = self else {
+            return Vec::new();
+        };
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(log_key(prefix, job)).arg("-").arg("+");
+        let reads = join_all(
+            lock.nodes()
+                .iter()
+                .map(|n| n.query::<Vec<(String, Vec<(String, String)>)>>(&cmd, CONTROL_TIMEOUT)),
+        )
+        .await;
+        merge_log(reads.into_iter().filter_map(Result::ok).collect())
+    }
+
+    /// Keeps what this replica knows current until shutdown: a read of every job at each
+    /// (re)subscription, and of one job at each announcement. `jobs` gives the current names.
+    pub fn watch(
+        &self,
+        jobs: impl Fn() -> Vec<String> + Send + 'static,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) {
+        let Control::Redis { lock, prefix, .. } = self else {
+            return;
+        };
+        let heard = pubsub::subscribe_all(lock, &channel(prefix), tracker, shutdown);
+        tracker.spawn(follow(self.clone(), heard, jobs, shutdown.clone()));
+    }
+}
+
+async fn follow(
+    control: Control,
+    mut heard: mpsc::Receiver<Heard>,
+    jobs: impl Fn() -> Vec<String>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            message = heard.recv() => message,
+        };
+        match message {
+            None => return,
+            Some(Heard::Subscribed) => control.refresh(&jobs()).await,
+            Some(Heard::Message(job)) => control.refresh(&[job]).await,
+        }
+    }
+}
+
+fn pause_key(prefix: &str, job: &str) -> String {
+    format!("{prefix}:{job}:paused")
+}
+
+fn log_key(prefix: &str, job: &str) -> String {
+    format!("{prefix}:pauses:{job}")
+}
+
+fn channel(prefix: &str) -> String {
+    format!("{prefix}:control")
+}
+
+/// Runs `cmd` on every node; an error unless a majority answered.
+async fn majority(lock: &Redlock, cmd: &redis::Cmd) -> Result<(), NoMajority> {
+    let answers = join_all(
+        lock.nodes()
+            .iter()
+            .map(|n| n.query::<Value>(cmd, CONTROL_TIMEOUT)),
+    )
+    .await;
+    let nodes = answers.len();
+    let errors: Vec<String> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().err().map(ToString::to_string))
+        .collect();
+    let acked = nodes - errors.len();
+    if acked >= quorum(nodes) {
+        return Ok(());
+    }
+    Err(NoMajority {
+        acked,
+        nodes,
+        needed: quorum(nodes),
+        errors: errors.join("; "),
+    })
+}
+
+/// The pause a majority of the nodes hold for `job` (the newest, if they disagree).
+async fn read_pause(lock: &Redlock, prefix: &str, job: &str) -> Option<Pause> {
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(pause_key(prefix, job));
+    let answers = join_all(
+        lock.nodes()
+            .iter()
+            .map(|n| n.query::<Option<String>>(&cmd, CONTROL_TIMEOUT)),
+    )
+    .await;
+    let held: Vec<Pause> = answers
+        .into_iter()
+        .filter_map(|a| a.ok().flatten())
+        .filter_map(|text| serde_json::from_str(&text).ok())
+        .collect();
+    if held.len() < quorum(lock.nodes().len()) {
+        return None;
+    }
+    held.into_iter().max_by_key(|p| p.at)
+}
+
+/// One log from the nodes' streams: entries by id (each node holds the same ids only by
+/// chance, so entries are told apart by content), oldest first.
+fn merge_log(nodes: Vec<Vec<(String, Vec<(String, String)>)>>) -> Vec<PauseEvent> {
+    let mut events: Vec<PauseEvent> = Vec::new();
+    for entries in nodes {
+        for (_, fields) in entries {
+            let Some((_, text)) = fields.into_iter().find(|(k, _)| k == "event") else {
+                continue;
+            };
+            if let Ok(event) = serde_json::from_str::<PauseEvent>(&text) {
+                if !events.contains(&event) {
+                    events.push(event);
+                }
+            }
+        }
+    }
+    events.sort_by_key(|e| match e {
+        PauseEvent::Paused(p) => p.at,
+        PauseEvent::Resumed { at, .. } => *at,
+    });
+    events
+}
+
+/// The intervals a job was paused, from its log: `[from, to)`, `to` open while it still is.
+pub fn paused_intervals(events: &[PauseEvent]) -> Vec<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    let mut intervals = Vec::new();
+    let mut open: Option<&Pause> = None;
+    for event in events {
+        match event {
+            PauseEvent::Paused(p) => {
+                if let Some(prev) = open.take() {
+                    intervals.push((prev.at, Some(prev.until.map_or(p.at, |u| u.min(p.at)))));
+                }
+                open = Some(p);
+            }
+            PauseEvent::Resumed { at, .. } => {
+                if let Some(p) = open.take() {
+                    intervals.push((p.at, Some(p.until.map_or(*at, |u| u.min(*at)))));
+                }
+            }
+        }
+    }
+    if let Some(p) = open {
+        intervals.push((p.at, p.until));
+    }
+    intervals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(s, 0).unwrap()
+    }
+
+    fn paused(at: i64, until: Option<i64>) -> PauseEvent {
+        PauseEvent::Paused(Pause {
+            by: "ops".into(),
+            at: t(at),
+            until: until.map(t),
+            reason: None,
+        })
+    }
+
+    fn resumed(at: i64) -> PauseEvent {
+        PauseEvent::Resumed {
+            by: "ops".into(),
+            at: t(at),
+        }
+    }
+
+    #[test]
+    fn a_pause_holds_from_its_start_until_its_end() {
+        let p = Pause {
+            by: "ops".into(),
+            at: t(10),
+            until: Some(t(20)),
+            reason: None,
+        };
+        assert!(!p.holds_at(t(9)));
+        assert!(p.holds_at(t(10)) && p.holds_at(t(19)));
+        assert!(!p.holds_at(t(20)));
+    }
+
+    #[test]
+    fn intervals_close_at_resume_at_until_or_stay_open() {
+        let events = [
+            paused(10, None),
+            resumed(20),
+            paused(30, Some(35)),
+            resumed(40),
+            paused(50, None),
+        ];
+        assert_eq!(
+            paused_intervals(&events),
+            vec![(t(10), Some(t(20))), (t(30), Some(t(35))), (t(50), None)]
+        );
+    }
+
+    #[test]
+    fn the_same_event_from_several_nodes_counts_once() {
+        let entry = |e: &PauseEvent| {
+            (
+                "1-0".to_owned(),
+                vec![("event".to_owned(), serde_json::to_string(e).unwrap())],
+            )
+        };
+        let node = vec![entry(&paused(10, None)), entry(&resumed(20))];
+        let merged = merge_log(vec![node.clone(), node.clone(), node]);
+        assert_eq!(merged, vec![paused(10, None), resumed(20)]);
+    }
+}

@@ -1,0 +1,122 @@
+//! The fleet's notifications: one subscribed connection per node and channel, kept open until
+//! shutdown, so a replica hears what another publishes (a handoff offer, a pause) in one hop,
+//! and a fleet where nothing happens sends and reads nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lock::Redlock;
+
+/// Bound on opening and subscribing one node's pub/sub connection.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Wait before subscribing again to a node whose connection failed or closed.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+/// Messages queued between the subscribers and their reader.
+const QUEUE: usize = 256;
+
+/// What a subscription hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// A message's payload (once per node that carried it).
+    Message(String),
+    /// A node's subscription was (re)opened: messages sent while it was closed were lost, so a
+    /// reader that keeps state reads it again.
+    Subscribed,
+}
+
+/// Subscribes to `channel` on every node of `lock`, each node in a tracked task that
+/// resubscribes after a failure until `shutdown`.
+pub fn subscribe_all(
+    lock: &Arc<Redlock>,
+    channel: &str,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> mpsc::Receiver<Heard> {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    for index in 0..lock.nodes().len() {
+        tracker.spawn(subscribe_node(
+            lock.clone(),
+            index,
+            channel.to_owned(),
+            tx.clone(),
+            shutdown.clone(),
+        ));
+    }
+    rx
+}
+
+/// Keeps node `index` subscribed to `channel`, forwarding what it hears, until shutdown.
+async fn subscribe_node(
+    lock: Arc<Redlock>,
+    index: usize,
+    channel: String,
+    heard: mpsc::Sender<Heard>,
+    shutdown: CancellationToken,
+) {
+    let node = &lock.nodes()[index];
+    loop {
+        let subscribed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            subscribed = node.subscribe(&channel, SUBSCRIBE_TIMEOUT) => subscribed,
+        };
+        match subscribed {
+            Ok(pubsub) => {
+                tracing::debug!(node = %node.address(), %channel, "subscribed");
+                if heard.send(Heard::Subscribed).await.is_err()
+                    || !forward(pubsub, &heard, &shutdown).await
+                {
+                    return;
+                }
+                tracing::debug!(node = %node.address(), %channel, "subscription closed; subscribing again");
+            }
+            Err(e) => tracing::debug!(%channel, error = %e, "cannot subscribe; trying again"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
+        }
+    }
+}
+
+/// Forwards one subscription's messages until it closes (true) or shutdown (false).
+async fn forward(
+    pubsub: redis::aio::PubSub,
+    heard: &mpsc::Sender<Heard>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut messages = pubsub.into_on_message();
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            message = messages.next() => message,
+        };
+        let Some(message) = message else { return true };
+        let Ok(payload) = message.get_payload::<String>() else {
+            continue;
+        };
+        if heard.send(Heard::Message(payload)).await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// `PUBLISH channel payload` on every node, each bounded by `wait`. Returns the subscriptions
+/// reached per node that answered.
+pub async fn publish_all(
+    lock: &Redlock,
+    channel: &str,
+    payload: &str,
+    wait: Duration,
+) -> Vec<usize> {
+    let mut cmd = redis::cmd("PUBLISH");
+    cmd.arg(channel).arg(payload);
+    let answers =
+        futures_util::future::join_all(lock.nodes().iter().map(|n| n.query::<usize>(&cmd, wait)))
+            .await;
+    answers.into_iter().filter_map(Result::ok).collect()
+}
