@@ -74,7 +74,8 @@ struct Name {
 
 fn parse(builtin: &str, text: &str) -> Result<Builtin, String> {
     let file: DataFile = toml::from_str(text).map_err(|e| e.to_string())?;
-    let dated = |table: &BTreeMap<String, String>| -> Result<BTreeMap<NaiveDate, Reason>, String> {
+    // `prefix` tells a make-up workday from the holiday it makes up for.
+    let dated = |table: &BTreeMap<String, String>, prefix: &str| {
         table
             .iter()
             .map(|(date, key)| {
@@ -82,18 +83,16 @@ fn parse(builtin: &str, text: &str) -> Result<Builtin, String> {
                     .parse()
                     .map_err(|_| format!("{date:?} is not a date"))?;
                 let name = file.names.get(key).ok_or(format!("no name for {key:?}"))?;
-                Ok((
-                    date,
-                    Reason::new(format!("{} {}", name.zh, name.en), builtin),
-                ))
+                let what = format!("{prefix}{} {}", name.zh, name.en);
+                Ok((date, Reason::new(what, builtin)))
             })
-            .collect()
+            .collect::<Result<BTreeMap<NaiveDate, Reason>, String>>()
     };
     let first = NaiveDate::from_ymd_opt(file.first_year, 1, 1).ok_or("bad first_year")?;
     let last = NaiveDate::from_ymd_opt(file.last_year, 12, 31).ok_or("bad last_year")?;
     Ok(Builtin {
-        days_off: dated(&file.holidays)?,
-        make_up: dated(&file.workdays)?,
+        days_off: dated(&file.holidays, "")?,
+        make_up: dated(&file.workdays, "make-up workday for ")?,
         coverage: Coverage {
             builtin: builtin.to_owned(),
             first,

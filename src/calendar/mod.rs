@@ -62,8 +62,7 @@ impl fmt::Display for Day<'_> {
         match self {
             Day::Weekday => f.write_str("workday"),
             Day::Weekend => f.write_str("weekend"),
-            Day::Holiday(reason) => write!(f, "{reason}"),
-            Day::MakeUp(reason) => write!(f, "make-up workday for {reason}"),
+            Day::Holiday(reason) | Day::MakeUp(reason) => write!(f, "{reason}"),
         }
     }
 }
