@@ -205,10 +205,16 @@ fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
             if !filter.keeps(date) && schedule.cron_fires_on(date, now) {
                 lines.push(format!("{date} skipped: {}", filter.calendar.day(date)));
             }
-            let Some(following) = date.succ_opt() else { break };
+            let Some(following) = date.succ_opt() else {
+                break;
+            };
             date = following;
         }
-        lines.push(format!("{}{}", slot.rfc3339_in(job.zone()), day_note(filter, slot_date)));
+        lines.push(format!(
+            "{}{}",
+            slot.rfc3339_in(job.zone()),
+            day_note(filter, slot_date)
+        ));
     }
     lines
 }
@@ -220,7 +226,10 @@ fn day_note(filter: &DayFilter, date: chrono::NaiveDate) -> String {
         day @ (Day::Holiday(_) | Day::MakeUp(_)) => format!("  {day}"),
         Day::Weekday | Day::Weekend => String::new(),
     };
-    if let Some(coverage) = calendar.coverage().filter(|_| calendar.is_beyond_coverage(date)) {
+    if let Some(coverage) = calendar
+        .coverage()
+        .filter(|_| calendar.is_beyond_coverage(date))
+    {
         note.push_str(&format!(
             "  (past the built-in {} data ({}-{}): Monday to Friday assumed)",
             coverage.builtin,

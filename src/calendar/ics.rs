@@ -33,12 +33,9 @@ pub fn days_off(text: &str, source: &str) -> Result<Vec<(NaiveDate, Reason)>, Ic
             "not an iCalendar file: it does not start with BEGIN:VCALENDAR".into(),
         ));
     }
-    let file: IcsFile = text.parse().map_err(|e: String| {
-        IcsError(format!(
-            "not valid iCalendar: {}",
-            e.trim().replace('\n', " ")
-        ))
-    })?;
+    let file: IcsFile = text
+        .parse()
+        .map_err(|e: String| IcsError(parse_error(&e)))?;
     let mut days = Vec::new();
     for (i, event) in file.events().enumerate() {
         days.extend(
@@ -53,6 +50,22 @@ pub fn days_off(text: &str, source: &str) -> Result<Vec<(NaiveDate, Reason)>, Ic
         }
     }
     Ok(days)
+}
+
+/// The parser's error in one line: where it stopped, rather than its whole trace.
+fn parse_error(error: &str) -> String {
+    let mut lines = error.lines();
+    let head = lines.next().unwrap_or_default();
+    let line = head
+        .split_once("at line ")
+        .and_then(|(_, rest)| rest.split(',').next());
+    let text = lines.next().unwrap_or_default().trim();
+    match line {
+        Some(n) => format!(
+            "not valid iCalendar: reading stops at line {n} ({text:?}); is every BEGIN closed by its END?"
+        ),
+        None => format!("not valid iCalendar: {}", error.trim().replace('\n', " ")),
+    }
 }
 
 /// The dates an event takes off, with its name; none for a timed or cancelled event.

@@ -203,7 +203,10 @@ impl Loader<'_> {
             self.errors.push(ConfigError::field(
                 section.clone(),
                 "days",
-                format!("{:?} never falls on {days} of calendar {name:?} in the next two years", schedule.expression()),
+                format!(
+                    "{:?} never falls on {days} of calendar {name:?} in the next two years",
+                    schedule.expression()
+                ),
             ));
             return None;
         }
@@ -222,7 +225,11 @@ impl Loader<'_> {
             if coverage.last >= soon {
                 continue;
             }
-            let ends = if coverage.last < today { "ended" } else { "ends" };
+            let ends = if coverage.last < today {
+                "ended"
+            } else {
+                "ends"
+            };
             self.warnings.push(format!(
                 "calendar {name:?}: the built-in {} data ({}) {ends} on {}; after it, its jobs run \
                  Monday to Friday (plus the calendar's own holidays and workdays) until slotcron \
