@@ -553,3 +553,52 @@ fn a_fleet_runs_nothing_on_a_holiday_and_once_on_a_make_up_workday() {
         r.terminate();
     }
 }
+
+/// `/metrics` of a standalone replica whose wall clock starts at `at` (UTC), and its log.
+fn metrics_at(lib: &Path, at: &str) -> (String, Vec<String>) {
+    let port = common::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{STANDUP_CN}"),
+    );
+    let lib = lib.display().to_string();
+    let faketime = format!("@{at}");
+    let env = [
+        ("LD_PRELOAD", lib.as_str()),
+        ("FAKETIME", faketime.as_str()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ("TZ", "UTC"),
+    ];
+    let replica = Replica::run(&config, "metrics", &env);
+    assert!(
+        replica
+            .wait_for_line(Duration::from_secs(10), |l| l.contains("serving /healthz"))
+            .is_some(),
+        "{:?}",
+        replica.lines()
+    );
+    let reply = common::http_get(port, "/metrics").expect("/metrics answers");
+    (reply.body, replica.lines())
+}
+
+#[test]
+fn a_replica_past_the_cn_data_warns_at_start_and_says_so_in_a_metric() {
+    let lib = libfaketime();
+    let gauge = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("slotcron_calendar_beyond_coverage{job=\"standup\"} "))
+            .map(str::to_owned)
+    };
+    let warned = |log: &[String], ends: &str| {
+        log.iter()
+            .any(|l| l.contains("the built-in cn data (chinesecalendar") && l.contains(ends))
+    };
+    let (inside, log) = metrics_at(&lib, "2026-09-24 00:00:00");
+    assert_eq!(gauge(&inside).as_deref(), Some("0"), "{inside}");
+    assert!(!warned(&log, "2026-12-31"), "{log:?}");
+    let (beyond, log) = metrics_at(&lib, "2027-01-04 00:00:00");
+    assert_eq!(gauge(&beyond).as_deref(), Some("1"), "{beyond}");
+    assert!(warned(&log, "ended on 2026-12-31"), "{log:?}");
+}
