@@ -380,6 +380,7 @@ pub type SharedClock = Arc<dyn Clock>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calendar::{Calendar, Days, Reason};
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -448,6 +449,61 @@ mod tests {
                 "2026-11-02T01:30:00-05:00",
                 "2026-11-03T01:30:00-05:00"
             ]
+        );
+    }
+
+    fn on_calendar(expression: &str, zone: Tz, calendar: Calendar, days: Days) -> Schedule {
+        let filter = DayFilter {
+            calendar: Arc::new(calendar),
+            days,
+        };
+        Schedule::parse(expression, zone).unwrap().on_days(filter)
+    }
+
+    #[test]
+    fn a_calendar_that_never_matches_ends_the_schedule_instead_of_looping() {
+        let s = on_calendar(
+            "0 0 9 * * Sat,Sun",
+            chrono_tz::UTC,
+            Calendar::new("c"),
+            Days::Workdays,
+        );
+        let at = utc("2026-11-23T00:00:00Z");
+        assert_eq!(s.next_after(at), None);
+        assert_eq!(s.current(at), None);
+        assert!(s.cron_fires_on(at.date_naive() + chrono::Days::new(5), at));
+    }
+
+    #[test]
+    fn current_is_the_latest_kept_slot() {
+        let mut calendar = Calendar::new("c");
+        calendar.add_day_off("2026-11-20".parse().unwrap(), Reason::new("off", "t"));
+        let s = on_calendar("0 30 9 * * *", chrono_tz::UTC, calendar, Days::Workdays);
+        // Monday 08:00: the weekend and Friday (a day off) are skipped back to Thursday.
+        let current = s.current(utc("2026-11-23T08:00:00Z")).unwrap();
+        assert_eq!(current.rfc3339_utc(), "2026-11-19T09:30:00Z");
+        assert_eq!(
+            s.next_after(current.instant()).unwrap().rfc3339_utc(),
+            "2026-11-23T09:30:00Z"
+        );
+    }
+
+    #[test]
+    fn a_skipped_day_before_a_midnight_gap_resumes_after_the_gap() {
+        // Sao Paulo skipped 00:00-01:00 on Sunday 2018-11-04.
+        let sp = chrono_tz::America::Sao_Paulo;
+        let mut calendar = Calendar::new("c");
+        calendar.add_day_off("2018-11-03".parse().unwrap(), Reason::new("off", "t"));
+        calendar.add_workday("2018-11-04".parse().unwrap(), Reason::new("make-up", "t"));
+        let s = on_calendar("0 0 * * * *", sp, calendar, Days::Workdays);
+        let slots: Vec<String> = s
+            .upcoming(utc("2018-11-03T02:30:00Z"), 2)
+            .iter()
+            .map(|slot| slot.rfc3339_in(sp))
+            .collect();
+        assert_eq!(
+            slots,
+            ["2018-11-04T01:00:00-02:00", "2018-11-04T02:00:00-02:00"]
         );
     }
 
