@@ -137,7 +137,9 @@ fn days_of(duration: &str) -> Option<i64> {
 /// The first days of the event's occurrences: `start`, or its `RRULE` expanded.
 fn occurrences(event: &Event, start: NaiveDate) -> Result<Vec<NaiveDate>, String> {
     let Some(rule) = event.property_value("RRULE") else {
-        return Ok(vec![start]);
+        let mut starts = listed_dates(event, "RDATE")?;
+        starts.push(start);
+        return Ok(starts);
     };
     let rule: RRule<Unvalidated> = rule.parse().map_err(|e| format!("RRULE {rule:?}: {e}"))?;
     let mut set = rule
@@ -216,6 +218,12 @@ mod tests {
             dates(&text),
             ["2026-01-05", "2026-01-06", "2028-01-05", "2028-01-06"]
         );
+    }
+
+    #[test]
+    fn rdates_without_a_rule_add_days() {
+        let text = ics("BEGIN:VEVENT\r\nUID:r\r\nSUMMARY:Audit\r\nDTSTART;VALUE=DATE:20260105\r\nRDATE;VALUE=DATE:20260302,20260601\r\nEND:VEVENT\r\n");
+        assert_eq!(dates(&text), ["2026-01-05", "2026-03-02", "2026-06-01"]);
     }
 
     #[test]
