@@ -210,8 +210,15 @@ impl Loader<'_> {
             ));
             return None;
         }
-        self.calendars.used.insert(name);
         Some(schedule)
+    }
+
+    /// Notes the calendar of an enabled job's schedule: only those are warned about.
+    pub(super) fn calendar_in_use(&mut self, schedule: &Schedule) {
+        if let Some(filter) = schedule.day_filter() {
+            let name = filter.calendar.name().to_owned();
+            self.calendars.used.insert(name);
+        }
     }
 
     /// A warning for each used calendar whose built-in data ends soon or has ended.

@@ -523,9 +523,11 @@ impl<'e> Loader<'e> {
         if self.errors.len() != before {
             return None;
         }
+        let schedule = schedule?;
+        self.calendar_in_use(&schedule);
         Some(Job {
             name: raw.name,
-            schedule: schedule?,
+            schedule,
             timeout,
             overlap,
             catch_up,
