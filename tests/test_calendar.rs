@@ -1,8 +1,10 @@
 //! Calendars: the built-in `cn` calendar against the source package's own answers for every
 //! day it covers; `slotcron check` under libfaketime before Spring Festival and National Day
 //! 2026 (the State Council's workdays, make-up workdays included); an .ics calendar with
-//! single, multi-day and yearly all-day events layered with inline days; and a fleet of three
-//! replica processes on faked dates: a holiday runs nothing, a make-up workday runs once.
+//! single, multi-day and yearly all-day events layered with inline days; the filtered schedule
+//! against the cron's own slots (a property test, across DST changes); a fleet of three
+//! replica processes on faked dates: a holiday runs nothing, a make-up workday runs once; and
+//! the warning and metric past the end of the `cn` data.
 
 mod common;
 
@@ -13,8 +15,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use common::{write_config, Receiver, RedisCluster, Replica};
-use slotcron::calendar::{cn, Calendar, Day};
+use proptest::prelude::*;
+use slotcron::calendar::{cn, Calendar, Day, DayFilter, Days, Reason};
 use slotcron::config;
+use slotcron::schedule::Schedule;
 
 const ANSWERS: &str = include_str!("data/cn_package_answers.txt");
 
@@ -601,4 +605,66 @@ fn a_replica_past_the_cn_data_warns_at_start_and_says_so_in_a_metric() {
     let (beyond, log) = metrics_at(&lib, "2027-01-04 00:00:00");
     assert_eq!(gauge(&beyond).as_deref(), Some("1"), "{beyond}");
     assert!(warned(&log, "ended on 2026-12-31"), "{log:?}");
+}
+
+const PROP_CRONS: [&str; 5] = [
+    "0 30 9 * * *",
+    "0 0 */6 * * *",
+    "0 15 1,13 * * Mon-Fri",
+    "0 30 2 * * *",
+    "0 0 0 * * *",
+];
+const PROP_ZONES: [&str; 4] = [
+    "Asia/Shanghai",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Australia/Lord_Howe",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// With a calendar, the slots are exactly the cron's slots whose local date the calendar
+    /// keeps, in order, and `current` agrees with `next_after` on each of them.
+    #[test]
+    fn the_filtered_schedule_is_the_crons_slots_on_kept_days(
+        cron in 0..PROP_CRONS.len(),
+        zone in 0..PROP_ZONES.len(),
+        start_day in 0i64..3650,
+        hour in 0i64..24,
+        offsets in proptest::collection::btree_set(0i64..40, 0..30),
+        workdays in proptest::collection::btree_set(0i64..40, 0..6),
+        keep_holidays in any::<bool>(),
+    ) {
+        let zone: chrono_tz::Tz = PROP_ZONES[zone].parse().unwrap();
+        let at = DateTime::parse_from_rfc3339("2010-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
+            + chrono::Duration::days(start_day) + chrono::Duration::hours(hour);
+        let first = at.date_naive();
+        let mut calendar = Calendar::new("prop");
+        for k in &offsets {
+            calendar.add_day_off(first + chrono::Days::new(*k as u64), Reason::new("off", "prop"));
+        }
+        for k in &workdays {
+            calendar.add_workday(first + chrono::Days::new(*k as u64), Reason::new("on", "prop"));
+        }
+        let days = if keep_holidays { Days::Holidays } else { Days::Workdays };
+        let filter = DayFilter { calendar: std::sync::Arc::new(calendar), days };
+        let plain = Schedule::parse(PROP_CRONS[cron], zone).unwrap();
+        let filtered = plain.clone().on_days(filter.clone());
+
+        let got = filtered.upcoming(at, 12);
+        let expected: Vec<_> = plain
+            .upcoming(at, 400)
+            .into_iter()
+            .filter(|s| filter.keeps(plain.local_date(*s)))
+            .take(12)
+            .collect();
+        prop_assert_eq!(&got, &expected, "{} in {} from {}", PROP_CRONS[cron], zone, at);
+        let mut before = filtered.current(at);
+        for slot in got {
+            prop_assert_eq!(filtered.current(slot.instant()), Some(slot));
+            prop_assert_eq!(filtered.current(slot.instant() - chrono::Duration::seconds(1)), before);
+            before = Some(slot);
+        }
+    }
 }

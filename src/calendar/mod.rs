@@ -86,7 +86,7 @@ impl Coverage {
 }
 
 /// A named set of days off and make-up workdays over a Monday-to-Friday week.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Calendar {
     name: String,
     days_off: BTreeMap<NaiveDate, Reason>,
@@ -155,6 +155,18 @@ impl Calendar {
     /// date is the Monday-to-Friday fallback, not the published schedule.
     pub fn is_beyond_coverage(&self, date: NaiveDate) -> bool {
         self.coverage.as_ref().is_some_and(|c| !c.covers(date))
+    }
+}
+
+/// Counts rather than every date: a job's Debug output would otherwise list a thousand days.
+impl fmt::Debug for Calendar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Calendar")
+            .field("name", &self.name)
+            .field("days_off", &self.days_off.len())
+            .field("make_up", &self.make_up.len())
+            .field("coverage", &self.coverage)
+            .finish()
     }
 }
 
