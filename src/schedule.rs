@@ -25,7 +25,7 @@ use crate::calendar::DayFilter;
 /// How many days past the instant asked about a calendar search looks before it gives up: two
 /// years and a day, so a combination that never holds (`days = "holidays"` on a cron of
 /// weekdays and a calendar without weekday holidays) ends the schedule instead of looping.
-pub const MAX_CALENDAR_SEARCH_DAYS: i64 = 2 * 366 + 1;
+pub const MAX_CALENDAR_SEARCH_DAYS: u64 = 2 * 366 + 1;
 
 /// One scheduled instant of a job, whole seconds, in UTC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -162,7 +162,7 @@ impl Schedule {
         let Some(filter) = &self.days else {
             return self.cron_next_after(at);
         };
-        let limit = self.wall(at).date() + chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS as u64);
+        let limit = self.wall(at).date() + chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS);
         let mut after = at;
         loop {
             let slot = self.cron_next_after(after)?;
@@ -183,7 +183,7 @@ impl Schedule {
         let Some(filter) = &self.days else {
             return self.cron_current(at);
         };
-        let limit = self.wall(at).date() - chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS as u64);
+        let limit = self.wall(at).date() - chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS);
         let mut at = at;
         loop {
             let slot = self.cron_current(at)?;
