@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::calendar::{Day, DayFilter};
+use crate::calendar::{Day, DayFilter, Days};
 use crate::config::{self, Config, Job};
 use crate::schedule::{Slot, SystemClock};
 use crate::scheduler;
@@ -222,9 +222,11 @@ fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
 /// What `check` says beside a kept slot of a calendar job.
 fn day_note(filter: &DayFilter, date: chrono::NaiveDate) -> String {
     let calendar = &filter.calendar;
-    let mut note = match calendar.day(date) {
-        day @ (Day::Holiday(_) | Day::MakeUp(_)) => format!("  {day}"),
-        Day::Weekday | Day::Weekend => String::new(),
+    let mut note = match (calendar.day(date), filter.days) {
+        (day @ (Day::Holiday(_) | Day::MakeUp(_)), _) => format!("  {day}"),
+        // On a holidays job a plain weekend is the usual kept day: say so, as for the others.
+        (day @ Day::Weekend, Days::Holidays) => format!("  {day}"),
+        (Day::Weekday | Day::Weekend, _) => String::new(),
     };
     if let Some(coverage) = calendar
         .coverage()
