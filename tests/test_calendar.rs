@@ -496,9 +496,10 @@ fn a_fleet_runs_nothing_on_a_holiday_and_once_on_a_make_up_workday() {
         fleet_config(&cluster.urls(), &receiver, "makeup"),
     )
     .unwrap();
-    // Both fleets reach 09:30 in Shanghai 8 s from now: Thursday 2026-10-01 (National Day) and
+    // Both fleets reach 09:30 in Shanghai 10 s from now: Thursday 2026-10-01 (National Day) and
     // Saturday 2026-10-10 (its make-up workday).
-    let lead = Duration::from_secs(8);
+    let lead = Duration::from_secs(10);
+    let slot_time = std::time::Instant::now() + lead;
     let mut fleet = faked_fleet(
         &lib,
         &holiday_config,
@@ -514,8 +515,9 @@ fn a_fleet_runs_nothing_on_a_holiday_and_once_on_a_make_up_workday() {
         "makeup",
     ));
     for r in &fleet {
+        let left = slot_time.saturating_duration_since(std::time::Instant::now());
         assert!(
-            r.wait_for_line(lead, |l| l.contains("slotcron started"))
+            r.wait_for_line(left, |l| l.contains("slotcron started"))
                 .is_some(),
             "{} did not start before the slot: {:?}",
             r.name(),
