@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, Config};
-use crate::schedule::SystemClock;
+use crate::calendar::{Day, DayFilter, Days};
+use crate::config::{self, Config, Job};
+use crate::schedule::{Slot, SystemClock};
 use crate::scheduler;
 use crate::telemetry::{self, LogFormat};
 
@@ -204,22 +205,81 @@ pub fn render_check(config: &Config, next: usize) -> String {
             // A command's argv may hold a value from the environment: scrubbed like the logs.
             .map(|t| format!(" -> {}", config.scrubber.scrub(&t)))
             .unwrap_or_default();
+        let days = job
+            .schedule
+            .day_filter()
+            .map(|f| format!(" on {} of calendar {:?}", f.days, f.calendar.name()))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "\njob {:?}: {:?} in {}, timeout {}, {}{target}\n",
+            "\njob {:?}: {:?} in {}{days}, timeout {}, {}{target}\n",
             job.name,
             job.schedule.expression(),
             job.zone(),
             humantime::format_duration(job.timeout),
             job.action.kind(),
         ));
-        for slot in job.schedule.upcoming(now, next) {
-            out.push_str(&format!("  {}\n", slot.rfc3339_in(job.zone())));
+        for line in slot_lines(job, now, next) {
+            out.push_str(&format!("  {line}\n"));
         }
     }
     for name in &config.disabled {
         out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
     }
     out
+}
+
+/// A job's next slots, one line each. With a calendar, also the days between them the calendar
+/// skipped (and why), and what makes a kept day notable: a holiday or make-up workday, or a
+/// date past the built-in data, where Monday to Friday is assumed.
+fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
+    let schedule = &job.schedule;
+    let slots = schedule.upcoming(now, next);
+    let Some(filter) = schedule.day_filter() else {
+        return slots.iter().map(|s| s.rfc3339_in(job.zone())).collect();
+    };
+    let mut lines = Vec::new();
+    let mut date = schedule.local_date(Slot::at(now));
+    for slot in slots {
+        let slot_date = schedule.local_date(slot);
+        while date < slot_date {
+            if !filter.keeps(date) && schedule.cron_fires_on(date, now) {
+                lines.push(format!("{date} skipped: {}", filter.calendar.day(date)));
+            }
+            let Some(following) = date.succ_opt() else {
+                break;
+            };
+            date = following;
+        }
+        lines.push(format!(
+            "{}{}",
+            slot.rfc3339_in(job.zone()),
+            day_note(filter, slot_date)
+        ));
+    }
+    lines
+}
+
+/// What `check` says beside a kept slot of a calendar job.
+fn day_note(filter: &DayFilter, date: chrono::NaiveDate) -> String {
+    let calendar = &filter.calendar;
+    let mut note = match (calendar.day(date), filter.days) {
+        (day @ (Day::Holiday(_) | Day::MakeUp(_)), _) => format!("  {day}"),
+        // On a holidays job a plain weekend is the usual kept day: say so, as for the others.
+        (day @ Day::Weekend, Days::Holidays) => format!("  {day}"),
+        (Day::Weekday | Day::Weekend, _) => String::new(),
+    };
+    if let Some(coverage) = calendar
+        .coverage()
+        .filter(|_| calendar.is_beyond_coverage(date))
+    {
+        note.push_str(&format!(
+            "  (past the built-in {} data ({}-{}): Monday to Friday assumed)",
+            coverage.builtin,
+            coverage.first.format("%Y"),
+            coverage.last.format("%Y")
+        ));
+    }
+    note
 }
 
 fn run(args: RunArgs, format: LogFormat) -> ExitCode {

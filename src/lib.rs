@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
+//! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
 //! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
@@ -21,6 +22,7 @@
 //! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
 
 pub mod action;
+pub mod calendar;
 pub mod cli;
 pub mod config;
 pub mod control;

@@ -49,6 +49,8 @@ pub struct Metrics {
     budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     handoffs: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
+    /// Jobs whose next slot was decided without their built-in calendar's data.
+    calendar_beyond: Family<JobLabels, Gauge>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -72,6 +74,7 @@ impl Metrics {
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
             paused: Family::default(),
+            calendar_beyond: Family::default(),
             registry: Mutex::new(Registry::with_prefix("slotcron")),
         };
         metrics.register();
@@ -119,6 +122,11 @@ impl Metrics {
             "rate_budget_wait_seconds",
             "Time spent waiting for rate budgets",
             self.budget_wait_seconds.clone(),
+        );
+        r.register(
+            "calendar_beyond_coverage",
+            "1 while the job's next slot lies past its built-in calendar's data (Monday to Friday assumed)",
+            self.calendar_beyond.clone(),
         );
         r.register(
             "handoffs",
@@ -195,6 +203,15 @@ impl Metrics {
         self.budget_wait_seconds
             .get_or_create(&labels)
             .inc_by(waited.as_secs_f64());
+    }
+
+    /// Whether `job`'s next slot lies past its built-in calendar's data.
+    pub fn calendar_beyond_coverage(&self, job: &str, beyond: bool) {
+        self.calendar_beyond
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
+            .set(i64::from(beyond));
     }
 
     pub fn clock_offset(&self, offset_ms: i64) {

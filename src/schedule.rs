@@ -8,14 +8,24 @@
 //! minute and hour fields (lists and ranges included, as in Vixie cron); croner alone counts only
 //! single values, so `Schedule` applies the rule to lists and ranges itself. A job with `*` there
 //! follows elapsed time: it runs in both folds of an overlap and has no slot in a gap.
+//!
+//! A job with a calendar (`days = "workdays"`) keeps the cron's slots whose date in the job's
+//! zone the calendar keeps: the filter is a function of the date alone, so the slots stay pure.
 
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
+
+use crate::calendar::DayFilter;
+
+/// How many days past the instant asked about a calendar search looks before it gives up: two
+/// years and a day, so a combination that never holds (`days = "holidays"` on a cron of
+/// weekdays and a calendar without weekday holidays) ends the schedule instead of looping.
+pub const MAX_CALENDAR_SEARCH_DAYS: u64 = 2 * 366 + 1;
 
 /// One scheduled instant of a job, whole seconds, in UTC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -99,6 +109,8 @@ pub struct Schedule {
     expression: String,
     /// No `*` in the second, minute and hour fields: the cron names wall-clock times.
     wall_times: bool,
+    /// The calendar days the job keeps; `None`: every day the cron names.
+    days: Option<DayFilter>,
 }
 
 /// Why a cron expression was refused.
@@ -143,6 +155,7 @@ impl Schedule {
             zone,
             expression: expression.to_owned(),
             wall_times,
+            days: None,
         };
         schedule
             .next_after(Utc::now())
@@ -160,8 +173,82 @@ impl Schedule {
         &self.expression
     }
 
+    /// The same cron, keeping only the days `filter` keeps.
+    pub fn on_days(mut self, filter: DayFilter) -> Self {
+        self.days = Some(filter);
+        self
+    }
+
+    /// The calendar filter, if the job has one.
+    pub fn day_filter(&self) -> Option<&DayFilter> {
+        self.days.as_ref()
+    }
+
+    /// The date of `slot` in the zone: what a calendar is asked about.
+    pub fn local_date(&self, slot: Slot) -> NaiveDate {
+        slot.instant().with_timezone(&self.zone).date_naive()
+    }
+
     /// The first slot strictly after `at`.
     pub fn next_after(&self, at: DateTime<Utc>) -> Option<Slot> {
+        let Some(filter) = &self.days else {
+            return self.cron_next_after(at);
+        };
+        let limit = self.wall(at).date() + chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS);
+        let mut after = at;
+        loop {
+            let slot = self.cron_next_after(after)?;
+            let date = self.local_date(slot);
+            if filter.keeps(date) {
+                return Some(slot);
+            }
+            if date > limit {
+                return None;
+            }
+            // The whole day is skipped: look again from its last second.
+            after = self.day_start(date.succ_opt()?) - chrono::Duration::seconds(1);
+        }
+    }
+
+    /// The latest slot at or before `at`: the slot a replica waking at `at` belongs to.
+    pub fn current(&self, at: DateTime<Utc>) -> Option<Slot> {
+        let Some(filter) = &self.days else {
+            return self.cron_current(at);
+        };
+        let limit = self.wall(at).date() - chrono::Days::new(MAX_CALENDAR_SEARCH_DAYS);
+        let mut at = at;
+        loop {
+            let slot = self.cron_current(at)?;
+            let date = self.local_date(slot);
+            if filter.keeps(date) {
+                return Some(slot);
+            }
+            if date < limit {
+                return None;
+            }
+            at = self.day_start(date) - chrono::Duration::seconds(1);
+        }
+    }
+
+    /// Whether the cron alone has a slot on `date` (in the zone) after `after`: a day the
+    /// calendar skips is only worth mentioning if the job would have run on it.
+    pub fn cron_fires_on(&self, date: NaiveDate, after: DateTime<Utc>) -> bool {
+        let from = after.max(self.day_start(date) - chrono::Duration::seconds(1));
+        self.cron_next_after(from)
+            .is_some_and(|slot| self.local_date(slot) == date)
+    }
+
+    /// The first instant of `date` in the zone (the end of the gap if midnight is skipped).
+    fn day_start(&self, date: NaiveDate) -> DateTime<Utc> {
+        let midnight = date.and_time(chrono::NaiveTime::MIN);
+        match self.zone.from_local_datetime(&midnight) {
+            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => t.with_timezone(&Utc),
+            LocalResult::None => gap_end(self.zone, midnight).unwrap_or(midnight.and_utc()),
+        }
+    }
+
+    /// The cron's first slot strictly after `at`, whatever the calendar says.
+    fn cron_next_after(&self, at: DateTime<Utc>) -> Option<Slot> {
         let mut found = self.croner_next(at);
         if !self.wall_times {
             return found.map(Slot);
@@ -183,8 +270,8 @@ impl Schedule {
         }
     }
 
-    /// The latest slot at or before `at`: the slot a replica waking at `at` belongs to.
-    pub fn current(&self, at: DateTime<Utc>) -> Option<Slot> {
+    /// The cron's latest slot at or before `at`, whatever the calendar says.
+    fn cron_current(&self, at: DateTime<Utc>) -> Option<Slot> {
         let mut found = self.croner_previous(at, true);
         if !self.wall_times {
             return found.map(Slot);
@@ -325,6 +412,7 @@ pub type SharedClock = Arc<dyn Clock>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calendar::{Calendar, Days, Reason};
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -393,6 +481,61 @@ mod tests {
                 "2026-11-02T01:30:00-05:00",
                 "2026-11-03T01:30:00-05:00"
             ]
+        );
+    }
+
+    fn on_calendar(expression: &str, zone: Tz, calendar: Calendar, days: Days) -> Schedule {
+        let filter = DayFilter {
+            calendar: Arc::new(calendar),
+            days,
+        };
+        Schedule::parse(expression, zone).unwrap().on_days(filter)
+    }
+
+    #[test]
+    fn a_calendar_that_never_matches_ends_the_schedule_instead_of_looping() {
+        let s = on_calendar(
+            "0 0 9 * * Sat,Sun",
+            chrono_tz::UTC,
+            Calendar::new("c"),
+            Days::Workdays,
+        );
+        let at = utc("2026-11-23T00:00:00Z");
+        assert_eq!(s.next_after(at), None);
+        assert_eq!(s.current(at), None);
+        assert!(s.cron_fires_on(at.date_naive() + chrono::Days::new(5), at));
+    }
+
+    #[test]
+    fn current_is_the_latest_kept_slot() {
+        let mut calendar = Calendar::new("c");
+        calendar.add_day_off("2026-11-20".parse().unwrap(), Reason::new("off", "t"));
+        let s = on_calendar("0 30 9 * * *", chrono_tz::UTC, calendar, Days::Workdays);
+        // Monday 08:00: the weekend and Friday (a day off) are skipped back to Thursday.
+        let current = s.current(utc("2026-11-23T08:00:00Z")).unwrap();
+        assert_eq!(current.rfc3339_utc(), "2026-11-19T09:30:00Z");
+        assert_eq!(
+            s.next_after(current.instant()).unwrap().rfc3339_utc(),
+            "2026-11-23T09:30:00Z"
+        );
+    }
+
+    #[test]
+    fn a_skipped_day_before_a_midnight_gap_resumes_after_the_gap() {
+        // Sao Paulo skipped 00:00-01:00 on Sunday 2018-11-04.
+        let sp = chrono_tz::America::Sao_Paulo;
+        let mut calendar = Calendar::new("c");
+        calendar.add_day_off("2018-11-03".parse().unwrap(), Reason::new("off", "t"));
+        calendar.add_workday("2018-11-04".parse().unwrap(), Reason::new("make-up", "t"));
+        let s = on_calendar("0 0 * * * *", sp, calendar, Days::Workdays);
+        let slots: Vec<String> = s
+            .upcoming(utc("2018-11-03T02:30:00Z"), 2)
+            .iter()
+            .map(|slot| slot.rfc3339_in(sp))
+            .collect();
+        assert_eq!(
+            slots,
+            ["2018-11-04T01:00:00-02:00", "2018-11-04T02:00:00-02:00"]
         );
     }
 

@@ -91,6 +91,7 @@ async fn metrics(AxumState(state): AxumState<State>) -> Response {
     for (node, up) in probe(&state.replica.lock).await {
         state.replica.metrics.node_up(&node, up);
     }
+    report_calendar_coverage(&state);
     let body = state.replica.metrics.encode();
     (
         [(
@@ -100,6 +101,34 @@ async fn metrics(AxumState(state): AxumState<State>) -> Response {
         body,
     )
         .into_response()
+}
+
+/// For each job on a built-in calendar: is its next slot past the data (a Monday-to-Friday
+/// guess)? Computed at scrape time on the replica's clock, like the node gauges.
+fn report_calendar_coverage(state: &State) {
+    let config = state
+        .config
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let now = state.replica.clock.now();
+    for job in &config.jobs {
+        let Some(filter) = job.schedule.day_filter() else {
+            continue;
+        };
+        if filter.calendar.coverage().is_none() {
+            continue;
+        }
+        let beyond = job.schedule.next_after(now).is_some_and(|slot| {
+            filter
+                .calendar
+                .is_beyond_coverage(job.schedule.local_date(slot))
+        });
+        state
+            .replica
+            .metrics
+            .calendar_beyond_coverage(&job.name, beyond);
+    }
 }
 
 #[derive(Serialize)]

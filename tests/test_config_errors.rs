@@ -56,6 +56,15 @@ fn job(extra: &str, action: &str) -> String {
 const WECOM: &str =
     "type = \"wecom\"\nwebhook = \"${WECOM_WEBHOOK}\"\nmsgtype = \"text\"\ncontent = \"x\"";
 
+/// A `[calendar.cn]` section.
+const CN: &str = "[calendar.cn]\nbuiltin = \"cn\"\n";
+
+/// A file with a calendar `office` reading `tests/data/calendars/{name}.ics`, and a good job.
+fn ics_calendar(name: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/calendars");
+    format!("[calendar.office]\nics = \"{dir}/{name}.ics\"\n{GOOD_JOB}")
+}
+
 struct Case {
     name: &'static str,
     text: String,
@@ -136,6 +145,23 @@ fn cases() -> Vec<Case> {
         case("missing secret file", job("", &WECOM.replace("webhook = \"${WECOM_WEBHOOK}\"", "webhook_file = \"/nonexistent/secret\"")), j, "action.webhook_file", &["no such file"]),
         case("bad [http] listen", format!("[http]\nlisten = \"everywhere\"\n{GOOD_JOB}"), None, "listen", &["address"]),
         case("catch_up_policy without catch_up", job("catch_up_policy = \"all\"", WECOM), j, "catch_up_policy", &["needs catch_up"]),
+        case("unknown calendar", job("calendar = \"nope\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"nope\"", "no [calendar.NAME] section"]),
+        case("built-in calendar without its section", job("calendar = \"cn\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"cn\"", "[calendar.cn] with builtin = \"cn\""]),
+        case("days without calendar", job("days = \"workdays\"", WECOM), j, "days", &["needs calendar"]),
+        case("calendar without days", format!("{CN}{}", job("calendar = \"cn\"", WECOM)), j, "calendar", &["needs days"]),
+        case("days neither workdays nor holidays", format!("{CN}{}", job("calendar = \"cn\"\ndays = \"weekends\"", WECOM)), j, "days", &["unknown variant `weekends`"]),
+        case("calendar never matching the cron", format!("[calendar.plain]\n{}", job("calendar = \"plain\"\ndays = \"workdays\"", WECOM).replace("* * * * *", "0 9 * * Sat,Sun")), j, "days", &["never falls on workdays", "\"plain\""]),
+        case("unknown built-in calendar", format!("[calendar.us]\nbuiltin = \"us\"\n{GOOD_JOB}"), None, "builtin", &["calendar \"us\"", "unknown built-in calendar \"us\"", "built in: cn"]),
+        case("unknown calendar field", format!("[calendar.office]\ncolour = 1\n{GOOD_JOB}"), None, "colour", &["calendar \"office\"", "unknown field"]),
+        case("calendar holiday not a date", format!("[calendar.office]\nholidays = [\"2026-12-24\", \"2026-13-01\"]\n{GOOD_JOB}"), None, "holidays[1]", &["calendar \"office\"", "\"2026-13-01\" is not a date"]),
+        case("calendar workday a number", format!("[calendar.office]\nworkdays = [20261227]\n{GOOD_JOB}"), None, "workdays[0]", &["calendar \"office\"", "20261227 is not a date"]),
+        case("calendar day in both lists", format!("[calendar.office]\nholidays = [2026-12-27]\nworkdays = [\"2026-12-27\"]\n{GOOD_JOB}"), None, "workdays[0]", &["in holidays too"]),
+        case("calendar .ics missing", format!("[calendar.office]\nics = \"/nonexistent/office.ics\"\n{GOOD_JOB}"), None, "ics", &["calendar \"office\"", "/nonexistent/office.ics", "no such file"]),
+        case("calendar .ics not iCalendar", ics_calendar("not-ics"), None, "ics", &["calendar \"office\"", "not-ics.ics", "does not start with BEGIN:VCALENDAR"]),
+        case("calendar .ics truncated", ics_calendar("truncated"), None, "ics", &["truncated.ics", "not valid iCalendar", "line 4"]),
+        case("calendar .ics DTSTART not a date", ics_calendar("bad-date"), None, "ics", &["bad-date.ics", "event \"Offsite\"", "DTSTART \"20261399\" is not a date"]),
+        case("calendar .ics DTEND before DTSTART", ics_calendar("end-before-start"), None, "ics", &["event \"Retreat\"", "DTEND \"20261208\" is not after DTSTART"]),
+        case("calendar .ics bad RRULE", ics_calendar("bad-rrule"), None, "ics", &["event \"Founders day\"", "RRULE \"FREQ=SOMETIMES\""]),
     ]
 }
 

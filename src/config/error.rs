@@ -13,7 +13,7 @@ pub enum Location {
         column: usize,
         job: Option<String>,
     },
-    /// A field of a section: `[scheduler]`, `[redis]`, a job, or the top level.
+    /// A field of a section: `[scheduler]`, `[redis]`, a calendar, a job, or the top level.
     Field { section: Section, field: String },
 }
 
@@ -24,6 +24,8 @@ pub enum Section {
     Redis,
     Http,
     Job(String),
+    /// `[calendar.NAME]`.
+    Calendar(String),
 }
 
 /// One problem in jobs.toml.
@@ -115,6 +117,7 @@ fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Re
                 Section::Redis => "[redis] ".to_owned(),
                 Section::Http => "[http] ".to_owned(),
                 Section::Job(name) => format!("job {name:?}, "),
+                Section::Calendar(name) => format!("calendar {name:?}, "),
             };
             write!(f, "{path}: {section}field {field:?}: {}", e.message)
         }

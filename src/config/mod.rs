@@ -5,6 +5,7 @@
 //! non-zero before anything starts.
 
 mod actions;
+mod calendars;
 pub mod env;
 pub mod error;
 mod raw;
@@ -187,6 +188,8 @@ struct Loader<'e> {
     templates: Templates,
     scrubber: Scrubber,
     warnings: Vec<String>,
+    /// `[calendar.NAME]` sections, checked before the jobs that name them.
+    calendars: calendars::Calendars,
 }
 
 impl<'e> Loader<'e> {
@@ -198,6 +201,7 @@ impl<'e> Loader<'e> {
             templates: Templates::default(),
             scrubber: Scrubber::default(),
             warnings: Vec::new(),
+            calendars: calendars::Calendars::default(),
         }
     }
 
@@ -219,6 +223,7 @@ impl<'e> Loader<'e> {
         let scheduler = self.scheduler(table.remove("scheduler"));
         let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
+        self.calendars(table.remove("calendar"));
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
@@ -231,6 +236,7 @@ impl<'e> Loader<'e> {
         }
         let redis = redis?;
         let http = http?;
+        self.coverage_warnings();
         if redis.is_none() {
             self.warnings.push(
                 "no [redis] section: standalone mode, an in-process lock. Run ONE replica only; \
@@ -253,11 +259,11 @@ impl<'e> Loader<'e> {
 
     fn check_top_level(&mut self, table: &Table) {
         for key in table.keys() {
-            if !["scheduler", "redis", "http", "job"].contains(&key.as_str()) {
+            if !["scheduler", "redis", "http", "calendar", "job"].contains(&key.as_str()) {
                 self.errors.push(ConfigError::field(
                     Section::Top,
                     key,
-                    "unknown section or key (expected [scheduler], [redis], [http] or [[job]])",
+                    "unknown section or key (expected [scheduler], [redis], [http], [calendar.NAME] or [[job]])",
                 ));
             }
         }
@@ -485,6 +491,11 @@ impl<'e> Loader<'e> {
             })
             .ok()
             .filter(|_| zone.is_some());
+        let schedule = match self.day_filter(raw.calendar.as_deref(), raw.days, &section) {
+            Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, &section)),
+            Some(None) => schedule,
+            None => None,
+        };
         let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() {
             self.errors.push(ConfigError::field(
@@ -512,9 +523,11 @@ impl<'e> Loader<'e> {
         if self.errors.len() != before {
             return None;
         }
+        let schedule = schedule?;
+        self.calendar_in_use(&schedule);
         Some(Job {
             name: raw.name,
-            schedule: schedule?,
+            schedule,
             timeout,
             overlap,
             catch_up,

@@ -50,7 +50,29 @@ pub struct RawJob {
     #[serde(default, with = "humantime_serde")]
     pub catch_up: Option<Duration>,
     pub catch_up_policy: Option<RawCatchUpPolicy>,
+    pub calendar: Option<String>,
+    pub days: Option<RawDays>,
     pub action: RawAction,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawDays {
+    Workdays,
+    Holidays,
+}
+
+/// `[calendar.NAME]`: the days come from a built-in data set, an .ics file and inline lists.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCalendar {
+    pub builtin: Option<String>,
+    pub ics: Option<PathBuf>,
+    /// Dates as strings or TOML dates; checked one by one so an error names the entry.
+    #[serde(default)]
+    pub holidays: Vec<toml::Value>,
+    #[serde(default)]
+    pub workdays: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]
