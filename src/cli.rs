@@ -112,6 +112,14 @@ pub struct HistoryArgs {
     /// One JSON object per run instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The slot ledger of this period: every scheduled slot, run or not (`done`, `failed`,
+    /// `handed_off`, `skipped`, `paused`, `missed`). A duration back from now (`24h`, `30m`)
+    /// or an RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only the gaps: slots no replica ran and no pause covered (implies --since 24h).
+    #[arg(long)]
+    pub missed: bool,
 }
 
 #[derive(Debug, Args)]

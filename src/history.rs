@@ -59,6 +59,8 @@ pub enum RunState {
     Failed,
     /// Nothing left the winner: it offered the slot to the fleet (see `handoff`).
     HandedOff,
+    /// Won, not run: the job's previous run was still going (`overlap = "skip"`).
+    Skipped,
 }
 
 impl RunState {
@@ -68,6 +70,7 @@ impl RunState {
             RunState::Done => "done",
             RunState::Failed => "failed",
             RunState::HandedOff => "handed_off",
+            RunState::Skipped => "skipped",
         }
     }
 
@@ -77,6 +80,7 @@ impl RunState {
             "done" => Some(RunState::Done),
             "failed" => Some(RunState::Failed),
             "handed_off" => Some(RunState::HandedOff),
+            "skipped" => Some(RunState::Skipped),
             _ => None,
         }
     }

@@ -12,6 +12,7 @@
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
+//! - [`ledger`]: every scheduled slot of a period and its fate, missed ones included.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
@@ -29,6 +30,7 @@ pub mod control;
 pub mod fleet_clock;
 pub mod handoff;
 pub mod history;
+pub mod ledger;
 pub mod lock;
 pub mod manual;
 pub mod metrics;

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use chrono_tz::Tz;
@@ -13,8 +14,11 @@ use crate::cli::{
     EXIT_RUNTIME,
 };
 use crate::config::Config;
-use crate::control::{Control, Pause};
+use crate::config::Job;
+use crate::control::{paused_intervals, Control, Pause};
+use crate::history::HISTORY_CAP;
 use crate::history::{History, RunRecord};
+use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow};
 use crate::lock::Redlock;
 use crate::race::{RaceKind, SlotResult};
 use crate::schedule::{Slot, SystemClock};
@@ -153,18 +157,30 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    // The nodes' connections are opened on the runtime.
+    let _entered = runtime.enter();
+    let lock = match Redlock::new(
+        &redis.nodes,
+        "history",
+        redis.lock.clone(),
+        redis.ca.as_deref(),
+    ) {
+        Ok(lock) => Arc::new(lock),
+        Err(e) => {
+            eprintln!("slotcron: {e}");
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let prefix = &config.scheduler.key_prefix;
+    let history = History::Redis {
+        lock: lock.clone(),
+        prefix: prefix.clone(),
+    };
+    if args.since.is_some() || args.missed {
+        let control = Control::redis(lock, prefix);
+        return print_ledger(args, &config, &jobs, &history, &control, &runtime);
+    }
     let result = runtime.block_on(async {
-        let lock = Redlock::new(
-            &redis.nodes,
-            "history",
-            redis.lock.clone(),
-            redis.ca.as_deref(),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let history = History::Redis {
-            lock: Arc::new(lock),
-            prefix: config.scheduler.key_prefix.clone(),
-        };
         let mut runs = Vec::new();
         for (name, _) in &jobs {
             runs.extend(history.read(name, args.limit).await?);
@@ -183,6 +199,135 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
             ExitCode::from(EXIT_RUNTIME)
         }
     }
+}
+
+/// Most slots one ledger lists per job: a wider period is refused rather than cut short.
+const LEDGER_MAX_SLOTS: usize = 20_000;
+
+/// `history --since` / `--missed`: the slot ledger of every selected (enabled) job.
+fn print_ledger(
+    args: &HistoryArgs,
+    config: &Config,
+    jobs: &[(String, Tz)],
+    history: &History,
+    control: &Control,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
+    let since = match parse_since(args.since.as_deref().unwrap_or("24h")) {
+        Ok(since) => since,
+        Err(message) => {
+            eprintln!("--since: {message}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let mut lines = Vec::new();
+    for job in config
+        .jobs
+        .iter()
+        .filter(|j| jobs.iter().any(|(n, _)| *n == j.name))
+    {
+        let settling = job.timeout + config.scheduler.max_clock_skew.max(Duration::from_secs(2));
+        match runtime.block_on(job_ledger(job, since, settling, history, control)) {
+            Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
+            Err(e) => {
+                eprintln!("slotcron: {}: {e:#}", job.name);
+                return ExitCode::from(EXIT_RUNTIME);
+            }
+        }
+    }
+    if args.missed {
+        lines.retain(|(_, e)| e.fate == Fate::Missed);
+    }
+    lines.sort_by(|(a, x), (b, y)| y.slot.cmp(&x.slot).then_with(|| a.name.cmp(&b.name)));
+    print_ledger_lines(&lines, args.json);
+    ExitCode::SUCCESS
+}
+
+/// One job's ledger since `since`.
+/// Slots younger than `settling` may still be running (a run is recorded when it ends).
+async fn job_ledger(
+    job: &Job,
+    since: chrono::DateTime<Utc>,
+    settling: Duration,
+    history: &History,
+    control: &Control,
+) -> anyhow::Result<Vec<Entry>> {
+    let now = Utc::now();
+    let slots: Vec<Slot> = job
+        .schedule
+        .upcoming(since, LEDGER_MAX_SLOTS + 1)
+        .into_iter()
+        .take_while(|s| s.instant() <= now)
+        .collect();
+    anyhow::ensure!(
+        slots.len() <= LEDGER_MAX_SLOTS,
+        "more than {LEDGER_MAX_SLOTS} slots since {since}: ask for a shorter --since"
+    );
+    let runs = history
+        .read(&job.name, (slots.len() * 3 + 16).min(HISTORY_CAP))
+        .await?;
+    let paused = paused_intervals(&control.log(&job.name).await);
+    let settled_before = now - chrono::Duration::from_std(settling).unwrap_or_default();
+    Ok(ledger(&slots, &runs, &paused, settled_before))
+}
+
+fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
+    if json {
+        for (job, entry) in lines {
+            let run = match &entry.fate {
+                Fate::Run(record) => Some(record),
+                Fate::Paused | Fate::Pending | Fate::Missed => None,
+            };
+            let row = LedgerRow {
+                job: &job.name,
+                slot: entry.slot.rfc3339_utc(),
+                slot_local: entry.slot.rfc3339_in(job.zone()),
+                outcome: entry.fate.outcome(),
+                run,
+                duration_ms: run.and_then(|r| r.duration()).map(|d| d.as_millis()),
+            };
+            println!("{}", serde_json::to_string(&row).unwrap_or_default());
+        }
+        return;
+    }
+    println!(
+        "{:<26} {:<20} {:<10} {:<20} {:<9}  ERROR",
+        "SLOT", "JOB", "OUTCOME", "WINNER", "TRIGGER"
+    );
+    for (job, entry) in lines {
+        let (winner, trigger, error) = match &entry.fate {
+            Fate::Run(r) => (
+                r.replica.as_str(),
+                r.trigger.as_str(),
+                r.error.as_deref().unwrap_or(""),
+            ),
+            Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
+        };
+        println!(
+            "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}",
+            entry.slot.rfc3339_in(job.zone()),
+            job.name,
+            entry.fate.outcome(),
+            winner,
+            trigger
+        );
+    }
+    if lines.is_empty() {
+        println!("(no slots)");
+    }
+}
+
+/// `--since`: a duration back from now, or an RFC 3339 time.
+fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, String> {
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    let span = humantime::parse_duration(text)
+        .map_err(|_| format!("{text:?} is neither a duration (24h, 30m) nor an RFC 3339 time"))?;
+    chrono::Duration::from_std(span)
+        .ok()
+        .and_then(|span| Utc::now().checked_sub_signed(span))
+        .ok_or_else(|| format!("{text:?} reaches too far back"))
 }
 
 /// The jobs to read, with their zones; disabled jobs are shown in the default zone.
@@ -252,7 +397,8 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
 /// `slotcron pause`: records the pause on a majority of the nodes; every replica honours it
 /// from its next slot.
 pub fn pause(args: &PauseArgs) -> ExitCode {
-    let (config, control, runtime) = match control_of(&args.config.config, &args.job) {
+    // The runtime is bound first so it is dropped last: the connections close on it.
+    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -289,7 +435,8 @@ pub fn pause(args: &PauseArgs) -> ExitCode {
 /// `slotcron resume`: ends the pause; with `--catch-up`, also runs the newest slot that fell
 /// inside it, through the race (once across the fleet).
 pub fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
-    let (config, control, runtime) = match control_of(&args.config.config, &args.job) {
+    // The runtime is bound first so it is dropped last: the connections close on it.
+    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -356,7 +503,7 @@ fn catch_up_pause(
 fn control_of(
     path: &std::path::Path,
     job: &str,
-) -> Result<(Config, Control, tokio::runtime::Runtime), ExitCode> {
+) -> Result<(tokio::runtime::Runtime, Config, Control), ExitCode> {
     let config = load(path)?;
     let Some(redis) = &config.redis else {
         eprintln!(
@@ -370,18 +517,22 @@ fn control_of(
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     let runtime = runtime()?;
-    let lock = Redlock::new(
-        &redis.nodes,
-        "control",
-        redis.lock.clone(),
-        redis.ca.as_deref(),
-    )
-    .map_err(|e| {
+    let lock = {
+        // The nodes' connections are opened on the runtime.
+        let _entered = runtime.enter();
+        Redlock::new(
+            &redis.nodes,
+            "control",
+            redis.lock.clone(),
+            redis.ca.as_deref(),
+        )
+    };
+    let lock = lock.map_err(|e| {
         eprintln!("slotcron: {e}");
         ExitCode::from(EXIT_RUNTIME)
     })?;
     let control = Control::redis(Arc::new(lock), &config.scheduler.key_prefix);
-    Ok((config, control, runtime))
+    Ok((runtime, config, control))
 }
 
 /// `--until`: an RFC 3339 time, or a duration from now.

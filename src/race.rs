@@ -425,15 +425,23 @@ impl RaceContext {
             .map(|key| (key, RUNNING_LEASE_TTL))
             .collect();
         let leases = self.lock.acquire_many(&keys).await;
+        let mut skipped_runs = Vec::new();
         for (claim, acquired) in waiting.into_iter().zip(leases) {
             let Claim::Won(won) = claim else { continue };
             match self.running_lease(&won.job, won.slot, acquired) {
                 Ok(running) => won.running = Some(running),
                 Err(skipped) => {
                     self.metrics.slot(&won.job.name, skipped.outcome());
+                    let mut record = self.start_record(won);
+                    finish_record(&mut record, &skipped);
+                    skipped_runs.push(record);
                     *claim = Claim::Settled(skipped);
                 }
             }
+        }
+        // The winner records the skip, so the ledger shows why the slot did not run.
+        for record in &skipped_runs {
+            self.history.record(record).await;
         }
     }
 
@@ -680,9 +688,16 @@ fn finish_record(record: &mut RunRecord, result: &SlotResult) {
             record.attempts = *attempts;
             record.delivery = Some(DeliveryState::NotDelivered);
         }
-        SlotResult::Late { .. }
-        | SlotResult::Lost { .. }
-        | SlotResult::Unavailable(_)
-        | SlotResult::Overlapping { .. } => {}
+        SlotResult::Overlapping { holder } => {
+            record.outcome = RunState::Skipped;
+            record.error = Some(match holder {
+                Some(holder) => format!(
+                    "overlap: the previous run is still going on {}",
+                    holder.replica()
+                ),
+                None => "overlap: cannot tell whether the previous run is still going".to_owned(),
+            });
+        }
+        SlotResult::Late { .. } | SlotResult::Lost { .. } | SlotResult::Unavailable(_) => {}
     }
 }

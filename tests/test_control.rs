@@ -1,0 +1,219 @@
+//! Control and visibility on a real fleet: `slotcron pause` stops a job on every replica within
+//! a slot and `resume` starts it again, and the slot ledger (`history --since`) gives every slot
+//! its fate: `paused` while paused, `missed` while no replica was up.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{write_config, Receiver, RedisCluster, Replica};
+use serde_json::Value;
+
+fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        r#"
+        [scheduler]
+        key_prefix = "{prefix}"
+        max_clock_skew = "1s"
+        [redis]
+        nodes = [{nodes}]
+        node_timeout = "250ms"
+        [[job]]
+        name = "push"
+        schedule = "* * * * * *"
+        timeout = "3s"
+        [job.action]
+        type = "wecom"
+        webhook = "{receiver}/cgi-bin/webhook/send?key=controlkey01"
+        msgtype = "text"
+        content = "{{{{ slot }}}}"
+        rate = "600/min"
+        "#,
+        nodes = nodes.join(", ")
+    )
+}
+
+fn start(config: &Path, n: usize) -> Vec<Replica> {
+    let replicas: Vec<Replica> = (0..n)
+        .map(|i| Replica::run(config, &format!("replica-{i}"), &[]))
+        .collect();
+    for r in &replicas {
+        let started = r.wait_for_json(Duration::from_secs(20), |l| {
+            l["message"] == "slotcron started"
+        });
+        assert!(
+            started.is_some(),
+            "a replica did not start: {:?}",
+            r.lines()
+        );
+    }
+    replicas
+}
+
+fn stop(replicas: &[Replica]) {
+    for r in replicas {
+        r.terminate();
+    }
+    for r in replicas {
+        assert!(r.wait_timeout(Duration::from_secs(20)).is_some());
+    }
+}
+
+/// Runs `slotcron ARGS --config CONFIG`; panics unless it exits 0. Returns stdout.
+fn slotcron(config: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slotcron {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The ledger since `since`.
+fn ledger(config: &Path, since: DateTime<Utc>, extra: &[&str]) -> Vec<Value> {
+    let since = since.to_rfc3339();
+    let mut args = vec!["history", "--json", "--since", &since];
+    args.extend_from_slice(extra);
+    slotcron(config, &args)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn slot_time(request: &wiremock::Request) -> DateTime<Utc> {
+    let slot = request.headers["x-slotcron-slot"].to_str().unwrap();
+    DateTime::parse_from_rfc3339(slot).unwrap().into()
+}
+
+fn at(row: &Value) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(row["slot"].as_str().unwrap())
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &config(&cluster.urls(), &receiver.uri(), "pause"),
+    );
+    let replicas = start(&path, 3);
+    let started = Utc::now();
+    std::thread::sleep(Duration::from_secs(3));
+
+    let out = slotcron(
+        &path,
+        &["pause", "push", "--reason", "holidays", "--by", "ops"],
+    );
+    assert!(out.contains("paused"), "{out}");
+    let paused_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let resumed_at = Utc::now();
+    slotcron(&path, &["resume", "push", "--by", "ops"]);
+    std::thread::sleep(Duration::from_secs(4));
+    stop(&replicas);
+
+    // Within one slot of the pause nothing more was sent, until the resume.
+    let slots: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
+    let one_slot = chrono::Duration::seconds(1);
+    let during: Vec<_> = slots
+        .iter()
+        .filter(|s| **s > paused_at + one_slot && **s < resumed_at)
+        .collect();
+    assert!(during.is_empty(), "sent while paused: {during:?}");
+    assert!(
+        slots.iter().filter(|s| **s > resumed_at + one_slot).count() >= 2,
+        "the job did not run again after the resume: {slots:?}"
+    );
+    // Every replica logged the paused slots, naming who paused and why.
+    for r in &replicas {
+        let paused: Vec<Value> = r
+            .json_lines()
+            .into_iter()
+            .filter(|l| l["outcome"] == "paused")
+            .collect();
+        assert!(paused.len() >= 3, "{}: {paused:?}", r.name());
+        assert_eq!(paused[0]["paused_by"], "ops");
+        assert_eq!(paused[0]["reason"], "holidays");
+    }
+    // The ledger shows the slots of the pause as paused, and no gap.
+    std::thread::sleep(Duration::from_secs(5));
+    let rows = ledger(&path, started, &[]);
+    let paused_rows = rows
+        .iter()
+        .filter(|r| r["outcome"] == "paused" && at(r) > paused_at + one_slot && at(r) < resumed_at)
+        .count();
+    assert!(paused_rows >= 3, "{rows:?}");
+    let missed: Vec<_> = rows.iter().filter(|r| r["outcome"] == "missed").collect();
+    assert!(missed.is_empty(), "{missed:?}");
+}
+
+#[test]
+fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &config(&cluster.urls(), &receiver.uri(), "ledger"),
+    );
+    let replicas = start(&path, 3);
+    let started = Utc::now();
+    std::thread::sleep(Duration::from_secs(3));
+    stop(&replicas);
+    let down_from = Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let down_to = Utc::now();
+    let replicas = start(&path, 3);
+    std::thread::sleep(Duration::from_secs(3));
+    stop(&replicas);
+    // The ledger calls a slot settled once its timeout (3 s) and start window (2 s) passed.
+    std::thread::sleep(Duration::from_secs(6));
+
+    let received: std::collections::HashSet<DateTime<Utc>> =
+        receiver.received().iter().map(slot_time).collect();
+    let missed = ledger(&path, started, &["--missed"]);
+    assert!(
+        missed.iter().all(|r| r["outcome"] == "missed"),
+        "{missed:?}"
+    );
+    let missed_slots: Vec<DateTime<Utc>> = missed.iter().map(at).collect();
+    // Every whole second of the downtime is a gap, and no gap was in fact delivered.
+    let mut second = down_from.timestamp() + 1;
+    while second < down_to.timestamp() {
+        let slot = DateTime::from_timestamp(second, 0).unwrap();
+        assert!(
+            missed_slots.contains(&slot),
+            "{slot} not listed as missed: {missed:?}"
+        );
+        second += 1;
+    }
+    for slot in &missed_slots {
+        assert!(
+            !received.contains(slot),
+            "{slot} was delivered but listed as missed"
+        );
+    }
+    // The full ledger has the delivered slots as done.
+    let rows = ledger(&path, started, &[]);
+    let done = rows.iter().filter(|r| r["outcome"] == "done").count();
+    assert!(
+        done >= received.len().saturating_sub(1),
+        "{done} done of {} delivered",
+        received.len()
+    );
+}
