@@ -176,7 +176,7 @@ impl Control {
         let reads = join_all(
             lock.nodes()
                 .iter()
-                .map(|n| n.query::<Vec<(String, Vec<(String, String)>)>>(&cmd, CONTROL_TIMEOUT)),
+                .map(|n| n.query::<LogEntries>(&cmd, CONTROL_TIMEOUT)),
         )
         .await;
         merge_log(reads.into_iter().filter_map(Result::ok).collect())
@@ -275,9 +275,12 @@ async fn read_pause(lock: &Redlock, prefix: &str, job: &str) -> Option<Pause> {
     held.into_iter().max_by_key(|p| p.at)
 }
 
+/// One node's pause-log entries as `XRANGE` answers them: (id, [(field, value)]).
+type LogEntries = Vec<(String, Vec<(String, String)>)>;
+
 /// One log from the nodes' streams: entries by id (each node holds the same ids only by
 /// chance, so entries are told apart by content), oldest first.
-fn merge_log(nodes: Vec<Vec<(String, Vec<(String, String)>)>>) -> Vec<PauseEvent> {
+fn merge_log(nodes: Vec<LogEntries>) -> Vec<PauseEvent> {
     let mut events: Vec<PauseEvent> = Vec::new();
     for entries in nodes {
         for (_, fields) in entries {

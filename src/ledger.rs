@@ -65,7 +65,7 @@ pub fn ledger(
     let mut entries = Vec::new();
     for &slot in slots.iter().rev() {
         if let Some(mut of_slot) = by_slot.remove(&slot) {
-            of_slot.sort_by(|a, b| b.fence.cmp(&a.fence));
+            of_slot.sort_by_key(|r| std::cmp::Reverse(r.fence));
             entries.extend(of_slot.into_iter().map(|r| Entry {
                 slot,
                 fate: Fate::Run(r.clone()),
