@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use chrono::Utc;
 use chrono_tz::Tz;
 use serde::Serialize;
 
@@ -55,7 +54,9 @@ pub fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
     let result = runtime.block_on(async {
         let replica = Replica::connect(&config, replica, Arc::new(SystemClock)).await?;
         let ctx = replica.context(&config);
-        anyhow::Ok(ctx.race(&job, Slot::at(Utc::now()), RaceKind::Manual).await)
+        // The fleet's current second, so the guard at the race never finds it ahead.
+        let slot = Slot::at(ctx.clock.fleet_now());
+        anyhow::Ok(ctx.race(&job, slot, RaceKind::Manual).await)
     });
     match result {
         Ok(result) => report_trigger(&job.name, &result),
@@ -87,6 +88,10 @@ fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             "skipped: the previous run is still going".to_owned(),
         ),
         SlotResult::Late { .. } => (EXIT_RUNTIME, "skipped: too late".to_owned()),
+        SlotResult::Early { .. } => (
+            EXIT_RUNTIME,
+            "skipped: before its instant on the fleet clock".to_owned(),
+        ),
     };
     println!("{job}: {text}");
     ExitCode::from(code)

@@ -279,7 +279,15 @@ fn gap_end(zone: Tz, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
 
 /// The wall clock, as a seam: tests skew one replica in-process, production reads the system.
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// The time the timeline schedules on.
     fn now(&self) -> DateTime<Utc>;
+
+    /// The fleet's time, on which the race judges a slot: a replica never races a slot before
+    /// its instant on it, whatever the timeline says. A clock not corrected to a fleet
+    /// (standalone mode, simulations) is its own fleet time.
+    fn fleet_now(&self) -> DateTime<Utc> {
+        self.now()
+    }
 }
 
 /// The system's wall clock.
