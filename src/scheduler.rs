@@ -376,7 +376,7 @@ async fn timeline(
         .map(|f| f.steps());
     let mut timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
     while let Some(slot) = timeline.next() {
-        let wake = wait_until_due(&ctx, slot, &shutdown, steps.as_mut()).await;
+        let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, steps.as_mut()).await;
         if wake == Wake::Shutdown {
             return;
         }
@@ -406,13 +406,15 @@ enum Wake {
     Shutdown,
 }
 
-/// Sleeps until `slot` is due ([`until_due`]), a step is announced on `steps`, or shutdown.
+/// Sleeps until `slot` is due ([`until_due`]), the wall clock steps under `clock = "local"`
+/// (seen after each timer, or announced on `steps` by the measurer), or shutdown.
 ///
 /// Timers run on the monotonic clock; the remaining gap is measured again after each, so a
 /// clock stepped back meanwhile never starts a slot before its instant.
 async fn wait_until_due(
     ctx: &RaceContext,
     slot: Slot,
+    fleet: Option<&FleetClock>,
     shutdown: &CancellationToken,
     steps: Option<&mut watch::Receiver<u64>>,
 ) -> Wake {
@@ -439,6 +441,11 @@ async fn wait_until_due(
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled() => return Wake::Shutdown,
             _ = &mut stepped => return Wake::Stepped,
+        }
+        // Between two timers, a step moves a wall-clock timeline's deadline.
+        if fleet.is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica) && f.schedules_on_wall())
+        {
+            return Wake::Stepped;
         }
     }
 }

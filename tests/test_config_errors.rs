@@ -732,12 +732,15 @@ fn edit_base() -> String {
     )
 }
 
-/// Each duration field: how to place it in a file, and its documented range.
-fn duration_fields() -> Vec<(
+/// A duration field: its name in errors, a file with a value placed in it, and its range.
+type DurationField = (
     &'static str,
     fn(&str) -> String,
     config::durations::DurationRange,
-)> {
+);
+
+/// Each duration field of jobs.toml.
+fn duration_fields() -> Vec<DurationField> {
     use config::durations as d;
     vec![
         (
@@ -799,14 +802,14 @@ proptest! {
         match humantime::parse_duration(&value) {
             // Not a duration at all (a count too large for its unit): an error on the field.
             Err(_) => {
-                let errors = result.err().expect("an unparseable duration was accepted");
+                let errors = result.expect_err("an unparseable duration was accepted");
                 prop_assert!(errors.errors.iter().any(|e| e.field_name() == Some(name)), "{}", errors);
             }
             Ok(parsed) if range.contains(parsed) => {
                 prop_assert!(result.is_ok(), "{} = {:?} is inside {} but refused: {}", name, value, range, result.unwrap_err());
             }
             Ok(_) => {
-                let errors = result.err().expect("an out-of-range duration was accepted");
+                let errors = result.expect_err("an out-of-range duration was accepted");
                 let shown = errors.to_string();
                 prop_assert!(errors.errors.iter().any(|e| e.field_name() == Some(name)), "{}", shown);
                 // A rate's zero window is refused by the rate's own parser, before the range.

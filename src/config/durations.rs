@@ -61,6 +61,9 @@ impl fmt::Display for DurationRange {
 /// A range end in the largest unit that divides it (`"7d"`, `"10s"`, `"1ms"`): what a user
 /// would write in jobs.toml.
 fn short(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".to_owned();
+    }
     let units = [
         (DAY, "d"),
         (HOUR, "h"),
@@ -68,12 +71,9 @@ fn short(d: Duration) -> String {
         (SECOND, "s"),
     ];
     for (unit, name) in units {
-        if !d.is_zero() && d.as_nanos() % unit.as_nanos() == 0 {
+        if d.as_nanos().is_multiple_of(unit.as_nanos()) {
             return format!("{}{name}", d.as_nanos() / unit.as_nanos());
         }
-    }
-    if d.is_zero() {
-        return "0s".to_owned();
     }
     format!("{}ms", d.as_millis())
 }

@@ -586,6 +586,8 @@ struct Reply {
 
 struct ReceiverState {
     requests: Mutex<Vec<wiremock::Request>>,
+    /// When each request arrived, on this process's (true) wall clock, in `requests`' order.
+    arrivals: Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
     default: Mutex<Reply>,
     queued: Mutex<VecDeque<Reply>>,
     delay_ms: AtomicU64,
@@ -595,7 +597,10 @@ struct Responder(Arc<ReceiverState>);
 
 impl wiremock::Respond for Responder {
     fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
-        lock(&self.0.requests).push(request.clone());
+        let mut requests = lock(&self.0.requests);
+        lock(&self.0.arrivals).push(chrono::Utc::now());
+        requests.push(request.clone());
+        drop(requests);
         let template = if request.method != wiremock::http::Method::POST {
             wiremock::ResponseTemplate::new(405)
         } else if let Some(r) = lock(&self.0.queued).pop_front() {
@@ -634,6 +639,7 @@ impl Receiver {
     pub fn start_with_body(body: serde_json::Value) -> Self {
         let state = Arc::new(ReceiverState {
             requests: Mutex::new(Vec::new()),
+            arrivals: Mutex::new(Vec::new()),
             default: Mutex::new(Reply { status: 200, body }),
             queued: Mutex::new(VecDeque::new()),
             delay_ms: AtomicU64::new(0),
@@ -710,6 +716,17 @@ impl Receiver {
         lock(&self.state.requests).len()
     }
 
+    /// All requests received so far, each with its arrival time on this process's clock.
+    pub fn received_at(&self) -> Vec<(wiremock::Request, chrono::DateTime<chrono::Utc>)> {
+        let requests = lock(&self.state.requests);
+        let arrivals = lock(&self.state.arrivals);
+        requests
+            .iter()
+            .cloned()
+            .zip(arrivals.iter().copied())
+            .collect()
+    }
+
     /// Bodies of the received requests parsed as JSON (`Value::Null` if not JSON).
     pub fn received_json(&self) -> Vec<serde_json::Value> {
         self.received()
@@ -720,7 +737,9 @@ impl Receiver {
 
     /// Forgets the requests received so far.
     pub fn clear(&self) {
-        lock(&self.state.requests).clear();
+        let mut requests = lock(&self.state.requests);
+        lock(&self.state.arrivals).clear();
+        requests.clear();
     }
 
     /// Received requests grouped by `Idempotency-Key` (requests without the
