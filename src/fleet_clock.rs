@@ -191,7 +191,8 @@ fn median(mut samples: Vec<i64>) -> Option<i64> {
     })
 }
 
-/// Measures now and then every [`MEASURE_EVERY`] until shutdown, logging large offsets.
+/// Measures every [`MEASURE_EVERY`], and at once after a step of the wall clock, until
+/// shutdown, logging large offsets and steps.
 pub async fn keep_measuring(
     clock: Arc<FleetClock>,
     lock: Arc<Redlock>,
@@ -200,12 +201,17 @@ pub async fn keep_measuring(
     replica: String,
     shutdown: CancellationToken,
 ) {
+    let mut steps = clock.steps();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(MEASURE_EVERY) => {}
+            // A step may also be the monotonic clock standing still (a VM suspended and
+            // resumed): the fleet's time is measured again at once rather than within a minute.
+            Ok(()) = steps.changed() => {}
             _ = shutdown.cancelled() => return,
         }
         measure_and_report(&clock, &lock, &metrics, max_skew, &replica).await;
+        steps.borrow_and_update();
     }
 }
 

@@ -1,4 +1,5 @@
-//! One slot's life on one replica: check it is not too late, race for the lock (jobs due at the
+//! One slot's life on one replica: check it is inside its window on the fleet clock (never
+//! before its instant, not past the start window), race for the lock (jobs due at the
 //! same instant race as one batch), and (for the winner only) hold the job's running lease, run
 //! the action inside the lock's validity, and record the run. Each step logs one line with the
 //! stable fields `job`, `slot`, `replica`, `outcome`.

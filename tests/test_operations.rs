@@ -465,7 +465,8 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
             .iter()
             .map(|l| time_of(l, "slot"))
             .max();
-        drop(r);
+        // Kept to the end: a failing test prints every run's log.
+        runs.push(r);
         if run < 3 {
             std::thread::sleep(Duration::from_secs(2));
         }

@@ -480,6 +480,15 @@ impl StepRun {
             "slots run twice: {:?}",
             self.duplicates
         );
+        let lateness = self
+            .arrivals
+            .iter()
+            .map(|(s, a)| (*a - *s).num_milliseconds());
+        let (min, max) = lateness.fold((i64::MAX, i64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
+        eprintln!(
+            "{} slots ran; slot to arrival: {min} to {max} ms",
+            self.arrivals.len()
+        );
     }
 
     /// Every slot from the step to 2 s before the end (the last may still be in flight) ran.
