@@ -233,9 +233,11 @@ fn start_generation(
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    for job in &config.jobs {
-        if first && job.catch_up.is_some() {
+    for job in config.jobs.iter().filter(|job| job.catch_up.is_some()) {
+        if first {
             tracker.spawn(catch_up(ctx.clone(), job.clone()));
+        } else {
+            tracker.spawn(mark_first_seen(ctx.clone(), job.clone()));
         }
     }
     tracker.spawn(timeline(
@@ -512,6 +514,15 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
     for slot in missed_slots(&job.schedule, now, floor, &runs, catch_up.policy) {
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
         ctx.race(&job, slot, RaceKind::CatchUp).await;
+    }
+}
+
+/// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
+/// schedules it, so the next start catches up what it misses after this.
+async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    if let Err(e) = watermark::first_seen(&ctx.history, &job.name, ctx.clock.fleet_now()).await {
+        tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+            "the job's watermark could not be recorded; the next start records it");
     }
 }
 

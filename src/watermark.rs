@@ -1,4 +1,5 @@
-//! The watermark: per job, when the fleet first scheduled it (with `catch_up` set). Catch-up
+//! The watermark: per job, when the fleet first scheduled it with `catch_up` set (recorded at
+//! every start, and at a reload, where none is recorded yet). Catch-up
 //! never reaches before it, so a first deploy, whose history is empty, replays nothing: the
 //! slots before the fleet existed were owed to nobody.
 //!
