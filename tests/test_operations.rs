@@ -504,6 +504,61 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
 }
 
 #[test]
+fn a_reload_that_gives_a_job_catch_up_records_its_watermark_and_catches_nothing_up() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "[scheduler]\nkey_prefix = \"marked\"\n{}",
+        redis_section(&cluster)
+    );
+    let path = write_config(
+        dir.path(),
+        &format!("{head}{}", http_job("later", "* * * * * *", &receiver, "")),
+    );
+    let r = replica(&path, "reloader");
+    started(&r);
+    let key = "marked:later:first_seen";
+    assert_eq!(
+        common::redis_get(&cluster[0].url(), key),
+        None,
+        "no catch_up, no watermark"
+    );
+    let reloaded_at = chrono::Utc::now();
+    let with_catch_up = http_job(
+        "later",
+        "* * * * * *",
+        &receiver,
+        "catch_up = \"10m\"\ncatch_up_policy = \"all\"",
+    );
+    std::fs::write(&path, format!("{head}{with_catch_up}")).unwrap();
+    assert!(r.send_signal(Signal::SIGHUP));
+    let marked = wait_until(Duration::from_secs(5), || {
+        let all: Option<Vec<String>> = cluster
+            .iter()
+            .map(|n| common::redis_get(&n.url(), key))
+            .collect();
+        all
+    });
+    let marked = marked.unwrap_or_else(|| panic!("no watermark after the reload: {:?}", r.lines()));
+    for ms in marked {
+        let at = chrono::DateTime::from_timestamp_millis(ms.parse().unwrap()).unwrap();
+        assert!(
+            at >= reloaded_at - chrono::Duration::seconds(1),
+            "watermark {at} before the reload {reloaded_at}"
+        );
+    }
+    // A reload catches nothing up (only a start does), even with policy "all".
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        said(&r, "catching up a missed slot").is_empty(),
+        "{:?}",
+        r.lines()
+    );
+    stop(r);
+}
+
+#[test]
 fn health_readiness_and_metrics_endpoints() {
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
