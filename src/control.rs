@@ -301,8 +301,18 @@ fn merge_log(nodes: Vec<LogEntries>) -> Vec<PauseEvent> {
     events
 }
 
+/// A period a job was paused: from, and until (`None`: still paused).
+pub type PausedSpan = (DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// Whether one of `spans` covers `t`.
+pub fn covered(spans: &[PausedSpan], t: DateTime<Utc>) -> bool {
+    spans
+        .iter()
+        .any(|(from, until)| *from <= t && until.is_none_or(|u| t < u))
+}
+
 /// The intervals a job was paused, from its log: `[from, to)`, `to` open while it still is.
-pub fn paused_intervals(events: &[PauseEvent]) -> Vec<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+pub fn paused_intervals(events: &[PauseEvent]) -> Vec<PausedSpan> {
     let mut intervals = Vec::new();
     let mut open: Option<&Pause> = None;
     for event in events {

@@ -1,16 +1,23 @@
-//! The fleet clock: each replica measures its offset from the Redis nodes' `TIME` (the median
-//! over the nodes, each corrected by half its round trip) at start and every minute, and by
-//! default schedules on the corrected clock. A replica whose clock runs fast then does not fire
-//! early and one whose clock runs slow does not fire late; the offset is logged when it exceeds
-//! half of `max_clock_skew` and exported as a metric.
+//! The fleet clock: each replica measures the Redis nodes' `TIME` (the median over the nodes,
+//! each taken as read when its answer arrived) against its monotonic clock, at start and every
+//! minute, and by default schedules on that time: the fleet's time at a monotonic instant plus
+//! the monotonic time elapsed since. A replica whose clock runs fast then does not fire early,
+//! one whose clock runs slow does not fire late, and a step of the wall clock (an NTP step, a
+//! VM resumed from a snapshot, an operator fixing the date) changes nothing in when slots fire.
+//!
+//! The wall clock is still watched: a reading that disagrees with the monotonic clock by more
+//! than [`STEP_BOUND`] since the last look is a step, logged and counted; with
+//! `clock = "local"` (scheduling on the wall clock) the timeline is rebuilt from the stepped
+//! time. The offset is logged when it exceeds half of `max_clock_skew` and exported as a metric.
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,70 +30,153 @@ use crate::schedule::{Clock, SharedClock};
 pub const MEASURE_EVERY: Duration = Duration::from_secs(60);
 /// Bound on one node's `TIME`.
 const TIME_TIMEOUT: Duration = Duration::from_millis(500);
+/// A wall clock that moved this much more (or less) than the monotonic clock since the last
+/// look has stepped. NTP slews by at most 0.5 ms a second, and the two clocks are read a few
+/// microseconds apart: a second is far above both, and far below any step worth a warning.
+pub const STEP_BOUND: Duration = Duration::from_secs(1);
 
-/// A clock corrected by the measured offset to the Redis nodes' time.
+/// The fleet's time, kept on the monotonic clock; and a watch on the wall clock for steps.
 pub struct FleetClock {
     local: SharedClock,
-    /// `clock = "redis"`: schedule on the corrected time. `"local"`: measure and report only.
+    /// `clock = "redis"`: schedule on the fleet's time. `"local"`: on the wall clock.
     apply: bool,
-    /// Fleet time minus local time, in microseconds; an atomic so `now()` stays lock-free.
-    offset_us: AtomicI64,
+    /// The monotonic origin both anchors below are taken back to.
+    base: Instant,
+    /// The fleet's time at `base`, in µs since the epoch: the median of the nodes' `TIME`, each
+    /// taken back to `base` along the monotonic clock. Before any node answers, the wall
+    /// clock's. An atomic so `now()` stays lock-free.
+    fleet_at_base_us: AtomicI64,
+    /// The wall clock's time at `base` as of the last look, in µs since the epoch. A mutex so a
+    /// look compares and re-anchors as one (two tasks look: the timeline and the measurer).
+    wall_at_base_us: Mutex<i64>,
+    /// Counts the steps seen: a timeline scheduling on the wall clock rebuilds on a change.
+    steps: watch::Sender<u64>,
 }
 
 impl fmt::Debug for FleetClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FleetClock")
-            .field("offset_us", &self.offset_us.load(Ordering::Relaxed))
+            .field("apply", &self.apply)
+            .field("offset_us", &self.offset().num_microseconds())
             .finish()
     }
 }
 
 impl Clock for FleetClock {
     fn now(&self) -> DateTime<Utc> {
-        if !self.apply {
-            return self.local.now();
+        if self.apply {
+            self.fleet_now()
+        } else {
+            self.local.now()
         }
-        self.local.now() + chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    fn fleet_now(&self) -> DateTime<Utc> {
+        let us = self.fleet_at_base_us.load(Ordering::Relaxed) + self.elapsed_us();
+        DateTime::from_timestamp_micros(us).unwrap_or_else(|| self.local.now())
     }
 }
 
 impl FleetClock {
     pub fn new(local: SharedClock, apply: bool) -> Arc<Self> {
+        let base = Instant::now();
+        let wall = local.now().timestamp_micros();
         Arc::new(FleetClock {
             local,
             apply,
-            offset_us: AtomicI64::new(0),
+            base,
+            fleet_at_base_us: AtomicI64::new(wall),
+            wall_at_base_us: Mutex::new(wall),
+            steps: watch::Sender::new(0),
         })
     }
 
-    /// Fleet time minus local time.
+    /// Fleet time minus this replica's wall clock.
     pub fn offset(&self) -> chrono::Duration {
-        chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
+        self.fleet_now() - self.local.now()
     }
 
-    /// Measures the offset against `nodes` and applies it. `None` when no node answered (the
-    /// previous offset stays).
+    /// Whether slots are scheduled on the wall clock (`clock = "local"`), which steps move.
+    pub fn schedules_on_wall(&self) -> bool {
+        !self.apply
+    }
+
+    /// Changes on every step seen.
+    pub fn steps(&self) -> watch::Receiver<u64> {
+        self.steps.subscribe()
+    }
+
+    fn elapsed_us(&self) -> i64 {
+        i64::try_from(self.base.elapsed().as_micros()).unwrap_or(i64::MAX / 2)
+    }
+
+    /// Measures the fleet's time against `nodes` and keeps it; returns the offset (fleet minus
+    /// wall). `None` when no node answered (the previous measurement stays).
     pub async fn measure(&self, nodes: &[Node]) -> Option<chrono::Duration> {
         let samples: Vec<i64> = join_all(nodes.iter().map(|n| self.sample(n)))
             .await
             .into_iter()
             .flatten()
             .collect();
-        let offset = median(samples)?;
-        self.offset_us.store(offset, Ordering::Relaxed);
-        Some(chrono::Duration::microseconds(offset))
+        let fleet_at_base = median(samples)?;
+        self.fleet_at_base_us
+            .store(fleet_at_base, Ordering::Relaxed);
+        Some(self.offset())
     }
 
-    /// One node's time minus ours, at the midpoint of the round trip, in microseconds.
+    /// One node's time at `base`, in µs since the epoch: its `TIME`, taken as read when the
+    /// answer arrived, minus the monotonic time from `base` to then. The node read its clock
+    /// before answering, so this errs late by up to the round trip and never early: a slot
+    /// scheduled on it never fires before its instant, even when a loaded machine makes the
+    /// round trip lopsided (the midpoint of the round trip can err either way).
     async fn sample(&self, node: &Node) -> Option<i64> {
-        let sent = Instant::now();
-        let local_sent = self.local.now();
         let (secs, micros): (i64, i64) =
             node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await.ok()?;
-        let rtt = sent.elapsed();
-        let node_time = DateTime::<Utc>::from_timestamp(secs, (micros * 1000) as u32)?;
-        let local_mid = local_sent + chrono::Duration::from_std(rtt / 2).ok()?;
-        (node_time - local_mid).num_microseconds()
+        let answered = Instant::now();
+        let since_base = i64::try_from(answered.duration_since(self.base).as_micros()).ok()?;
+        secs.checked_mul(1_000_000)?
+            .checked_add(micros)?
+            .checked_sub(since_base)
+    }
+
+    /// How far the wall clock stepped since the last look, when more than [`STEP_BOUND`].
+    /// Each look re-anchors, so NTP's slow slewing never adds up to a step.
+    pub fn look_for_step(&self) -> Option<chrono::Duration> {
+        let mut anchor = self
+            .wall_at_base_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let elapsed = self.elapsed_us();
+        let wall = self.local.now().timestamp_micros();
+        let step = wall - (*anchor + elapsed);
+        *anchor = wall - elapsed;
+        let bound = STEP_BOUND.as_micros() as i64;
+        (step.abs() > bound).then(|| chrono::Duration::microseconds(step))
+    }
+
+    /// Looks for a step; one seen is logged as a warning with its size, counted, and announced
+    /// to the timeline. True when there was one.
+    pub fn report_step(&self, metrics: &Metrics, replica: &str) -> bool {
+        let Some(step) = self.look_for_step() else {
+            return false;
+        };
+        let step_ms = step.num_milliseconds();
+        metrics.clock_step(step_ms);
+        let effect = if self.apply {
+            "slots stay on the fleet clock (monotonic): nothing fires early or late"
+        } else {
+            "clock = \"local\": rebuilding the timeline from the stepped time; slots ahead of \
+             the fleet clock or past their start window are skipped"
+        };
+        tracing::warn!(
+            replica,
+            step_ms,
+            "the wall clock stepped {} by {} ms; {effect}",
+            if step_ms > 0 { "forward" } else { "back" },
+            step_ms.abs()
+        );
+        self.steps.send_modify(|n| *n += 1);
+        true
     }
 }
 
@@ -103,7 +193,8 @@ fn median(mut samples: Vec<i64>) -> Option<i64> {
     })
 }
 
-/// Measures now and then every [`MEASURE_EVERY`] until shutdown, logging large offsets.
+/// Measures every [`MEASURE_EVERY`], and at once after a step of the wall clock, until
+/// shutdown, logging large offsets and steps.
 pub async fn keep_measuring(
     clock: Arc<FleetClock>,
     lock: Arc<Redlock>,
@@ -112,12 +203,17 @@ pub async fn keep_measuring(
     replica: String,
     shutdown: CancellationToken,
 ) {
+    let mut steps = clock.steps();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(MEASURE_EVERY) => {}
+            // A step may also be the monotonic clock standing still (a VM suspended and
+            // resumed): the fleet's time is measured again at once rather than within a minute.
+            Ok(()) = steps.changed() => {}
             _ = shutdown.cancelled() => return,
         }
         measure_and_report(&clock, &lock, &metrics, max_skew, &replica).await;
+        steps.borrow_and_update();
     }
 }
 
@@ -129,6 +225,7 @@ pub async fn measure_and_report(
     max_skew: Duration,
     replica: &str,
 ) {
+    clock.report_step(metrics, replica);
     let Some(offset) = clock.measure(lock.nodes()).await else {
         tracing::warn!(
             replica,
@@ -144,7 +241,7 @@ pub async fn measure_and_report(
         tracing::warn!(replica = %replica, offset_ms = local_minus_fleet_ms, max_clock_skew_ms = max_skew.as_millis() as u64,
             "this replica's clock is {} ms {} the Redis nodes' (more than half of max_clock_skew){}",
             local_minus_fleet_ms.abs(), if local_minus_fleet_ms > 0 { "ahead of" } else { "behind" },
-            if clock.apply { "; scheduling on the fleet clock" } else { "; clock = \"local\": scheduling on it anyway" });
+            if clock.apply { "; scheduling on the fleet clock" } else { "; clock = \"local\": scheduling on it, racing no slot before the fleet clock reaches it" });
     } else {
         tracing::debug!(
             replica,
@@ -157,6 +254,45 @@ pub async fn measure_and_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wall clock a test can step.
+    #[derive(Debug, Default)]
+    struct SteppedClock(AtomicI64);
+
+    impl Clock for SteppedClock {
+        fn now(&self) -> DateTime<Utc> {
+            Utc::now() + chrono::Duration::seconds(self.0.load(Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn a_wall_clock_step_moves_neither_clock_of_the_fleet() {
+        let wall = Arc::new(SteppedClock::default());
+        let fleet = FleetClock::new(wall.clone(), true);
+        let before = fleet.now();
+        wall.0.store(90, Ordering::Relaxed);
+        let after = fleet.now();
+        assert!(
+            (after - before).num_milliseconds().abs() < 500,
+            "{before} -> {after}"
+        );
+        assert!((fleet.fleet_now() - after).num_milliseconds().abs() < 500);
+    }
+
+    #[test]
+    fn a_step_is_seen_once_with_its_size() {
+        let wall = Arc::new(SteppedClock::default());
+        let fleet = FleetClock::new(wall.clone(), false);
+        assert_eq!(fleet.look_for_step(), None);
+        wall.0.store(-90, Ordering::Relaxed);
+        let step = fleet.look_for_step().expect("a step back of 90 s");
+        assert!((step.num_milliseconds() + 90_000).abs() < 500, "{step}");
+        // Re-anchored: the same offset is not a second step.
+        assert_eq!(fleet.look_for_step(), None);
+        // clock = "local" schedules on the stepped wall clock.
+        assert!((fleet.offset().num_milliseconds() - 90_000).abs() < 500);
+        assert!(fleet.schedules_on_wall());
+    }
 
     #[test]
     fn median_of_samples() {

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::control::{covered, PausedSpan};
 use crate::history::RunRecord;
 use crate::schedule::Slot;
 
@@ -47,9 +48,6 @@ pub struct Entry {
     pub fate: Fate,
 }
 
-/// A period a job was paused: from, and until (`None`: still paused).
-pub type PausedSpan = (DateTime<Utc>, Option<DateTime<Utc>>);
-
 /// The ledger of `slots` (the schedule's slots of the period), newest first. Slots after
 /// `settled_before` are `Pending` unless a record says otherwise.
 pub fn ledger(
@@ -82,12 +80,6 @@ pub fn ledger(
         entries.push(Entry { slot, fate });
     }
     entries
-}
-
-fn covered(paused: &[PausedSpan], t: DateTime<Utc>) -> bool {
-    paused
-        .iter()
-        .any(|(from, until)| *from <= t && until.is_none_or(|u| t < u))
 }
 
 /// One ledger line as `history --json` prints it: the run record's fields when there is one.

@@ -5,7 +5,8 @@
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
 //! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
-//! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
+//! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
+//!   steps of the wall clock seen and reported.
 //! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
 //!   handing the slot off when nothing left this replica.
@@ -15,6 +16,7 @@
 //! - [`ledger`]: every scheduled slot of a period and its fate, missed ones included.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
+//! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
@@ -42,3 +44,4 @@ pub mod secret;
 pub mod status;
 pub mod telemetry;
 pub mod tls;
+pub mod watermark;

@@ -63,7 +63,9 @@ pub fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
     let result = runtime.block_on(async {
         let replica = Replica::connect(&config, replica, Arc::new(SystemClock)).await?;
         let ctx = replica.context(&config);
-        anyhow::Ok(ctx.race(&job, Slot::at(Utc::now()), RaceKind::Manual).await)
+        // The fleet's current second, so the guard at the race never finds it ahead.
+        let slot = Slot::at(ctx.clock.fleet_now());
+        anyhow::Ok(ctx.race(&job, slot, RaceKind::Manual).await)
     });
     match result {
         Ok(result) => report_trigger(&job.name, &result),
@@ -104,6 +106,10 @@ fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             "skipped: the previous run is still going".to_owned(),
         ),
         SlotResult::Late { .. } => (EXIT_RUNTIME, "skipped: too late".to_owned()),
+        SlotResult::Early { .. } => (
+            EXIT_RUNTIME,
+            "skipped: before its instant on the fleet clock".to_owned(),
+        ),
     };
     println!("{job}: {text}");
     ExitCode::from(code)

@@ -45,6 +45,8 @@ pub struct Metrics {
     lateness_seconds: Family<JobLabels, Histogram, fn() -> Histogram>,
     node_up: Family<NodeLabels, Gauge>,
     clock_offset_ms: Gauge,
+    clock_steps: Counter,
+    clock_last_step_ms: Gauge,
     budget_waits: Family<JobLabels, Counter>,
     budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     handoffs: Family<JobLabels, Counter>,
@@ -70,6 +72,8 @@ impl Metrics {
             lateness_seconds: Family::new_with_constructor(duration_histogram),
             node_up: Family::default(),
             clock_offset_ms: Gauge::default(),
+            clock_steps: Counter::default(),
+            clock_last_step_ms: Gauge::default(),
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
@@ -112,6 +116,16 @@ impl Metrics {
             "clock_offset_milliseconds",
             "This replica's clock minus the fleet clock",
             self.clock_offset_ms.clone(),
+        );
+        r.register(
+            "clock_steps",
+            "Steps of this replica's wall clock (against its monotonic clock) seen",
+            self.clock_steps.clone(),
+        );
+        r.register(
+            "clock_last_step_milliseconds",
+            "The size of the last wall clock step seen (positive: forward)",
+            self.clock_last_step_ms.clone(),
         );
         r.register(
             "rate_budget_waits",
@@ -216,6 +230,12 @@ impl Metrics {
 
     pub fn clock_offset(&self, offset_ms: i64) {
         self.clock_offset_ms.set(offset_ms);
+    }
+
+    /// A step of the wall clock, `step_ms` forward (negative: back).
+    pub fn clock_step(&self, step_ms: i64) {
+        self.clock_steps.inc();
+        self.clock_last_step_ms.set(step_ms);
     }
 
     /// The Prometheus text exposition.

@@ -1,4 +1,5 @@
-//! One slot's life on one replica: check it is not too late, race for the lock (jobs due at the
+//! One slot's life on one replica: check it is inside its window on the fleet clock (never
+//! before its instant, not past the start window), race for the lock (jobs due at the
 //! same instant race as one batch), and (for the winner only) hold the job's running lease, run
 //! the action inside the lock's validity, and record the run. Each step logs one line with the
 //! stable fields `job`, `slot`, `replica`, `outcome`.
@@ -6,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +32,17 @@ pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
+
+/// A slot at most this far ahead of the fleet clock is waited for at the race (a re-measured
+/// offset, a timer's jitter); further ahead it is skipped as early.
+pub const EARLY_WAIT: Duration = Duration::from_secs(1);
+
+/// Why the guard refused a slot.
+#[derive(Debug, Clone, Copy)]
+enum Outside {
+    Early(Duration),
+    Late(Duration),
+}
 
 /// Why a slot is being raced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +96,11 @@ pub enum SlotResult {
     Late {
         late: Duration,
     },
+    /// Before the slot's instant on the fleet clock (this replica's clock runs ahead): the
+    /// slot belongs to the replicas on time.
+    Early {
+        early: Duration,
+    },
     Lost {
         holder: Token,
     },
@@ -116,7 +133,9 @@ impl SlotResult {
     /// The `outcome` field of the slot's final log line.
     pub fn outcome(&self) -> &'static str {
         match self {
-            SlotResult::Late { .. } | SlotResult::Overlapping { .. } => "skipped",
+            SlotResult::Late { .. } | SlotResult::Early { .. } | SlotResult::Overlapping { .. } => {
+                "skipped"
+            }
             SlotResult::Lost { .. } => "lost",
             SlotResult::Unavailable(_) => "unavailable",
             SlotResult::Done { .. } => "done",
@@ -199,8 +218,8 @@ impl RaceContext {
 
     /// Races for `slot` of `job`: logs the outcome; a win is still to run.
     pub async fn claim(&self, job: &Arc<Job>, slot: Slot, kind: RaceKind) -> Claim {
-        if let Some(late) = self.too_late(slot, kind) {
-            return Claim::Settled(self.skip_late(job, slot, late));
+        if let Some(outside) = self.outside_window(slot, kind).await {
+            return Claim::Settled(self.skip(job, slot, outside));
         }
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
         let raced_at = Instant::now();
@@ -250,10 +269,10 @@ impl RaceContext {
     /// Races for `slot` of every job of `jobs` (the jobs due at that instant) as one batch: one
     /// round trip per node for all of them. Logs each outcome; one claim per job, in order.
     pub async fn claim_many(&self, jobs: &[Arc<Job>], slot: Slot, kind: RaceKind) -> Vec<Claim> {
-        if let Some(late) = self.too_late(slot, kind) {
+        if let Some(outside) = self.outside_window(slot, kind).await {
             return jobs
                 .iter()
-                .map(|job| Claim::Settled(self.skip_late(job, slot, late)))
+                .map(|job| Claim::Settled(self.skip(job, slot, outside)))
                 .collect();
         }
         let keys: Vec<(SlotKey, Duration)> = jobs
@@ -294,17 +313,53 @@ impl RaceContext {
             .collect()
     }
 
-    /// How late a scheduled slot is past the start window, if it is.
-    fn too_late(&self, slot: Slot, kind: RaceKind) -> Option<Duration> {
-        let late = (self.clock.now() - slot.instant())
+    /// The guard before every race, on the fleet clock (not the timeline's): a replica never
+    /// races a slot before its instant, whatever its timeline says (a fast or stepped wall
+    /// clock under `clock = "local"`, a re-measured fleet offset). A slot up to [`EARLY_WAIT`]
+    /// ahead is waited for; one further ahead is skipped as early. A scheduled slot past the
+    /// start window is skipped as late.
+    async fn outside_window(&self, slot: Slot, kind: RaceKind) -> Option<Outside> {
+        let ahead = |now: DateTime<Utc>| {
+            (slot.instant() - now)
+                .to_std()
+                .ok()
+                .filter(|d| !d.is_zero())
+        };
+        if let Some(early) = ahead(self.clock.fleet_now()) {
+            if early > EARLY_WAIT {
+                return Some(Outside::Early(early));
+            }
+            tokio::time::sleep(early).await;
+            if let Some(early) = ahead(self.clock.fleet_now()) {
+                return Some(Outside::Early(early));
+            }
+        }
+        let late = (self.clock.fleet_now() - slot.instant())
             .to_std()
             .unwrap_or_default();
-        (kind == RaceKind::Scheduled && late > self.start_window()).then_some(late)
+        (kind == RaceKind::Scheduled && late > self.start_window()).then_some(Outside::Late(late))
+    }
+
+    /// Logs and counts a slot the guard refused.
+    fn skip(&self, job: &Job, slot: Slot, outside: Outside) -> SlotResult {
+        match outside {
+            Outside::Late(late) => self.skip_late(job, slot, late),
+            Outside::Early(early) => self.skip_early(job, slot, early),
+        }
+    }
+
+    fn skip_early(&self, job: &Job, slot: Slot, early: Duration) -> SlotResult {
+        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
+            reason = %"early", early_ms = early.as_millis() as u64,
+            "{} ms before the slot on the fleet clock (this replica's clock runs ahead): not racing",
+            early.as_millis());
+        self.metrics.slot(&job.name, "skipped");
+        SlotResult::Early { early }
     }
 
     fn skip_late(&self, job: &Job, slot: Slot, late: Duration) -> SlotResult {
         tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-            late_ms = late.as_millis() as u64,
+            reason = %"late", late_ms = late.as_millis() as u64,
             "woke {} ms after the slot, past the start window: not racing", late.as_millis());
         self.metrics.slot(&job.name, "skipped");
         SlotResult::Late { late }
@@ -698,6 +753,9 @@ fn finish_record(record: &mut RunRecord, result: &SlotResult) {
                 None => "overlap: cannot tell whether the previous run is still going".to_owned(),
             });
         }
-        SlotResult::Late { .. } | SlotResult::Lost { .. } | SlotResult::Unavailable(_) => {}
+        SlotResult::Late { .. }
+        | SlotResult::Early { .. }
+        | SlotResult::Lost { .. }
+        | SlotResult::Unavailable(_) => {}
     }
 }

@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -26,6 +27,8 @@ use crate::calendar::DayFilter;
 /// years and a day, so a combination that never holds (`days = "holidays"` on a cron of
 /// weekdays and a calendar without weekday holidays) ends the schedule instead of looping.
 pub const MAX_CALENDAR_SEARCH_DAYS: u64 = 2 * 366 + 1;
+/// How many slots ahead [`Schedule::most_slots_within`] looks.
+pub const SCAN_SLOTS: usize = 20_000;
 
 /// One scheduled instant of a job, whole seconds, in UTC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -312,6 +315,43 @@ impl Schedule {
             .naive_local()
     }
 
+    /// The slots at or before `at`, newest first: catch-up walks back from now with it, so the
+    /// newest missed slot is found whatever the window's size.
+    pub fn back_from(&self, at: DateTime<Utc>) -> impl Iterator<Item = Slot> + '_ {
+        std::iter::successors(self.current(at), move |slot| {
+            self.current(slot.instant() - chrono::Duration::seconds(1))
+        })
+    }
+
+    /// The most slots any window of length `window` holds, over the schedule's next
+    /// [`SCAN_SLOTS`] slots (or next year): enough to see a daily or weekly pattern. Stops
+    /// counting once it exceeds `limit`.
+    pub fn most_slots_within(&self, window: Duration, limit: usize) -> usize {
+        let start = Utc::now();
+        let Ok(window) = chrono::Duration::from_std(window) else {
+            return usize::MAX;
+        };
+        let end = start + chrono::Duration::days(366);
+        let mut in_window = std::collections::VecDeque::new();
+        let mut most = 0;
+        let mut after = start;
+        for _ in 0..SCAN_SLOTS {
+            let Some(slot) = self.next_after(after).filter(|s| s.instant() <= end) else {
+                break;
+            };
+            after = slot.instant();
+            in_window.push_back(after);
+            while in_window.front().is_some_and(|&t| t < after - window) {
+                in_window.pop_front();
+            }
+            most = most.max(in_window.len());
+            if most > limit {
+                break;
+            }
+        }
+        most
+    }
+
     /// The next `n` slots after `at`.
     pub fn upcoming(&self, at: DateTime<Utc>, n: usize) -> Vec<Slot> {
         let mut slots = Vec::with_capacity(n);
@@ -357,7 +397,15 @@ fn gap_end(zone: Tz, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
 
 /// The wall clock, as a seam: tests skew one replica in-process, production reads the system.
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// The time the timeline schedules on.
     fn now(&self) -> DateTime<Utc>;
+
+    /// The fleet's time, on which the race judges a slot: a replica never races a slot before
+    /// its instant on it, whatever the timeline says. A clock not corrected to a fleet
+    /// (standalone mode, simulations) is its own fleet time.
+    fn fleet_now(&self) -> DateTime<Utc> {
+        self.now()
+    }
 }
 
 /// The system's wall clock.
@@ -536,6 +584,79 @@ mod tests {
         assert_eq!(
             slots,
             ["2018-11-04T01:00:00-02:00", "2018-11-04T02:00:00-02:00"]
+        );
+    }
+
+    /// `back_from` lists, newest first, exactly the slots `upcoming` lists oldest first.
+    fn assert_back_matches_forward(expression: &str, zone: Tz, from: &str, n: usize) {
+        let s = Schedule::parse(expression, zone).unwrap();
+        let forward = s.upcoming(utc(from), n);
+        let last = forward.last().unwrap().instant();
+        let mut back: Vec<Slot> = s.back_from(last).take(n).collect();
+        back.reverse();
+        assert_eq!(back, forward, "{expression} in {zone} from {from}");
+    }
+
+    #[test]
+    fn walking_back_meets_the_same_slots_as_walking_forward() {
+        let ny = chrono_tz::America::New_York;
+        assert_back_matches_forward("* * * * * *", chrono_tz::UTC, "2026-01-01T00:00:00Z", 500);
+        assert_back_matches_forward(
+            "0 30 9 * * Mon-Fri",
+            chrono_tz::Asia::Shanghai,
+            "2026-11-20T00:00:00Z",
+            12,
+        );
+        // Across both DST changes of New York: a wall time in the gap and one in the overlap.
+        assert_back_matches_forward("0 30 2 * * *", ny, "2026-03-05T12:00:00Z", 6);
+        assert_back_matches_forward("0 30 1 * * *", ny, "2026-10-29T12:00:00Z", 6);
+        assert_back_matches_forward("0 */20 * * * *", ny, "2026-11-01T04:00:00Z", 12);
+    }
+
+    #[test]
+    fn back_from_starts_at_the_slot_at_or_before_the_instant() {
+        let s = Schedule::parse("*/10 * * * * *", chrono_tz::UTC).unwrap();
+        let slots: Vec<String> = s
+            .back_from(utc("2026-01-01T00:01:05.500Z"))
+            .take(3)
+            .map(|slot| slot.rfc3339_utc())
+            .collect();
+        assert_eq!(
+            slots,
+            [
+                "2026-01-01T00:01:00Z",
+                "2026-01-01T00:00:50Z",
+                "2026-01-01T00:00:40Z"
+            ]
+        );
+        let exact = s.back_from(utc("2026-01-01T00:01:00Z")).next().unwrap();
+        assert_eq!(exact.rfc3339_utc(), "2026-01-01T00:01:00Z");
+    }
+
+    #[test]
+    fn most_slots_within_a_window() {
+        let every_second = Schedule::parse("* * * * * *", chrono_tz::UTC).unwrap();
+        // The window's both ends count: 11 slots in any 10 s.
+        assert_eq!(
+            every_second.most_slots_within(Duration::from_secs(10), 1000),
+            11
+        );
+        // Stops counting past the limit.
+        assert_eq!(
+            every_second.most_slots_within(Duration::from_secs(3600), 1000),
+            1001
+        );
+        // A weekday job: at most 5 in a week... plus the same weekday of the next week at 7 d.
+        let weekdays = Schedule::parse("0 30 9 * * Mon-Fri", chrono_tz::UTC).unwrap();
+        assert_eq!(
+            weekdays.most_slots_within(Duration::from_secs(6 * 86_400), 1000),
+            5
+        );
+        // A burst: every second of 09:00-09:04 once a day.
+        let burst = Schedule::parse("* 0-4 9 * * *", chrono_tz::UTC).unwrap();
+        assert_eq!(
+            burst.most_slots_within(Duration::from_secs(3600), 1000),
+            300
         );
     }
 

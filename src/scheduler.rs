@@ -2,7 +2,8 @@
 //! due then to one race task, which races them as a batch. Every task is tracked; on shutdown
 //! no new slot starts and in-flight slots finish (each within its job's timeout) before `run`
 //! returns. A reload swaps the timeline for one built from the new file; slots already racing
-//! or running finish on the old one.
+//! or running finish on the old one. With `clock = "local"` a step of the wall clock rebuilds
+//! the timeline from the stepped time.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -12,28 +13,27 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::action::http_client;
 use crate::action::rate::Budgets;
-use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
-use crate::control::Control;
+use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job, MAX_CATCH_UP_ALL};
+use crate::control::{covered, paused_intervals, Control, PausedSpan};
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
-use crate::history::History;
+use crate::history::{History, RunRecord};
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
 use crate::pubsub::Heard;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
-use crate::schedule::{SharedClock, Slot};
+use crate::schedule::{Schedule, SharedClock, Slot};
 use crate::status;
+use crate::watermark;
 
 /// How long start-up waits for the first answer of each Redis node before going on without it.
 const STARTUP_PING: Duration = Duration::from_secs(2);
-/// Most missed slots a job catches up at start (`catch_up_policy = "all"`).
-const MAX_CATCH_UP: usize = 1000;
 
 /// What a replica keeps across reloads: its connections, history and metrics.
 #[derive(Clone)]
@@ -268,14 +268,17 @@ fn start_generation(
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    for job in &config.jobs {
-        if first && job.catch_up.is_some() {
+    for job in config.jobs.iter().filter(|job| job.catch_up.is_some()) {
+        if first {
             tracker.spawn(catch_up(ctx.clone(), job.clone()));
+        } else {
+            tracker.spawn(mark_first_seen(ctx.clone(), job.clone()));
         }
     }
     tracker.spawn(timeline(
         ctx,
         config.jobs.clone(),
+        replica.fleet.as_ref().map(|(clock, _)| clock.clone()),
         tracker.clone(),
         generation.clone(),
     ));
@@ -393,17 +396,34 @@ impl Timeline {
 /// Sleeps until the next instant any job is due and starts one race for every job due then,
 /// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
 /// jobs on the same second cost each Redis node one request from this replica, not a
-/// thousand (BENCHMARKS.md, scale).
+/// thousand (BENCHMARKS.md, scale). Each wake looks for a step of the wall clock (reported by
+/// the fleet clock); scheduling on the wall clock (`clock = "local"`), a step rebuilds the
+/// timeline from the stepped time, so a step back does not leave it asleep for slots that
+/// already passed and a step forward does not race the skipped-over slots one by one.
 async fn timeline(
     ctx: Arc<RaceContext>,
     jobs: Vec<Arc<Job>>,
+    fleet: Option<Arc<FleetClock>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let mut timeline = Timeline::new(jobs, ctx.clock.now(), &ctx.replica);
+    let mut steps = fleet
+        .as_ref()
+        .filter(|f| f.schedules_on_wall())
+        .map(|f| f.steps());
+    let mut timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
     while let Some(slot) = timeline.next() {
-        if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
+        let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, steps.as_mut()).await;
+        if wake == Wake::Shutdown {
             return;
+        }
+        let stepped = fleet
+            .as_ref()
+            .is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica));
+        if let Some(steps) = steps.as_mut().filter(|_| stepped || wake == Wake::Stepped) {
+            steps.borrow_and_update();
+            timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
+            continue;
         }
         // A replica that wakes late still races the slots inside the start window (the race
         // decides); slots older than that belonged to replicas that were awake and are skipped.
@@ -412,6 +432,74 @@ async fn timeline(
         let due = timeline.take_due(slot, after, &ctx.replica);
         tracker.spawn(race_instant(ctx.clone(), due, slot, tracker.clone()));
     }
+}
+
+/// What ended a wait for the next slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Due,
+    /// The wall clock stepped (seen by the fleet clock's measurer meanwhile).
+    Stepped,
+    Shutdown,
+}
+
+/// Sleeps until `slot` is due ([`until_due`]), the wall clock steps under `clock = "local"`
+/// (seen after each timer, or announced on `steps` by the measurer), or shutdown.
+///
+/// Timers run on the monotonic clock; the remaining gap is measured again after each, so a
+/// clock stepped back meanwhile never starts a slot before its instant.
+async fn wait_until_due(
+    ctx: &RaceContext,
+    slot: Slot,
+    fleet: Option<&FleetClock>,
+    shutdown: &CancellationToken,
+    steps: Option<&mut watch::Receiver<u64>>,
+) -> Wake {
+    let stepped = async {
+        let announced = match steps {
+            Some(rx) => rx.changed().await.is_ok(),
+            None => false,
+        };
+        if !announced {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(stepped);
+    loop {
+        let wait = until_due(ctx, slot);
+        if wait.is_zero() {
+            return if shutdown.is_cancelled() {
+                Wake::Shutdown
+            } else {
+                Wake::Due
+            };
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => return Wake::Shutdown,
+            _ = &mut stepped => return Wake::Stepped,
+        }
+        // Between two timers, a step moves a wall-clock timeline's deadline.
+        if fleet.is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica) && f.schedules_on_wall())
+        {
+            return Wake::Stepped;
+        }
+    }
+}
+
+/// How long until `slot` is due: the timeline's clock must reach it, and so must the fleet
+/// clock (they differ under `clock = "local"`) when it is behind by no more than the start
+/// window. Further behind, the slot goes to the race at once, whose guard skips it as early:
+/// waiting longer would hold up every later slot.
+fn until_due(ctx: &RaceContext, slot: Slot) -> Duration {
+    let left = |now: DateTime<Utc>| (slot.instant() - now).to_std().unwrap_or_default();
+    let fleet = left(ctx.clock.fleet_now());
+    let fleet = if fleet <= ctx.start_window() {
+        fleet
+    } else {
+        Duration::ZERO
+    };
+    left(ctx.clock.now()).max(fleet)
 }
 
 /// Races the jobs due at `slot` as one batch; each win runs in a task of its own.
@@ -472,64 +560,80 @@ async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffReques
     ctx.take_over(&job, &offer).await;
 }
 
-/// Runs, once, the slots of `job` inside its catch-up window that have no run record: slots
-/// the whole fleet missed (a rollout, a crash loop). They go through the same race, so
-/// replicas starting together still run each once.
+/// Runs, once, the slots of `job` the whole fleet missed (a rollout, a crash loop): those in
+/// its catch-up window, after the fleet first scheduled the job (its watermark: a first deploy
+/// runs nothing), with no run record. `latest` runs the newest of them, `all` each, oldest
+/// first. They go through the same race, so replicas starting together still run each once.
+/// Judged on the fleet clock, like the race.
 async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
     let Some(catch_up) = job.catch_up else { return };
-    let now = ctx.clock.now();
-    let from = now - chrono::Duration::from_std(catch_up.window).unwrap_or_default();
-    let past: Vec<Slot> = job
-        .schedule
-        .upcoming(from, MAX_CATCH_UP)
-        .into_iter()
-        .take_while(|s| s.instant() <= now)
-        .collect();
-    if past.is_empty() {
-        return;
-    }
-    let recorded = match ctx.history.read(&job.name, past.len() + 16).await {
-        Ok(runs) => runs
-            .into_iter()
-            .map(|r| r.slot)
-            .collect::<std::collections::HashSet<_>>(),
+    let now = ctx.clock.fleet_now();
+    let watermark = match watermark::first_seen(&ctx.history, &job.name, now).await {
+        Ok(watermark) => watermark,
+        Err(e) => {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                "catch-up skipped: the fleet's watermark cannot be read, so missed slots cannot be told apart");
+            return;
+        }
+    };
+    let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
+    let floor = (now - window).max(watermark);
+    let runs = match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
+        Ok(runs) => runs,
         Err(e) => {
             tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
                 "catch-up skipped: the run history cannot be read, so missed slots cannot be told apart");
             return;
         }
     };
-    let mut missed: Vec<Slot> = past.into_iter().filter(|s| !recorded.contains(s)).collect();
-    if catch_up.policy == CatchUpPolicy::Latest && missed.len() > 1 {
-        missed.drain(..missed.len() - 1);
-    }
+    // A slot the job was paused at was not missed: it is caught up only by `resume --catch-up`.
+    let paused = paused_intervals(&ctx.control.log(&job.name).await);
+    let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
     for slot in missed {
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
         ctx.race(&job, slot, RaceKind::CatchUp).await;
     }
 }
 
-/// Sleeps until the wall clock reaches `slot`. False when shutdown came first.
-///
-/// The timer runs on the monotonic clock; if the wall clock was stepped back meanwhile the
-/// remaining gap is slept again, so a slot never starts before its instant on this replica.
-pub async fn sleep_until_slot(
-    clock: &SharedClock,
-    slot: Slot,
-    shutdown: &CancellationToken,
-) -> bool {
-    loop {
-        let Ok(wait) = (slot.instant() - clock.now()).to_std() else {
-            return !shutdown.is_cancelled();
-        };
-        if wait.is_zero() {
-            return !shutdown.is_cancelled();
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => return false,
-        }
+/// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
+/// schedules it, so the next start catches up what it misses after this.
+async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    if let Err(e) = watermark::first_seen(&ctx.history, &job.name, ctx.clock.fleet_now()).await {
+        tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+            "the job's watermark could not be recorded; the next start records it");
     }
+}
+
+/// The slots to catch up, oldest first: at or before `now`, after `floor`, with no record in
+/// `runs` (newest first, as [`History::read`] returns them). When `runs` holds
+/// [`MAX_CATCH_UP_ALL`] records it may not reach back to `floor`: slots older than its oldest
+/// cannot be told apart from missed ones, and are left. A slot a pause in `paused` covers was
+/// not missed. Walks back from `now`, so `latest` is the newest missed slot at any window size.
+fn missed_slots(
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+    floor: DateTime<Utc>,
+    runs: &[RunRecord],
+    paused: &[PausedSpan],
+    policy: CatchUpPolicy,
+) -> Vec<Slot> {
+    let recorded: std::collections::HashSet<Slot> = runs.iter().map(|r| r.slot).collect();
+    let horizon = runs
+        .last()
+        .filter(|_| runs.len() >= MAX_CATCH_UP_ALL)
+        .map(|r| r.slot);
+    let most = match policy {
+        CatchUpPolicy::Latest => 1,
+        CatchUpPolicy::All => MAX_CATCH_UP_ALL,
+    };
+    let mut missed: Vec<Slot> = schedule
+        .back_from(now)
+        .take_while(|s| s.instant() > floor && horizon.is_none_or(|h| *s >= h))
+        .filter(|s| !recorded.contains(s) && !covered(paused, s.instant()))
+        .take(most)
+        .collect();
+    missed.reverse();
+    missed
 }
 
 #[cfg(test)]
@@ -580,6 +684,124 @@ mod tests {
         let mut due = names(&due);
         due.sort_unstable();
         assert_eq!(due, ["even", "every"]);
+    }
+
+    fn ran(job: &Job, slots: impl IntoIterator<Item = DateTime<Utc>>) -> Vec<RunRecord> {
+        let mut runs: Vec<RunRecord> = slots
+            .into_iter()
+            .map(|t| RunRecord {
+                job: job.name.clone(),
+                slot: Slot::at(t),
+                replica: "r".into(),
+                started: t,
+                finished: Some(t),
+                outcome: crate::history::RunState::Done,
+                error: None,
+                attempts: 1,
+                trigger: "schedule".into(),
+                fence: crate::schedule::Fence::new(Slot::at(t), 0),
+                delivery: None,
+                previous_winner: None,
+            })
+            .collect();
+        runs.reverse();
+        runs
+    }
+
+    fn instants(slots: &[Slot]) -> Vec<String> {
+        slots.iter().map(|s| s.rfc3339_utc()).collect()
+    }
+
+    #[test]
+    fn a_paused_slot_is_not_caught_up_and_latest_is_the_newest_missed_one() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let floor = at("2026-01-01T10:00:00.300Z");
+        let paused = [(at("2026-01-01T10:00:04Z"), None)];
+        let latest = missed_slots(
+            &job.schedule,
+            now,
+            floor,
+            &[],
+            &paused,
+            CatchUpPolicy::Latest,
+        );
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:03Z"]);
+        let all = missed_slots(&job.schedule, now, floor, &[], &paused, CatchUpPolicy::All);
+        assert_eq!(
+            instants(&all),
+            [
+                "2026-01-01T10:00:01Z",
+                "2026-01-01T10:00:02Z",
+                "2026-01-01T10:00:03Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn catch_up_runs_the_unrecorded_slots_after_the_floor() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let floor = at("2026-01-01T10:00:00.300Z");
+        let runs = ran(
+            job,
+            [at("2026-01-01T10:00:01Z"), at("2026-01-01T10:00:02Z")],
+        );
+        let latest = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::Latest);
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:05Z"]);
+        let all = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::All);
+        assert_eq!(
+            instants(&all),
+            [
+                "2026-01-01T10:00:03Z",
+                "2026-01-01T10:00:04Z",
+                "2026-01-01T10:00:05Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_first_deploy_catches_up_nothing() {
+        // The watermark is the start itself: the floor is now.
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        for policy in [CatchUpPolicy::Latest, CatchUpPolicy::All] {
+            assert!(missed_slots(&job.schedule, now, now, &[], &[], policy).is_empty());
+        }
+    }
+
+    #[test]
+    fn latest_is_the_newest_missed_slot_at_any_window_size() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let week_ago = now - chrono::Duration::days(7);
+        let latest = missed_slots(
+            &job.schedule,
+            now,
+            week_ago,
+            &[],
+            &[],
+            CatchUpPolicy::Latest,
+        );
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:05Z"]);
+    }
+
+    #[test]
+    fn catch_up_never_reaches_past_the_oldest_record_of_a_full_history() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:00.500Z");
+        // 1000 recorded runs, the newest a second before now; then one slot older is missing.
+        let recorded =
+            (2..=MAX_CATCH_UP_ALL as i64 + 1).map(|s| now - chrono::Duration::seconds(s));
+        let runs = ran(job, recorded.rev());
+        assert_eq!(runs.len(), MAX_CATCH_UP_ALL);
+        let floor = now - chrono::Duration::hours(1);
+        let all = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::All);
+        // Only the slots after the history: now's and the one before it.
+        assert_eq!(
+            instants(&all),
+            ["2026-01-01T09:59:59Z", "2026-01-01T10:00:00Z"]
+        );
     }
 
     #[test]

@@ -133,7 +133,15 @@ fn cases() -> Vec<Case> {
         case("duplicate node", format!("[redis]\nnodes = [\"redis://a:6379\", \"redis://a:6379\"]\n{GOOD_JOB}"), None, "nodes[1]", &["twice"]),
         case("duplicate node, once with the default port", format!("[redis]\nnodes = [\"redis://10.0.0.1:6379\", \"redis://10.0.0.2\", \"redis://10.0.0.1\"]\n{GOOD_JOB}"), None, "nodes[2]", &["10.0.0.1:6379", "twice"]),
         case("no nodes", format!("[redis]\nnodes = []\n{GOOD_JOB}"), None, "nodes", &["at least one"]),
-        case("zero timeout", job("timeout = \"0s\"", WECOM), j, "timeout", &["greater than 0"]),
+        case("zero timeout", job("timeout = \"0s\"", WECOM), j, "timeout", &["0s is out of range", "1ms to 1d"]),
+        case("absurd timeout", job("timeout = \"300000000000y\"", WECOM), j, "timeout", &["300000000000years is out of range", "1ms to 1d"]),
+        case("absurd catch_up", job("catch_up = \"300000000000y\"", WECOM), j, "catch_up", &["300000000000years is out of range", "1s to 7d"]),
+        case("zero catch_up", job("catch_up = \"0s\"", WECOM), j, "catch_up", &["out of range", "1s to 7d", "leave catch_up out"]),
+        case("catch_up all over its bound", job("schedule = \"* * * * * *\"\ncatch_up = \"1h\"\ncatch_up_policy = \"all\"", WECOM).replacen("schedule = \"* * * * *\"\n", "", 1), j, "catch_up", &["holds more than 1000 slots", "at least 1001", "1h"]),
+        case("absurd max_clock_skew", format!("[scheduler]\nmax_clock_skew = \"2h\"\n{GOOD_JOB}"), None, "max_clock_skew", &["[scheduler]", "2h is out of range", "0s to 1h"]),
+        case("zero node_timeout", format!("[redis]\nnodes = [\"redis://a:6379\"]\nnode_timeout = \"0s\"\n{GOOD_JOB}"), None, "node_timeout", &["[redis]", "0s is out of range", "1ms to 10s"]),
+        case("absurd retry_delay", format!("[redis]\nnodes = [\"redis://a:6379\"]\nretry_delay = \"300000000000y\"\n{GOOD_JOB}"), None, "retry_delay", &["[redis]", "out of range", "0s to 1s"]),
+        case("absurd rate window", job("", &format!("{WECOM}\nrate = \"1/300000000000y\"")), j, "action.rate", &["the window 300000000000years is out of range", "1ms to 1d"]),
         case("bad duration", job("timeout = \"soon\"", WECOM), j, "timeout", &["invalid"]),
         case("http with a bad method", job("", "type = \"http\"\nurl = \"https://x.example/h\"\nmethod = \"FETCH\""), j, "action.method", &["unknown method \"FETCH\""]),
         case("http with a bad header name", job("", "type = \"http\"\nurl = \"https://x.example/h\"\nheaders = { \"Bad Header\" = \"v\" }"), j, "action.headers.Bad Header", &["not a valid HTTP header name"]),
@@ -563,6 +571,46 @@ fn cli_exits_2_on_a_bad_config_before_starting_anything() {
     assert!(String::from_utf8_lossy(&unset.stderr).contains("WECOM_WEBHOOK"));
 }
 
+/// The absurd and the zero durations of issue 11: config errors from both `check` and `run`,
+/// exit 2, and `run` starts nothing (no "slotcron started", no request to the webhook).
+#[test]
+fn cli_exits_2_on_out_of_range_durations_from_check_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    let cases = [
+        (
+            "timeout = \"300000000000y\"",
+            "timeout",
+            "300000000000years",
+        ),
+        (
+            "catch_up = \"300000000000y\"",
+            "catch_up",
+            "300000000000years",
+        ),
+        ("timeout = \"0s\"", "timeout", "0s"),
+        ("catch_up = \"0ms\"", "catch_up", "0s"),
+    ];
+    for (line, field, value) in cases {
+        std::fs::write(&path, job(line, "type = \"log\"\ncontent = \"x\"")).unwrap();
+        for verb in ["check", "run"] {
+            let out = bin()
+                .args([verb, "--config", path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(2), "{verb} {line}: {stderr}");
+            let expected = format!("job \"j\", field \"{field}\": {value} is out of range");
+            assert!(stderr.contains(&expected), "{verb} {line}: {stderr}");
+            assert!(
+                !stdout.contains("slotcron started") && !stderr.contains("slotcron started"),
+                "{verb} {line} started: {stdout}{stderr}"
+            );
+        }
+    }
+}
+
 #[test]
 fn check_prints_next_slots_in_the_job_zone_without_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -621,6 +669,10 @@ fn toml_value() -> impl Strategy<Value = String> {
             "\"0 0 30 2 *\"",
             "\"30s\"",
             "\"0s\"",
+            "\"300000000000y\"",
+            "\"8d\"",
+            "\"1ns\"",
+            "\"1/300000000000y\"",
             "\"Asia/Shanghai\"",
             "\"Nowhere/City\"",
             "\"wecom\"",
@@ -706,8 +758,92 @@ fn edit_base() -> String {
     )
 }
 
+/// A duration field: its name in errors, a file with a value placed in it, and its range.
+type DurationField = (
+    &'static str,
+    fn(&str) -> String,
+    config::durations::DurationRange,
+);
+
+/// Each duration field of jobs.toml.
+fn duration_fields() -> Vec<DurationField> {
+    use config::durations as d;
+    vec![
+        (
+            "timeout",
+            |v| job(&format!("timeout = {v:?}"), WECOM),
+            d::TIMEOUT,
+        ),
+        (
+            "catch_up",
+            |v| job(&format!("catch_up = {v:?}"), WECOM),
+            d::CATCH_UP,
+        ),
+        (
+            "max_clock_skew",
+            |v| format!("[scheduler]\nmax_clock_skew = {v:?}\n{GOOD_JOB}"),
+            d::MAX_CLOCK_SKEW,
+        ),
+        (
+            "node_timeout",
+            |v| format!("[redis]\nnodes = [\"redis://a:6379\"]\nnode_timeout = {v:?}\n{GOOD_JOB}"),
+            d::NODE_TIMEOUT,
+        ),
+        (
+            "retry_delay",
+            |v| format!("[redis]\nnodes = [\"redis://a:6379\"]\nretry_delay = {v:?}\n{GOOD_JOB}"),
+            d::RETRY_DELAY,
+        ),
+        (
+            "action.rate",
+            |v| job("", &format!("{WECOM}\nrate = \"1/{v}\"")),
+            d::RATE_WINDOW,
+        ),
+    ]
+}
+
+/// A duration as users write it: a count (zero, small or absurd) and a unit.
+fn duration_text() -> impl Strategy<Value = String> {
+    let count = prop_oneof![
+        Just(0u64),
+        1u64..100,
+        100u64..100_000,
+        Just(300_000_000_000),
+        any::<u64>(),
+    ];
+    let unit = prop::sample::select(vec!["ns", "us", "ms", "s", "m", "min", "h", "d", "w", "y"]);
+    (count, unit).prop_map(|(n, u)| format!("{n}{u}"))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_duration_field_is_accepted_exactly_inside_its_range(
+        field in 0usize..6,
+        value in duration_text(),
+    ) {
+        let (name, place, range) = duration_fields()[field];
+        let result = parse(&place(&value));
+        match humantime::parse_duration(&value) {
+            // Not a duration at all (a count too large for its unit): an error on the field.
+            Err(_) => {
+                let errors = result.expect_err("an unparseable duration was accepted");
+                prop_assert!(errors.errors.iter().any(|e| e.field_name() == Some(name)), "{}", errors);
+            }
+            Ok(parsed) if range.contains(parsed) => {
+                prop_assert!(result.is_ok(), "{} = {:?} is inside {} but refused: {}", name, value, range, result.unwrap_err());
+            }
+            Ok(_) => {
+                let errors = result.expect_err("an out-of-range duration was accepted");
+                let shown = errors.to_string();
+                prop_assert!(errors.errors.iter().any(|e| e.field_name() == Some(name)), "{}", shown);
+                // A rate's zero window is refused by the rate's own parser, before the range.
+                let zero_rate = name == "action.rate" && shown.contains("must be greater than 0");
+                prop_assert!(zero_rate || (shown.contains("is out of range") && shown.contains(&range.to_string())), "{}", shown);
+            }
+        }
+    }
 
     #[test]
     fn config_loader_never_panics_on_arbitrary_text(text in ".{0,400}") {

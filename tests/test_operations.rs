@@ -404,6 +404,160 @@ fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
     }
 }
 
+/// The JSON lines of `r` that say `message`.
+fn said(r: &Replica, message: &str) -> Vec<Value> {
+    r.json_lines()
+        .into_iter()
+        .filter(|l| l["message"] == message)
+        .collect()
+}
+
+fn time_of(line: &Value, field: &str) -> chrono::DateTime<chrono::Utc> {
+    line[field].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before_the_first_start() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        // A node timeout with headroom: this test is about catch-up, not a loaded machine.
+        "[scheduler]\nkey_prefix = \"restarts\"\n{}node_timeout = \"500ms\"\n{}",
+        redis_section(&cluster),
+        http_job("tick", "* * * * * *", &receiver, "catch_up = \"1h\"")
+    );
+    let path = write_config(dir.path(), &text);
+    let first_spawn = chrono::Utc::now();
+    let mut caught = Vec::new();
+    let mut previous_last: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut runs: Vec<Replica> = Vec::new();
+    for run in 0..4 {
+        let r = replica(&path, "solo");
+        started(&r);
+        std::thread::sleep(Duration::from_secs(2));
+        r.terminate();
+        let exited = r.wait_timeout(Duration::from_secs(15));
+        assert!(exited.is_some_and(|s| s.success()), "{:?}", r.lines());
+        let lines = said(&r, "catching up a missed slot");
+        if run == 0 {
+            // A first deploy: the fleet first scheduled the job now; nothing before is owed.
+            assert!(lines.is_empty(), "first start caught up {lines:?}");
+        } else {
+            assert_eq!(lines.len(), 1, "restart {run} (latest): {lines:?}");
+            let slot = time_of(&lines[0], "slot");
+            let started_at = time_of(&said(&r, "slotcron started")[0], "timestamp");
+            // The newest slot at or before the restart (the catch-up looks right after it).
+            let newest = chrono::DateTime::from_timestamp(started_at.timestamp(), 0).unwrap();
+            // (A second later when the catch-up looked just after a second began.)
+            assert!(
+                slot == newest || slot == newest + chrono::Duration::seconds(1),
+                "restart {run} caught up {slot}, the newest slot of the downtime is {newest}"
+            );
+            let last = previous_last.expect("the previous run ran slots");
+            assert!(
+                slot > last,
+                "restart {run} caught up {slot}, already run at {last}"
+            );
+            caught.push(slot);
+        }
+        previous_last = said(&r, "ran the slot")
+            .iter()
+            .map(|l| time_of(l, "slot"))
+            .max();
+        // Kept to the end: a failing test prints every run's log.
+        runs.push(r);
+        if run < 3 {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    // Every caught-up slot reached the receiver once; no slot ran twice or before the start.
+    let counts = receiver.counts_by_idempotency_key();
+    for slot in &caught {
+        let key = format!("tick/{}", slot.format("%Y-%m-%dT%H:%M:%SZ"));
+        assert_eq!(counts.get(&key), Some(&1), "{key}: {counts:?}");
+    }
+    assert!(receiver.duplicate_keys().is_empty(), "{counts:?}");
+    for (request, _) in receiver.received_at() {
+        let slot: chrono::DateTime<chrono::Utc> = request.headers["x-slotcron-slot"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            slot > first_spawn,
+            "{slot} is from before the first start ({first_spawn})"
+        );
+    }
+    // The watermark, on every node: the first start.
+    for node in cluster.iter() {
+        let ms: i64 = common::redis_get(&node.url(), "restarts:tick:first_seen")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let watermark = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+        assert!(
+            watermark > first_spawn && watermark < first_spawn + chrono::Duration::seconds(5),
+            "{watermark}"
+        );
+    }
+}
+
+#[test]
+fn a_reload_that_gives_a_job_catch_up_records_its_watermark_and_catches_nothing_up() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "[scheduler]\nkey_prefix = \"marked\"\n{}",
+        redis_section(&cluster)
+    );
+    let path = write_config(
+        dir.path(),
+        &format!("{head}{}", http_job("later", "* * * * * *", &receiver, "")),
+    );
+    let r = replica(&path, "reloader");
+    started(&r);
+    let key = "marked:later:first_seen";
+    assert_eq!(
+        common::redis_get(&cluster[0].url(), key),
+        None,
+        "no catch_up, no watermark"
+    );
+    let reloaded_at = chrono::Utc::now();
+    let with_catch_up = http_job(
+        "later",
+        "* * * * * *",
+        &receiver,
+        "catch_up = \"10m\"\ncatch_up_policy = \"all\"",
+    );
+    std::fs::write(&path, format!("{head}{with_catch_up}")).unwrap();
+    assert!(r.send_signal(Signal::SIGHUP));
+    let marked = wait_until(Duration::from_secs(5), || {
+        let all: Option<Vec<String>> = cluster
+            .iter()
+            .map(|n| common::redis_get(&n.url(), key))
+            .collect();
+        all
+    });
+    let marked = marked.unwrap_or_else(|| panic!("no watermark after the reload: {:?}", r.lines()));
+    for ms in marked {
+        let at = chrono::DateTime::from_timestamp_millis(ms.parse().unwrap()).unwrap();
+        assert!(
+            at >= reloaded_at - chrono::Duration::seconds(1),
+            "watermark {at} before the reload {reloaded_at}"
+        );
+    }
+    // A reload catches nothing up (only a start does), even with policy "all".
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        said(&r, "catching up a missed slot").is_empty(),
+        "{:?}",
+        r.lines()
+    );
+    stop(r);
+}
+
 #[test]
 fn health_readiness_and_metrics_endpoints() {
     let cluster = RedisCluster::start(3);

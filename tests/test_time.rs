@@ -159,39 +159,114 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_clock_stops_a_fast_replica_firing_early() {
+async fn a_fast_replica_never_fires_early_with_either_clock() {
     let cluster = RedisCluster::start(3);
     let fast = || -> SharedClock {
         Arc::new(SkewedClock {
             offset: chrono::Duration::seconds(5),
         })
     };
+    // clock = "redis": the replica measures the offset to the nodes' TIME and schedules on it.
+    // clock = "local": its timeline wakes 5 s early by its own clock, and waits (5 s is inside
+    // the start window) until the slot's instant on the fleet clock before racing. (Its
+    // timeline starts at its own now, 5 s ahead: the first slot it races is 6 s away.)
+    for (clock, seconds) in [("redis", 4), ("local", 9)] {
+        let receiver = Receiver::start();
+        let prefix = format!("fast-{clock}");
+        let text = fleet_config(&cluster.urls(), &receiver.uri(), &prefix, clock);
+        let (_, arrivals) = tokio::join!(
+            run_in_process(&text, vec![("fast", fast())], seconds),
+            stamp_arrivals(&receiver, seconds)
+        );
+        assert!(arrivals.len() >= 2, "clock = {clock}: {arrivals:?}");
+        assert!(
+            arrivals.iter().all(|(_, ms)| (-300..1_000).contains(ms)),
+            "clock = {clock}: a 5 s fast replica should fire at the slot: {arrivals:?}"
+        );
+    }
+}
 
-    // clock = "local": the replica whose clock runs 5 s fast fires 5 s before each slot.
-    let local = Receiver::start();
-    let text = fleet_config(&cluster.urls(), &local.uri(), "fleet-local", "local");
-    let (_, early) = tokio::join!(
-        run_in_process(&text, vec![("fast", fast())], 4),
-        stamp_arrivals(&local, 4)
-    );
-    assert!(!early.is_empty());
-    assert!(
-        early.iter().all(|(_, ms)| *ms < -4_000),
-        "with clock = local it should fire ~5 s early: {early:?}"
-    );
+/// A replica whose wall clock steps while it runs: in-process, through the clock seam.
+#[derive(Debug, Default)]
+struct SteppingClock(std::sync::atomic::AtomicI64);
 
-    // clock = "redis": the same replica measures the offset to the nodes' TIME and fires on time.
-    let fleet = Receiver::start();
-    let text = fleet_config(&cluster.urls(), &fleet.uri(), "fleet-redis", "redis");
-    let (_, on_time) = tokio::join!(
-        run_in_process(&text, vec![("fast", fast())], 4),
-        stamp_arrivals(&fleet, 4)
-    );
-    assert!(!on_time.is_empty());
-    assert!(
-        on_time.iter().all(|(_, ms)| (-300..1_000).contains(ms)),
-        "with clock = redis it should fire at the slot: {on_time:?}"
-    );
+impl slotcron::schedule::Clock for SteppingClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::seconds(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// The metric line `name` (no labels) of an exposition, as a number.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_fleet_clock() {
+    let cluster = RedisCluster::start(3);
+    for (clock, step) in [("redis", 90), ("local", -90)] {
+        let receiver = Receiver::start();
+        let prefix = format!("counted-{clock}");
+        let config = parse(&fleet_config(
+            &cluster.urls(),
+            &receiver.uri(),
+            &prefix,
+            clock,
+        ));
+        let wall = Arc::new(SteppingClock::default());
+        let replica = SlotcronReplica::connect(&config, "stepped".into(), wall.clone())
+            .await
+            .unwrap();
+        let metrics = replica.metrics.clone();
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(scheduler::run_replica(
+            replica,
+            config,
+            shutdown.clone(),
+            None,
+        ));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        wall.0.store(step, std::sync::atomic::Ordering::Relaxed);
+        let stepped_at = Utc::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+        let text = metrics.encode();
+        assert_eq!(
+            metric(&text, "slotcron_clock_steps_total"),
+            Some(1.0),
+            "{clock}: {text}"
+        );
+        let size = metric(&text, "slotcron_clock_last_step_milliseconds").unwrap();
+        assert!(
+            (size - f64::from(step as i32) * 1000.0).abs() < 500.0,
+            "{clock}: {size}"
+        );
+        let mut after_step = 0;
+        for (request, arrived) in receiver.received_at() {
+            let slot: DateTime<Utc> = request.headers["x-slotcron-slot"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                arrived >= slot,
+                "{clock}: {slot} arrived early, at {arrived}"
+            );
+            after_step += usize::from(slot > stepped_at);
+        }
+        assert!(receiver.duplicate_keys().is_empty(), "{clock}: run twice");
+        if clock == "redis" {
+            // On the fleet clock the step changes nothing: every second still runs on time.
+            assert!(after_step >= 2, "redis: {after_step} runs after the step");
+        } else {
+            // Scheduling on a wall clock 90 s behind the fleet: every slot is past its start
+            // window on the fleet clock, skipped (never run late, never twice).
+            assert_eq!(after_step, 0, "local: ran {after_step} slots 90 s late");
+        }
+    }
 }
 
 /// libfaketime's multithreaded library (Debian's `faketime` package), if installed.
@@ -279,4 +354,239 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
         warned(&replicas[0]) && warned(&replicas[1]),
         "no clock offset warning"
     );
+}
+
+/// A replica process whose wall clock libfaketime reads from `offset_file` on every call, so the
+/// test can step it while it runs ([`set_offset`]); the monotonic clock is left alone.
+fn stepped_replica(lib: &Path, offset_file: &Path, config: &Path, name: &str) -> Replica {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME_TIMESTAMP_FILE", offset_file)
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--replica-id",
+            name,
+            "--config",
+        ])
+        .arg(config);
+    Replica::spawn_cmd(name, cmd)
+}
+
+/// Steps a [`stepped_replica`]'s clock to `offset` from true time ("+90s", "-90s"); written
+/// beside and renamed, so the process never reads half a file.
+fn set_offset(offset_file: &Path, offset: &str) {
+    let tmp = offset_file.with_extension("tmp");
+    std::fs::write(&tmp, format!("{offset}\n")).unwrap();
+    std::fs::rename(&tmp, offset_file).unwrap();
+}
+
+/// What a step scenario saw: each request's slot and arrival (true time), when the clocks
+/// stepped, and the replicas (to read their logs).
+struct StepRun {
+    arrivals: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    duplicates: BTreeMap<String, usize>,
+    stepped_at: DateTime<Utc>,
+    ended_at: DateTime<Utc>,
+    replicas: Vec<Replica>,
+}
+
+/// Five replicas, three nodes, a job every second; 6 s in, "ahead" steps +90 s and "behind"
+/// −90 s; 24 s more.
+fn step_scenario(lib: &Path, clock: &str) -> StepRun {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("step-{clock}");
+    // A node timeout with headroom: "none missed" is about the clocks, not a loaded machine.
+    let text = fleet_config(&cluster.urls(), &receiver.uri(), &prefix, clock)
+        .replace("[redis]", "[redis]\nnode_timeout = \"500ms\"");
+    let path = write_config(dir.path(), &text);
+    let (ahead, behind) = (
+        dir.path().join("ahead.offset"),
+        dir.path().join("behind.offset"),
+    );
+    set_offset(&ahead, "+0");
+    set_offset(&behind, "+0");
+    let mut replicas: Vec<Replica> = (1..=3)
+        .map(|i| plain_replica(&path, &format!("on-time-{i}")))
+        .collect();
+    replicas.push(stepped_replica(lib, &ahead, &path, "ahead"));
+    replicas.push(stepped_replica(lib, &behind, &path, "behind"));
+    for r in &replicas {
+        let up = r.wait_for_line(Duration::from_secs(15), |l| l.contains("slotcron started"));
+        assert!(up.is_some(), "{} did not start: {:?}", r.name(), r.lines());
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    set_offset(&ahead, "+90s");
+    set_offset(&behind, "-90s");
+    let stepped_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(24));
+    let ended_at = Utc::now();
+    for r in &mut replicas {
+        r.terminate();
+        assert!(
+            r.wait_timeout(Duration::from_secs(15))
+                .is_some_and(|s| s.success()),
+            "{} did not stop",
+            r.name()
+        );
+    }
+    let arrivals = receiver
+        .received_at()
+        .into_iter()
+        .map(|(request, arrived)| {
+            let slot = request.headers["x-slotcron-slot"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            (slot, arrived)
+        })
+        .collect();
+    StepRun {
+        arrivals,
+        duplicates: receiver.duplicate_keys(),
+        stepped_at,
+        ended_at,
+        replicas,
+    }
+}
+
+impl StepRun {
+    /// No slot arrived before its instant, or more than 5 s after it, and none twice.
+    fn assert_never_early_late_or_twice(&self) {
+        assert!(
+            self.arrivals.len() >= 20,
+            "too few slots ran: {}",
+            self.arrivals.len()
+        );
+        for (slot, arrived) in &self.arrivals {
+            let late = *arrived - *slot;
+            assert!(
+                late >= chrono::Duration::zero(),
+                "slot {slot} arrived {late} early"
+            );
+            assert!(
+                late < chrono::Duration::seconds(5),
+                "slot {slot} arrived {late} late"
+            );
+        }
+        assert!(
+            self.duplicates.is_empty(),
+            "slots run twice: {:?}",
+            self.duplicates
+        );
+        let lateness = self
+            .arrivals
+            .iter()
+            .map(|(s, a)| (*a - *s).num_milliseconds());
+        let (min, max) = lateness.fold((i64::MAX, i64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
+        eprintln!(
+            "{} slots ran; slot to arrival: {min} to {max} ms",
+            self.arrivals.len()
+        );
+    }
+
+    /// Every slot from the step to 2 s before the end (the last may still be in flight) ran.
+    fn assert_none_missed(&self) {
+        let ran: std::collections::BTreeSet<i64> =
+            self.arrivals.iter().map(|(s, _)| s.timestamp()).collect();
+        let first = self.stepped_at.timestamp() + 1;
+        let last = self.ended_at.timestamp() - 2;
+        let missed: Vec<i64> = (first..=last).filter(|s| !ran.contains(s)).collect();
+        assert!(missed.is_empty(), "slots missed (epoch s): {missed:?}");
+    }
+
+    fn replica(&self, name: &str) -> &Replica {
+        self.replicas.iter().find(|r| r.name() == name).unwrap()
+    }
+
+    /// The step the replica logged (ms), if it logged one.
+    fn logged_step(&self, name: &str) -> Option<i64> {
+        self.replica(name)
+            .json_lines()
+            .iter()
+            .find_map(|l| l["step_ms"].as_i64())
+    }
+
+    /// How many slots the replica settled with `outcome` (and `reason`) after it logged its
+    /// step. (Its slots' own times are off by the step under `clock = "local"`.)
+    fn settled_after_step(&self, name: &str, outcome: &str, reason: Option<&str>) -> usize {
+        let lines = self.replica(name).json_lines();
+        let Some(step) = lines.iter().position(|l| l["step_ms"].is_i64()) else {
+            return 0;
+        };
+        lines[step..]
+            .iter()
+            .filter(|l| l["outcome"] == outcome && reason.is_none_or(|r| l["reason"] == r))
+            .count()
+    }
+}
+
+#[test]
+fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
+    let Some(lib) = libfaketime() else {
+        eprintln!(
+            "SKIPPED: libfaketime is not installed (scripts/test.sh installs Debian's faketime)"
+        );
+        return;
+    };
+    let run = step_scenario(&lib, "redis");
+    run.assert_never_early_late_or_twice();
+    run.assert_none_missed();
+    for (name, sign) in [("ahead", 1), ("behind", -1)] {
+        let step = run
+            .logged_step(name)
+            .unwrap_or_else(|| panic!("{name} logged no step"));
+        assert!(
+            (step - sign * 90_000).abs() < 2_000,
+            "{name} logged a step of {step} ms"
+        );
+        // Still racing every slot on time (won or lost), never skipping.
+        let raced =
+            run.settled_after_step(name, "won", None) + run.settled_after_step(name, "lost", None);
+        assert!(raced >= 15, "{name} raced {raced} slots after the step");
+        assert_eq!(
+            run.settled_after_step(name, "skipped", None),
+            0,
+            "{name} skipped slots"
+        );
+    }
+}
+
+#[test]
+fn a_wall_clock_step_of_90s_either_way_under_clock_local_never_fires_early_or_twice() {
+    let Some(lib) = libfaketime() else {
+        eprintln!(
+            "SKIPPED: libfaketime is not installed (scripts/test.sh installs Debian's faketime)"
+        );
+        return;
+    };
+    let run = step_scenario(&lib, "local");
+    run.assert_never_early_late_or_twice();
+    // The on-time replicas still run every slot.
+    run.assert_none_missed();
+    for (name, sign, reason) in [("ahead", 1, "early"), ("behind", -1, "late")] {
+        let step = run
+            .logged_step(name)
+            .unwrap_or_else(|| panic!("{name} logged no step"));
+        assert!(
+            (step - sign * 90_000).abs() < 2_000,
+            "{name} logged a step of {step} ms"
+        );
+        // 90 s off the fleet clock: its slots are skipped by the guard at the race, never run.
+        assert!(
+            run.settled_after_step(name, "skipped", Some(reason)) >= 10,
+            "{name}: no {reason} skips"
+        );
+        assert_eq!(
+            run.settled_after_step(name, "won", None),
+            0,
+            "{name} won a slot 90 s off"
+        );
+    }
 }

@@ -608,7 +608,14 @@ impl ActionCheck<'_, '_> {
     }
 
     fn budget(&mut self, raw: Option<&str>, default: &str, webhook: &str) -> Option<Budget> {
-        match raw.unwrap_or(default).parse::<Rate>() {
+        let text = raw.unwrap_or(default);
+        let checked = text.parse::<Rate>().and_then(|rate| {
+            super::durations::RATE_WINDOW
+                .check(rate.window)
+                .map(|_| rate)
+                .map_err(|e| format!("{text:?}: the window {e}"))
+        });
+        match checked {
             Ok(rate) => Some(Budget::new(rate, webhook)),
             Err(e) => {
                 self.error("rate", e);

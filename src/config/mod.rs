@@ -6,6 +6,7 @@
 
 mod actions;
 mod calendars;
+pub mod durations;
 pub mod env;
 pub mod error;
 mod raw;
@@ -24,6 +25,7 @@ use crate::action::Action;
 use crate::lock::{LockConfig, NodeUrl};
 use crate::schedule::Schedule;
 use crate::secret::Scrubber;
+use durations::DurationRange;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 use raw::{
@@ -110,6 +112,10 @@ pub enum CatchUpPolicy {
     /// Every missed slot, oldest first.
     All,
 }
+
+/// Most slots `catch_up_policy = "all"` runs at one start: a window that can hold more is a
+/// config error. Catch-up reaches back this many runs of the history at most.
+pub const MAX_CATCH_UP_ALL: usize = 1000;
 
 /// Running slots missed while the whole fleet was down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,15 +295,12 @@ impl<'e> Loader<'e> {
             ));
             return None;
         }
-        let max_clock_skew = raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW);
-        if max_clock_skew > Duration::from_secs(3600) {
-            self.errors.push(ConfigError::field(
-                Section::Scheduler,
-                "max_clock_skew",
-                "must be at most 1h",
-            ));
-            return None;
-        }
+        let max_clock_skew = self.bounded(
+            &Section::Scheduler,
+            "max_clock_skew",
+            raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
+            durations::MAX_CLOCK_SKEW,
+        )?;
         let clock = match raw.clock {
             Some(RawClockMode::Local) => ClockMode::Local,
             Some(RawClockMode::Redis) | None => ClockMode::Redis,
@@ -382,18 +385,23 @@ impl<'e> Loader<'e> {
             ));
         }
         let mut lock = LockConfig::default();
-        if let Some(t) = raw.node_timeout {
-            if t.is_zero() || t > Duration::from_secs(10) {
-                self.errors.push(ConfigError::field(
-                    Section::Redis,
-                    "node_timeout",
-                    "must be between 1ms and 10s",
-                ));
-            }
-            lock.node_timeout = t;
-        }
+        let node_timeout = raw.node_timeout.unwrap_or(lock.node_timeout);
+        let node_timeout = self.bounded(
+            &Section::Redis,
+            "node_timeout",
+            node_timeout,
+            durations::NODE_TIMEOUT,
+        );
+        let retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
+        let retry_delay = self.bounded(
+            &Section::Redis,
+            "retry_delay",
+            retry_delay,
+            durations::RETRY_DELAY,
+        );
+        lock.node_timeout = node_timeout.unwrap_or(lock.node_timeout);
+        lock.retry_delay = retry_delay.unwrap_or(lock.retry_delay);
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
-        lock.retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
         let ca = raw
             .ca_file
             .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
@@ -496,19 +504,22 @@ impl<'e> Loader<'e> {
             Some(None) => schedule,
             None => None,
         };
-        let timeout = raw.timeout.unwrap_or(DEFAULT_TIMEOUT);
-        if timeout.is_zero() {
-            self.errors.push(ConfigError::field(
-                section.clone(),
-                "timeout",
-                "must be greater than 0",
-            ));
-        }
+        let timeout = self.bounded(
+            &section,
+            "timeout",
+            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            durations::TIMEOUT,
+        );
         let overlap = match raw.overlap {
             Some(RawOverlap::Allow) => Overlap::Allow,
             Some(RawOverlap::Skip) | None => Overlap::Skip,
         };
-        let catch_up = self.catch_up(raw.catch_up, raw.catch_up_policy, &section);
+        let catch_up = self.catch_up(
+            raw.catch_up,
+            raw.catch_up_policy,
+            &section,
+            schedule.as_ref(),
+        );
         if !enabled {
             return None;
         }
@@ -528,7 +539,7 @@ impl<'e> Loader<'e> {
         Some(Job {
             name: raw.name,
             schedule,
-            timeout,
+            timeout: timeout?,
             overlap,
             catch_up,
             action: action?,
@@ -540,31 +551,80 @@ impl<'e> Loader<'e> {
         window: Option<Duration>,
         policy: Option<RawCatchUpPolicy>,
         section: &Section,
+        schedule: Option<&Schedule>,
     ) -> Option<CatchUp> {
         let policy = match policy {
             Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
             Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
         };
-        match window {
-            Some(w) if w.is_zero() => {
-                self.errors.push(ConfigError::field(
-                    section.clone(),
-                    "catch_up",
-                    "must be greater than 0 (leave it out to turn catch-up off)",
-                ));
-                None
-            }
-            Some(window) => Some(CatchUp { window, policy }),
-            None if policy == CatchUpPolicy::All => {
+        let Some(window) = window else {
+            if policy == CatchUpPolicy::All {
                 self.errors.push(ConfigError::field(
                     section.clone(),
                     "catch_up_policy",
                     "needs catch_up = \"<window>\" (for example \"10m\")",
                 ));
-                None
             }
-            None => None,
+            return None;
+        };
+        let window = match durations::CATCH_UP.check(window) {
+            Ok(window) => window,
+            Err(e) => {
+                let hint = " (leave catch_up out to turn catch-up off)";
+                let message = if window.is_zero() { e + hint } else { e };
+                self.errors
+                    .push(ConfigError::field(section.clone(), "catch_up", message));
+                return None;
+            }
+        };
+        if policy == CatchUpPolicy::All {
+            self.check_catch_up_all(window, schedule?, section)?;
         }
+        Some(CatchUp { window, policy })
+    }
+
+    /// `catch_up_policy = "all"` runs every missed slot: refused when the window can hold more
+    /// than [`MAX_CATCH_UP_ALL`] of the job's slots (a burst nobody wants, and more than the
+    /// history reaches back to tell apart).
+    fn check_catch_up_all(
+        &mut self,
+        window: Duration,
+        schedule: &Schedule,
+        section: &Section,
+    ) -> Option<()> {
+        let most = schedule.most_slots_within(window, MAX_CATCH_UP_ALL);
+        if most <= MAX_CATCH_UP_ALL {
+            return Some(());
+        }
+        self.errors.push(ConfigError::field(
+            section.clone(),
+            "catch_up",
+            format!(
+                "a window of {} holds more than {MAX_CATCH_UP_ALL} slots of this schedule \
+                 (at least {most}), the most catch_up_policy = \"all\" runs: shorten the window \
+                 or use catch_up_policy = \"latest\"",
+                humantime::format_duration(window)
+            ),
+        ));
+        None
+    }
+
+    /// `value` if it lies in `range`; otherwise an error naming the field, the value and the
+    /// range.
+    fn bounded(
+        &mut self,
+        section: &Section,
+        field: &str,
+        value: Duration,
+        range: DurationRange,
+    ) -> Option<Duration> {
+        range
+            .check(value)
+            .map_err(|e| {
+                self.errors
+                    .push(ConfigError::field(section.clone(), field, e))
+            })
+            .ok()
     }
 
     fn check_job_name(&mut self, name: &str, section: &Section) {

@@ -127,6 +127,8 @@ struct RedisProc {
 pub struct RedisServer {
     port: u16,
     extra_args: Vec<String>,
+    /// Extra environment of the process (libfaketime for a server on a faked date).
+    env: Vec<(String, String)>,
     proc_: Mutex<RedisProc>,
     // Last field: removed after the process has been killed.
     dir: tempfile::TempDir,
@@ -146,6 +148,16 @@ impl RedisServer {
     /// Starts a redis-server on a free port, with extra arguments appended,
     /// e.g. `&["--requirepass", "s3cret"]`.
     pub fn start_with(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts a redis-server with extra arguments and environment variables (e.g. libfaketime,
+    /// so its `TIME` reads a faked date).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let dir = tempfile::Builder::new()
             .prefix("slotcron-redis-")
             .tempdir()
@@ -154,12 +166,13 @@ impl RedisServer {
         let mut last_err = String::new();
         for _ in 0..8 {
             let port = free_port();
-            match spawn_redis(port, dir.path(), &extra_args) {
+            match spawn_redis(port, dir.path(), &extra_args, &env) {
                 Ok(child) => {
                     let pid = child.id();
                     return RedisServer {
                         port,
                         extra_args,
+                        env,
                         proc_: Mutex::new(RedisProc {
                             child: Some(child),
                             pid,
@@ -259,7 +272,7 @@ impl RedisServer {
         Self::kill_locked(&mut p);
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
-            match spawn_redis(self.port, self.dir.path(), &self.extra_args) {
+            match spawn_redis(self.port, self.dir.path(), &self.extra_args, &self.env) {
                 Ok(child) => {
                     p.pid = child.id();
                     p.child = Some(child);
@@ -317,7 +330,12 @@ impl Drop for RedisServer {
     }
 }
 
-fn spawn_redis(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
+fn spawn_redis(
+    port: u16,
+    dir: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+) -> Result<Child, StartError> {
     let log_path = dir.join("redis.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -342,6 +360,7 @@ fn spawn_redis(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartEr
         .arg("--dir")
         .arg(dir)
         .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2));
@@ -412,8 +431,15 @@ impl RedisCluster {
     }
 
     pub fn start_with(n: usize, args: &[&str]) -> Self {
+        Self::start_with_env(n, args, &[])
+    }
+
+    /// `n` nodes with extra arguments and environment (see [`RedisServer::start_with_env`]).
+    pub fn start_with_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> Self {
         RedisCluster {
-            nodes: (0..n).map(|_| RedisServer::start_with(args)).collect(),
+            nodes: (0..n)
+                .map(|_| RedisServer::start_with_env(args, env))
+                .collect(),
         }
     }
 
@@ -588,6 +614,8 @@ struct Reply {
 
 struct ReceiverState {
     requests: Mutex<Vec<wiremock::Request>>,
+    /// When each request arrived, on this process's (true) wall clock, in `requests`' order.
+    arrivals: Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
     default: Mutex<Reply>,
     queued: Mutex<VecDeque<Reply>>,
     delay_ms: AtomicU64,
@@ -597,7 +625,10 @@ struct Responder(Arc<ReceiverState>);
 
 impl wiremock::Respond for Responder {
     fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
-        lock(&self.0.requests).push(request.clone());
+        let mut requests = lock(&self.0.requests);
+        lock(&self.0.arrivals).push(chrono::Utc::now());
+        requests.push(request.clone());
+        drop(requests);
         let template = if request.method != wiremock::http::Method::POST {
             wiremock::ResponseTemplate::new(405)
         } else if let Some(r) = lock(&self.0.queued).pop_front() {
@@ -636,6 +667,7 @@ impl Receiver {
     pub fn start_with_body(body: serde_json::Value) -> Self {
         let state = Arc::new(ReceiverState {
             requests: Mutex::new(Vec::new()),
+            arrivals: Mutex::new(Vec::new()),
             default: Mutex::new(Reply { status: 200, body }),
             queued: Mutex::new(VecDeque::new()),
             delay_ms: AtomicU64::new(0),
@@ -712,6 +744,17 @@ impl Receiver {
         lock(&self.state.requests).len()
     }
 
+    /// All requests received so far, each with its arrival time on this process's clock.
+    pub fn received_at(&self) -> Vec<(wiremock::Request, chrono::DateTime<chrono::Utc>)> {
+        let requests = lock(&self.state.requests);
+        let arrivals = lock(&self.state.arrivals);
+        requests
+            .iter()
+            .cloned()
+            .zip(arrivals.iter().copied())
+            .collect()
+    }
+
     /// Bodies of the received requests parsed as JSON (`Value::Null` if not JSON).
     pub fn received_json(&self) -> Vec<serde_json::Value> {
         self.received()
@@ -722,7 +765,9 @@ impl Receiver {
 
     /// Forgets the requests received so far.
     pub fn clear(&self) {
-        lock(&self.state.requests).clear();
+        let mut requests = lock(&self.state.requests);
+        lock(&self.state.arrivals).clear();
+        requests.clear();
     }
 
     /// Received requests grouped by `Idempotency-Key` (requests without the

@@ -1,0 +1,108 @@
+//! The watermark: per job, when the fleet first scheduled it with `catch_up` set (recorded at
+//! every start, and at a reload, where none is recorded yet). Catch-up
+//! never reaches before it, so a first deploy, whose history is empty, replays nothing: the
+//! slots before the fleet existed were owed to nobody.
+//!
+//! Kept like the history: on every Redis node, under `{key_prefix}:{job}:first_seen` (ms since
+//! the epoch, written once with SET NX and never expiring), and read back from every node. A
+//! node restarted empty takes the time of the next start; the watermark is the earliest time a
+//! majority of nodes agree the job existed at, so a minority of emptied nodes changes nothing
+//! and a majority of them makes it a first deploy again (no catch-up: safety over liveness).
+//! Standalone mode keeps its history in the process, so its watermark is the process's start.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
+
+use crate::history::History;
+use crate::lock::node::Node;
+use crate::lock::redlock::quorum;
+
+/// Bound on one node's answer (at start, not on the race path).
+const WATERMARK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Sets the watermark if the node has none, and returns the node's watermark.
+const FIRST_SEEN_SCRIPT: &str = "redis.call('SET', KEYS[1], ARGV[1], 'NX') \
+    return redis.call('GET', KEYS[1])";
+
+/// Fewer than a majority of nodes answered: catch-up cannot tell what the fleet missed.
+#[derive(Debug, thiserror::Error)]
+#[error("{answered} of {nodes} Redis node(s) answered the watermark read, fewer than a majority")]
+pub struct WatermarkUnavailable {
+    pub answered: usize,
+    pub nodes: usize,
+}
+
+/// The key of `job`'s watermark.
+pub fn key(prefix: &str, job: &str) -> String {
+    format!("{prefix}:{job}:first_seen")
+}
+
+/// Records `now` as the time the fleet first scheduled `job` where no time is recorded yet, and
+/// returns the fleet's watermark.
+pub async fn first_seen(
+    history: &History,
+    job: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, WatermarkUnavailable> {
+    let History::Redis { lock, prefix } = history else {
+        return Ok(now);
+    };
+    let key = key(prefix, job);
+    let nodes = lock.nodes();
+    let answers = join_all(nodes.iter().map(|n| set_and_get(n, &key, now))).await;
+    let values: Vec<i64> = answers.into_iter().flatten().collect();
+    let unavailable = WatermarkUnavailable {
+        answered: values.len(),
+        nodes: nodes.len(),
+    };
+    majority_watermark(values, nodes.len())
+        .and_then(DateTime::from_timestamp_millis)
+        .ok_or(unavailable)
+}
+
+async fn set_and_get(node: &Node, key: &str, now: DateTime<Utc>) -> Option<i64> {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(FIRST_SEEN_SCRIPT)
+        .arg(1)
+        .arg(key)
+        .arg(now.timestamp_millis());
+    let value: String = node.query(&cmd, WATERMARK_TIMEOUT).await.ok()?;
+    value.parse().ok()
+}
+
+/// The earliest time a majority of the `nodes` hold a watermark at or before: the
+/// majority-th smallest of the values. `None` when fewer than a majority answered.
+fn majority_watermark(mut values: Vec<i64>, nodes: usize) -> Option<i64> {
+    let majority = quorum(nodes);
+    if values.len() < majority {
+        return None;
+    }
+    values.sort_unstable();
+    values.get(majority - 1).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minority_of_emptied_nodes_keeps_the_old_watermark() {
+        assert_eq!(majority_watermark(vec![100, 100, 900], 3), Some(100));
+        assert_eq!(majority_watermark(vec![900, 100, 100], 3), Some(100));
+    }
+
+    #[test]
+    fn a_majority_of_emptied_nodes_makes_it_a_first_deploy() {
+        assert_eq!(majority_watermark(vec![100, 900, 900], 3), Some(900));
+    }
+
+    #[test]
+    fn fewer_than_a_majority_of_answers_cannot_tell() {
+        assert_eq!(majority_watermark(vec![100], 3), None);
+        assert_eq!(majority_watermark(vec![100, 100], 3), Some(100));
+        assert_eq!(majority_watermark(vec![100, 100], 5), None);
+        assert_eq!(majority_watermark(vec![5], 1), Some(5));
+    }
+}
