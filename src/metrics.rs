@@ -50,6 +50,7 @@ pub struct Metrics {
     budget_waits: Family<JobLabels, Counter>,
     budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     handoffs: Family<JobLabels, Counter>,
+    missed: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
     /// Jobs whose next slot was decided without their built-in calendar's data.
     calendar_beyond: Family<JobLabels, Gauge>,
@@ -77,6 +78,7 @@ impl Metrics {
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
+            missed: Family::default(),
             paused: Family::default(),
             calendar_beyond: Family::default(),
             registry: Mutex::new(Registry::with_prefix("slotcron")),
@@ -143,6 +145,11 @@ impl Metrics {
             self.calendar_beyond.clone(),
         );
         r.register(
+            "missed_slots",
+            "Slots no replica ran, found by a replica starting up (each counted once, fleet-wide)",
+            self.missed.clone(),
+        );
+        r.register(
             "handoffs",
             "Slots this replica won and handed off to the fleet, its egress having failed",
             self.handoffs.clone(),
@@ -161,6 +168,15 @@ impl Metrics {
                 job: job.to_owned(),
             })
             .set(i64::from(paused));
+    }
+
+    /// A slot no replica ran, found (and won the right to report) by this replica.
+    pub fn missed(&self, job: &str) {
+        self.missed
+            .get_or_create(&JobLabels {
+                job: job.to_owned(),
+            })
+            .inc();
     }
 
     /// A slot this replica won and offered to the rest of the fleet.

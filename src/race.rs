@@ -4,6 +4,7 @@
 //! the action inside the lock's validity, and record the run. Each step logs one line with the
 //! stable fields `job`, `slot`, `replica`, `outcome`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::template::Templates;
-use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
+use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
 use crate::control::Control;
 use crate::handoff::{HandoffRequest, Handoffs};
@@ -29,6 +30,10 @@ pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 /// A run still going after this long has its start recorded (it shows as running); a shorter
 /// run is recorded once, when it ends. Jobs with `catch_up` record the start at once.
 pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
+/// How long a slot's `missed` key is kept: longer than a starting replica looks back.
+pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
+/// How long an alert may take, retries included.
+pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
@@ -85,6 +90,8 @@ pub struct RaceContext {
     pub handoffs: Handoffs,
     /// The fleet-wide pauses: a paused job's slots are not raced.
     pub control: Control,
+    /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
+    pub alerts: Arc<BTreeMap<String, Arc<Action>>>,
     /// The replica's shutdown: a run still waiting to send hands its slot off.
     pub shutdown: CancellationToken,
 }
@@ -427,7 +434,61 @@ impl RaceContext {
         let result = self.conclude(won, ran).await;
         finish_record(&mut record, &result);
         self.history.record(&record).await;
+        if let SlotResult::Failed { error, .. } = &result {
+            // The winner alone sees its failure: one alert per failed slot across the fleet.
+            self.alert(&won.job, won.slot, won.fence, "failed", error)
+                .await;
+        }
         result
+    }
+
+    /// Reports a slot found missed (no replica ran it): the replicas that find it race for its
+    /// `missed` key, and the winner counts it and tells the job's alert, so it is reported once
+    /// across the fleet. The key outlives the look-back of a replica starting later.
+    pub async fn report_missed(&self, job: &Job, slot: Slot) {
+        let key = SlotKey::missed(&self.key_prefix, &job.name, slot);
+        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
+            return;
+        };
+        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"missed",
+            "no replica ran this slot");
+        self.metrics.missed(&job.name);
+        let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
+        self.alert(job, slot, Fence::new(slot, 0), "missed", why)
+            .await;
+    }
+
+    /// Tells the job's `on_failure` alert that `slot` ended `outcome`. The alert's own failure
+    /// is logged and goes no further: an alert never alerts about itself.
+    pub async fn alert(&self, job: &Job, slot: Slot, fence: Fence, outcome: &str, error: &str) {
+        let Some(name) = &job.on_failure else { return };
+        let Some(action) = self.alerts.get(name) else {
+            return;
+        };
+        let deadline = Instant::now() + ALERT_TIMEOUT;
+        let ctx = SendContext {
+            job: &job.name,
+            slot,
+            zone: job.zone(),
+            replica: &self.replica,
+            fence,
+            deadline,
+            valid_until: deadline,
+            shutdown: &self.shutdown,
+            about: Some((outcome, error)),
+            client: &self.client,
+            templates: &self.templates,
+            budgets: &self.budgets,
+            metrics: &self.metrics,
+        };
+        match action.execute(&ctx).await {
+            Ok(_) => tracing::info!(job = %job.name, %slot, replica = %self.replica, alert = %name,
+                about = %outcome, "alert sent"),
+            Err(e) => {
+                tracing::error!(job = %job.name, %slot, replica = %self.replica, alert = %name,
+                about = %outcome, error = %self.scrubber.scrub(&e.to_string()), "the alert could not be sent")
+            }
+        }
     }
 
     /// Releases the job's running lease, warning when a majority did not confirm it.
@@ -678,6 +739,7 @@ impl RaceContext {
             deadline,
             valid_until: won.lease.valid_until,
             shutdown: &self.shutdown,
+            about: None,
             client: &self.client,
             templates: &self.templates,
             budgets: &self.budgets,

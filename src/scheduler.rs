@@ -32,6 +32,10 @@ use crate::schedule::{Schedule, SharedClock, Slot};
 use crate::status;
 use crate::watermark;
 
+/// How far back a starting replica looks for slots no replica ran.
+const MISSED_LOOKBACK: Duration = Duration::from_secs(3600);
+/// Most missed slots of one job a starting replica reports one by one (counted and alerted).
+const MAX_MISSED_ALERTS: usize = 20;
 /// How long start-up waits for the first answer of each Redis node before going on without it.
 const STARTUP_PING: Duration = Duration::from_secs(2);
 
@@ -136,6 +140,7 @@ impl Replica {
             budgets: self.budgets.clone(),
             handoffs: self.handoffs.clone(),
             control: self.control.clone(),
+            alerts: Arc::new(config.alerts.clone()),
             shutdown: self.shutdown.clone(),
         }
     }
@@ -268,10 +273,10 @@ fn start_generation(
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    for job in config.jobs.iter().filter(|job| job.catch_up.is_some()) {
+    for job in &config.jobs {
         if first {
-            tracker.spawn(catch_up(ctx.clone(), job.clone()));
-        } else {
+            tracker.spawn(look_back(ctx.clone(), job.clone()));
+        } else if job.catch_up.is_some() {
             tracker.spawn(mark_first_seen(ctx.clone(), job.clone()));
         }
     }
@@ -558,6 +563,56 @@ async fn take_handoffs(
 
 async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffRequest) {
     ctx.take_over(&job, &offer).await;
+}
+
+/// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
+async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    if job.catch_up.is_some() {
+        catch_up(ctx.clone(), job.clone()).await;
+    }
+    report_missed(ctx, job).await;
+}
+
+/// Reports the slots of `job` no replica ran while this one was down: those of the last
+/// [`MISSED_LOOKBACK`] after the fleet's watermark (first deploy: none) with no run record and
+/// no pause. For each, the replicas starting now race once more (key `…:{slot}:missed`), so the
+/// slot is counted (`slotcron_missed_slots_total`) and alerted (`on_failure`) once across the
+/// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged.
+async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    let started = ctx.clock.fleet_now();
+    let Ok(watermark) = watermark::first_seen(&ctx.history, &job.name, started).await else {
+        return;
+    };
+    // The slots just before the start may still be running elsewhere (a run is recorded when it
+    // ends): judge them once their timeout and start window are over. Later slots are this
+    // replica's to race.
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => return,
+        _ = tokio::time::sleep(job.timeout + ctx.start_window()) => {}
+    }
+    let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
+    let floor = (started - lookback).max(watermark);
+    let Ok(runs) = ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await else {
+        return;
+    };
+    let paused = paused_intervals(&ctx.control.log(&job.name).await);
+    let mut missed = missed_slots(
+        &job.schedule,
+        started,
+        floor,
+        &runs,
+        &paused,
+        CatchUpPolicy::All,
+    );
+    if missed.len() > MAX_MISSED_ALERTS {
+        tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
+            "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
+            missed.len() - MAX_MISSED_ALERTS);
+        missed.drain(..missed.len() - MAX_MISSED_ALERTS);
+    }
+    for slot in missed {
+        ctx.report_missed(&job, slot).await;
+    }
 }
 
 /// Runs, once, the slots of `job` the whole fleet missed (a rollout, a crash loop): those in

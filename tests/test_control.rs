@@ -217,3 +217,135 @@ fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
         received.len()
     );
 }
+
+/// A fleet config whose job `push` posts to `target` and tells `[alert.oncall]` (an http
+/// action to `alerts`) when a slot fails or is missed.
+fn alerting_config(nodes: &[String], target: &str, alerts: &str, prefix: &str) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    format!(
+        r#"
+        [scheduler]
+        key_prefix = "{prefix}"
+        max_clock_skew = "1s"
+        on_failure = "oncall"
+        [redis]
+        nodes = [{nodes}]
+        node_timeout = "250ms"
+        [alert.oncall]
+        type = "http"
+        url = "{alerts}/alert"
+        body = "{{{{ job }}}} {{{{ slot_utc }}}} {{{{ outcome }}}}: {{{{ error }}}}"
+        [[job]]
+        name = "push"
+        schedule = "* * * * * *"
+        timeout = "3s"
+        [job.action]
+        type = "http"
+        url = "{target}/push"
+        "#,
+        nodes = nodes.join(", ")
+    )
+}
+
+/// The alerts received, by the slot they are about.
+fn alerts_by_slot(alerts: &Receiver) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut by_slot: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for r in alerts.received() {
+        let slot = r.headers["x-slotcron-slot"].to_str().unwrap().to_owned();
+        by_slot
+            .entry(slot)
+            .or_default()
+            .push(String::from_utf8_lossy(&r.body).into_owned());
+    }
+    by_slot
+}
+
+#[test]
+fn one_alert_per_failed_slot_reaches_the_on_call_receiver() {
+    let cluster = RedisCluster::start(3);
+    let target = Receiver::start();
+    target.set_response(400, serde_json::json!({"error": "bad request"}));
+    let alerts = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertfail"),
+    );
+    let replicas = start(&path, 3);
+    std::thread::sleep(Duration::from_secs(5));
+    stop(&replicas);
+
+    let failed: std::collections::BTreeSet<String> = target
+        .received()
+        .iter()
+        .map(|r| r.headers["x-slotcron-slot"].to_str().unwrap().to_owned())
+        .collect();
+    assert!(failed.len() >= 3, "{failed:?}");
+    let by_slot = alerts_by_slot(&alerts);
+    for slot in &failed {
+        let about = by_slot.get(slot).cloned().unwrap_or_default();
+        assert_eq!(about.len(), 1, "{slot}: {about:?}");
+        assert!(
+            about[0].starts_with(&format!("push {slot} failed: ")),
+            "{about:?}"
+        );
+        assert!(about[0].contains("400"), "{about:?}");
+    }
+    assert_eq!(
+        by_slot.len(),
+        failed.len(),
+        "alerts about slots that did not fail: {by_slot:?}"
+    );
+}
+
+#[test]
+fn one_alert_per_slot_missed_while_every_replica_was_down() {
+    let cluster = RedisCluster::start(3);
+    let target = Receiver::start();
+    let alerts = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertmissed"),
+    );
+    let replicas = start(&path, 3);
+    let started = Utc::now();
+    std::thread::sleep(Duration::from_secs(3));
+    stop(&replicas);
+    std::thread::sleep(Duration::from_secs(5));
+    let replicas = start(&path, 3);
+    // The replicas judge the gap once its last slots are settled (timeout 3 s + start window
+    // 2 s after their start).
+    std::thread::sleep(Duration::from_secs(8));
+    stop(&replicas);
+
+    let missed: Vec<String> = ledger(&path, started, &["--missed"])
+        .iter()
+        .map(|r| r["slot"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(missed.len() >= 4, "a 5 s gap: {missed:?}");
+    let by_slot = alerts_by_slot(&alerts);
+    for slot in &missed {
+        let about = by_slot.get(slot).cloned().unwrap_or_default();
+        assert_eq!(about.len(), 1, "{slot}: {about:?}");
+        assert!(
+            about[0].starts_with(&format!("push {slot} missed: ")),
+            "{about:?}"
+        );
+    }
+    assert_eq!(
+        by_slot.len(),
+        missed.len(),
+        "alerts about slots not missed: {by_slot:?}"
+    );
+    let counted: usize = replicas
+        .iter()
+        .flat_map(|r| r.json_lines())
+        .filter(|l| l["outcome"] == "missed")
+        .count();
+    assert_eq!(
+        counted,
+        missed.len(),
+        "each missed slot is reported by one replica"
+    );
+}

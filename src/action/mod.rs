@@ -92,6 +92,8 @@ pub struct SendContext<'a> {
     /// The replica's shutdown: a wait before the first byte (the rate budget) ends with the
     /// slot handed off rather than held through the shutdown.
     pub shutdown: &'a tokio_util::sync::CancellationToken,
+    /// In an alert: the slot's outcome and error, for the alert's templates.
+    pub about: Option<(&'a str, &'a str)>,
     pub client: &'a reqwest::Client,
     pub templates: &'a Templates,
     /// The fleet-wide rate budgets of the webhooks.
@@ -102,7 +104,17 @@ pub struct SendContext<'a> {
 impl SendContext<'_> {
     /// The template context of this slot.
     pub fn template_context(&self) -> template::TemplateContext<'_> {
-        template::TemplateContext::new(self.job, self.slot, self.zone, self.replica, self.fence)
+        let context = template::TemplateContext::new(
+            self.job,
+            self.slot,
+            self.zone,
+            self.replica,
+            self.fence,
+        );
+        match self.about {
+            Some((outcome, error)) => context.about(outcome, error),
+            None => context,
+        }
     }
 
     /// `value` with its template strings rendered for this slot (cards, posts, blocks, argv).

@@ -24,6 +24,10 @@ pub struct TemplateContext<'a> {
     pub replica: &'a str,
     /// The run's fencing token (slot epoch ms plus its handoff number).
     pub fence: i64,
+    /// In an alert: the slot's outcome (`failed`, `missed`); empty in a job's own action.
+    pub outcome: &'a str,
+    /// In an alert: why the slot failed; empty otherwise.
+    pub error: &'a str,
 }
 
 impl<'a> TemplateContext<'a> {
@@ -35,7 +39,16 @@ impl<'a> TemplateContext<'a> {
             slot_ms: slot.epoch_ms(),
             replica,
             fence: fence.get(),
+            outcome: "",
+            error: "",
         }
+    }
+
+    /// The context of an alert about this slot.
+    pub fn about(mut self, outcome: &'a str, error: &'a str) -> Self {
+        self.outcome = outcome;
+        self.error = error;
+        self
     }
 
     /// The context templates are checked against at load.

@@ -42,13 +42,15 @@ pub(super) struct ActionCheck<'l, 'e> {
     pub job: &'l str,
     pub section: Section,
     pub config_dir: PathBuf,
+    /// Prefixed to the fields errors name: `action.` in a job, nothing in `[alert.NAME]`.
+    pub field_prefix: &'static str,
 }
 
 impl ActionCheck<'_, '_> {
     fn error(&mut self, field: &str, message: impl Into<String>) {
         self.loader.errors.push(ConfigError::field(
             self.section.clone(),
-            format!("action.{field}"),
+            format!("{}{field}", self.field_prefix),
             message,
         ));
     }

@@ -26,6 +26,8 @@ pub enum Section {
     Job(String),
     /// `[calendar.NAME]`.
     Calendar(String),
+    /// `[alert.NAME]`.
+    Alert(String),
 }
 
 /// One problem in jobs.toml.
@@ -118,6 +120,7 @@ fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Re
                 Section::Http => "[http] ".to_owned(),
                 Section::Job(name) => format!("job {name:?}, "),
                 Section::Calendar(name) => format!("calendar {name:?}, "),
+                Section::Alert(name) => format!("alert {name:?}, "),
             };
             write!(f, "{path}: {section}field {field:?}: {}", e.message)
         }

@@ -5,13 +5,14 @@
 //! non-zero before anything starts.
 
 mod actions;
+mod alerts;
 mod calendars;
 pub mod durations;
 pub mod env;
 pub mod error;
 mod raw;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,8 @@ pub struct Config {
     pub jobs: Vec<Arc<Job>>,
     /// Jobs with `enabled = false`: checked, not scheduled.
     pub disabled: Vec<String>,
+    /// `[alert.NAME]`: the actions that tell someone a slot failed or was missed.
+    pub alerts: BTreeMap<String, Arc<Action>>,
     pub templates: Arc<Templates>,
     /// Every secret value the config holds, for scrubbing free text before it is logged.
     pub scrubber: Arc<Scrubber>,
@@ -69,6 +72,8 @@ pub struct SchedulerConfig {
     pub max_clock_skew: Duration,
     /// Which clock slots are scheduled on.
     pub clock: ClockMode,
+    /// `on_failure`: the alert of every job without its own (checked against `[alert.NAME]`).
+    pub on_failure: Option<String>,
 }
 
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
@@ -134,6 +139,8 @@ pub struct Job {
     pub overlap: Overlap,
     pub catch_up: Option<CatchUp>,
     pub action: Action,
+    /// The `[alert.NAME]` told when a slot ends `failed` or is found `missed`.
+    pub on_failure: Option<String>,
 }
 
 impl Job {
@@ -196,6 +203,10 @@ struct Loader<'e> {
     warnings: Vec<String>,
     /// `[calendar.NAME]` sections, checked before the jobs that name them.
     calendars: calendars::Calendars,
+    /// `[alert.NAME]` sections, checked before the jobs that name them.
+    alerts: alerts::Alerts,
+    /// `[scheduler] on_failure`: the alert of every job without its own.
+    default_on_failure: Option<String>,
 }
 
 impl<'e> Loader<'e> {
@@ -208,6 +219,8 @@ impl<'e> Loader<'e> {
             scrubber: Scrubber::default(),
             warnings: Vec::new(),
             calendars: calendars::Calendars::default(),
+            alerts: alerts::Alerts::default(),
+            default_on_failure: None,
         }
     }
 
@@ -230,6 +243,12 @@ impl<'e> Loader<'e> {
         let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
         self.calendars(table.remove("calendar"));
+        self.alerts(table.remove("alert"));
+        if let Some(scheduler) = &scheduler {
+            self.default_on_failure = self
+                .on_failure(scheduler.on_failure.as_deref(), &Section::Scheduler)
+                .flatten();
+        }
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
@@ -257,6 +276,7 @@ impl<'e> Loader<'e> {
             http,
             jobs,
             disabled,
+            alerts: std::mem::take(&mut self.alerts.checked),
             templates: Arc::new(std::mem::take(&mut self.templates)),
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
@@ -265,11 +285,11 @@ impl<'e> Loader<'e> {
 
     fn check_top_level(&mut self, table: &Table) {
         for key in table.keys() {
-            if !["scheduler", "redis", "http", "calendar", "job"].contains(&key.as_str()) {
+            if !["scheduler", "redis", "http", "calendar", "alert", "job"].contains(&key.as_str()) {
                 self.errors.push(ConfigError::field(
                     Section::Top,
                     key,
-                    "unknown section or key (expected [scheduler], [redis], [http], [calendar.NAME] or [[job]])",
+                    "unknown section or key (expected [scheduler], [redis], [http], [calendar.NAME], [alert.NAME] or [[job]])",
                 ));
             }
         }
@@ -310,6 +330,7 @@ impl<'e> Loader<'e> {
             key_prefix,
             max_clock_skew,
             clock,
+            on_failure: raw.on_failure,
         })
     }
 
@@ -529,6 +550,7 @@ impl<'e> Loader<'e> {
             job: name,
             section: section.clone(),
             config_dir,
+            field_prefix: "action.",
         }
         .action(raw.action);
         if self.errors.len() != before {
@@ -536,6 +558,10 @@ impl<'e> Loader<'e> {
         }
         let schedule = schedule?;
         self.calendar_in_use(&schedule);
+        let on_failure = match raw.on_failure.as_deref() {
+            Some(name) => self.on_failure(Some(name), &section)?,
+            None => self.default_on_failure.clone(),
+        };
         Some(Job {
             name: raw.name,
             schedule,
@@ -543,6 +569,7 @@ impl<'e> Loader<'e> {
             overlap,
             catch_up,
             action: action?,
+            on_failure,
         })
     }
 

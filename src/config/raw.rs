@@ -16,6 +16,8 @@ pub struct RawScheduler {
     #[serde(default, with = "humantime_serde")]
     pub max_clock_skew: Option<Duration>,
     pub clock: Option<RawClockMode>,
+    /// The `[alert.NAME]` every job without its own `on_failure` uses.
+    pub on_failure: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]
@@ -52,6 +54,7 @@ pub struct RawJob {
     pub catch_up_policy: Option<RawCatchUpPolicy>,
     pub calendar: Option<String>,
     pub days: Option<RawDays>,
+    pub on_failure: Option<String>,
     pub action: RawAction,
 }
 

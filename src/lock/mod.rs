@@ -36,6 +36,11 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:{}:handoff:{n}", slot.epoch_ms()))
     }
 
+    /// The key the replicas that find a slot missed race for, so it is reported once.
+    pub fn missed(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:missed", slot.epoch_ms()))
+    }
+
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).
     pub fn running(prefix: &str, job: &str) -> Self {
         SlotKey(format!("{prefix}:{job}:running"))

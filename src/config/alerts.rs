@@ -1,0 +1,90 @@
+//! `[alert.NAME]` sections: actions (of any type) that tell someone a slot ended `failed` or was
+//! found `missed`, and the `on_failure` key of a job or of `[scheduler]` that names one.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use toml::Value;
+
+use super::actions::ActionCheck;
+use super::error::{ConfigError, Section};
+use super::raw::RawAction;
+use super::Loader;
+use crate::action::Action;
+
+/// The checked alerts by name, and the names whose section had errors (so a job naming one is
+/// not reported a second time as naming an unknown alert).
+#[derive(Debug, Default)]
+pub(super) struct Alerts {
+    pub checked: BTreeMap<String, Arc<Action>>,
+    pub broken: HashSet<String>,
+}
+
+impl Loader<'_> {
+    /// Checks every `[alert.NAME]` section.
+    pub(super) fn alerts(&mut self, value: Option<Value>) {
+        let Some(value) = value else { return };
+        let Value::Table(tables) = value else {
+            self.errors.push(ConfigError::field(
+                Section::Top,
+                "alert",
+                "must be tables: write [alert.NAME] with an action's fields (type = \"wecom\", …)",
+            ));
+            return;
+        };
+        for (name, table) in tables {
+            match self.alert(&name, table) {
+                Some(action) => {
+                    self.alerts.checked.insert(name, Arc::new(action));
+                }
+                None => {
+                    self.alerts.broken.insert(name);
+                }
+            }
+        }
+    }
+
+    fn alert(&mut self, name: &str, value: Value) -> Option<Action> {
+        let section = Section::Alert(name.to_owned());
+        let raw: RawAction = self.typed(value, &section)?;
+        let before = self.errors.len();
+        let config_dir = self.config_dir.clone();
+        let action = ActionCheck {
+            loader: self,
+            job: name,
+            section,
+            config_dir,
+            field_prefix: "",
+        }
+        .action(raw);
+        (self.errors.len() == before).then_some(action).flatten()
+    }
+
+    /// The alert `on_failure` names (a job's, else `[scheduler]`'s), checked to exist.
+    pub(super) fn on_failure(
+        &mut self,
+        name: Option<&str>,
+        section: &Section,
+    ) -> Option<Option<String>> {
+        let Some(name) = name else { return Some(None) };
+        if self.alerts.checked.contains_key(name) {
+            return Some(Some(name.to_owned()));
+        }
+        if !self.alerts.broken.contains(name) {
+            let known: Vec<&str> = self.alerts.checked.keys().map(String::as_str).collect();
+            self.errors.push(ConfigError::field(
+                section.clone(),
+                "on_failure",
+                format!(
+                    "{name:?} is not an [alert.NAME] section (defined: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        None
+    }
+}
