@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::State as AxumState;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::lock::SlotLock;
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::scheduler::Replica;
 
 /// Bound on each node's PING behind `/readyz` and `/metrics`.
@@ -87,19 +88,44 @@ async fn readyz(AxumState(state): AxumState<State>) -> Response {
         .into_response()
 }
 
-async fn metrics(AxumState(state): AxumState<State>) -> Response {
+async fn metrics(AxumState(state): AxumState<State>, headers: HeaderMap) -> Response {
+    let metrics = &state.replica.metrics;
     for (node, up) in probe(&state.replica.lock).await {
-        state.replica.metrics.node_up(&node, up);
+        metrics.node_up(&node, up);
     }
-    let body = state.replica.metrics.encode();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    declare_jobs(metrics, &state.config);
+    let (content_type, body) = if accepts_openmetrics(&headers) {
+        (OPENMETRICS_CONTENT_TYPE, metrics.encode_openmetrics())
+    } else {
+        (TEXT_CONTENT_TYPE, metrics.encode())
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Every configured job's series, at zero until its first slot, and its current interval.
+fn declare_jobs(metrics: &Metrics, config: &RwLock<Arc<Config>>) {
+    let config = config.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let now = Utc::now();
+    for job in &config.jobs {
+        metrics.declare_job(&job.name);
+        let next = job.schedule.upcoming(now, 2);
+        let gap = match next.as_slice() {
+            [a, b] => (b.instant() - a.instant()).to_std().ok(),
+            _ => None,
+        };
+        metrics.schedule_interval(&job.name, gap);
+    }
+}
+
+/// Whether the scraper asked for OpenMetrics (Prometheus does, in its `Accept`); anyone else
+/// gets the classic text format.
+fn accepts_openmetrics(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().starts_with("application/openmetrics-text"))
 }
 
 #[derive(Serialize)]

@@ -425,11 +425,12 @@ fn health_readiness_and_metrics_endpoints() {
     let (status, metrics) = http_get(port, "/metrics").unwrap();
     assert_eq!(status, 200);
     for needle in [
-        "slotcron_slots_total{job=\"ping\",outcome=\"won\"}",
+        "slotcron_races_total{slotcron_job=\"ping\",outcome=\"won\"}",
+        "slotcron_runs_total{slotcron_job=\"ping\",outcome=\"done\"}",
         "slotcron_lock_duration_seconds_bucket",
-        "slotcron_action_duration_seconds_count{job=\"ping\"}",
-        "slotcron_lateness_seconds_count{job=\"ping\"}",
-        "slotcron_clock_offset_milliseconds",
+        "slotcron_action_duration_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_lateness_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_clock_offset_seconds",
     ] {
         assert!(
             metrics.contains(needle),
