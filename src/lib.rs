@@ -10,6 +10,7 @@
 //!   handing the slot off when nothing left this replica.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
+//! - [`liveness`]: the timeline's watchdog behind `/healthz`.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
@@ -24,6 +25,7 @@ pub mod config;
 pub mod fleet_clock;
 pub mod handoff;
 pub mod history;
+pub mod liveness;
 pub mod lock;
 pub mod manual;
 pub mod metrics;

@@ -22,6 +22,7 @@ use crate::config::{self, CatchUpPolicy, ClockMode, Config, Job};
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
+use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
@@ -48,6 +49,8 @@ pub struct Replica {
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
     /// since replicas reloading at different moments would otherwise race on different keys.
     pub key_prefix: String,
+    /// The timeline's watchdog, read by `/healthz`.
+    pub liveness: Arc<Liveness>,
     /// The fleet clock and the nodes it reads, to measure again every minute.
     fleet: Option<(Arc<FleetClock>, Arc<Redlock>)>,
 }
@@ -71,6 +74,7 @@ impl Replica {
                 client: http_client().context("building the HTTP client")?,
                 clock,
                 key_prefix,
+                liveness: Arc::default(),
                 fleet: None,
                 name,
             });
@@ -104,6 +108,7 @@ impl Replica {
             client: http_client().context("building the HTTP client")?,
             clock: fleet.clone(),
             key_prefix,
+            liveness: Arc::default(),
             fleet: Some((fleet, lock)),
             name,
         })
@@ -254,6 +259,7 @@ fn start_generation(
     }
     tracker.spawn(timeline(
         ctx,
+        replica.liveness.clone(),
         config.jobs.clone(),
         tracker.clone(),
         generation.clone(),
@@ -373,17 +379,25 @@ impl Timeline {
 /// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
 /// jobs on the same second cost each Redis node one request from this replica, not a
 /// thousand (BENCHMARKS.md, scale).
+///
+/// Each sleep and wake is reported to `liveness`, so `/healthz` fails when a wake is overdue.
 async fn timeline(
     ctx: Arc<RaceContext>,
+    liveness: Arc<Liveness>,
     jobs: Vec<Arc<Job>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
     let mut timeline = Timeline::new(jobs, ctx.clock.now(), &ctx.replica);
     while let Some(slot) = timeline.next() {
+        let wait = (slot.instant() - ctx.clock.now())
+            .to_std()
+            .unwrap_or_default();
+        liveness.sleeping_until(tokio::time::Instant::now() + wait);
         if !sleep_until_slot(&ctx.clock, slot, &shutdown).await {
             return;
         }
+        liveness.woke();
         // A replica that wakes late still races the slots inside the start window (the race
         // decides); slots older than that belonged to replicas that were awake and are skipped.
         let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();

@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::liveness::Health;
 use crate::lock::SlotLock;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::scheduler::Replica;
@@ -51,8 +52,38 @@ pub async fn serve(listener: tokio::net::TcpListener, state: State, shutdown: Ca
     }
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Live while the timeline is not overdue for a wake ([`crate::liveness`]): 503 names how late.
+async fn healthz(AxumState(state): AxumState<State>) -> Response {
+    let health = state.replica.liveness.check(tokio::time::Instant::now());
+    let status = if health.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, describe(health)).into_response()
+}
+
+fn describe(health: Health) -> String {
+    let ago = |d: Option<Duration>| {
+        d.map_or_else(
+            || "has not woken yet".to_owned(),
+            |d| format!("woke {:.1} s ago", d.as_secs_f64()),
+        )
+    };
+    match health {
+        Health::Waiting { due_in, last_wake } => format!(
+            "ok: the timeline {}; next wake in {:.1} s\n",
+            ago(last_wake),
+            due_in.as_secs_f64()
+        ),
+        Health::Idle { last_wake } => {
+            format!("ok: the timeline {}; no wake pending\n", ago(last_wake))
+        }
+        Health::Overdue { late } => format!(
+            "unhealthy: the timeline has not woken for a slot due {:.1} s ago\n",
+            late.as_secs_f64()
+        ),
+    }
 }
 
 /// Which nodes answer a PING now; every node answers "up" in standalone mode.
