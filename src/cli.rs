@@ -94,6 +94,9 @@ pub struct RunArgs {
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// Reload only on SIGHUP, not when the configuration file changes.
+    #[arg(long, env = "SLOTCRON_NO_WATCH")]
+    pub no_watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +202,8 @@ fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(watch_signals(shutdown.clone()));
-        let reloads = watch_reloads();
+        let watch = (!args.no_watch).then_some(args.config.config.as_path());
+        let reloads = watch_reloads(watch, &shutdown);
         scheduler::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
     });
     match result {
@@ -229,11 +233,23 @@ async fn watch_signals(shutdown: CancellationToken) {
     }
 }
 
-/// SIGHUP asks for a reload of the configuration file.
-fn watch_reloads() -> Option<tokio::sync::mpsc::Receiver<()>> {
+/// SIGHUP, or a change of the file's content ([`crate::watch`]), asks for a reload of the
+/// configuration file (`watch`: unless `--no-watch`). A directory that cannot be watched
+/// leaves SIGHUP.
+fn watch_reloads(
+    watch: Option<&std::path::Path>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::sync::mpsc::Receiver<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok()?;
     let (tx, rx) = tokio::sync::mpsc::channel(1);
+    if let Some(config) = watch {
+        match crate::watch::watch_config(config, tx.clone(), shutdown.clone()) {
+            Ok(watch) => drop(tokio::spawn(watch)),
+            Err(e) => tracing::warn!(config = %config.display(), error = %e,
+                "cannot watch the configuration file: reload it with SIGHUP"),
+        }
+    }
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");

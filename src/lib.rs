@@ -17,6 +17,7 @@
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
+//! - [`watch`]: reload when the configuration file changes (a ConfigMap's symlink swap too).
 //! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
 
 pub mod action;
@@ -36,3 +37,4 @@ pub mod secret;
 pub mod status;
 pub mod telemetry;
 pub mod tls;
+pub mod watch;
