@@ -1,4 +1,5 @@
-//! The command line: `slotcron run` and `slotcron check`.
+//! The command line: `slotcron run`, `check`, `trigger`, `history`, `health`, `completions`
+//! and `man`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,24 @@ pub enum Command {
     Trigger(TriggerArgs),
     /// Print the run history (who ran what), newest first, merged across the Redis nodes.
     History(HistoryArgs),
+    /// Ask the running replica's /healthz (on the config's [http] listen); exit 0 when healthy.
+    Health(HealthArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): slotcron man > slotcron.1
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +136,62 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run(args, cli.log_format),
         Command::Trigger(args) => crate::manual::trigger(args, cli.log_format),
         Command::History(args) => crate::manual::history(&args),
+        Command::Health(args) => health(&args),
+        Command::Completions(args) => completions(args.shell),
+        Command::Man => man(),
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "slotcron",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+fn man() -> ExitCode {
+    use clap::CommandFactory;
+    match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("slotcron: writing the man page: {e}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+/// `slotcron health`: exit 0 when the replica's `/healthz` answers 200. A config without
+/// `[http]` has no endpoint to ask: the file is checked instead, and the output says so.
+fn health(args: &HealthArgs) -> ExitCode {
+    let config = match load(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(http) = config.http else {
+        println!(
+            "{}: valid; no [http] listen, so no /healthz to ask",
+            config.path.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|rt| rt.block_on(crate::probe::healthz(http.listen)));
+    match answer {
+        Ok(body) => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slotcron: unhealthy: {e}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! - [`telemetry`]: log format and filter.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`watch`]: reload when the configuration file changes (a ConfigMap's symlink swap too).
+//! - [`probe`]: `slotcron health`, the image's HEALTHCHECK of `/healthz`.
 //! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
 
 pub mod action;
@@ -30,6 +31,7 @@ pub mod liveness;
 pub mod lock;
 pub mod manual;
 pub mod metrics;
+pub mod probe;
 pub mod race;
 pub mod schedule;
 pub mod scheduler;

@@ -262,7 +262,36 @@ fn dockerfile_is_multi_stage_non_root_with_entrypoint_and_healthcheck() {
         .rev()
         .find(|i| i.name == "ENTRYPOINT")
         .expect("an ENTRYPOINT");
-    assert_eq!(exec_form(&entrypoint.args), ["slotcron", "run"]);
+    // tini as PID 1: signals reach slotcron, and a `command` job's orphans are reaped.
+    assert_eq!(
+        exec_form(&entrypoint.args),
+        ["tini", "--", "slotcron", "run"]
+    );
+    let install = runtime
+        .iter()
+        .find(|i| i.name == "RUN" && i.args.contains("apt-get install"))
+        .expect("the runtime installs its packages");
+    assert!(install.args.contains(" tini"), "{}", install.args);
+    let exposed = runtime.iter().find(|i| i.name == "EXPOSE").expect("EXPOSE");
+    assert_eq!(exposed.args, "9090");
+    for label in ["title", "description", "version", "licenses"] {
+        let key = format!("org.opencontainers.image.{label}=");
+        assert!(
+            runtime
+                .iter()
+                .any(|i| i.name == "LABEL" && i.args.contains(&key)),
+            "OCI label {label}"
+        );
+    }
+    // Base images pinned to a version, never a floating tag.
+    for stage in &stages {
+        let image = stage[0].args.split_whitespace().next().unwrap();
+        let tag = image.split_once(':').map_or("", |(_, t)| t);
+        assert!(
+            tag.chars().next().is_some_and(|c| c.is_ascii_digit()) && tag.contains('.'),
+            "{image}: pin a version"
+        );
+    }
 
     // HEALTHCHECK runs a real slotcron command; run it here on the config the image ships.
     let health = runtime
@@ -320,6 +349,7 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
     )
     .unwrap();
     let mut hostnames = BTreeSet::new();
+    let mut published = BTreeSet::new();
     for name in &replicas {
         let s = &compose["services"][name.as_str()];
         assert_eq!(
@@ -348,20 +378,33 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
         );
         // The hostname is the replica id: five distinct ones, so the logs tell the winner apart.
         hostnames.insert(str_of(&s["hostname"], "hostname").to_owned());
-        let depends: BTreeSet<&str> = s["depends_on"]
-            .as_sequence()
-            .expect("depends_on")
-            .iter()
-            .map(|d| str_of(d, "depends_on"))
-            .collect();
+        // Started only once every Redis node is healthy (its own healthcheck answers).
+        let depends = s["depends_on"]
+            .as_mapping()
+            .expect("depends_on as a mapping");
         for r in &redis {
-            assert!(
-                depends.contains(r.as_str()),
-                "{name} does not depend on {r}"
-            );
+            let condition = &depends
+                .get(r.as_str())
+                .unwrap_or_else(|| panic!("{name} does not depend on {r}"))["condition"];
+            assert_eq!(condition.as_str(), Some("service_healthy"), "{name} on {r}");
+            let check = &compose["services"][r.as_str()]["healthcheck"]["test"];
+            assert!(format!("{check:?}").contains("ping"), "{r}: {check:?}");
         }
+        // The [http] port is published, on loopback: status page and metrics from the host.
+        let ports: Vec<&str> = s["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .map(|p| str_of(p, "port"))
+            .collect();
+        assert!(
+            ports.len() == 1 && ports[0].starts_with("127.0.0.1:") && ports[0].ends_with(":9090"),
+            "{name}: {ports:?}"
+        );
+        published.insert(ports[0].to_owned());
     }
     assert_eq!(hostnames.len(), 5, "{hostnames:?}");
+    assert_eq!(published.len(), 5, "{published:?}");
 
     // The jobs file the replicas mount: its nodes are the Redis services, its URL the receiver.
     let path = repo().join("deploy/jobs.compose.toml");
@@ -385,6 +428,15 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
         let command = format!("{:?}", compose["services"][r.as_str()]["command"]);
         assert!(!command.contains("--port"), "{r} listens on 6379");
     }
+    assert_eq!(
+        config
+            .http
+            .as_ref()
+            .map(|h| h.listen.to_string())
+            .as_deref(),
+        Some("0.0.0.0:9090"),
+        "the demo serves its status page and metrics on the published port"
+    );
     let url = http_url(&config);
     let receiver = url.host_str().unwrap();
     let receiver_service = &compose["services"][receiver];
@@ -786,5 +838,53 @@ fn probe_port(container: &Value, probe: &str) -> u64 {
             .and_then(|p| p["containerPort"].as_u64())
             .unwrap_or_else(|| panic!("{probe}: no container port named {name}")),
         other => panic!("{probe}: port {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Linters and the image's health check
+// ---------------------------------------------------------------------------
+
+#[test]
+fn hadolint_finds_nothing_in_the_dockerfile() {
+    let Some(hadolint) = tool("hadolint") else {
+        return;
+    };
+    let out = Command::new(hadolint)
+        .arg("deploy/Dockerfile")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let report = output_text(&out);
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "hadolint:\n{report}"
+    );
+}
+
+#[test]
+fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
+    let ignored: Vec<String> = read(".dockerignore")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/').to_owned())
+        .collect();
+    for needed in ["target", ".git"] {
+        assert!(
+            ignored.iter().any(|i| i == needed),
+            "{needed} in .dockerignore: {ignored:?}"
+        );
+    }
+    // Nothing the build stage copies is ignored.
+    for copied in [
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo",
+        "src",
+        "benches",
+        "jobs.toml",
+    ] {
+        assert!(!ignored.iter().any(|i| i == copied), "{copied} is ignored");
     }
 }
