@@ -1,7 +1,9 @@
 //! The timeline's watchdog, behind `/healthz`: the timeline says when it means to wake next,
 //! and notes each wake; the process is live while it is not overdue. A task that panicked, a
 //! starved runtime, or a wall clock that stopped (the timeline sleeping again and again for a
-//! slot that never comes) all leave the HTTP server answering, and all fail this check.
+//! slot that never comes) all leave the HTTP server answering, and all fail this check. So does
+//! a wall clock stepped back by more than [`WAKE_GRACE`], until the timeline reaches its slot:
+//! the deadline is set once per slot, on the monotonic clock, and such a replica is late.
 
 use std::sync::Mutex;
 use std::time::Duration;

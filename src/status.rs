@@ -286,3 +286,24 @@ th, td { text-align: left; padding: .25em .8em; border-bottom: 1px solid #ddd; }
 </body>
 </html>
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn openmetrics_only_for_a_scraper_that_asks_for_it() {
+        // What Prometheus 2.x sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(accepts_openmetrics(&accept(prometheus)));
+        assert!(!accepts_openmetrics(&accept("*/*")));
+        assert!(!accepts_openmetrics(&HeaderMap::new()));
+    }
+}
