@@ -30,8 +30,9 @@ pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// How a race for a slot ended on this replica (`slotcron_races_total{outcome}`).
 pub const RACE_OUTCOMES: [&str; 4] = ["won", "lost", "unavailable", "skipped"];
-/// How a won slot's run ended (`slotcron_runs_total{outcome}`).
-pub const RUN_OUTCOMES: [&str; 3] = ["done", "failed", "handed_off"];
+/// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
+/// still held the running lease (`overlap = "skip"`).
+pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -149,20 +150,21 @@ impl Metrics {
         let mut root = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         root.register_collector(Box::new(ProcessCollector));
         let r = root.sub_registry_with_prefix("slotcron");
+        self.register_job_series(r);
+        self.register_replica_series(r);
+    }
+
+    /// The series labelled by job.
+    fn register_job_series(&self, r: &mut Registry) {
         r.register(
             "races",
-            "Slots raced by this replica, by job and outcome (won, lost, unavailable, skipped)",
+            "Slots raced by this replica, by job and outcome (won, lost, unavailable; skipped: too late to race)",
             self.races.clone(),
         );
         r.register(
             "runs",
-            "Runs of slots this replica won, by job and outcome (done, failed, handed_off)",
+            "Slots this replica won, by job and how their run ended (done, failed, handed_off, skipped)",
             self.runs.clone(),
-        );
-        r.register(
-            "lock_duration_seconds",
-            "Time to decide a slot's lock",
-            self.lock_seconds.clone(),
         );
         r.register(
             "action_duration_seconds",
@@ -190,16 +192,6 @@ impl Metrics {
             self.interval_seconds.clone(),
         );
         r.register(
-            "redis_node_up",
-            "1 when the Redis node answered the last check",
-            self.node_up.clone(),
-        );
-        r.register(
-            "clock_offset_seconds",
-            "This replica's clock minus the fleet clock",
-            self.clock_offset_seconds.clone(),
-        );
-        r.register(
             "rate_budget_waits",
             "Sends that waited for a webhook's rate budget",
             self.budget_waits.clone(),
@@ -213,6 +205,25 @@ impl Metrics {
             "handoffs",
             "Slots this replica won and handed off to the fleet, its egress having failed",
             self.handoffs.clone(),
+        );
+    }
+
+    /// The series of the replica as a whole.
+    fn register_replica_series(&self, r: &mut Registry) {
+        r.register(
+            "lock_duration_seconds",
+            "Time to decide a slot's lock",
+            self.lock_seconds.clone(),
+        );
+        r.register(
+            "redis_node_up",
+            "1 when the Redis node answered the last check",
+            self.node_up.clone(),
+        );
+        r.register(
+            "clock_offset_seconds",
+            "This replica's clock minus the fleet clock",
+            self.clock_offset_seconds.clone(),
         );
         r.register(
             "build_info",
@@ -246,12 +257,18 @@ impl Metrics {
         self.handoffs.get_or_create(&job(job_name)).inc();
     }
 
-    /// Counts one outcome of [`crate::race::SlotResult::outcome`] (or `won`): a race outcome
-    /// in `slotcron_races_total`, a run outcome in `slotcron_runs_total`; a run that ended
-    /// `done` or `failed` also sets the job's last success or failure time.
+    /// A won slot not run, its previous run still going (`overlap = "skip"`).
+    pub fn run_skipped(&self, job_name: &str) {
+        self.runs.get_or_create(&outcome(job_name, "skipped")).inc();
+    }
+
+    /// Counts one outcome of [`crate::race::SlotResult::outcome`] (or `won`): `won`, `lost`,
+    /// `unavailable` and `skipped` (not raced: too late) in `slotcron_races_total`; `done`,
+    /// `failed` and `handed_off` in `slotcron_runs_total`, where a run that ended `done` or
+    /// `failed` also sets the job's last success or failure time.
     pub fn slot(&self, job_name: &str, outcome_name: &str) {
         let labels = outcome(job_name, outcome_name);
-        if !RUN_OUTCOMES.contains(&outcome_name) {
+        if RACE_OUTCOMES.contains(&outcome_name) {
             self.races.get_or_create(&labels).inc();
             return;
         }
@@ -402,6 +419,15 @@ mod tests {
         assert!(text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="won"} 1"#));
         assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="done"} 1"#));
         assert!(!text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="done"}"#));
+        // Late (not raced) and overlapping (won, not run) skips land in different series.
+        m.slot("standup", "skipped");
+        m.slot("standup", "won");
+        m.run_skipped("standup");
+        let text = m.encode();
+        assert!(
+            text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="skipped"} 1"#)
+        );
+        assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="skipped"} 1"#));
         let success = text
             .lines()
             .find_map(|l| {

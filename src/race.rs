@@ -407,7 +407,8 @@ impl RaceContext {
             match self.running_lease(&won.job, won.slot, acquired) {
                 Ok(running) => won.running = Some(running),
                 Err(skipped) => {
-                    self.metrics.slot(&won.job.name, skipped.outcome());
+                    // Won, then not run: a run outcome, so races{won} = the sum of runs.
+                    self.metrics.run_skipped(&won.job.name);
                     *claim = Claim::Settled(skipped);
                 }
             }
