@@ -254,7 +254,10 @@ mod tests {
             assert!(seen.first_time(&offer("a", ms)));
         }
         assert_eq!(seen.order.len(), SEEN_CAP);
-        assert!(seen.first_time(&offer("a", 0)), "the first offer was forgotten");
+        assert!(
+            seen.first_time(&offer("a", 0)),
+            "the first offer was forgotten"
+        );
         assert!(!seen.first_time(&offer("a", SEEN_CAP as i64)));
     }
 

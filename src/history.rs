@@ -384,7 +384,11 @@ mod tests {
         taker.trigger = "handoff".into();
         taker.fence = Fence::new(taker.slot, 1);
         taker.previous_winner = Some("r".into());
-        let merged = merge(vec![first.clone(), taker.clone(), record(5, RunState::Done, Some(6))]);
+        let merged = merge(vec![
+            first.clone(),
+            taker.clone(),
+            record(5, RunState::Done, Some(6)),
+        ]);
         assert_eq!(merged.len(), 3);
         assert_eq!(merged[0], taker);
         assert_eq!(merged[1], first);

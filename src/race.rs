@@ -597,11 +597,11 @@ impl RaceContext {
             Err(expired) => Err(expired),
         };
         sent.map_err(|e: ActionError| SendFailure {
-                error: self.scrubber.scrub(&e.to_string()),
-                attempts: e.attempts(),
-                delivery: e.delivery(),
-                local: e.is_local(),
-            })
+            error: self.scrubber.scrub(&e.to_string()),
+            attempts: e.attempts(),
+            delivery: e.delivery(),
+            local: e.is_local(),
+        })
     }
 
     /// Drives `action` while extending the running lease every third of its TTL.

@@ -96,8 +96,7 @@ async fn a_truncated_answer_is_uncertain_and_not_resent() {
 async fn a_read_timeout_is_uncertain_and_not_resent() {
     let receiver = Receiver::start();
     receiver.set_delay(Duration::from_secs(10));
-    let (error, attempts, delivery) =
-        failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
+    let (error, attempts, delivery) = failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
     assert_eq!(delivery, DeliveryState::Uncertain, "{error}");
     assert_eq!((attempts, receiver.count()), (1, 1), "{error}");
 }
@@ -139,8 +138,7 @@ async fn an_explicit_rejection_is_not_delivered_and_not_retried() {
     let receiver = Receiver::start_with_body(
         serde_json::json!({"errcode": 93000, "errmsg": "invalid webhook url"}),
     );
-    let (error, attempts, delivery) =
-        failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
+    let (error, attempts, delivery) = failed(run_once(&standalone(&wecom(&receiver.uri()))).await);
     assert_eq!(delivery, DeliveryState::NotDelivered, "{error}");
     assert_eq!((attempts, receiver.count()), (1, 1), "{error}");
     assert!(error.contains("93000"), "{error}");
@@ -156,9 +154,15 @@ async fn http_resends_after_an_uncertain_attempt_with_the_same_idempotency_key()
     assert_eq!(delivery.attempts, 2);
     let requests = receiver.requests();
     assert_eq!(requests.len(), 2);
-    let keys: Vec<_> = requests.iter().map(|r| r.header("idempotency-key")).collect();
+    let keys: Vec<_> = requests
+        .iter()
+        .map(|r| r.header("idempotency-key"))
+        .collect();
     assert!(keys[0].is_some() && keys[0] == keys[1], "{keys:?}");
-    let fences: Vec<_> = requests.iter().map(|r| r.header("x-slotcron-fence")).collect();
+    let fences: Vec<_> = requests
+        .iter()
+        .map(|r| r.header("x-slotcron-fence"))
+        .collect();
     assert!(fences[0].is_some() && fences[0] == fences[1], "{fences:?}");
 }
 
@@ -249,7 +253,11 @@ impl Fleet {
             let started = r.wait_for_json(Duration::from_secs(20), |l| {
                 l["message"] == "slotcron started"
             });
-            assert!(started.is_some(), "a replica did not start: {:?}", r.lines());
+            assert!(
+                started.is_some(),
+                "a replica did not start: {:?}",
+                r.lines()
+            );
         }
         Fleet { replicas }
     }
@@ -295,7 +303,10 @@ fn slots_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<String> {
 }
 
 fn count(lines: &[(usize, Value)], outcome: &str) -> usize {
-    lines.iter().filter(|(_, l)| l["outcome"] == outcome).count()
+    lines
+        .iter()
+        .filter(|(_, l)| l["outcome"] == outcome)
+        .count()
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -319,18 +330,36 @@ fn a_robot_that_resets_after_reading_gets_no_slot_twice_and_the_fleet_goes_on() 
 
     let by_slot = robot.by_slot();
     let doubled: Vec<_> = by_slot.iter().filter(|(_, r)| r.len() > 1).collect();
-    assert!(doubled.is_empty(), "slots that reached the robot twice: {doubled:?}");
+    assert!(
+        doubled.is_empty(),
+        "slots that reached the robot twice: {doubled:?}"
+    );
     let outcomes = fleet.outcomes();
     let window = slots_between(from, to);
     for slot in &window {
-        assert_eq!(by_slot.get(slot).map_or(0, Vec::len), 1, "slot {slot} never reached the robot");
+        assert_eq!(
+            by_slot.get(slot).map_or(0, Vec::len),
+            1,
+            "slot {slot} never reached the robot"
+        );
         let lines = &outcomes[slot];
-        let failed: Vec<_> = lines.iter().filter(|(_, l)| l["outcome"] == "failed").collect();
+        let failed: Vec<_> = lines
+            .iter()
+            .filter(|(_, l)| l["outcome"] == "failed")
+            .collect();
         assert_eq!(failed.len(), 1, "{slot}: {lines:?}");
         assert_eq!(failed[0].1["delivery"], "uncertain", "{slot}: {lines:?}");
-        assert_eq!(count(lines, "handed_off"), 0, "an uncertain slot was handed off: {lines:?}");
+        assert_eq!(
+            count(lines, "handed_off"),
+            0,
+            "an uncertain slot was handed off: {lines:?}"
+        );
     }
-    assert!(window.len() >= 5, "only {} slots in the window", window.len());
+    assert!(
+        window.len() >= 5,
+        "only {} slots in the window",
+        window.len()
+    );
 }
 
 #[test]
@@ -355,23 +384,38 @@ fn a_refused_slot_is_run_once_by_each_replica_and_handed_off_no_further() {
         let lines = &outcomes[&slot];
         // Every replica ran the slot once (one schedule win, then two handoff wins), each with
         // the previous one named; the last, with no replica left that has not had it, fails.
-        let wins: Vec<&(usize, Value)> = lines.iter().filter(|(_, l)| l["outcome"] == "won").collect();
+        let wins: Vec<&(usize, Value)> = lines
+            .iter()
+            .filter(|(_, l)| l["outcome"] == "won")
+            .collect();
         let mut runners: Vec<usize> = wins.iter().map(|(i, _)| *i).collect();
         runners.sort_unstable();
-        assert_eq!(runners, [0, 1, 2], "{slot}: each replica runs it once: {lines:?}");
-        let takers: Vec<_> = wins.iter().filter(|(_, l)| l["trigger"] == "handoff").collect();
+        assert_eq!(
+            runners,
+            [0, 1, 2],
+            "{slot}: each replica runs it once: {lines:?}"
+        );
+        let takers: Vec<_> = wins
+            .iter()
+            .filter(|(_, l)| l["trigger"] == "handoff")
+            .collect();
         assert_eq!(takers.len(), 2, "{slot}: {lines:?}");
         for (taker, won) in &takers {
             let previous = won["previous_winner"].as_str().unwrap();
             assert_ne!(previous, format!("replica-{taker}"), "{lines:?}");
         }
         assert_eq!(count(lines, "handed_off"), 2, "{slot}: {lines:?}");
-        let failed: Vec<_> = lines.iter().filter(|(_, l)| l["outcome"] == "failed").collect();
+        let failed: Vec<_> = lines
+            .iter()
+            .filter(|(_, l)| l["outcome"] == "failed")
+            .collect();
         assert_eq!(failed.len(), 1, "{slot}: {lines:?}");
         assert_eq!(failed[0].1["delivery"], "not_delivered");
         assert_eq!(failed[0].1["trigger"], "handoff");
         let fence = failed[0].1["fence"].as_i64().unwrap();
-        let slot_ms = DateTime::parse_from_rfc3339(&slot).unwrap().timestamp_millis();
+        let slot_ms = DateTime::parse_from_rfc3339(&slot)
+            .unwrap()
+            .timestamp_millis();
         assert_eq!(fence, slot_ms + 2, "{slot}: the third run's fence");
     }
 
@@ -381,14 +425,21 @@ fn a_refused_slot_is_run_once_by_each_replica_and_handed_off_no_further() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let slot = slots_between(from, to)[1].clone();
     let runs: Vec<&Value> = rows.iter().filter(|r| r["slot"] == slot.as_str()).collect();
-    let outcomes: Vec<&str> = runs.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["failed", "handed_off", "handed_off"], "{runs:?}");
     assert_eq!(runs[0]["trigger"], "handoff");
     assert_eq!(runs[2]["trigger"], "schedule");
@@ -417,8 +468,15 @@ fn an_explicit_rejection_is_not_handed_off() {
     fleet.stop();
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 3, "{counts:?}");
-    assert!(counts.values().all(|&n| n == 1), "a rejected slot was sent again: {counts:?}");
-    let handed: usize = fleet.outcomes().values().map(|l| count(l, "handed_off")).sum();
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "a rejected slot was sent again: {counts:?}"
+    );
+    let handed: usize = fleet
+        .outcomes()
+        .values()
+        .map(|l| count(l, "handed_off"))
+        .sum();
     assert_eq!(handed, 0);
 }
 
@@ -459,10 +517,23 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     let (mut lateness, mut handoff_lateness) = (Vec::new(), Vec::new());
     for slot in &window {
         let got = by_slot.get(slot).map_or(0, Vec::len);
-        assert_eq!(got, 1, "slot {slot} reached the receiver {got} times: {:?}", outcomes.get(slot));
-        let replica = by_slot[slot][0].headers["x-slotcron-replica"].to_str().unwrap();
-        assert!(!["replica-3", "replica-4"].contains(&replica), "{slot} sent through the dead proxy");
-        let done = outcomes[slot].iter().find(|(_, l)| l["outcome"] == "done").unwrap();
+        assert_eq!(
+            got,
+            1,
+            "slot {slot} reached the receiver {got} times: {:?}",
+            outcomes.get(slot)
+        );
+        let replica = by_slot[slot][0].headers["x-slotcron-replica"]
+            .to_str()
+            .unwrap();
+        assert!(
+            !["replica-3", "replica-4"].contains(&replica),
+            "{slot} sent through the dead proxy"
+        );
+        let done = outcomes[slot]
+            .iter()
+            .find(|(_, l)| l["outcome"] == "done")
+            .unwrap();
         let ms = done.1["lateness_ms"].as_i64().unwrap();
         lateness.push(ms);
         if done.1["trigger"] == "handoff" {
@@ -478,11 +549,21 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
         window.len(),
         handoff_lateness.len(),
         percentile(&lateness, 0.5),
-        handoff_lateness.get(handoff_lateness.len() / 2).copied().unwrap_or(0),
+        handoff_lateness
+            .get(handoff_lateness.len() / 2)
+            .copied()
+            .unwrap_or(0),
         handoff_lateness.last().copied().unwrap_or(0),
     );
-    assert!(window.len() >= 15, "only {} slots in the window", window.len());
-    assert!(!handoff_lateness.is_empty(), "the broken replicas never won a slot");
+    assert!(
+        window.len() >= 15,
+        "only {} slots in the window",
+        window.len()
+    );
+    assert!(
+        !handoff_lateness.is_empty(),
+        "the broken replicas never won a slot"
+    );
     // The job's timeout is 5 s: well under it, with room for a loaded 2-core machine.
     assert!(p99 < 2_500, "lateness p99 {p99} ms");
 }
@@ -526,16 +607,26 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
 
     let sent = receiver.wait_for(1, Duration::from_secs(20));
     assert_eq!(sent.len(), 1, "the first send never came");
-    let slot = sent[0].headers["x-slotcron-slot"].to_str().unwrap().to_owned();
-    let sent_job = sent[0].headers["x-slotcron-job"].to_str().unwrap().to_owned();
-    let waiting = if sent_job == "first" { "second" } else { "first" };
+    let slot = sent[0].headers["x-slotcron-slot"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let sent_job = sent[0].headers["x-slotcron-job"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let waiting = if sent_job == "first" {
+        "second"
+    } else {
+        "first"
+    };
     let winner = fleet
         .replicas
         .iter()
         .position(|r| {
-            r.json_lines().iter().any(|l| {
-                l["outcome"] == "won" && l["job"] == waiting && l["slot"] == slot.as_str()
-            })
+            r.json_lines()
+                .iter()
+                .any(|l| l["outcome"] == "won" && l["job"] == waiting && l["slot"] == slot.as_str())
         })
         .expect("no replica won the waiting job's slot");
     fleet.replicas[winner].pause();
@@ -549,10 +640,18 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
         .iter()
         .filter(|r| r.headers["x-slotcron-job"] == waiting)
         .collect();
-    assert_eq!(of_waiting.len(), 1, "the waiting job's slot was not delivered once: {all:?}");
-    let by = of_waiting[0].headers["x-slotcron-replica"].to_str().unwrap();
+    assert_eq!(
+        of_waiting.len(),
+        1,
+        "the waiting job's slot was not delivered once: {all:?}"
+    );
+    let by = of_waiting[0].headers["x-slotcron-replica"]
+        .to_str()
+        .unwrap();
     assert_ne!(by, format!("replica-{winner}"), "the paused winner sent");
-    let slot_ms = DateTime::parse_from_rfc3339(&slot).unwrap().timestamp_millis();
+    let slot_ms = DateTime::parse_from_rfc3339(&slot)
+        .unwrap()
+        .timestamp_millis();
     let fence = of_waiting[0].headers["x-slotcron-fence"].to_str().unwrap();
     assert_eq!(fence, (slot_ms + 1).to_string(), "the taker's fence");
     let paused_lines = fleet.replicas[winner].json_lines();
@@ -560,5 +659,8 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
         .iter()
         .find(|l| l["job"] == waiting && l["outcome"] == "handed_off")
         .unwrap_or_else(|| panic!("the resumed winner did not hand off: {paused_lines:?}"));
-    assert!(handed["reason"].as_str().unwrap().contains("validity"), "{handed}");
+    assert!(
+        handed["reason"].as_str().unwrap().contains("validity"),
+        "{handed}"
+    );
 }

@@ -53,9 +53,13 @@ impl HttpAction {
                 None => request,
             }
         };
-        deliver::deliver(ctx, self.budget.as_ref(), self.on_uncertain, build, |answer| {
-            self.classify(answer)
-        })
+        deliver::deliver(
+            ctx,
+            self.budget.as_ref(),
+            self.on_uncertain,
+            build,
+            |answer| self.classify(answer),
+        )
         .await
     }
 

@@ -111,7 +111,8 @@ impl Templates {
 
     /// Checks every string of `value` that has template syntax compiles and renders.
     pub fn check_json(&self, value: &serde_json::Value) -> Result<(), String> {
-        self.render_json(value, &TemplateContext::sample()).map(drop)
+        self.render_json(value, &TemplateContext::sample())
+            .map(drop)
     }
 
     /// `value` with every string that has template syntax rendered (cards, blocks, posts).

@@ -244,7 +244,8 @@ impl WecomAction {
                 .post(url.clone())
                 .multipart(reqwest::multipart::Form::new().part("media", part))
         };
-        let (media_id, _) = deliver::deliver_for(ctx, None, OnUncertain::Resend, build, classify_upload).await?;
+        let (media_id, _) =
+            deliver::deliver_for(ctx, None, OnUncertain::Resend, build, classify_upload).await?;
         Ok(media_id)
     }
 }

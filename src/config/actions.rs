@@ -15,9 +15,9 @@ use super::raw::{
 };
 use super::{ConfigError, Loader, Section};
 use crate::action::command::CommandAction;
+use crate::action::deliver::OnUncertain;
 use crate::action::dingtalk::DingTalkAction;
 use crate::action::feishu::FeishuAction;
-use crate::action::deliver::OnUncertain;
 use crate::action::http::HttpAction;
 use crate::action::log::LogAction;
 use crate::action::rate::{Budget, Rate};

@@ -127,9 +127,7 @@ fn serve(stream: TcpStream, mode: Misbehaviour, log: &Mutex<Vec<RawRequest>>) {
             Misbehaviour::ResetFirstOfEachSlot if !first_of_slot => {
                 answer(&mut stream, 200, WECOM_OK, WECOM_OK.len())
             }
-            Misbehaviour::ResetFirstOfEachSlot | Misbehaviour::ResetAlways => {
-                return reset(stream)
-            }
+            Misbehaviour::ResetFirstOfEachSlot | Misbehaviour::ResetAlways => return reset(stream),
             Misbehaviour::CloseWithoutAnswer => return,
             Misbehaviour::TruncatedAnswer => {
                 answer(&mut stream, 200, r#"{"errcode":0"#, 100);
