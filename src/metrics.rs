@@ -1,5 +1,15 @@
-//! Prometheus metrics of one replica, served at `/metrics` in the text format.
+//! Prometheus metrics of one replica, served at `/metrics`.
+//!
+//! Every series is labelled `slotcron_job`, not `job`: Prometheus sets `job` on every target
+//! it scrapes, and a metric label of that name would be renamed `exported_job` on ingestion.
+//! Names use base units (seconds, bytes). Each configured job's series exist from the first
+//! scrape, at zero ([`Metrics::declare_job`]), so `rate()` and alerts see a job before its
+//! first slot. Race outcomes and run outcomes are separate counters: a won slot is counted
+//! once in `slotcron_races_total` and once more, when its run ends, in `slotcron_runs_total`.
 
+mod process;
+
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -10,21 +20,45 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+pub use process::{ProcessCollector, ProcessStats};
+
+/// The content type of [`Metrics::encode_openmetrics`].
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of [`Metrics::encode`] (the classic text format, which promtool checks).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// How a race for a slot ended on this replica (`slotcron_races_total{outcome}`); `paused`:
+/// not raced, the job being paused fleet-wide.
+pub const RACE_OUTCOMES: [&str; 5] = ["won", "lost", "unavailable", "skipped", "paused"];
+/// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
+/// still held the running lease (`overlap = "skip"`).
+pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SlotLabels {
-    pub job: String,
+pub struct OutcomeLabels {
+    pub slotcron_job: String,
     pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
-    pub job: String,
+    pub slotcron_job: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub node: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+type Seconds = Counter<f64, AtomicU64>;
+type SecondsGauge = Gauge<f64, AtomicU64>;
+type Histograms = Family<JobLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     // 50 µs to ~1.6 s.
@@ -36,24 +70,51 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+fn job(name: &str) -> JobLabels {
+    JobLabels {
+        slotcron_job: name.to_owned(),
+    }
+}
+
+fn outcome(name: &str, outcome: &str) -> OutcomeLabels {
+    OutcomeLabels {
+        slotcron_job: name.to_owned(),
+        outcome: outcome.to_owned(),
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
 /// The replica's metrics. Cheap to update from any task.
 #[derive(Debug)]
 pub struct Metrics {
-    slots: Family<SlotLabels, Counter>,
+    races: Family<OutcomeLabels, Counter>,
+    runs: Family<OutcomeLabels, Counter>,
     lock_seconds: Histogram,
-    action_seconds: Family<JobLabels, Histogram, fn() -> Histogram>,
-    lateness_seconds: Family<JobLabels, Histogram, fn() -> Histogram>,
+    action_seconds: Histograms,
+    lateness_seconds: Histograms,
+    last_success: Family<JobLabels, SecondsGauge>,
+    last_failure: Family<JobLabels, SecondsGauge>,
+    /// Set at each scrape from the schedule, so alerts can speak in intervals of the job.
+    interval_seconds: Family<JobLabels, SecondsGauge>,
     node_up: Family<NodeLabels, Gauge>,
-    clock_offset_ms: Gauge,
-    clock_steps: Counter,
-    clock_last_step_ms: Gauge,
+    clock_offset_seconds: SecondsGauge,
     budget_waits: Family<JobLabels, Counter>,
-    budget_wait_seconds: Family<JobLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    budget_wait_seconds: Family<JobLabels, Seconds>,
     handoffs: Family<JobLabels, Counter>,
+    /// Slots no replica ran, found by this replica at its start (each counted once, fleet-wide).
     missed: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
-    /// Jobs whose next slot was decided without their built-in calendar's data.
+    /// Jobs whose next slot lies past their built-in calendar's data.
     calendar_beyond: Family<JobLabels, Gauge>,
+    clock_steps: Counter,
+    clock_last_step_seconds: SecondsGauge,
+    build_info: Family<BuildLabels, Gauge>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -67,37 +128,56 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let metrics = Metrics {
-            slots: Family::default(),
+            races: Family::default(),
+            runs: Family::default(),
             lock_seconds: latency_histogram(),
             action_seconds: Family::new_with_constructor(duration_histogram),
             lateness_seconds: Family::new_with_constructor(duration_histogram),
+            last_success: Family::default(),
+            last_failure: Family::default(),
+            interval_seconds: Family::default(),
             node_up: Family::default(),
-            clock_offset_ms: Gauge::default(),
-            clock_steps: Counter::default(),
-            clock_last_step_ms: Gauge::default(),
+            clock_offset_seconds: Gauge::default(),
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
             missed: Family::default(),
             paused: Family::default(),
             calendar_beyond: Family::default(),
-            registry: Mutex::new(Registry::with_prefix("slotcron")),
+            clock_steps: Counter::default(),
+            clock_last_step_seconds: Gauge::default(),
+            build_info: Family::default(),
+            registry: Mutex::new(Registry::default()),
         };
+        metrics
+            .build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
         metrics.register();
         metrics
     }
 
     fn register(&self) {
-        let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let mut root = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        root.register_collector(Box::new(ProcessCollector));
+        let r = root.sub_registry_with_prefix("slotcron");
+        self.register_job_series(r);
+        self.register_replica_series(r);
+    }
+
+    /// The series labelled by job.
+    fn register_job_series(&self, r: &mut Registry) {
         r.register(
-            "slots",
-            "Slots seen by this replica, by job and outcome",
-            self.slots.clone(),
+            "races",
+            "Slots raced by this replica, by job and outcome (won, lost, unavailable; skipped: too late to race)",
+            self.races.clone(),
         );
         r.register(
-            "lock_duration_seconds",
-            "Time to decide a slot's lock",
-            self.lock_seconds.clone(),
+            "runs",
+            "Slots this replica won, by job and how their run ended (done, failed, handed_off, skipped)",
+            self.runs.clone(),
         );
         r.register(
             "action_duration_seconds",
@@ -106,28 +186,23 @@ impl Metrics {
         );
         r.register(
             "lateness_seconds",
-            "From the slot to the action's start",
+            "From the slot's instant to the start of the winner's action, on the fleet clock",
             self.lateness_seconds.clone(),
         );
         r.register(
-            "redis_node_up",
-            "1 when the Redis node answered the last check",
-            self.node_up.clone(),
+            "last_success_timestamp_seconds",
+            "When this replica last ran the job to done (unix time; 0: not since it started)",
+            self.last_success.clone(),
         );
         r.register(
-            "clock_offset_milliseconds",
-            "This replica's clock minus the fleet clock",
-            self.clock_offset_ms.clone(),
+            "last_failure_timestamp_seconds",
+            "When this replica last ran the job to failed (unix time; 0: not since it started)",
+            self.last_failure.clone(),
         );
         r.register(
-            "clock_steps",
-            "Steps of this replica's wall clock (against its monotonic clock) seen",
-            self.clock_steps.clone(),
-        );
-        r.register(
-            "clock_last_step_milliseconds",
-            "The size of the last wall clock step seen (positive: forward)",
-            self.clock_last_step_ms.clone(),
+            "schedule_interval_seconds",
+            "Gap between the job's next two slots",
+            self.interval_seconds.clone(),
         );
         r.register(
             "rate_budget_waits",
@@ -140,9 +215,9 @@ impl Metrics {
             self.budget_wait_seconds.clone(),
         );
         r.register(
-            "calendar_beyond_coverage",
-            "1 while the job's next slot lies past its built-in calendar's data (Monday to Friday assumed)",
-            self.calendar_beyond.clone(),
+            "handoffs",
+            "Slots this replica won and handed off to the fleet, its egress having failed",
+            self.handoffs.clone(),
         );
         r.register(
             "missed_slots",
@@ -150,71 +225,158 @@ impl Metrics {
             self.missed.clone(),
         );
         r.register(
-            "handoffs",
-            "Slots this replica won and handed off to the fleet, its egress having failed",
-            self.handoffs.clone(),
-        );
-        r.register(
             "job_paused",
             "1 while the job is paused fleet-wide (slotcron pause), as of its latest slot",
             self.paused.clone(),
         );
+        r.register(
+            "calendar_beyond_coverage",
+            "1 while the job's next slot lies past its built-in calendar's data (Monday to Friday assumed)",
+            self.calendar_beyond.clone(),
+        );
     }
 
-    /// Whether `job` was paused (fleet-wide) at its latest slot.
-    pub fn paused(&self, job: &str, paused: bool) {
-        self.paused
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
-            .set(i64::from(paused));
+    /// The series of the replica as a whole.
+    fn register_replica_series(&self, r: &mut Registry) {
+        r.register(
+            "lock_duration_seconds",
+            "Time to decide a slot's lock",
+            self.lock_seconds.clone(),
+        );
+        r.register(
+            "redis_node_up",
+            "1 when the Redis node answered the last check",
+            self.node_up.clone(),
+        );
+        r.register(
+            "clock_offset_seconds",
+            "This replica's clock minus the fleet clock",
+            self.clock_offset_seconds.clone(),
+        );
+        r.register(
+            "clock_steps",
+            "Steps of this replica's wall clock seen (wall and monotonic clocks disagreeing by more than 1 s)",
+            self.clock_steps.clone(),
+        );
+        r.register(
+            "clock_last_step_seconds",
+            "Size of the last wall-clock step seen (negative: back)",
+            self.clock_last_step_seconds.clone(),
+        );
+        r.register(
+            "build_info",
+            "Always 1; the labels name the running build",
+            self.build_info.clone(),
+        );
+    }
+
+    /// Creates every series of job `name` at zero (idempotent): a job is visible from the
+    /// first scrape, not from its first slot.
+    pub fn declare_job(&self, name: &str) {
+        // The guards are dropped at once: only the series' creation matters here.
+        let labels = job(name);
+        for o in RACE_OUTCOMES {
+            drop(self.races.get_or_create(&outcome(name, o)));
+        }
+        for o in RUN_OUTCOMES {
+            drop(self.runs.get_or_create(&outcome(name, o)));
+        }
+        drop(self.action_seconds.get_or_create(&labels));
+        drop(self.lateness_seconds.get_or_create(&labels));
+        drop(self.last_success.get_or_create(&labels));
+        drop(self.last_failure.get_or_create(&labels));
+        drop(self.budget_waits.get_or_create(&labels));
+        drop(self.budget_wait_seconds.get_or_create(&labels));
+        drop(self.handoffs.get_or_create(&labels));
+        drop(self.missed.get_or_create(&labels));
+        drop(self.paused.get_or_create(&labels));
     }
 
     /// A slot no replica ran, found (and won the right to report) by this replica.
-    pub fn missed(&self, job: &str) {
-        self.missed
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
-            .inc();
+    pub fn missed(&self, job_name: &str) {
+        self.missed.get_or_create(&job(job_name)).inc();
+    }
+
+    /// Whether `job` was paused (fleet-wide) at its latest slot.
+    pub fn paused(&self, job_name: &str, paused: bool) {
+        self.paused
+            .get_or_create(&job(job_name))
+            .set(i64::from(paused));
+    }
+
+    /// Whether `job`'s next slot lies past its built-in calendar's data.
+    pub fn calendar_beyond_coverage(&self, job_name: &str, beyond: bool) {
+        self.calendar_beyond
+            .get_or_create(&job(job_name))
+            .set(i64::from(beyond));
+    }
+
+    /// A step of the wall clock, `step_ms` forward (negative: back).
+    pub fn clock_step(&self, step_ms: i64) {
+        self.clock_steps.inc();
+        self.clock_last_step_seconds.set(step_ms as f64 / 1000.0);
     }
 
     /// A slot this replica won and offered to the rest of the fleet.
-    pub fn handoff(&self, job: &str) {
-        self.handoffs
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
-            .inc();
+    pub fn handoff(&self, job_name: &str) {
+        self.handoffs.get_or_create(&job(job_name)).inc();
     }
 
-    pub fn slot(&self, job: &str, outcome: &str) {
-        self.slots
-            .get_or_create(&SlotLabels {
-                job: job.to_owned(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
+    /// A won slot not run, its previous run still going (`overlap = "skip"`).
+    pub fn run_skipped(&self, job_name: &str) {
+        self.runs.get_or_create(&outcome(job_name, "skipped")).inc();
+    }
+
+    /// Counts one outcome of [`crate::race::SlotResult::outcome`] (or `won`): `won`, `lost`,
+    /// `unavailable` and `skipped` (not raced: too late) in `slotcron_races_total`; `done`,
+    /// `failed` and `handed_off` in `slotcron_runs_total`, where a run that ended `done` or
+    /// `failed` also sets the job's last success or failure time.
+    pub fn slot(&self, job_name: &str, outcome_name: &str) {
+        let labels = outcome(job_name, outcome_name);
+        if RACE_OUTCOMES.contains(&outcome_name) {
+            self.races.get_or_create(&labels).inc();
+            return;
+        }
+        self.runs.get_or_create(&labels).inc();
+        let last = match outcome_name {
+            "done" => &self.last_success,
+            "failed" => &self.last_failure,
+            _ => return,
+        };
+        last.get_or_create(&job(job_name)).set(unix_now());
     }
 
     pub fn lock_latency(&self, d: Duration) {
         self.lock_seconds.observe(d.as_secs_f64());
     }
 
-    pub fn action_duration(&self, job: &str, d: Duration) {
+    pub fn action_duration(&self, job_name: &str, d: Duration) {
         self.action_seconds
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
+            .get_or_create(&job(job_name))
             .observe(d.as_secs_f64());
     }
 
-    pub fn lateness(&self, job: &str, d: Duration) {
+    /// From the slot's instant to the action's start: the one definition of lateness, shared
+    /// by this histogram and the `lateness_ms` of the run's log line.
+    pub fn lateness(&self, job_name: &str, d: Duration) {
         self.lateness_seconds
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
+            .get_or_create(&job(job_name))
             .observe(d.as_secs_f64());
+    }
+
+    /// The gap between the job's next two slots (`None`: fewer than two are left).
+    pub fn schedule_interval(&self, job_name: &str, gap: Option<Duration>) {
+        let labels = job(job_name);
+        match gap {
+            Some(gap) => {
+                self.interval_seconds
+                    .get_or_create(&labels)
+                    .set(gap.as_secs_f64());
+            }
+            None => {
+                self.interval_seconds.remove(&labels);
+            }
+        }
     }
 
     pub fn node_up(&self, node: &str, up: bool) {
@@ -225,37 +387,21 @@ impl Metrics {
             .set(i64::from(up));
     }
 
-    pub fn budget_wait(&self, job: &str, waited: Duration) {
-        let labels = JobLabels {
-            job: job.to_owned(),
-        };
+    pub fn budget_wait(&self, job_name: &str, waited: Duration) {
+        let labels = job(job_name);
         self.budget_waits.get_or_create(&labels).inc();
         self.budget_wait_seconds
             .get_or_create(&labels)
             .inc_by(waited.as_secs_f64());
     }
 
-    /// Whether `job`'s next slot lies past its built-in calendar's data.
-    pub fn calendar_beyond_coverage(&self, job: &str, beyond: bool) {
-        self.calendar_beyond
-            .get_or_create(&JobLabels {
-                job: job.to_owned(),
-            })
-            .set(i64::from(beyond));
-    }
-
+    /// This replica's clock minus the fleet clock, as the fleet clock measures it.
     pub fn clock_offset(&self, offset_ms: i64) {
-        self.clock_offset_ms.set(offset_ms);
+        self.clock_offset_seconds.set(offset_ms as f64 / 1000.0);
     }
 
-    /// A step of the wall clock, `step_ms` forward (negative: back).
-    pub fn clock_step(&self, step_ms: i64) {
-        self.clock_steps.inc();
-        self.clock_last_step_ms.set(step_ms);
-    }
-
-    /// The Prometheus text exposition.
-    pub fn encode(&self) -> String {
+    /// The OpenMetrics text exposition (what prometheus-client writes).
+    pub fn encode_openmetrics(&self) -> String {
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         if prometheus_client::encoding::text::encode(&mut out, &r).is_err() {
@@ -263,6 +409,45 @@ impl Metrics {
         }
         out
     }
+
+    /// The classic Prometheus text format (0.0.4): what a client that does not ask for
+    /// OpenMetrics (curl, promtool, older scrapers) reads.
+    pub fn encode(&self) -> String {
+        openmetrics_to_text(&self.encode_openmetrics())
+    }
+}
+
+/// Rewrites prometheus-client's OpenMetrics into the 0.0.4 text format: a counter family is
+/// named with its `_total` suffix in `# HELP`/`# TYPE` (OpenMetrics names the family without
+/// it, so a text parser finds samples with no help), and `# UNIT`/`# EOF` are dropped.
+fn openmetrics_to_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            if let Some(text) = help.take().and_then(|h| h.split_once(' ').map(|(_, t)| t)) {
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -277,7 +462,7 @@ mod tests {
         m.node_up("127.0.0.1:6379", true);
         let text = m.encode();
         assert!(
-            text.contains(r#"slotcron_slots_total{job="standup",outcome="won"} 1"#),
+            text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="won"} 1"#),
             "{text}"
         );
         assert!(
@@ -288,5 +473,91 @@ mod tests {
             text.contains(r#"slotcron_redis_node_up{node="127.0.0.1:6379"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn race_and_run_outcomes_are_counted_apart() {
+        let m = Metrics::new();
+        m.slot("standup", "won");
+        m.slot("standup", "done");
+        let text = m.encode();
+        assert!(text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="won"} 1"#));
+        assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="done"} 1"#));
+        assert!(!text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="done"}"#));
+        // Late (not raced) and overlapping (won, not run) skips land in different series.
+        m.slot("standup", "skipped");
+        m.slot("standup", "won");
+        m.run_skipped("standup");
+        let text = m.encode();
+        assert!(
+            text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="skipped"} 1"#)
+        );
+        assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="skipped"} 1"#));
+        let success = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    r#"slotcron_last_success_timestamp_seconds{slotcron_job="standup"} "#,
+                )
+            })
+            .expect("last success set");
+        assert!(success.parse::<f64>().unwrap() > 1.7e9, "{success}");
+    }
+
+    #[test]
+    fn a_declared_job_has_every_series_at_zero() {
+        let m = Metrics::new();
+        m.declare_job("standup");
+        let text = m.encode();
+        for o in RACE_OUTCOMES {
+            let line =
+                format!("slotcron_races_total{{slotcron_job=\"standup\",outcome=\"{o}\"}} 0");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        for o in RUN_OUTCOMES {
+            let line = format!("slotcron_runs_total{{slotcron_job=\"standup\",outcome=\"{o}\"}} 0");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        for series in [
+            "slotcron_rate_budget_waits_total",
+            "slotcron_rate_budget_wait_seconds_total",
+            "slotcron_handoffs_total",
+            "slotcron_last_success_timestamp_seconds",
+            "slotcron_last_failure_timestamp_seconds",
+            "slotcron_action_duration_seconds_count",
+            "slotcron_lateness_seconds_count",
+        ] {
+            let line = format!("{series}{{slotcron_job=\"standup\"}} 0");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn text_format_names_counter_families_with_their_suffix() {
+        let m = Metrics::new();
+        m.declare_job("standup");
+        let text = m.encode();
+        assert!(
+            text.contains("# HELP slotcron_races_total Slots raced"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE slotcron_races_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("slotcron_build_info{version=\""), "{text}");
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(m.encode_openmetrics().ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn clock_offset_is_in_seconds() {
+        let m = Metrics::new();
+        m.clock_offset(-1500);
+        assert!(m.encode().contains("slotcron_clock_offset_seconds -1.5\n"));
     }
 }

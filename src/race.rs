@@ -167,8 +167,8 @@ struct SendFailure {
 struct Ran {
     sent: Result<Delivery, SendFailure>,
     duration: Duration,
-    /// From the slot to the end of the run, on the fleet clock.
-    lateness_ms: i64,
+    /// From the slot to the action's start, on the fleet clock (as `slotcron_lateness_seconds`).
+    lateness: Duration,
 }
 
 /// A slot this replica won: its run is still to do ([`RaceContext::run`]).
@@ -547,7 +547,8 @@ impl RaceContext {
             match self.running_lease(&won.job, won.slot, acquired) {
                 Ok(running) => won.running = Some(running),
                 Err(skipped) => {
-                    self.metrics.slot(&won.job.name, skipped.outcome());
+                    // Won, then not run: a run outcome, so races{won} = the sum of runs.
+                    self.metrics.run_skipped(&won.job.name);
                     let mut record = self.start_record(won);
                     finish_record(&mut record, &skipped);
                     skipped_runs.push(record);
@@ -587,12 +588,10 @@ impl RaceContext {
     async fn execute(&self, won: &Won, record: &RunRecord) -> Ran {
         let started = Instant::now();
         let run = async {
-            self.metrics.lateness(
-                &won.job.name,
-                (self.clock.now() - won.slot.instant())
-                    .to_std()
-                    .unwrap_or_default(),
-            );
+            let lateness = (self.clock.now() - won.slot.instant())
+                .to_std()
+                .unwrap_or_default();
+            self.metrics.lateness(&won.job.name, lateness);
             let action = self.send(won);
             let sent = match &won.running {
                 Some(running) => self.with_watchdog(action, running).await,
@@ -603,7 +602,7 @@ impl RaceContext {
             Ran {
                 sent,
                 duration,
-                lateness_ms: (self.clock.now() - won.slot.instant()).num_milliseconds(),
+                lateness,
             }
         };
         if won.job.catch_up.is_some() {
@@ -624,7 +623,7 @@ impl RaceContext {
             Ok(delivery) => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"done",
                     trigger = %won.kind.as_str(), fence = won.fence.get(), duration_ms,
-                    attempts = delivery.attempts, lateness_ms = ran.lateness_ms, "ran the slot");
+                    attempts = delivery.attempts, lateness_ms = ran.lateness.as_millis() as u64, "ran the slot");
                 return SlotResult::Done {
                     delivery,
                     duration: ran.duration,

@@ -121,6 +121,17 @@ pub struct Schedule {
 pub enum ScheduleError {
     #[error("invalid cron expression {expression:?}: {reason}")]
     Invalid { expression: String, reason: String },
+    /// One field at fault, found by parsing each field alone: the error names it and the part.
+    #[error(
+        "invalid cron expression {expression:?}: the {field} field ({allowed}) has {part:?}: {reason}"
+    )]
+    InvalidField {
+        expression: String,
+        field: &'static str,
+        allowed: &'static str,
+        part: String,
+        reason: String,
+    },
     #[error(
         "cron expression {expression:?} has {fields} fields; use 5 (minute hour day month weekday) \
          or 6 (second minute hour day month weekday)"
@@ -128,6 +139,64 @@ pub enum ScheduleError {
     FieldCount { expression: String, fields: usize },
     #[error("cron expression {expression:?} never fires in the next year")]
     NeverFires { expression: String },
+}
+
+/// The fields of a 6-field cron, with the values each allows.
+const FIELDS: [(&str, &str); 6] = [
+    ("second", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 or SUN-SAT"),
+];
+
+fn parses(expression: &str) -> Result<Cron, croner::errors::CronError> {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+        .parse(expression)
+}
+
+/// The error for an expression croner refused: the field and the comma-separated part at fault
+/// when one field alone is (each is parsed with every other field `*`), else croner's reason.
+fn invalid(expression: &str, reason: String) -> ScheduleError {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    if !(5..=6).contains(&fields.len()) {
+        return ScheduleError::Invalid {
+            expression: expression.to_owned(),
+            reason,
+        };
+    }
+    // A 5-field cron has no second field.
+    let names = &FIELDS[FIELDS.len() - fields.len()..];
+    let alone = |i: usize, value: &str| {
+        let mut probe = vec!["*"; fields.len()];
+        probe[i] = value;
+        parses(&probe.join(" ")).err()
+    };
+    for (i, field) in fields.iter().enumerate() {
+        let Some(error) = alone(i, field) else {
+            continue;
+        };
+        let part = field
+            .split(',')
+            .find(|part| alone(i, part).is_some())
+            .unwrap_or(field);
+        let (field, allowed) = names[i];
+        return ScheduleError::InvalidField {
+            expression: expression.to_owned(),
+            field,
+            allowed,
+            part: part.to_owned(),
+            reason: error.to_string(),
+        };
+    }
+    ScheduleError::Invalid {
+        expression: expression.to_owned(),
+        reason,
+    }
 }
 
 impl Schedule {
@@ -141,15 +210,7 @@ impl Schedule {
                 fields,
             });
         }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Disallowed)
-            .build()
-            .parse(expression)
-            .map_err(|e| ScheduleError::Invalid {
-                expression: expression.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let cron = parses(expression).map_err(|e| invalid(expression, e.to_string()))?;
         let p = &cron.pattern;
         let wall_times =
             !(p.seconds.from_wildcard || p.minutes.from_wildcard || p.hours.from_wildcard);
@@ -664,6 +725,26 @@ mod tests {
     fn bad_expressions_are_refused() {
         for bad in ["", "* * *", "61 * * * *", "* * * * * * 2026", "0 0 30 2 *"] {
             assert!(Schedule::parse(bad, chrono_tz::UTC).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_cron_names_the_field_and_the_part_at_fault() {
+        for (cron, field, part) in [
+            ("0 61 9 * * Mon-Fri", "minute", "61"),
+            ("61 9 * * *", "minute", "61"),
+            ("0 0 25 * * *", "hour", "25"),
+            ("0 0 9 1,32 * *", "day-of-month", "32"),
+            ("0 0 9 * 1,13 *", "month", "13"),
+            ("0 0 9 * * Mon-Fry", "day-of-week", "Mon-Fry"),
+            ("70 0 9 * * *", "second", "70"),
+        ] {
+            let error = Schedule::parse(cron, chrono_tz::UTC)
+                .unwrap_err()
+                .to_string();
+            let named = format!("the {field} field (");
+            assert!(error.contains(&named), "{cron}: {error}");
+            assert!(error.contains(&format!("has {part:?}")), "{cron}: {error}");
         }
     }
 }

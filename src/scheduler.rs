@@ -24,6 +24,7 @@ use crate::control::{covered, paused_intervals, Control, PausedSpan};
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::{History, RunRecord};
+use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::Metrics;
 use crate::pubsub::Heard;
@@ -56,6 +57,8 @@ pub struct Replica {
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
     /// since replicas reloading at different moments would otherwise race on different keys.
     pub key_prefix: String,
+    /// The timeline's watchdog, read by `/healthz`.
+    pub liveness: Arc<Liveness>,
     /// The fleet clock and the nodes it reads, to measure again every minute.
     fleet: Option<(Arc<FleetClock>, Arc<Redlock>)>,
     /// Cancelled when the replica shuts down (not on a reload): a run still waiting to send
@@ -83,6 +86,7 @@ impl Replica {
                 client: http_client().context("building the HTTP client")?,
                 clock,
                 key_prefix,
+                liveness: Arc::default(),
                 fleet: None,
                 shutdown: CancellationToken::new(),
                 name,
@@ -118,6 +122,7 @@ impl Replica {
             client: http_client().context("building the HTTP client")?,
             clock: fleet.clone(),
             key_prefix,
+            liveness: Arc::default(),
             fleet: Some((fleet, lock)),
             shutdown: CancellationToken::new(),
             name,
@@ -282,6 +287,7 @@ fn start_generation(
     }
     tracker.spawn(timeline(
         ctx,
+        replica.liveness.clone(),
         config.jobs.clone(),
         replica.fleet.as_ref().map(|(clock, _)| clock.clone()),
         tracker.clone(),
@@ -405,8 +411,11 @@ impl Timeline {
 /// the fleet clock); scheduling on the wall clock (`clock = "local"`), a step rebuilds the
 /// timeline from the stepped time, so a step back does not leave it asleep for slots that
 /// already passed and a step forward does not race the skipped-over slots one by one.
+///
+/// Each sleep and wake is reported to `liveness`, so `/healthz` fails when a wake is overdue.
 async fn timeline(
     ctx: Arc<RaceContext>,
+    liveness: Arc<Liveness>,
     jobs: Vec<Arc<Job>>,
     fleet: Option<Arc<FleetClock>>,
     tracker: TaskTracker,
@@ -418,10 +427,15 @@ async fn timeline(
         .map(|f| f.steps());
     let mut timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
     while let Some(slot) = timeline.next() {
+        let wait = (slot.instant() - ctx.clock.now())
+            .to_std()
+            .unwrap_or_default();
+        liveness.sleeping_until(tokio::time::Instant::now() + wait);
         let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, steps.as_mut()).await;
         if wake == Wake::Shutdown {
             return;
         }
+        liveness.woke();
         let stepped = fleet
             .as_ref()
             .is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica));

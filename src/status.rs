@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::State as AxumState;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -16,7 +16,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::liveness::Health;
 use crate::lock::SlotLock;
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::scheduler::Replica;
 
 /// Bound on each node's PING behind `/readyz` and `/metrics`.
@@ -50,8 +52,38 @@ pub async fn serve(listener: tokio::net::TcpListener, state: State, shutdown: Ca
     }
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Live while the timeline is not overdue for a wake ([`crate::liveness`]): 503 names how late.
+async fn healthz(AxumState(state): AxumState<State>) -> Response {
+    let health = state.replica.liveness.check(tokio::time::Instant::now());
+    let status = if health.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, describe(health)).into_response()
+}
+
+fn describe(health: Health) -> String {
+    let ago = |d: Option<Duration>| {
+        d.map_or_else(
+            || "has not woken yet".to_owned(),
+            |d| format!("woke {:.1} s ago", d.as_secs_f64()),
+        )
+    };
+    match health {
+        Health::Waiting { due_in, last_wake } => format!(
+            "ok: the timeline {}; next wake in {:.1} s\n",
+            ago(last_wake),
+            due_in.as_secs_f64()
+        ),
+        Health::Idle { last_wake } => {
+            format!("ok: the timeline {}; no wake pending\n", ago(last_wake))
+        }
+        Health::Overdue { late } => format!(
+            "unhealthy: the timeline has not woken for a slot due {:.1} s ago\n",
+            late.as_secs_f64()
+        ),
+    }
 }
 
 /// Which nodes answer a PING now; every node answers "up" in standalone mode.
@@ -87,20 +119,45 @@ async fn readyz(AxumState(state): AxumState<State>) -> Response {
         .into_response()
 }
 
-async fn metrics(AxumState(state): AxumState<State>) -> Response {
+async fn metrics(AxumState(state): AxumState<State>, headers: HeaderMap) -> Response {
+    let metrics = &state.replica.metrics;
     for (node, up) in probe(&state.replica.lock).await {
-        state.replica.metrics.node_up(&node, up);
+        metrics.node_up(&node, up);
     }
+    declare_jobs(metrics, &state.config);
     report_calendar_coverage(&state);
-    let body = state.replica.metrics.encode();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    let (content_type, body) = if accepts_openmetrics(&headers) {
+        (OPENMETRICS_CONTENT_TYPE, metrics.encode_openmetrics())
+    } else {
+        (TEXT_CONTENT_TYPE, metrics.encode())
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Every configured job's series, at zero until its first slot, and its current interval.
+fn declare_jobs(metrics: &Metrics, config: &RwLock<Arc<Config>>) {
+    let config = config.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let now = Utc::now();
+    for job in &config.jobs {
+        metrics.declare_job(&job.name);
+        let next = job.schedule.upcoming(now, 2);
+        let gap = match next.as_slice() {
+            [a, b] => (b.instant() - a.instant()).to_std().ok(),
+            _ => None,
+        };
+        metrics.schedule_interval(&job.name, gap);
+    }
+}
+
+/// Whether the scraper asked for OpenMetrics (Prometheus does, in its `Accept`); anyone else
+/// gets the classic text format.
+fn accepts_openmetrics(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().starts_with("application/openmetrics-text"))
 }
 
 /// For each job on a built-in calendar: is its next slot past the data (a Monday-to-Friday
@@ -258,3 +315,24 @@ th, td { text-align: left; padding: .25em .8em; border-bottom: 1px solid #ddd; }
 </body>
 </html>
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn openmetrics_only_for_a_scraper_that_asks_for_it() {
+        // What Prometheus 2.x sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(accepts_openmetrics(&accept(prometheus)));
+        assert!(!accepts_openmetrics(&accept("*/*")));
+        assert!(!accepts_openmetrics(&HeaderMap::new()));
+    }
+}

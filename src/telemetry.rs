@@ -25,10 +25,19 @@ impl FromStr for LogFormat {
     }
 }
 
+/// Colours on a terminal, unless `NO_COLOR` is set to anything but the empty string
+/// (<https://no-color.org>).
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Installs the global subscriber, writing to stdout. `RUST_LOG` overrides the default `info`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let ansi = colour(
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        std::env::var_os("NO_COLOR"),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
@@ -44,4 +53,17 @@ pub fn init(format: LogFormat) {
     };
     // A subscriber already installed (tests running several replicas in one process) is fine.
     drop(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_color_turns_colours_off_on_a_terminal() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())), "an empty NO_COLOR is unset");
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None), "never colours into a pipe");
+    }
 }

@@ -458,3 +458,121 @@ fn check_accepts_the_shipped_jobs_toml() {
         "{default_stdout}"
     );
 }
+
+#[test]
+fn completions_are_scripts_the_shells_accept() {
+    let (code, bash, err) = output(slotcron().args(["completions", "bash"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(bash.contains("complete -F _slotcron"), "{bash}");
+    for verb in [
+        "run",
+        "check",
+        "trigger",
+        "history",
+        "health",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            bash.contains(verb),
+            "{verb} missing from the bash completions"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("slotcron.bash");
+    std::fs::write(&script, &bash).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let (code, zsh, _) = output(slotcron().args(["completions", "zsh"]));
+    assert_eq!(code, Some(0));
+    assert!(zsh.starts_with("#compdef slotcron"), "{zsh}");
+    let (code, fish, _) = output(slotcron().args(["completions", "fish"]));
+    assert_eq!(code, Some(0));
+    assert!(fish.contains("complete -c slotcron"), "{fish}");
+    let (code, _, err) = output(slotcron().args(["completions", "tcsh"]));
+    assert_eq!(code, Some(2), "an unknown shell is a usage error: {err}");
+}
+
+#[test]
+fn man_prints_a_roff_page_naming_every_command() {
+    let (code, page, err) = output(slotcron().arg("man"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(page.contains(".TH slotcron 1"), "{page}");
+    assert!(
+        page.contains(".SH NAME") && page.contains(".SH SUBCOMMANDS"),
+        "{page}"
+    );
+    for verb in [
+        "slotcron\\-run",
+        "slotcron\\-check",
+        "slotcron\\-health",
+        "slotcron\\-completions",
+    ] {
+        assert!(page.contains(verb), "{verb} missing from:\n{page}");
+    }
+}
+
+/// `slotcron run` for 1.5 s on a pseudo-terminal (util-linux `script`), with `env` added.
+fn run_on_a_terminal(config: &Path, env: &[(&str, &str)]) -> String {
+    let command = format!(
+        "timeout 1.5 {} run --config {}",
+        env!("CARGO_BIN_EXE_slotcron"),
+        config.display()
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", &command, "/dev/null"])
+        .env_remove("NO_COLOR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("script (util-linux) runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"tick\"\n",
+    );
+    let coloured = run_on_a_terminal(&config, &[]);
+    assert!(coloured.contains("slotcron started"), "{coloured}");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = run_on_a_terminal(&config, &[("NO_COLOR", "1")]);
+    assert!(plain.contains("slotcron started"), "{plain}");
+    assert!(!plain.contains("\x1b["), "NO_COLOR ignored: {plain:?}");
+}
+
+#[test]
+fn a_bad_cron_names_the_job_the_cron_field_and_the_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[[job]]\nname = \"standup\"\nschedule = \"0 30 9 * * Mon,Fry\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 0 24 * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+    );
+    let (code, _, err) = output(slotcron().arg("check").arg("--config").arg(&config));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("job \"standup\", field \"schedule\"")
+            && err.contains("the day-of-week field (0-7 or SUN-SAT) has \"Fry\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("job \"nightly\", field \"schedule\"")
+            && err.contains("the hour field (0-23) has \"24\""),
+        "{err}"
+    );
+}

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+mod common;
+
+use common::tools::tool;
 use serde_yaml_ng::Value;
 use slotcron::action::Action;
 use slotcron::config::Config;
@@ -259,7 +262,36 @@ fn dockerfile_is_multi_stage_non_root_with_entrypoint_and_healthcheck() {
         .rev()
         .find(|i| i.name == "ENTRYPOINT")
         .expect("an ENTRYPOINT");
-    assert_eq!(exec_form(&entrypoint.args), ["slotcron", "run"]);
+    // tini as PID 1: signals reach slotcron, and a `command` job's orphans are reaped.
+    assert_eq!(
+        exec_form(&entrypoint.args),
+        ["tini", "--", "slotcron", "run"]
+    );
+    let install = runtime
+        .iter()
+        .find(|i| i.name == "RUN" && i.args.contains("apt-get install"))
+        .expect("the runtime installs its packages");
+    assert!(install.args.contains(" tini"), "{}", install.args);
+    let exposed = runtime.iter().find(|i| i.name == "EXPOSE").expect("EXPOSE");
+    assert_eq!(exposed.args, "9090");
+    for label in ["title", "description", "version", "licenses"] {
+        let key = format!("org.opencontainers.image.{label}=");
+        assert!(
+            runtime
+                .iter()
+                .any(|i| i.name == "LABEL" && i.args.contains(&key)),
+            "OCI label {label}"
+        );
+    }
+    // Base images pinned to a version, never a floating tag.
+    for stage in &stages {
+        let image = stage[0].args.split_whitespace().next().unwrap();
+        let tag = image.split_once(':').map_or("", |(_, t)| t);
+        assert!(
+            tag.chars().next().is_some_and(|c| c.is_ascii_digit()) && tag.contains('.'),
+            "{image}: pin a version"
+        );
+    }
 
     // HEALTHCHECK runs a real slotcron command; run it here on the config the image ships.
     let health = runtime
@@ -317,6 +349,7 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
     )
     .unwrap();
     let mut hostnames = BTreeSet::new();
+    let mut published = BTreeSet::new();
     for name in &replicas {
         let s = &compose["services"][name.as_str()];
         assert_eq!(
@@ -345,20 +378,33 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
         );
         // The hostname is the replica id: five distinct ones, so the logs tell the winner apart.
         hostnames.insert(str_of(&s["hostname"], "hostname").to_owned());
-        let depends: BTreeSet<&str> = s["depends_on"]
-            .as_sequence()
-            .expect("depends_on")
-            .iter()
-            .map(|d| str_of(d, "depends_on"))
-            .collect();
+        // Started only once every Redis node is healthy (its own healthcheck answers).
+        let depends = s["depends_on"]
+            .as_mapping()
+            .expect("depends_on as a mapping");
         for r in &redis {
-            assert!(
-                depends.contains(r.as_str()),
-                "{name} does not depend on {r}"
-            );
+            let condition = &depends
+                .get(r.as_str())
+                .unwrap_or_else(|| panic!("{name} does not depend on {r}"))["condition"];
+            assert_eq!(condition.as_str(), Some("service_healthy"), "{name} on {r}");
+            let check = &compose["services"][r.as_str()]["healthcheck"]["test"];
+            assert!(format!("{check:?}").contains("ping"), "{r}: {check:?}");
         }
+        // The [http] port is published, on loopback: status page and metrics from the host.
+        let ports: Vec<&str> = s["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .map(|p| str_of(p, "port"))
+            .collect();
+        assert!(
+            ports.len() == 1 && ports[0].starts_with("127.0.0.1:") && ports[0].ends_with(":9090"),
+            "{name}: {ports:?}"
+        );
+        published.insert(ports[0].to_owned());
     }
     assert_eq!(hostnames.len(), 5, "{hostnames:?}");
+    assert_eq!(published.len(), 5, "{published:?}");
 
     // The jobs file the replicas mount: its nodes are the Redis services, its URL the receiver.
     let path = repo().join("deploy/jobs.compose.toml");
@@ -382,6 +428,15 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
         let command = format!("{:?}", compose["services"][r.as_str()]["command"]);
         assert!(!command.contains("--port"), "{r} listens on 6379");
     }
+    assert_eq!(
+        config
+            .http
+            .as_ref()
+            .map(|h| h.listen.to_string())
+            .as_deref(),
+        Some("0.0.0.0:9090"),
+        "the demo serves its status page and metrics on the published port"
+    );
     let url = http_url(&config);
     let receiver = url.host_str().unwrap();
     let receiver_service = &compose["services"][receiver];
@@ -415,113 +470,316 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
 }
 
 // ---------------------------------------------------------------------------
-// Kubernetes
+// Kubernetes: `kubectl kustomize deploy/kubernetes`, checked by the ecosystem's tools and
+// against slotcron's own config loader.
 // ---------------------------------------------------------------------------
 
-fn by_kind(path: &str, kind: &str) -> Value {
-    let doc = yaml(path);
-    assert_eq!(doc["kind"].as_str(), Some(kind), "{path}");
-    doc
+/// The manifests as `kubectl apply -k deploy/kubernetes` would send them (`None`: no kubectl,
+/// outside CI).
+fn kustomized() -> Option<String> {
+    let kubectl = tool("kubectl")?;
+    let out = Command::new(kubectl)
+        .args(["kustomize", "deploy/kubernetes"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
 }
 
-/// A probe's port: a number, or the name of one of the container's ports.
-fn probe_port(container: &Value, probe: &str) -> u64 {
-    let get = &container[probe]["httpGet"];
-    assert!(get.is_mapping(), "{probe} is an httpGet probe");
-    match &get["port"] {
-        Value::Number(n) => n.as_u64().unwrap(),
-        Value::String(name) => container["ports"]
-            .as_sequence()
-            .expect("ports")
-            .iter()
-            .find(|p| p["name"].as_str() == Some(name))
-            .and_then(|p| p["containerPort"].as_u64())
-            .unwrap_or_else(|| panic!("{probe}: no container port named {name}")),
-        other => panic!("{probe}: port {other:?}"),
+fn documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    of_kind(docs, kind)
+        .into_iter()
+        .find(|d| d["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// A rendered copy in a temp dir, for the tools that read files.
+fn rendered_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kustomized.yaml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn kustomized_manifests_pass_kubernetes_validate_strict() {
+    let Some(text) = kustomized() else { return };
+    let Some(validate) = tool("kubernetes-validate") else {
+        return;
+    };
+    let (_dir, path) = rendered_file(&text);
+    let out = Command::new(validate)
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = output_text(&out);
+    assert!(
+        out.status.success(),
+        "kubernetes-validate --strict:\n{report}"
+    );
+    let passed = report.matches(" passed for resource ").count();
+    assert_eq!(passed, documents(&text).len(), "{report}");
+}
+
+#[test]
+fn checkov_fails_no_check_and_every_skip_is_explained_in_deploy_readme() {
+    let Some(text) = kustomized() else { return };
+    let Some(checkov) = tool("checkov") else {
+        return;
+    };
+    let (dir, path) = rendered_file(&text);
+    let out = Command::new(checkov)
+        .args(["--framework", "kubernetes", "--compact", "--quiet", "-f"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let report = output_text(&out);
+    assert!(out.status.success(), "checkov:\n{report}");
+    assert!(report.contains("Failed checks: 0"), "{report}");
+    let readme = read("deploy/README.md");
+    for doc in documents(&text) {
+        let Some(annotations) = doc["metadata"]["annotations"].as_mapping() else {
+            continue;
+        };
+        for (key, value) in annotations {
+            if !str_of(key, "annotation").starts_with("checkov.io/skip") {
+                continue;
+            }
+            let id = str_of(value, "skip").split('=').next().unwrap();
+            assert!(
+                readme.contains(id),
+                "{id} is skipped but deploy/README.md does not say why"
+            );
+        }
+    }
+}
+
+/// jobs.toml of the ConfigMap, parsed by slotcron with the Secret's files in a temp dir.
+fn configmap_config(docs: &[Value], mount: &Path) -> (Config, String) {
+    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
+    let text = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").to_owned();
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("webhook"),
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+    )
+    .unwrap();
+    let local = text.replace(
+        &mount.display().to_string(),
+        &secrets.path().display().to_string(),
+    );
+    assert_ne!(
+        local,
+        text,
+        "jobs.toml reads the webhook from the Secret's mount {}",
+        mount.display()
+    );
+    let config = slotcron::config::parse(
+        Path::new("jobs.toml"),
+        &local,
+        &HashMap::<String, String>::new(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (config, text)
+}
+
+fn mount_of<'a>(container: &'a Value, pod: &Value, volume: &dyn Fn(&Value) -> bool) -> &'a Value {
+    let name = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| volume(v))
+        .expect("the volume")["name"]
+        .clone();
+    container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .expect("the volume is mounted")
+}
+
+/// Pod Security "restricted": what the namespace's enforce label asks of every pod.
+fn assert_restricted(what: &str, pod: &Value) {
+    assert_eq!(
+        pod["automountServiceAccountToken"].as_bool(),
+        Some(false),
+        "{what}"
+    );
+    assert_eq!(
+        pod["securityContext"]["runAsNonRoot"].as_bool(),
+        Some(true),
+        "{what}"
+    );
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault"),
+        "{what}"
+    );
+    for c in pod["containers"].as_sequence().unwrap() {
+        let sc = &c["securityContext"];
+        assert_eq!(
+            sc["allowPrivilegeEscalation"].as_bool(),
+            Some(false),
+            "{what}"
+        );
+        assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{what}");
+        assert_eq!(
+            sc["capabilities"]["drop"][0].as_str(),
+            Some("ALL"),
+            "{what}"
+        );
     }
 }
 
 #[test]
-fn kubernetes_manifests_agree_with_the_configmap_and_the_image() {
-    let deployment = by_kind("deploy/kubernetes/deployment.yaml", "Deployment");
-    let configmap = by_kind("deploy/kubernetes/configmap.yaml", "ConfigMap");
-    let secret = by_kind("deploy/kubernetes/secret.yaml", "Secret");
-    let spec = &deployment["spec"];
-    assert_eq!(spec["replicas"].as_u64(), Some(5));
+fn kustomized_fleet_has_three_redis_nodes_and_replicas_that_agree_with_the_configmap() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let namespace = &of_kind(&docs, "Namespace")[0];
     assert_eq!(
-        spec["selector"]["matchLabels"],
-        spec["template"]["metadata"]["labels"]
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].as_str(),
+        Some("restricted")
     );
+    assert!(
+        of_kind(&docs, "Secret").is_empty(),
+        "the manifests must not create (or overwrite) the webhook Secret"
+    );
+
+    let deployment = named(&docs, "Deployment", "slotcron");
+    let spec = &deployment["spec"];
     let pod = &spec["template"]["spec"];
     let container = &pod["containers"][0];
-
-    // The Secret provides every variable the ConfigMap's jobs.toml uses.
-    let secret_env: HashMap<String, String> = secret["stringData"]
-        .as_mapping()
-        .expect("stringData")
+    assert_eq!(spec["replicas"].as_u64(), Some(5));
+    assert_restricted("slotcron", pod);
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"].as_str(),
+        Some("kubernetes.io/hostname")
+    );
+    let pdb = named(&docs, "PodDisruptionBudget", "slotcron");
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        spec["selector"]["matchLabels"]
+    );
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    let replica_id = container["env"]
+        .as_sequence()
+        .unwrap()
         .iter()
-        .map(|(k, v)| (str_of(k, "key").to_owned(), str_of(v, "value").to_owned()))
-        .collect();
-    assert!(secret_env.contains_key("WECOM_WEBHOOK"));
-    let env_from = container["envFrom"].as_sequence().expect("envFrom");
+        .find(|e| e["name"] == "SLOTCRON_REPLICA_ID")
+        .expect("SLOTCRON_REPLICA_ID");
+    assert_eq!(
+        replica_id["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.name")
+    );
     assert!(
-        env_from
-            .iter()
-            .any(|e| e["secretRef"]["name"] == secret["metadata"]["name"]),
-        "the container takes its environment from the Secret"
+        container["envFrom"].is_null(),
+        "no Secret as environment variables"
     );
 
-    // The ConfigMap's jobs.toml is valid with the Secret's variables, and needs them.
-    let (file, text) = configmap["data"]
-        .as_mapping()
-        .expect("data")
-        .iter()
-        .next()
-        .unwrap();
-    let (file, text) = (str_of(file, "data key"), str_of(text, "jobs.toml"));
-    let path = Path::new("configmap").join(file);
-    let config =
-        slotcron::config::parse(&path, text, &secret_env).unwrap_or_else(|e| panic!("{e}"));
-    let without = slotcron::config::parse(&path, text, &HashMap::<String, String>::new());
-    assert!(without.is_err(), "the jobs use the Secret's variables");
-    let nodes = config.redis.as_ref().expect("[redis]").nodes.len();
-    assert!(
-        nodes >= 3 && nodes % 2 == 1,
-        "an odd number of independent nodes: {nodes}"
-    );
+    // The webhook: a file of the operator's Secret, where jobs.toml reads it.
+    let secret_mount = mount_of(container, pod, &|v| {
+        v["secret"]["secretName"] == "slotcron-webhook"
+    });
+    let mount = PathBuf::from(str_of(&secret_mount["mountPath"], "mountPath"));
+    let (config, _) = configmap_config(&docs, &mount);
 
-    // The container reads that file where the ConfigMap is mounted.
+    // --config names jobs.toml in the ConfigMap's directory mount (no subPath: it must change).
+    let config_mount = mount_of(container, pod, &|v| {
+        v["configMap"]["name"] == "slotcron-jobs"
+    });
+    assert!(
+        config_mount["subPath"].is_null(),
+        "a subPath mount never sees ConfigMap updates"
+    );
     let args: Vec<&str> = container["args"]
         .as_sequence()
-        .expect("args")
+        .unwrap()
         .iter()
         .map(|a| str_of(a, "arg"))
         .collect();
-    let config_arg = args
-        .iter()
-        .position(|a| *a == "--config")
-        .map(|i| args[i + 1])
-        .expect("--config");
-    let volume = pod["volumes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|v| v["configMap"]["name"] == configmap["metadata"]["name"])
-        .expect("a volume of the ConfigMap");
-    let mount = container["volumeMounts"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == volume["name"])
-        .expect("the ConfigMap volume is mounted");
     assert_eq!(
-        Path::new(config_arg),
-        Path::new(str_of(&mount["mountPath"], "mountPath")).join(file),
-        "--config names the mounted jobs.toml"
+        args,
+        [
+            "--config",
+            &format!(
+                "{}/jobs.toml",
+                str_of(&config_mount["mountPath"], "mountPath")
+            )
+        ]
     );
 
+    // Three independent Redis nodes: a StatefulSet and a Service each, AOF fsync always.
+    let nodes: BTreeSet<String> = config
+        .redis
+        .as_ref()
+        .expect("[redis]")
+        .nodes
+        .iter()
+        .map(|n| {
+            assert_eq!(n.expose().port().unwrap_or(6379), 6379);
+            n.expose().host_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(nodes.len(), 3);
+    for node in &nodes {
+        let service = named(&docs, "Service", node);
+        let set = named(&docs, "StatefulSet", node);
+        assert_eq!(set["spec"]["replicas"].as_u64(), Some(1), "{node}");
+        assert_eq!(
+            &service["spec"]["selector"], &set["spec"]["selector"]["matchLabels"],
+            "{node}: its own Service"
+        );
+        let redis_pod = &set["spec"]["template"]["spec"];
+        assert_restricted(node, redis_pod);
+        let args: Vec<&str> = redis_pod["containers"][0]["args"]
+            .as_sequence()
+            .expect("redis args")
+            .iter()
+            .map(|a| str_of(a, "arg"))
+            .collect();
+        for pair in [["--appendonly", "yes"], ["--appendfsync", "always"]] {
+            assert!(
+                args.windows(2).any(|w| w == pair),
+                "{node}: {pair:?} in {args:?}"
+            );
+        }
+        assert!(
+            set["spec"]["volumeClaimTemplates"][0].is_mapping(),
+            "{node}: the AOF on a volume"
+        );
+    }
+
     // Probes on the [http] port, which listens beyond loopback so the kubelet reaches it.
-    let listen = config.http.expect("[http] listen in the ConfigMap").listen;
+    let listen = config.http.expect("[http] listen").listen;
     assert!(
         listen.ip().is_unspecified(),
         "{listen} is unreachable for the kubelet"
@@ -548,23 +806,85 @@ fn kubernetes_manifests_agree_with_the_configmap_and_the_image() {
         .expect("terminationGracePeriodSeconds");
     assert!(
         Duration::from_secs(grace) > longest_timeout(&config),
-        "terminationGracePeriodSeconds {grace} is not above the longest job timeout {:?}",
-        longest_timeout(&config)
+        "terminationGracePeriodSeconds {grace}"
     );
 
     // The pod runs as the image's non-root user.
-    let dockerfile = read("deploy/Dockerfile");
-    let user = instructions(&dockerfile)
+    let user = instructions(&read("deploy/Dockerfile"))
         .into_iter()
         .rev()
         .find(|i| i.name == "USER")
         .unwrap()
         .args;
-    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
     assert_eq!(
         pod["securityContext"]["runAsUser"]
             .as_u64()
             .map(|u| u.to_string()),
         Some(user)
     );
+}
+
+/// A probe's port: a number, or the name of one of the container's ports.
+fn probe_port(container: &Value, probe: &str) -> u64 {
+    let get = &container[probe]["httpGet"];
+    assert!(get.is_mapping(), "{probe} is an httpGet probe");
+    match &get["port"] {
+        Value::Number(n) => n.as_u64().unwrap(),
+        Value::String(name) => container["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("{probe}: no container port named {name}")),
+        other => panic!("{probe}: port {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Linters and the image's health check
+// ---------------------------------------------------------------------------
+
+#[test]
+fn hadolint_finds_nothing_in_the_dockerfile() {
+    let Some(hadolint) = tool("hadolint") else {
+        return;
+    };
+    let out = Command::new(hadolint)
+        .arg("deploy/Dockerfile")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let report = output_text(&out);
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "hadolint:\n{report}"
+    );
+}
+
+#[test]
+fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
+    let ignored: Vec<String> = read(".dockerignore")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/').to_owned())
+        .collect();
+    for needed in ["target", ".git"] {
+        assert!(
+            ignored.iter().any(|i| i == needed),
+            "{needed} in .dockerignore: {ignored:?}"
+        );
+    }
+    // Nothing the build stage copies is ignored.
+    for copied in [
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo",
+        "src",
+        "benches",
+        "jobs.toml",
+    ] {
+        assert!(!ignored.iter().any(|i| i == copied), "{copied} is ignored");
+    }
 }

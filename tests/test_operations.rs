@@ -579,11 +579,12 @@ fn health_readiness_and_metrics_endpoints() {
     let (status, metrics) = http_get(port, "/metrics").unwrap();
     assert_eq!(status, 200);
     for needle in [
-        "slotcron_slots_total{job=\"ping\",outcome=\"won\"}",
+        "slotcron_races_total{slotcron_job=\"ping\",outcome=\"won\"}",
+        "slotcron_runs_total{slotcron_job=\"ping\",outcome=\"done\"}",
         "slotcron_lock_duration_seconds_bucket",
-        "slotcron_action_duration_seconds_count{job=\"ping\"}",
-        "slotcron_lateness_seconds_count{job=\"ping\"}",
-        "slotcron_clock_offset_milliseconds",
+        "slotcron_action_duration_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_lateness_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_clock_offset_seconds",
     ] {
         assert!(
             metrics.contains(needle),
@@ -614,7 +615,8 @@ fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
     let dir = tempfile::tempdir().unwrap();
     let one = http_job("first", "* * * * * *", &receiver, "");
     let path = write_config(dir.path(), &one);
-    let r = replica(&path, "reloader");
+    // Without the file watch: the reloads here come from SIGHUP alone.
+    let r = Replica::run(&path, "reloader", &[("SLOTCRON_NO_WATCH", "true")]);
     started(&r);
     std::fs::write(
         &path,

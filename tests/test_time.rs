@@ -21,9 +21,16 @@ fn parse(text: &str) -> Config {
     config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The `slotcron_slots_total` counter of `job` and `outcome` in a metrics exposition.
+/// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
+/// of `job` and `outcome` in a metrics exposition.
 fn slots_counted(metrics: &str, job: &str, outcome: &str) -> u64 {
-    let prefix = format!("slotcron_slots_total{{job=\"{job}\",outcome=\"{outcome}\"}} ");
+    let family = if ["done", "failed", "handed_off"].contains(&outcome) {
+        "runs"
+    } else {
+        "races"
+    };
+    let prefix =
+        format!("slotcron_{family}_total{{slotcron_job=\"{job}\",outcome=\"{outcome}\"}} ");
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(&prefix))

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub mod raw_http;
+pub mod tools;
 
 use nix::sys::signal::{kill as send_signal, Signal};
 use nix::unistd::Pid;

@@ -1,0 +1,75 @@
+//! Reload on a change of the configuration file, as SIGHUP does. The file's directory is
+//! watched, not the file: a Kubernetes ConfigMap volume changes by a symlink swap (`..data` ->
+//! a new directory, renamed into place), which never touches the inode the path first led to,
+//! and editors often replace a file by renaming a new one over it. Any event in the directory
+//! leads to a read of the file; a reload is asked for only when its bytes changed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Quiet time after an event before the file is read: a swap or a save is several events, and
+/// a file written in place is complete only after its last write.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Starts watching `config`'s directory; each change of its content sends on `reloads`, until
+/// `shutdown`. The returned future is the watch; it owns the watcher.
+pub fn watch_config(
+    config: &Path,
+    reloads: mpsc::Sender<()>,
+    shutdown: CancellationToken,
+) -> notify::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    let (events, heard) = mpsc::channel(1);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            // An event already pending covers this one: the file is read once either way.
+            let _ = events.try_send(());
+        }
+    })?;
+    let dir = directory_of(config);
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    tracing::info!(config = %config.display(), dir = %dir.display(),
+        "watching the configuration's directory: a change reloads it");
+    Ok(follow(watcher, config.to_owned(), heard, reloads, shutdown))
+}
+
+fn directory_of(config: &Path) -> PathBuf {
+    match config.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Reads the file after each (settled) event and asks for a reload when its bytes changed.
+async fn follow(
+    watcher: RecommendedWatcher,
+    config: PathBuf,
+    mut heard: mpsc::Receiver<()>,
+    reloads: mpsc::Sender<()>,
+    shutdown: CancellationToken,
+) {
+    let _watcher = watcher;
+    let mut last = tokio::fs::read(&config).await.ok();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = heard.recv() => if event.is_none() { return },
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(SETTLE) => {}
+        }
+        // Events during the settling time are covered by this read.
+        while heard.try_recv().is_ok() {}
+        let now = tokio::fs::read(&config).await.ok();
+        if now.is_some() && now != last {
+            tracing::info!(config = %config.display(), "the configuration file changed: reloading");
+            last = now;
+            // A reload already pending covers this one too.
+            let _ = reloads.try_send(());
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The ecosystem's own checkers (promtool, prometheus, kubectl, kubernetes-validate, checkov,
+//! hadolint), found where `scripts/test.sh` installs them: Debian packages on `PATH`, PyPI
+//! tools in the venv `target/tools-venv`.
+
+use std::path::{Path, PathBuf};
+
+/// The venv `scripts/test.sh` fills with the PyPI tools.
+pub fn tools_venv() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools-venv")
+}
+
+/// Whether this run is CI's (`CI=true`), where a missing tool is a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// The tool `name`, or `None` (with the reason printed) outside CI when it is not installed.
+/// In CI a missing tool fails the test: a check that did not run must not pass.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let in_venv = tools_venv().join("bin").join(name);
+    if in_venv.is_file() {
+        return Some(in_venv);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    if on_path.is_some() {
+        return on_path;
+    }
+    assert!(
+        !in_ci(),
+        "{name} is not installed: scripts/test.sh installs it (run the suite through it)"
+    );
+    eprintln!("SKIPPED: {name} is not installed (bash scripts/test.sh installs it)");
+    None
+}

@@ -1,0 +1,107 @@
+//! slotcron reloads its configuration when the file changes, as SIGHUP does, including the
+//! way a Kubernetes ConfigMap volume changes: a new timestamped directory, a `..data_tmp`
+//! symlink to it renamed over `..data`, the old directory removed. The path slotcron was given
+//! (`dir/jobs.toml` -> `..data/jobs.toml`) is never written.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::time::Duration;
+
+use common::Replica;
+
+fn job(name: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n\
+         [job.action]\ntype = \"log\"\ncontent = \"{name}\"\n"
+    )
+}
+
+/// Publishes `text` as the ConfigMap's new version `version`, exactly as the kubelet's atomic
+/// writer does.
+fn publish(dir: &Path, version: &str, text: &str) {
+    let data = dir.join(version);
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("jobs.toml"), text).unwrap();
+    let tmp = dir.join("..data_tmp");
+    symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+fn ran(r: &Replica, job: &str) -> usize {
+    r.json_lines()
+        .iter()
+        .filter(|l| l["message"] == "ran the slot" && l["job"] == job)
+        .count()
+}
+
+fn wait_for_runs(r: &Replica, job: &str) {
+    let seen = r.wait_for_json(Duration::from_secs(10), |l| {
+        l["message"] == "ran the slot" && l["job"] == job
+    });
+    assert!(seen.is_some(), "{job} never ran: {:?}", r.lines());
+}
+
+#[test]
+fn a_configmap_style_symlink_swap_reloads_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    publish(dir.path(), "..2026_11_23_10_00_00.1", &job("before"));
+    symlink("..data/jobs.toml", dir.path().join("jobs.toml")).unwrap();
+    let r = Replica::run(dir.path().join("jobs.toml"), "watcher", &[]);
+    wait_for_runs(&r, "before");
+
+    publish(dir.path(), "..2026_11_23_10_05_00.2", &job("after"));
+    std::fs::remove_dir_all(dir.path().join("..2026_11_23_10_00_00.1")).unwrap();
+    let reloaded = r.wait_for_json(Duration::from_secs(5), |l| {
+        l["message"] == "reloaded the configuration"
+    });
+    assert!(reloaded.is_some(), "no reload: {:?}", r.lines());
+    wait_for_runs(&r, "after");
+    // The old job stops: at most the slot racing during the swap runs after it.
+    let before = ran(&r, "before");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(ran(&r, "before") <= before + 1, "{:?}", r.lines());
+
+    // An invalid new version is rejected; the running schedule is kept.
+    publish(
+        dir.path(),
+        "..2026_11_23_10_10_00.3",
+        "[[job]]\nname = \"broken\"\nschedule = \"nope\"\n",
+    );
+    let rejected = r.wait_for_json(Duration::from_secs(5), |l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("reload rejected"))
+    });
+    assert!(rejected.is_some(), "{:?}", r.lines());
+    let after = ran(&r, "after");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        ran(&r, "after") >= after + 2,
+        "the schedule stopped: {:?}",
+        r.lines()
+    );
+}
+
+#[test]
+fn a_change_elsewhere_in_the_directory_does_not_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    std::fs::write(&path, job("steady")).unwrap();
+    let r = Replica::run(&path, "steady", &[]);
+    wait_for_runs(&r, "steady");
+    std::fs::write(dir.path().join("notes.txt"), "unrelated").unwrap();
+    // Rewritten with the same bytes: no change of content either.
+    std::fs::write(&path, job("steady")).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // A real change to the file itself (an editor's in-place save) does reload.
+    std::fs::write(&path, format!("{}{}", job("steady"), job("added"))).unwrap();
+    wait_for_runs(&r, "added");
+    let reloads = r
+        .json_lines()
+        .iter()
+        .filter(|l| l["message"] == "reloaded the configuration")
+        .count();
+    assert_eq!(reloads, 1, "{:?}", r.lines());
+}
