@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lock::node::Node;
-use crate::lock::Redlock;
+use crate::lock::node::{Node, NodeError};
+use crate::lock::nodes::Nodes;
 use crate::metrics::Metrics;
 use crate::schedule::{Clock, SharedClock};
 
@@ -64,30 +63,34 @@ impl FleetClock {
         chrono::Duration::microseconds(self.offset_us.load(Ordering::Relaxed))
     }
 
-    /// Measures the offset against `nodes` and applies it. `None` when no node answered (the
-    /// previous offset stays).
-    pub async fn measure(&self, nodes: &[Node]) -> Option<chrono::Duration> {
-        let samples: Vec<i64> = join_all(nodes.iter().map(|n| self.sample(n)))
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        let offset = median(samples)?;
+    /// Measures the offset against `nodes` (those that are not suspect; the suspect ones
+    /// too when no other answers) and applies it. `None` when no node answered (the previous
+    /// offset stays).
+    pub async fn measure(&self, nodes: &Nodes) -> Option<chrono::Duration> {
+        let replies = nodes
+            .ask(
+                |node| sample(self.local.clone(), node),
+                |r| r.settled() && r.answered() > 0,
+            )
+            .await;
+        let offset = median(replies.values().flatten().copied().collect())?;
         self.offset_us.store(offset, Ordering::Relaxed);
         Some(chrono::Duration::microseconds(offset))
     }
+}
 
-    /// One node's time minus ours, at the midpoint of the round trip, in microseconds.
-    async fn sample(&self, node: &Node) -> Option<i64> {
-        let sent = Instant::now();
-        let local_sent = self.local.now();
-        let (secs, micros): (i64, i64) =
-            node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await.ok()?;
-        let rtt = sent.elapsed();
-        let node_time = DateTime::<Utc>::from_timestamp(secs, (micros * 1000) as u32)?;
+/// One node's time minus ours, at the midpoint of the round trip, in microseconds (`None` when
+/// its answer cannot be read as a time).
+async fn sample(local: SharedClock, node: Arc<Node>) -> Result<Option<i64>, NodeError> {
+    let sent = Instant::now();
+    let local_sent = local.now();
+    let (secs, micros): (i64, i64) = node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await?;
+    let rtt = sent.elapsed();
+    let offset = DateTime::<Utc>::from_timestamp(secs, (micros * 1000) as u32).and_then(|t| {
         let local_mid = local_sent + chrono::Duration::from_std(rtt / 2).ok()?;
-        (node_time - local_mid).num_microseconds()
-    }
+        (t - local_mid).num_microseconds()
+    });
+    Ok(offset)
 }
 
 fn median(mut samples: Vec<i64>) -> Option<i64> {
@@ -106,7 +109,7 @@ fn median(mut samples: Vec<i64>) -> Option<i64> {
 /// Measures now and then every [`MEASURE_EVERY`] until shutdown, logging large offsets.
 pub async fn keep_measuring(
     clock: Arc<FleetClock>,
-    lock: Arc<Redlock>,
+    nodes: Arc<Nodes>,
     metrics: Arc<Metrics>,
     max_skew: Duration,
     replica: String,
@@ -117,19 +120,19 @@ pub async fn keep_measuring(
             _ = tokio::time::sleep(MEASURE_EVERY) => {}
             _ = shutdown.cancelled() => return,
         }
-        measure_and_report(&clock, &lock, &metrics, max_skew, &replica).await;
+        measure_and_report(&clock, &nodes, &metrics, max_skew, &replica).await;
     }
 }
 
 /// One measurement, reported in the log (when large) and in the metrics.
 pub async fn measure_and_report(
     clock: &FleetClock,
-    lock: &Redlock,
+    nodes: &Nodes,
     metrics: &Metrics,
     max_skew: Duration,
     replica: &str,
 ) {
-    let Some(offset) = clock.measure(lock.nodes()).await else {
+    let Some(offset) = clock.measure(nodes).await else {
         tracing::warn!(
             replica,
             "fleet clock: no Redis node answered TIME; keeping the last offset"

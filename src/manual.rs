@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::cli::{default_replica_id, load, HistoryArgs, TriggerArgs, EXIT_CONFIG, EXIT_RUNTIME};
 use crate::config::Config;
 use crate::history::{History, RunRecord};
-use crate::lock::Redlock;
+use crate::lock::Nodes;
 use crate::race::{RaceKind, SlotResult};
 use crate::schedule::{Slot, SystemClock};
 use crate::scheduler::Replica;
@@ -141,15 +141,15 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = runtime.block_on(async {
-        let lock = Redlock::new(
+        let nodes = Nodes::connect(
             &redis.nodes,
-            "history",
-            redis.lock.clone(),
+            redis.lock.node_timeout,
             redis.ca.as_deref(),
+            "history",
         )
         .map_err(anyhow::Error::msg)?;
         let history = History::Redis {
-            lock: Arc::new(lock),
+            nodes: Arc::new(nodes),
             prefix: config.scheduler.key_prefix.clone(),
         };
         let mut runs = Vec::new();

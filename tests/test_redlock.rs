@@ -163,7 +163,7 @@ async fn a_loser_facing_a_majority_holder_takes_one_round_trip() {
     let k = key("one-round-trip");
     assert!(matches!(a.acquire(&k, TTL).await, Acquire::Won(_)));
     // Warm b's connections so only the race itself is counted.
-    for node in b.nodes() {
+    for node in b.nodes().iter() {
         node.ping().await.unwrap();
     }
     for node in cluster.iter() {
@@ -266,7 +266,7 @@ async fn many_racers_on_healthy_nodes_have_one_winner() {
 async fn a_paused_node_delays_a_race_by_no_more_than_its_timeout() {
     let cluster = RedisCluster::start(3);
     let l = lock(&cluster.urls(), "r", 0);
-    for node in l.nodes() {
+    for node in l.nodes().iter() {
         node.ping().await.unwrap();
     }
     cluster[0].pause();
