@@ -89,15 +89,16 @@ pub struct Replies<T> {
     answers: Vec<Option<Result<T, NodeError>>>,
     /// Each node's state in the view, refreshed at each answer.
     suspect: Vec<bool>,
+    /// Whether the call went to each node (see [`Nodes::ask_some`]).
+    asked: Vec<bool>,
 }
 
 impl<T> Replies<T> {
-    /// Every node that is not suspect has answered: waiting longer is waiting for suspects.
+    /// Every node asked that is not suspect has answered: waiting longer is waiting for
+    /// suspects.
     pub fn settled(&self) -> bool {
-        self.answers
-            .iter()
-            .zip(&self.suspect)
-            .all(|(answer, suspect)| answer.is_some() || *suspect)
+        (0..self.answers.len())
+            .all(|i| self.answers[i].is_some() || self.suspect[i] || !self.asked[i])
     }
 
     /// Each node's answer so far (`None`: still waited for, or not waited for).
@@ -126,9 +127,11 @@ impl<T> Replies<T> {
         self.values().count()
     }
 
-    /// Nodes whose answer is still out.
+    /// Nodes asked whose answer is still out.
     pub fn pending(&self) -> usize {
-        self.answers.iter().filter(|a| a.is_none()).count()
+        (0..self.answers.len())
+            .filter(|&i| self.answers[i].is_none() && self.asked[i])
+            .count()
     }
 
     /// Values for which `pred` holds.
@@ -235,15 +238,33 @@ impl Nodes {
         F: Fn(Arc<Node>) -> Fut,
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
+        self.ask_some(|_| true, request, enough).await
+    }
+
+    /// [`Self::ask`] to the nodes `to` picks only (the others' answers stay `None`).
+    pub async fn ask_some<T, F, Fut>(
+        &self,
+        to: impl Fn(&Node) -> bool,
+        request: F,
+        enough: impl Fn(&Replies<T>) -> bool,
+    ) -> Replies<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let asked: Vec<bool> = self.iter().map(to).collect();
         let mut pending: FuturesUnordered<Pending<T>> = self
             .members
             .iter()
             .enumerate()
+            .filter(|(i, _)| asked[*i])
             .map(|(i, member)| observed(i, member.health.clone(), request(member.node.clone())))
             .collect();
         let mut replies = Replies {
             answers: (0..self.members.len()).map(|_| None).collect(),
             suspect: self.suspects(),
+            asked,
         };
         while !enough(&replies) {
             let Some((i, answer)) = pending.next().await else {
@@ -362,6 +383,7 @@ mod tests {
         let mut replies: Replies<()> = Replies {
             answers: vec![None, None, None],
             suspect: vec![true, false, false],
+            asked: vec![true; 3],
         };
         assert!(!replies.settled());
         replies.answers[1] = Some(Ok(()));

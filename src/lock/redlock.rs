@@ -31,6 +31,9 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(40);
 /// node timeout: neither is on a race's path, and a release lost to a busy node keeps the
 /// job's running lease (and so its next slots) held until the lease's TTL runs out.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(1);
+/// A racer first in line after a split vote tries again after this share of `retry_delay`: long
+/// enough for the others' releases to land (one round trip), far shorter than their delay.
+const FIRST_IN_LINE_SHARE: u32 = 8;
 /// Clock drift allowance: 1% of the TTL plus 2 ms (the Redlock spec's figures).
 const DRIFT_FACTOR: f64 = 0.01;
 const DRIFT_FIXED: Duration = Duration::from_millis(2);
@@ -136,6 +139,19 @@ impl Race {
 
     fn is_won(&self) -> bool {
         matches!(self.state, RaceState::Decided(Acquire::Won(_)))
+    }
+
+    /// Open after a split vote in which every other token seen sorts after ours. Every racer
+    /// sees the same tokens, so exactly one is first in line: it keeps what it took and tries
+    /// again almost at once, while the others give theirs back and wait the random delay.
+    fn is_first_in_line(&self) -> bool {
+        match &self.state {
+            RaceState::Open(tally) => tally
+                .others
+                .iter()
+                .all(|(token, _)| token.as_str() > self.claim.token.as_str()),
+            RaceState::Decided(_) => false,
+        }
     }
 
     /// Reads one attempt's tally: ours on a majority inside the validity, another's on a
@@ -245,13 +261,27 @@ impl Redlock {
             for (race, replies) in open.iter_mut().zip(&replies) {
                 race.decide(Tally::of(replies.iter().flatten()), self.quorum(), elapsed);
             }
-            // Whatever did not end as ours goes back: a loss, or a split vote before its retry.
-            let partial = open.iter().zip(&replies).filter(|(race, _)| !race.is_won());
+            let last = attempt > self.config.retry_count;
+            // Whatever did not end as ours goes back: a loss, a split vote before its retry
+            // (unless first in line), anything still open after the last attempt.
+            let partial = open
+                .iter()
+                .zip(&replies)
+                .filter(|(race, _)| !race.is_won() && (last || !race.is_first_in_line()));
             join_all(partial.map(|(race, replies)| self.release_partial(race, replies))).await;
-            if races.iter().all(|r| !r.is_open()) || attempt > self.config.retry_count {
+            if races.iter().all(|r| !r.is_open()) || last {
                 return attempt;
             }
-            tokio::time::sleep(self.retry_delay()).await;
+            let first = races
+                .iter()
+                .filter(|r| r.is_open())
+                .all(Race::is_first_in_line);
+            tokio::time::sleep(if first {
+                self.config.retry_delay / FIRST_IN_LINE_SHARE
+            } else {
+                self.retry_delay()
+            })
+            .await;
         }
     }
 
@@ -272,14 +302,15 @@ impl Redlock {
     }
 
     /// Asks every node in parallel, one pipeline each for the whole batch, and reads the
-    /// answers as they come, until every race in it is decided; one list of answers per race,
-    /// one entry per node. A loser stops as soon as another token holds a majority (`None`
-    /// marks a node not waited for; a SET of ours that still lands there is a stray token on a
-    /// minority, harmless, gone with its TTL). A winner also waits for every other node that
-    /// is not suspect (each bounded by the node timeout): its key must land on all of them, so
-    /// that one node restarted empty still leaves a majority holding it and a late replica
-    /// loses. A suspect node gets the SET too, but is not waited for: a hung or dead node
-    /// costs the replica one node timeout, once.
+    /// answers as they come; one list of answers per race, one entry per node. A batch of
+    /// losers stops as soon as another token holds a majority of each key (`None` marks a node
+    /// not waited for; a SET of ours that still lands there is a stray token on a minority,
+    /// harmless, gone with its TTL). Otherwise it waits for every node that is not suspect
+    /// (each bounded by the node timeout): a winner's key must land on all of them, so that one
+    /// node restarted empty still leaves a majority holding it and a late replica loses. A
+    /// suspect node gets the SET too but is not waited for, even in a split vote it could
+    /// break (the split is retried, and by then an answer from it has made it healthy again):
+    /// a hung or dead node costs the replica one node timeout, once.
     async fn ask_until_decided(&self, races: &[&mut Race]) -> Vec<Vec<Option<NodeReply>>> {
         let claims: Arc<[Claim]> = races.iter().map(|r| r.claim.clone()).collect();
         let quorum = self.quorum();
@@ -290,7 +321,7 @@ impl Redlock {
                     let claims = claims.clone();
                     async move { node.acquire_many(&claims).await }
                 },
-                |replies| (0..races.len()).all(|k| decided(replies, k, quorum)),
+                |replies| replies.settled() || (0..races.len()).all(|k| lost(replies, k, quorum)),
             )
             .await;
         (0..races.len())
@@ -316,16 +347,11 @@ impl Redlock {
             .collect();
         let (key, token) = (race.claim.key.clone(), race.claim.token.clone());
         self.nodes
-            .ask(
+            .ask_some(
+                |node| targets.contains(&node.address()),
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
-                    let target = targets.contains(&node.address());
-                    async move {
-                        if !target {
-                            return Ok(false);
-                        }
-                        node.release_within(&key, &token, node.timeout()).await
-                    }
+                    async move { node.release_within(&key, &token, node.timeout()).await }
                 },
                 Replies::settled,
             )
@@ -384,11 +410,10 @@ fn reply_for(answer: Option<&Result<Vec<NodeReply>, NodeError>>, k: usize) -> Op
     }
 }
 
-/// Whether the answers so far decide the `k`-th key (see [`Redlock::ask_until_decided`]).
-fn decided(replies: &Replies<Vec<NodeReply>>, k: usize, quorum: usize) -> bool {
+/// Whether the answers so far show another token on a majority for the `k`-th key.
+fn lost(replies: &Replies<Vec<NodeReply>>, k: usize, quorum: usize) -> bool {
     let own_answers = replies.values().filter_map(|answers| answers.get(k));
-    let tally = Tally::of(own_answers);
-    tally.majority_holder(quorum).is_some() || (tally.own >= quorum && replies.settled())
+    Tally::of(own_answers).majority_holder(quorum).is_some()
 }
 
 #[cfg(test)]

@@ -586,6 +586,8 @@ struct Reply {
 
 struct ReceiverState {
     requests: Mutex<Vec<wiremock::Request>>,
+    /// When each request of `requests` arrived (same order), by the wall clock.
+    arrived: Mutex<Vec<std::time::SystemTime>>,
     default: Mutex<Reply>,
     queued: Mutex<VecDeque<Reply>>,
     delay_ms: AtomicU64,
@@ -595,7 +597,11 @@ struct Responder(Arc<ReceiverState>);
 
 impl wiremock::Respond for Responder {
     fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
-        lock(&self.0.requests).push(request.clone());
+        {
+            let mut requests = lock(&self.0.requests);
+            lock(&self.0.arrived).push(std::time::SystemTime::now());
+            requests.push(request.clone());
+        }
         let template = if request.method != wiremock::http::Method::POST {
             wiremock::ResponseTemplate::new(405)
         } else if let Some(r) = lock(&self.0.queued).pop_front() {
@@ -634,6 +640,7 @@ impl Receiver {
     pub fn start_with_body(body: serde_json::Value) -> Self {
         let state = Arc::new(ReceiverState {
             requests: Mutex::new(Vec::new()),
+            arrived: Mutex::new(Vec::new()),
             default: Mutex::new(Reply { status: 200, body }),
             queued: Mutex::new(VecDeque::new()),
             delay_ms: AtomicU64::new(0),
@@ -710,6 +717,17 @@ impl Receiver {
         lock(&self.state.requests).len()
     }
 
+    /// Every request received so far with the wall-clock time it arrived, in arrival order.
+    pub fn arrivals(&self) -> Vec<(std::time::SystemTime, wiremock::Request)> {
+        let requests = lock(&self.state.requests);
+        let arrived = lock(&self.state.arrived);
+        arrived
+            .iter()
+            .copied()
+            .zip(requests.iter().cloned())
+            .collect()
+    }
+
     /// Bodies of the received requests parsed as JSON (`Value::Null` if not JSON).
     pub fn received_json(&self) -> Vec<serde_json::Value> {
         self.received()
@@ -720,7 +738,9 @@ impl Receiver {
 
     /// Forgets the requests received so far.
     pub fn clear(&self) {
-        lock(&self.state.requests).clear();
+        let mut requests = lock(&self.state.requests);
+        lock(&self.state.arrived).clear();
+        requests.clear();
     }
 
     /// Received requests grouped by `Idempotency-Key` (requests without the
