@@ -110,7 +110,7 @@ impl NodeError {
     pub fn node_answered(&self) -> bool {
         match self.kind {
             NodeErrorKind::Reply(_) | NodeErrorKind::Unexpected(_) => true,
-            NodeErrorKind::Timeout(_) | NodeErrorKind::Down(_) => false,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::Down(_) | NodeErrorKind::Suspect => false,
         }
     }
 }
@@ -122,6 +122,9 @@ pub enum NodeErrorKind {
     /// No usable answer: the connection failed (refused, dropped), the bytes that came back
     /// are not Redis, or the node says it cannot serve yet (loading its data).
     Down(String),
+    /// Not waited for: an earlier request to the node timed out or failed and it has not
+    /// answered since (see [`super::nodes`]).
+    Suspect,
     /// Redis answered this request with an error reply (a wrong type, a script error).
     Reply(String),
     /// Redis answered something that is not a lock answer (a wrong type on the key).
@@ -148,6 +151,11 @@ impl fmt::Display for NodeError {
                 write!(f, "{}: no answer within {} ms", self.node, t.as_millis())
             }
             NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Suspect => write!(
+                f,
+                "{}: suspect (no answer since a timeout or failure), not waited for",
+                self.node
+            ),
             NodeErrorKind::Unexpected(e) => write!(f, "{}: unexpected answer: {e}", self.node),
         }
     }

@@ -127,6 +127,11 @@ impl<T> Replies<T> {
         self.values().count()
     }
 
+    /// Whether node `i` was suspect in the view at the last answer.
+    pub fn is_suspect(&self, i: usize) -> bool {
+        self.suspect[i]
+    }
+
     /// Nodes asked whose answer is still out.
     pub fn pending(&self) -> usize {
         (0..self.answers.len())

@@ -15,7 +15,7 @@ use futures_util::future::join_all;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::node::{Claim, NodeReply, NodeUrl};
+use super::node::{Claim, NodeErrorKind, NodeReply, NodeUrl};
 use super::nodes::{Nodes, Replies};
 use super::{Acquire, Lease, NodeError, SlotKey, Token, Unavailable, UnavailableReason};
 
@@ -324,10 +324,24 @@ impl Redlock {
                 |replies| replies.settled() || (0..races.len()).all(|k| lost(replies, k, quorum)),
             )
             .await;
+        // A suspect node not waited for counts as failed: it is named in an `Unavailable`, and
+        // a SET of ours that lands there late is released with the rest.
+        let answers: Vec<Option<Result<Vec<NodeReply>, NodeError>>> = replies
+            .answers()
+            .iter()
+            .zip(self.nodes.iter())
+            .enumerate()
+            .map(|(i, (answer, node))| match answer {
+                None if replies.is_suspect(i) => Some(Err(NodeError {
+                    node: node.address().to_owned(),
+                    kind: NodeErrorKind::Suspect,
+                })),
+                other => other.clone(),
+            })
+            .collect();
         (0..races.len())
             .map(|k| {
-                replies
-                    .answers()
+                answers
                     .iter()
                     .map(|answer| reply_for(answer.as_ref(), k))
                     .collect()
