@@ -272,16 +272,7 @@ impl Redlock {
             if races.iter().all(|r| !r.is_open()) || last {
                 return attempt;
             }
-            let first = races
-                .iter()
-                .filter(|r| r.is_open())
-                .all(Race::is_first_in_line);
-            tokio::time::sleep(if first {
-                self.config.retry_delay / FIRST_IN_LINE_SHARE
-            } else {
-                self.retry_delay()
-            })
-            .await;
+            tokio::time::sleep(self.delay_before_retry(races)).await;
         }
     }
 
@@ -408,6 +399,17 @@ impl Redlock {
             )
             .await;
         replies.count(|extended| *extended) >= quorum
+    }
+
+    /// The wait before another attempt: short when this replica is first in line for every
+    /// race still open (it kept its takes; the others are giving theirs back), else random.
+    fn delay_before_retry(&self, races: &[Race]) -> Duration {
+        let open = races.iter().filter(|r| r.is_open());
+        if open.clone().all(Race::is_first_in_line) {
+            self.config.retry_delay / FIRST_IN_LINE_SHARE
+        } else {
+            self.retry_delay()
+        }
     }
 
     fn retry_delay(&self) -> Duration {
