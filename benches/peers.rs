@@ -948,10 +948,14 @@ async fn footprint(nodes: &[Node], binary: &Path, table: &mut Table) {
 // 5. One broken node: lateness with one node hung, one dead, all healthy, same run
 
 /// The scenario of the node-health issue: a WeCom text job every second with a rate budget.
+/// `clock = "local"`: the receiver stamps arrivals by the same clock the replicas schedule on
+/// (the fleet clock's offset, a millisecond or two off on a loaded machine, would show as
+/// lateness).
 fn wecom_toml(nodes: &[Node], port: u16) -> String {
     let list: Vec<String> = nodes.iter().map(|n| format!("{:?}", n.url())).collect();
     format!(
-        "[scheduler]\nkey_prefix = \"faults\"\nmax_clock_skew = \"1s\"\n[redis]\nnodes = [{}]\n\
+        "[scheduler]\nkey_prefix = \"faults\"\nmax_clock_skew = \"1s\"\nclock = \"local\"\n\
+         [redis]\nnodes = [{}]\n\
          [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n[job.action]\n\
          type = \"wecom\"\nwebhook = \"http://127.0.0.1:{port}/cgi-bin/webhook/send?key=BENCH\"\n\
          msgtype = \"text\"\ncontent = \"tick {{{{ slot }}}}\"\nrate = \"300/min\"\n",
@@ -969,11 +973,11 @@ struct Phase {
 /// How long a fault runs before its slots are counted: the replicas' first timeouts.
 const FAULT_SETTLE: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
 
-/// 5 replica processes on 3 nodes of their own, through three phases of `seconds` each: all
+/// 5 replica processes on 3 nodes of their own, through three phases of 60 s each: all
 /// nodes healthy; node 1 hung (SIGSTOP, then SIGCONT); node 1 dead (SIGKILL, then restarted
 /// empty). A fault's slots count from 2 s after it began until it ended.
 async fn faults(binary: &Path, table: &mut Table) {
-    let seconds = if quick() { 6 } else { 30 };
+    let seconds = if quick() { 6 } else { 60 };
     let mut nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
     let (port, arrivals) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
@@ -1012,6 +1016,9 @@ async fn faults(binary: &Path, table: &mut Table) {
     nodes.insert(1, Node::start_on(port_1));
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop(&mut replicas.0);
+    if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
+        eprintln!("peers: fault replica logs kept in {}", dir.keep().display());
+    }
     let arrivals = arrivals.lock().unwrap();
     for phase in phases {
         fault_row(&arrivals, &phase, table);
