@@ -5,7 +5,8 @@
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
 //! - [`fleet_clock`]: the replica's offset to the Redis nodes' `TIME`; scheduling on it.
-//! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
+//! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
+//!   Redlock over it, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.

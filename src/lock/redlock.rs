@@ -6,7 +6,10 @@
 //! - another token on a majority: `Lost` at once, never retried (that slot is taken);
 //! - neither (a split vote, or too few nodes answered): release what we took (and what we may
 //!   have taken on nodes that did not answer), wait a short random delay and try again, within a
-//!   bounded number of attempts. After that: `Unavailable`.
+//!   bounded number of attempts. After that: `Unavailable`. The racer first in line (its token
+//!   sorts before every other it saw) keeps what it took and tries again after a short delay.
+//!
+//! The nodes are a [`Nodes`] pool: a suspect node gets every request but is not waited for.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,9 +144,10 @@ impl Race {
         matches!(self.state, RaceState::Decided(Acquire::Won(_)))
     }
 
-    /// Open after a split vote in which every other token seen sorts after ours. Every racer
-    /// sees the same tokens, so exactly one is first in line: it keeps what it took and tries
-    /// again almost at once, while the others give theirs back and wait the random delay.
+    /// Open after a split vote in which every other token seen sorts after ours. Racers of one
+    /// split see the same tokens, so one of them is first in line: it keeps what it took and
+    /// tries again almost at once, while the others give theirs back and wait the random delay.
+    /// Only the timing depends on it: a win still needs our token on a majority.
     fn is_first_in_line(&self) -> bool {
         match &self.state {
             RaceState::Open(tally) => tally
