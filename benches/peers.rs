@@ -4,7 +4,8 @@
 //!     SLOTCRON_BENCH=race,lateness cargo bench --bench peers
 //!     SLOTCRON_BENCH_QUICK=1 cargo bench --bench peers  # a short smoke run
 //!
-//! Sections: race, lateness, scale, footprint (`SLOTCRON_BENCH`, comma-separated; default all).
+//! Sections: race, lateness, scale, footprint, faults (`SLOTCRON_BENCH`, comma-separated; default
+//! all). `faults` runs its own 3 nodes, since it hangs and kills one.
 //! `SLOTCRON_BENCH_QUICK=1` shortens every section; `SLOTCRON_BENCH_SCALE=1000x5` runs only the
 //! scale sizes named (jobs x replicas, comma-separated); `SLOTCRON_BENCH_KEEP_LOGS=1` keeps the
 //! scale replicas' logs and prints where; `SLOTCRON_BENCH_RUST_LOG` sets their log filter
@@ -65,8 +66,12 @@ struct Node {
 
 impl Node {
     fn start() -> Node {
+        Self::start_on(free_port())
+    }
+
+    /// A fresh, empty node on `port` (a restart after a kill).
+    fn start_on(port: u16) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -99,6 +104,11 @@ impl Node {
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on a child this process spawned and has not reaped yet.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
     }
 }
 
@@ -934,6 +944,121 @@ async fn footprint(nodes: &[Node], binary: &Path, table: &mut Table) {
     ]);
 }
 
+// ---------------------------------------------------------------------------------------------
+// 5. One broken node: lateness with one node hung, one dead, all healthy, same run
+
+/// The scenario of the node-health issue: a WeCom text job every second with a rate budget.
+/// `clock = "local"`: the receiver stamps arrivals by the same clock the replicas schedule on
+/// (the fleet clock's offset, a millisecond or two off on a loaded machine, would show as
+/// lateness).
+fn wecom_toml(nodes: &[Node], port: u16) -> String {
+    let list: Vec<String> = nodes.iter().map(|n| format!("{:?}", n.url())).collect();
+    format!(
+        "[scheduler]\nkey_prefix = \"faults\"\nmax_clock_skew = \"1s\"\nclock = \"local\"\n\
+         [redis]\nnodes = [{}]\n\
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n[job.action]\n\
+         type = \"wecom\"\nwebhook = \"http://127.0.0.1:{port}/cgi-bin/webhook/send?key=BENCH\"\n\
+         msgtype = \"text\"\ncontent = \"tick {{{{ slot }}}}\"\nrate = \"300/min\"\n",
+        list.join(", ")
+    )
+}
+
+/// One phase of the run: its name and the slots it measures, `[from, to)`.
+struct Phase {
+    name: &'static str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+}
+
+/// How long a fault runs before its slots are counted: the replicas' first timeouts.
+const FAULT_SETTLE: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
+/// 5 replica processes on 3 nodes of their own, through three phases of 60 s each: all
+/// nodes healthy; node 1 hung (SIGSTOP, then SIGCONT); node 1 dead (SIGKILL, then restarted
+/// empty). A fault's slots count from 2 s after it began until it ended.
+async fn faults(binary: &Path, table: &mut Table) {
+    let seconds = if quick() { 6 } else { 60 };
+    let mut nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
+    let (port, arrivals) = receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(&config, wecom_toml(&nodes, port)).unwrap();
+    let mut replicas = Replicas(spawn_replicas(binary, &config, 5, dir.path()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let phase = Duration::from_secs(seconds);
+    let mut phases = Vec::new();
+    let from = Utc::now();
+    tokio::time::sleep(phase).await;
+    phases.push(Phase {
+        name: "all nodes healthy",
+        from,
+        to: Utc::now(),
+    });
+    let began = Utc::now();
+    nodes[1].signal(libc::SIGSTOP);
+    tokio::time::sleep(phase).await;
+    phases.push(Phase {
+        name: "node 1 hung (SIGSTOP)",
+        from: began + FAULT_SETTLE,
+        to: Utc::now(),
+    });
+    nodes[1].signal(libc::SIGCONT);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let began = Utc::now();
+    let port_1 = nodes[1].port;
+    drop(nodes.remove(1));
+    tokio::time::sleep(phase).await;
+    phases.push(Phase {
+        name: "node 1 dead (SIGKILL)",
+        from: began + FAULT_SETTLE,
+        to: Utc::now(),
+    });
+    nodes.insert(1, Node::start_on(port_1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop(&mut replicas.0);
+    if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
+        eprintln!("peers: fault replica logs kept in {}", dir.keep().display());
+    }
+    let arrivals = arrivals.lock().unwrap();
+    for phase in phases {
+        fault_row(&arrivals, &phase, table);
+    }
+}
+
+/// One phase's row: slots sent, missed and doubled, and the lateness of each slot's first send.
+fn fault_row(arrivals: &Arrivals, phase: &Phase, table: &mut Table) {
+    let mut first: HashMap<DateTime<Utc>, (DateTime<Utc>, usize)> = HashMap::new();
+    for (_, slot, at) in &arrivals.seen {
+        let entry = first.entry(*slot).or_insert((*at, 0));
+        entry.0 = entry.0.min(*at);
+        entry.1 += 1;
+    }
+    let expected = (phase.from.timestamp() + 1..=phase.to.timestamp() - 1)
+        .map(|s| DateTime::from_timestamp(s, 0).unwrap());
+    let (mut samples, mut missed, mut doubled) = (Vec::new(), 0, 0);
+    for slot in expected {
+        match first.get(&slot) {
+            None => missed += 1,
+            Some((at, sends)) => {
+                samples.push((*at - slot).num_microseconds().unwrap() as f64 / 1e3);
+                doubled += usize::from(*sends > 1);
+            }
+        }
+    }
+    let count = samples.len();
+    let (p50, p99, max) = percentiles(&mut samples);
+    table.row(&[
+        format!(
+            "node fault: {}, 5 replicas x 3 nodes, WeCom job every second",
+            phase.name
+        ),
+        format!("{count} slots, missed {missed}, doubled {doubled}"),
+        format!("p50 {p50:.1} ms"),
+        format!("p99 {p99:.1} ms"),
+        format!("max {max:.1} ms"),
+    ]);
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -960,7 +1085,14 @@ fn main() {
         ],
     };
     runtime.block_on(async {
-        for (name, section) in [("race", 0), ("lateness", 1), ("scale", 2), ("footprint", 3)] {
+        let sections = [
+            ("race", 0),
+            ("lateness", 1),
+            ("scale", 2),
+            ("footprint", 3),
+            ("faults", 4),
+        ];
+        for (name, section) in sections {
             if !wanted(name) {
                 continue;
             }
@@ -969,7 +1101,8 @@ fn main() {
                 0 => race(&nodes, &mut table).await,
                 1 => lateness(&nodes, &mut table).await,
                 2 => scale(&nodes, &release_binary(), &mut table).await,
-                _ => footprint(&nodes, &release_binary(), &mut table).await,
+                3 => footprint(&nodes, &release_binary(), &mut table).await,
+                _ => faults(&release_binary(), &mut table).await,
             }
         }
     });

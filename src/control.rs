@@ -13,15 +13,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lock::redlock::quorum;
-use crate::lock::Redlock;
+use crate::lock::nodes::{Nodes, Replies};
 use crate::pubsub::{self, Heard};
 
 /// Bound on one node's answer to a control read or write.
@@ -67,7 +65,7 @@ pub struct NoMajority {
 #[derive(Debug, Clone)]
 pub enum Control {
     Redis {
-        lock: Arc<Redlock>,
+        nodes: Arc<Nodes>,
         prefix: String,
         /// The pauses as last read, by job: the scheduler asks this before each slot.
         known: Arc<RwLock<HashMap<String, Pause>>>,
@@ -77,9 +75,9 @@ pub enum Control {
 }
 
 impl Control {
-    pub fn redis(lock: Arc<Redlock>, prefix: &str) -> Self {
+    pub fn redis(nodes: Arc<Nodes>, prefix: &str) -> Self {
         Control::Redis {
-            lock,
+            nodes,
             prefix: prefix.to_owned(),
             known: Arc::default(),
         }
@@ -96,26 +94,26 @@ impl Control {
 
     /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
     pub async fn pause(&self, job: &str, pause: &Pause) -> Result<(), NoMajority> {
-        let Control::Redis { lock, prefix, .. } = self else {
+        let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(());
         };
         let record = serde_json::to_string(pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
-        majority(lock, &cmd).await?;
+        majority(nodes, cmd).await?;
         self.changed(job, &PauseEvent::Paused(pause.clone())).await;
         Ok(())
     }
 
     /// Resumes `job` fleet-wide. Returns the pause it ended, if one was recorded.
     pub async fn resume(&self, job: &str, by: &str) -> Result<Option<Pause>, NoMajority> {
-        let Control::Redis { lock, prefix, .. } = self else {
+        let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(None);
         };
-        let ended = read_pause(lock, prefix, job).await;
+        let ended = read_pause(nodes, prefix, job).await;
         let mut cmd = redis::cmd("DEL");
         cmd.arg(pause_key(prefix, job));
-        majority(lock, &cmd).await?;
+        majority(nodes, cmd).await?;
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
             at: Utc::now(),
@@ -126,7 +124,7 @@ impl Control {
 
     /// Logs and announces a change (best effort: the record on the nodes is what counts).
     async fn changed(&self, job: &str, event: &PauseEvent) {
-        let Control::Redis { lock, prefix, .. } = self else {
+        let Control::Redis { nodes, prefix, .. } = self else {
             return;
         };
         let mut xadd = redis::cmd("XADD");
@@ -137,19 +135,16 @@ impl Control {
             .arg("*")
             .arg("event")
             .arg(serde_json::to_string(event).unwrap_or_default());
-        join_all(
-            lock.nodes()
-                .iter()
-                .map(|n| n.query::<Value>(&xadd, CONTROL_TIMEOUT)),
-        )
-        .await;
-        pubsub::publish_all(lock, &channel(prefix), job, CONTROL_TIMEOUT).await;
+        nodes
+            .query::<Value>(xadd, CONTROL_TIMEOUT, Replies::settled)
+            .await;
+        pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
     }
 
     /// Reads the pause state of every job in `jobs` into what this replica knows.
     pub async fn refresh(&self, jobs: &[String]) {
         let Control::Redis {
-            lock,
+            nodes,
             prefix,
             known,
         } = self
@@ -157,7 +152,7 @@ impl Control {
             return;
         };
         for job in jobs {
-            let pause = read_pause(lock, prefix, job).await;
+            let pause = read_pause(nodes, prefix, job).await;
             let mut known = known.write().unwrap_or_else(|p| p.into_inner());
             match pause {
                 Some(pause) => known.insert(job.clone(), pause),
@@ -168,18 +163,16 @@ impl Control {
 
     /// The changes of `job`'s pause state, oldest first, merged across the nodes.
     pub async fn log(&self, job: &str) -> Vec<PauseEvent> {
-        let Control::Redis { lock, prefix, .. } = self else {
+        let Control::Redis { nodes, prefix, .. } = self else {
             return Vec::new();
         };
         let mut cmd = redis::cmd("XRANGE");
         cmd.arg(log_key(prefix, job)).arg("-").arg("+");
-        let reads = join_all(
-            lock.nodes()
-                .iter()
-                .map(|n| n.query::<LogEntries>(&cmd, CONTROL_TIMEOUT)),
-        )
-        .await;
-        merge_log(reads.into_iter().filter_map(Result::ok).collect())
+        // Merged on read, like the history: a node that is not waited for adds nothing.
+        let reads = nodes
+            .query::<LogEntries>(cmd, CONTROL_TIMEOUT, |r| r.settled() && r.answered() > 0)
+            .await;
+        merge_log(reads.values().cloned().collect())
     }
 
     /// Keeps what this replica knows current until shutdown: a read of every job at each
@@ -190,10 +183,10 @@ impl Control {
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) {
-        let Control::Redis { lock, prefix, .. } = self else {
+        let Control::Redis { nodes, prefix, .. } = self else {
             return;
         };
-        let heard = pubsub::subscribe_all(lock, &channel(prefix), tracker, shutdown);
+        let heard = pubsub::subscribe_all(nodes, &channel(prefix), tracker, shutdown);
         tracker.spawn(follow(self.clone(), heard, jobs, shutdown.clone()));
     }
 }
@@ -229,47 +222,39 @@ fn channel(prefix: &str) -> String {
     format!("{prefix}:control")
 }
 
-/// Runs `cmd` on every node; an error unless a majority answered.
-async fn majority(lock: &Redlock, cmd: &redis::Cmd) -> Result<(), NoMajority> {
-    let answers = join_all(
-        lock.nodes()
-            .iter()
-            .map(|n| n.query::<Value>(cmd, CONTROL_TIMEOUT)),
-    )
-    .await;
-    let nodes = answers.len();
-    let errors: Vec<String> = answers
-        .iter()
-        .filter_map(|a| a.as_ref().err().map(ToString::to_string))
-        .collect();
-    let acked = nodes - errors.len();
-    if acked >= quorum(nodes) {
+/// Runs `cmd` on every node that is up (the pool's rule: a suspect node is not waited for, so
+/// the change lands on every node that can take it); an error unless a majority took it.
+async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
+    let needed = nodes.quorum();
+    let replies = nodes
+        .query::<Value>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    let acked = replies.answered();
+    if acked >= needed {
         return Ok(());
     }
+    let errors: Vec<String> = replies.errors().map(ToString::to_string).collect();
     Err(NoMajority {
         acked,
-        nodes,
-        needed: quorum(nodes),
+        nodes: nodes.len(),
+        needed,
         errors: errors.join("; "),
     })
 }
 
 /// The pause a majority of the nodes hold for `job` (the newest, if they disagree).
-async fn read_pause(lock: &Redlock, prefix: &str, job: &str) -> Option<Pause> {
+async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> Option<Pause> {
     let mut cmd = redis::cmd("GET");
     cmd.arg(pause_key(prefix, job));
-    let answers = join_all(
-        lock.nodes()
-            .iter()
-            .map(|n| n.query::<Option<String>>(&cmd, CONTROL_TIMEOUT)),
-    )
-    .await;
-    let held: Vec<Pause> = answers
-        .into_iter()
-        .filter_map(|a| a.ok().flatten())
-        .filter_map(|text| serde_json::from_str(&text).ok())
+    let replies = nodes
+        .query::<Option<String>>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    let held: Vec<Pause> = replies
+        .values()
+        .flatten()
+        .filter_map(|text| serde_json::from_str(text).ok())
         .collect();
-    if held.len() < quorum(lock.nodes().len()) {
+    if held.len() < nodes.quorum() {
         return None;
     }
     held.into_iter().max_by_key(|p| p.at)

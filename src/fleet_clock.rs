@@ -16,13 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lock::node::Node;
-use crate::lock::Redlock;
+use crate::lock::node::{Node, NodeError};
+use crate::lock::nodes::Nodes;
 use crate::metrics::Metrics;
 use crate::schedule::{Clock, SharedClock};
 
@@ -110,33 +109,21 @@ impl FleetClock {
         i64::try_from(self.base.elapsed().as_micros()).unwrap_or(i64::MAX / 2)
     }
 
-    /// Measures the fleet's time against `nodes` and keeps it; returns the offset (fleet minus
-    /// wall). `None` when no node answered (the previous measurement stays).
-    pub async fn measure(&self, nodes: &[Node]) -> Option<chrono::Duration> {
-        let samples: Vec<i64> = join_all(nodes.iter().map(|n| self.sample(n)))
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        let fleet_at_base = median(samples)?;
+    /// Measures the fleet's time against `nodes` (those that are not suspect; the suspect ones
+    /// too when no other answers) and keeps it; returns the offset (fleet minus wall). `None`
+    /// when no node answered (the previous measurement stays).
+    pub async fn measure(&self, nodes: &Nodes) -> Option<chrono::Duration> {
+        let base = self.base;
+        let replies = nodes
+            .ask(
+                move |node| sample(base, node),
+                |r| r.settled() && r.answered() > 0,
+            )
+            .await;
+        let fleet_at_base = median(replies.values().flatten().copied().collect())?;
         self.fleet_at_base_us
             .store(fleet_at_base, Ordering::Relaxed);
         Some(self.offset())
-    }
-
-    /// One node's time at `base`, in µs since the epoch: its `TIME`, taken as read when the
-    /// answer arrived, minus the monotonic time from `base` to then. The node read its clock
-    /// before answering, so this errs late by up to the round trip and never early: a slot
-    /// scheduled on it never fires before its instant, even when a loaded machine makes the
-    /// round trip lopsided (the midpoint of the round trip can err either way).
-    async fn sample(&self, node: &Node) -> Option<i64> {
-        let (secs, micros): (i64, i64) =
-            node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await.ok()?;
-        let answered = Instant::now();
-        let since_base = i64::try_from(answered.duration_since(self.base).as_micros()).ok()?;
-        secs.checked_mul(1_000_000)?
-            .checked_add(micros)?
-            .checked_sub(since_base)
     }
 
     /// How far the wall clock stepped since the last look, when more than [`STEP_BOUND`].
@@ -180,6 +167,22 @@ impl FleetClock {
     }
 }
 
+/// One node's time at `base`, in µs since the epoch: its `TIME`, taken as read when the answer
+/// arrived, minus the monotonic time from `base` to then (`None` when the answer cannot be read
+/// as a time). The node read its clock before answering, so this errs late by up to the round
+/// trip and never early: a slot scheduled on it never fires before its instant, even when a
+/// loaded machine makes the round trip lopsided (its midpoint can err either way).
+async fn sample(base: Instant, node: Arc<Node>) -> Result<Option<i64>, NodeError> {
+    let (secs, micros): (i64, i64) = node.query(&redis::cmd("TIME"), TIME_TIMEOUT).await?;
+    let answered = Instant::now();
+    let since_base = i64::try_from(answered.duration_since(base).as_micros()).ok();
+    Ok(since_base.and_then(|since| {
+        secs.checked_mul(1_000_000)?
+            .checked_add(micros)?
+            .checked_sub(since)
+    }))
+}
+
 fn median(mut samples: Vec<i64>) -> Option<i64> {
     if samples.is_empty() {
         return None;
@@ -197,7 +200,7 @@ fn median(mut samples: Vec<i64>) -> Option<i64> {
 /// shutdown, logging large offsets and steps.
 pub async fn keep_measuring(
     clock: Arc<FleetClock>,
-    lock: Arc<Redlock>,
+    nodes: Arc<Nodes>,
     metrics: Arc<Metrics>,
     max_skew: Duration,
     replica: String,
@@ -212,7 +215,7 @@ pub async fn keep_measuring(
             Ok(()) = steps.changed() => {}
             _ = shutdown.cancelled() => return,
         }
-        measure_and_report(&clock, &lock, &metrics, max_skew, &replica).await;
+        measure_and_report(&clock, &nodes, &metrics, max_skew, &replica).await;
         steps.borrow_and_update();
     }
 }
@@ -220,13 +223,13 @@ pub async fn keep_measuring(
 /// One measurement, reported in the log (when large) and in the metrics.
 pub async fn measure_and_report(
     clock: &FleetClock,
-    lock: &Redlock,
+    nodes: &Nodes,
     metrics: &Metrics,
     max_skew: Duration,
     replica: &str,
 ) {
     clock.report_step(metrics, replica);
-    let Some(offset) = clock.measure(lock.nodes()).await else {
+    let Some(offset) = clock.measure(nodes).await else {
         tracing::warn!(
             replica,
             "fleet clock: no Redis node answered TIME; keeping the last offset"

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lock::Redlock;
+use crate::lock::nodes::Nodes;
 use crate::pubsub::{self, Heard};
 use crate::schedule::{Fence, Slot};
 
@@ -63,7 +63,7 @@ impl HandoffRequest {
 #[derive(Debug, Clone)]
 pub enum Handoffs {
     Redis {
-        lock: Arc<Redlock>,
+        nodes: Arc<Nodes>,
         /// `{key_prefix}:handoff`.
         channel: String,
     },
@@ -71,9 +71,9 @@ pub enum Handoffs {
 }
 
 impl Handoffs {
-    pub fn redis(lock: Arc<Redlock>, prefix: &str) -> Self {
+    pub fn redis(nodes: Arc<Nodes>, prefix: &str) -> Self {
         Handoffs::Redis {
-            lock,
+            nodes,
             channel: format!("{prefix}:handoff"),
         }
     }
@@ -84,13 +84,13 @@ impl Handoffs {
     /// it has stopped listening, `offerer_listens` false: it is shutting down). 0 means no
     /// replica that may take the slot heard the offer.
     pub async fn offer(&self, request: &HandoffRequest, offerer_listens: bool) -> usize {
-        let Handoffs::Redis { lock, channel } = self else {
+        let Handoffs::Redis { nodes, channel } = self else {
             return 0;
         };
         let Ok(payload) = serde_json::to_string(request) else {
             return 0;
         };
-        let heard = pubsub::publish_all(lock, channel, &payload, PUBLISH_TIMEOUT).await;
+        let heard = pubsub::publish_all(nodes, channel, &payload, PUBLISH_TIMEOUT).await;
         let listening = request
             .excluded
             .len()
@@ -108,8 +108,8 @@ impl Handoffs {
         shutdown: &CancellationToken,
     ) -> Option<mpsc::Receiver<Heard>> {
         match self {
-            Handoffs::Redis { lock, channel } => {
-                Some(pubsub::subscribe_all(lock, channel, tracker, shutdown))
+            Handoffs::Redis { nodes, channel } => {
+                Some(pubsub::subscribe_all(nodes, channel, tracker, shutdown))
             }
             Handoffs::Off => None,
         }

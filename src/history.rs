@@ -9,11 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 use redis::Value;
 use serde::Serialize;
 
-use crate::lock::Redlock;
+use crate::lock::nodes::{Nodes, Replies};
 use crate::schedule::{Fence, Slot};
 
 /// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.
@@ -204,7 +203,7 @@ impl RunRecord {
 /// Where runs are recorded.
 #[derive(Debug, Clone)]
 pub enum History {
-    Redis { lock: Arc<Redlock>, prefix: String },
+    Redis { nodes: Arc<Nodes>, prefix: String },
     Local(Arc<Mutex<VecDeque<RunRecord>>>),
 }
 
@@ -219,10 +218,10 @@ impl History {
     }
 
     /// Records `record` on every node (best effort: a node that is down misses it, the others
-    /// keep it). Never fails the run.
+    /// keep it; a suspect node gets it but is not waited for). Never fails the run.
     pub async fn record(&self, record: &RunRecord) {
         match self {
-            History::Redis { lock, prefix } => {
+            History::Redis { nodes, prefix } => {
                 let mut cmd = redis::cmd("XADD");
                 cmd.arg(stream_key(prefix, &record.job))
                     .arg("MAXLEN")
@@ -232,14 +231,11 @@ impl History {
                 for (k, v) in record.fields() {
                     cmd.arg(k).arg(v);
                 }
-                let writes = lock
-                    .nodes()
-                    .iter()
-                    .map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT));
-                for result in join_all(writes).await {
-                    if let Err(e) = result {
-                        tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
-                    }
+                let writes = nodes
+                    .query::<Value>(cmd, HISTORY_TIMEOUT, Replies::settled)
+                    .await;
+                for e in writes.errors() {
+                    tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
                 }
             }
             History::Local(runs) => {
@@ -258,7 +254,7 @@ impl History {
         limit: usize,
     ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
         let records = match self {
-            History::Redis { lock, prefix } => read_nodes(lock, prefix, job, limit).await?,
+            History::Redis { nodes, prefix } => read_nodes(nodes, prefix, job, limit).await?,
             History::Local(runs) => {
                 let runs = runs.lock().unwrap_or_else(|p| p.into_inner());
                 runs.iter().filter(|r| r.job == job).cloned().collect()
@@ -274,8 +270,10 @@ fn stream_key(prefix: &str, job: &str) -> String {
     format!("{prefix}:history:{job}")
 }
 
+/// Reads from every node that is not suspect (from the suspect ones too when no other answers)
+/// and returns every record found, to be merged.
 async fn read_nodes(
-    lock: &Redlock,
+    nodes: &Nodes,
     prefix: &str,
     job: &str,
     limit: usize,
@@ -287,28 +285,20 @@ async fn read_nodes(
         .arg("-")
         .arg("COUNT")
         .arg(limit.saturating_mul(2).max(2));
-    let reads = join_all(
-        lock.nodes()
-            .iter()
-            .map(|n| n.query::<Value>(&cmd, HISTORY_TIMEOUT)),
-    )
-    .await;
-    let mut records = Vec::new();
-    let mut errors = Vec::new();
-    let mut answered = false;
-    for read in reads {
-        match read {
-            Ok(value) => {
-                answered = true;
-                records.extend(parse_entries(value));
-            }
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
-    if !answered {
+    let reads = nodes
+        .query::<Value>(cmd, HISTORY_TIMEOUT, |r| r.settled() && r.answered() > 0)
+        .await;
+    if reads.answered() == 0 {
+        let errors: Vec<String> = reads.errors().map(ToString::to_string).collect();
         return Err(HistoryUnavailable(errors.join("; ")));
     }
-    Ok(records)
+    Ok(reads
+        .into_answers()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(parse_entries)
+        .collect())
 }
 
 /// One record per run (the most complete), newest first. A run is a slot and a fence: a

@@ -7,7 +7,8 @@
 //! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
 //! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
 //!   steps of the wall clock seen and reported.
-//! - [`lock`]: the Redlock over independent Redis nodes, and the standalone in-process lock.
+//! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
+//!   Redlock over it, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
 //!   handing the slot off when nothing left this replica.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.

@@ -19,7 +19,7 @@ use crate::control::{paused_intervals, Control, Pause};
 use crate::history::HISTORY_CAP;
 use crate::history::{History, RunRecord};
 use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow};
-use crate::lock::Redlock;
+use crate::lock::Nodes;
 use crate::race::{RaceKind, SlotResult};
 use crate::schedule::{Slot, SystemClock};
 use crate::scheduler::Replica;
@@ -165,13 +165,13 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
     };
     // The nodes' connections are opened on the runtime.
     let _entered = runtime.enter();
-    let lock = match Redlock::new(
+    let nodes = match Nodes::connect(
         &redis.nodes,
-        "history",
-        redis.lock.clone(),
+        redis.lock.node_timeout,
         redis.ca.as_deref(),
+        "history",
     ) {
-        Ok(lock) => Arc::new(lock),
+        Ok(nodes) => Arc::new(nodes),
         Err(e) => {
             eprintln!("slotcron: {e}");
             return ExitCode::from(EXIT_RUNTIME);
@@ -179,11 +179,11 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
     };
     let prefix = &config.scheduler.key_prefix;
     let history = History::Redis {
-        lock: lock.clone(),
+        nodes: nodes.clone(),
         prefix: prefix.clone(),
     };
     if args.since.is_some() || args.missed {
-        let control = Control::redis(lock, prefix);
+        let control = Control::redis(nodes, prefix);
         return print_ledger(args, &config, &jobs, &history, &control, &runtime);
     }
     let result = runtime.block_on(async {
@@ -523,21 +523,21 @@ fn control_of(
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     let runtime = runtime()?;
-    let lock = {
+    let nodes = {
         // The nodes' connections are opened on the runtime.
         let _entered = runtime.enter();
-        Redlock::new(
+        Nodes::connect(
             &redis.nodes,
-            "control",
-            redis.lock.clone(),
+            redis.lock.node_timeout,
             redis.ca.as_deref(),
+            "control",
         )
     };
-    let lock = lock.map_err(|e| {
+    let nodes = nodes.map_err(|e| {
         eprintln!("slotcron: {e}");
         ExitCode::from(EXIT_RUNTIME)
     })?;
-    let control = Control::redis(Arc::new(lock), &config.scheduler.key_prefix);
+    let control = Control::redis(Arc::new(nodes), &config.scheduler.key_prefix);
     Ok((runtime, config, control))
 }
 

@@ -245,7 +245,7 @@ impl Metrics {
         );
         r.register(
             "redis_node_up",
-            "1 when the Redis node answered the last check",
+            "1 while this replica counts the Redis node healthy (it answered its last request), 0 while suspect (it timed out or failed): the view every Redis call waits by",
             self.node_up.clone(),
         );
         r.register(

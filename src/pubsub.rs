@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lock::Redlock;
+use crate::lock::nodes::{Nodes, Replies};
 
 /// Bound on opening and subscribing one node's pub/sub connection.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -32,15 +32,15 @@ pub enum Heard {
 /// Subscribes to `channel` on every node of `lock`, each node in a tracked task that
 /// resubscribes after a failure until `shutdown`.
 pub fn subscribe_all(
-    lock: &Arc<Redlock>,
+    nodes: &Arc<Nodes>,
     channel: &str,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> mpsc::Receiver<Heard> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    for index in 0..lock.nodes().len() {
+    for index in 0..nodes.len() {
         tracker.spawn(subscribe_node(
-            lock.clone(),
+            nodes.clone(),
             index,
             channel.to_owned(),
             tx.clone(),
@@ -52,13 +52,15 @@ pub fn subscribe_all(
 
 /// Keeps node `index` subscribed to `channel`, forwarding what it hears, until shutdown.
 async fn subscribe_node(
-    lock: Arc<Redlock>,
+    nodes: Arc<Nodes>,
     index: usize,
     channel: String,
     heard: mpsc::Sender<Heard>,
     shutdown: CancellationToken,
 ) {
-    let node = &lock.nodes()[index];
+    let Some(node) = nodes.iter().nth(index) else {
+        return;
+    };
     loop {
         let subscribed = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -105,18 +107,16 @@ async fn forward(
     }
 }
 
-/// `PUBLISH channel payload` on every node, each bounded by `wait`. Returns the subscriptions
-/// reached per node that answered.
+/// `PUBLISH channel payload` on every node, each bounded by `wait` (a suspect node is not
+/// waited for: the pool's rule). Returns the subscriptions reached per node that answered.
 pub async fn publish_all(
-    lock: &Redlock,
+    nodes: &Nodes,
     channel: &str,
     payload: &str,
     wait: Duration,
 ) -> Vec<usize> {
     let mut cmd = redis::cmd("PUBLISH");
     cmd.arg(channel).arg(payload);
-    let answers =
-        futures_util::future::join_all(lock.nodes().iter().map(|n| n.query::<usize>(&cmd, wait)))
-            .await;
-    answers.into_iter().filter_map(Result::ok).collect()
+    let replies = nodes.query::<usize>(cmd, wait, Replies::settled).await;
+    replies.values().copied().collect()
 }

@@ -92,7 +92,8 @@ pub struct RaceContext {
     pub control: Control,
     /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
     pub alerts: Arc<BTreeMap<String, Arc<Action>>>,
-    /// The replica's shutdown: a run still waiting to send hands its slot off.
+    /// The replica's shutdown (not a reload's): ends the wait before reporting missed slots,
+    /// and tells a handoff offer made while shutting down that this replica no longer listens.
     pub shutdown: CancellationToken,
 }
 
@@ -474,7 +475,6 @@ impl RaceContext {
             fence,
             deadline,
             valid_until: deadline,
-            shutdown: &self.shutdown,
             about: Some((outcome, error)),
             client: &self.client,
             templates: &self.templates,
@@ -737,7 +737,6 @@ impl RaceContext {
             fence: won.fence,
             deadline,
             valid_until: won.lease.valid_until,
-            shutdown: &self.shutdown,
             about: None,
             client: &self.client,
             templates: &self.templates,

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,7 +24,7 @@ use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::{History, RunRecord};
 use crate::liveness::Liveness;
-use crate::lock::{LocalLock, Redlock, SlotLock};
+use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
 use crate::metrics::Metrics;
 use crate::pubsub::Heard;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
@@ -60,9 +59,8 @@ pub struct Replica {
     /// The timeline's watchdog, read by `/healthz`.
     pub liveness: Arc<Liveness>,
     /// The fleet clock and the nodes it reads, to measure again every minute.
-    fleet: Option<(Arc<FleetClock>, Arc<Redlock>)>,
-    /// Cancelled when the replica shuts down (not on a reload): a run still waiting to send
-    /// then hands its slot off rather than hold it through the shutdown.
+    fleet: Option<(Arc<FleetClock>, Arc<Nodes>)>,
+    /// Cancelled when the replica shuts down (not on a reload); see [`RaceContext::shutdown`].
     shutdown: CancellationToken,
 }
 
@@ -96,11 +94,12 @@ impl Replica {
             .map_err(anyhow::Error::msg)
             .context("preparing Redis connections")?;
         let lock = Arc::new(lock);
-        report_nodes(&lock, &name).await;
+        let nodes = lock.nodes().clone();
+        report_nodes(&nodes, &name).await;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(
             &fleet,
-            &lock,
+            &nodes,
             &metrics,
             config.scheduler.max_clock_skew,
             &name,
@@ -108,22 +107,22 @@ impl Replica {
         .await;
         Ok(Replica {
             history: History::Redis {
-                lock: lock.clone(),
+                nodes: nodes.clone(),
                 prefix: key_prefix.clone(),
             },
             budgets: Budgets::Redis {
-                lock: lock.clone(),
+                nodes: nodes.clone(),
                 prefix: key_prefix.clone(),
             },
-            handoffs: Handoffs::redis(lock.clone(), &key_prefix),
-            control: Control::redis(lock.clone(), &key_prefix),
-            lock: SlotLock::Redlock(lock.clone()),
+            handoffs: Handoffs::redis(nodes.clone(), &key_prefix),
+            control: Control::redis(nodes.clone(), &key_prefix),
+            lock: SlotLock::Redlock(lock),
             metrics,
             client: http_client().context("building the HTTP client")?,
             clock: fleet.clone(),
             key_prefix,
             liveness: Arc::default(),
-            fleet: Some((fleet, lock)),
+            fleet: Some((fleet, nodes)),
             shutdown: CancellationToken::new(),
             name,
         })
@@ -210,10 +209,10 @@ pub async fn run_replica(
         tracing::info!(replica = %replica.name, listen = %http.listen, "serving /healthz, /readyz, /metrics and the status page");
         tracker.spawn(status::serve(listener, state, shutdown.clone()));
     }
-    if let Some((clock, lock)) = &replica.fleet {
+    if let Some((clock, nodes)) = &replica.fleet {
         tracker.spawn(fleet_clock::keep_measuring(
             clock.clone(),
-            lock.clone(),
+            nodes.clone(),
             replica.metrics.clone(),
             config_skew(&current),
             replica.name.clone(),
@@ -252,6 +251,9 @@ pub async fn run_replica(
     tracing::info!(replica = %replica.name, "shutting down: no new slots; waiting for running slots");
     tracker.close();
     tracker.wait().await;
+    if let Some(nodes) = replica.lock.nodes() {
+        nodes.settle().await;
+    }
     tracing::info!(replica = %replica.name, "stopped");
     Ok(())
 }
@@ -281,7 +283,7 @@ fn start_generation(
     for job in &config.jobs {
         if first {
             tracker.spawn(look_back(ctx.clone(), job.clone()));
-        } else if job.catch_up.is_some() {
+        } else {
             tracker.spawn(mark_first_seen(ctx.clone(), job.clone()));
         }
     }
@@ -343,14 +345,23 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     }
 }
 
-/// Opens each node's connection and logs which answer; a node that is down is not fatal.
-async fn report_nodes(lock: &Redlock, replica: &str) {
-    let pings = join_all(lock.nodes().iter().map(|n| n.ping_within(STARTUP_PING))).await;
-    for (node, ping) in lock.nodes().iter().zip(pings) {
+/// Opens each node's connection and logs which answer; a node that is down is not fatal (it
+/// starts suspect in the pool's view).
+async fn report_nodes(nodes: &Nodes, replica: &str) {
+    let pings = nodes
+        .ask(
+            |node| async move { node.ping_within(STARTUP_PING).await },
+            |_| false,
+        )
+        .await;
+    for (node, ping) in nodes.iter().zip(pings.answers()) {
         match ping {
-            Ok(()) => tracing::info!(replica = %replica, node = %node.address(), "redis node up"),
-            Err(e) => tracing::warn!(replica = %replica, node = %node.address(), error = %e,
+            Some(Ok(())) => {
+                tracing::info!(replica = %replica, node = %node.address(), "redis node up");
+            }
+            Some(Err(e)) => tracing::warn!(replica = %replica, node = %node.address(), error = %e,
                 "redis node down at start; reconnecting in the background"),
+            None => {}
         }
     }
 }

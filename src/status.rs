@@ -10,7 +10,6 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
-use futures_util::future::join_all;
 use minijinja::{context, Environment};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +20,7 @@ use crate::lock::SlotLock;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::scheduler::Replica;
 
-/// Bound on each node's PING behind `/readyz` and `/metrics`.
+/// Bound on the PING of each node that is not suspect, behind `/readyz`, `/metrics` and `/`.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Runs shown per job on the status page.
 const RUNS_SHOWN: usize = 10;
@@ -86,13 +85,17 @@ fn describe(health: Health) -> String {
     }
 }
 
-/// Which nodes answer a PING now; every node answers "up" in standalone mode.
+/// The replica's view of its nodes after a PING to each (a suspect node is pinged, so its
+/// recovery is seen, but not waited for); empty in standalone mode.
 async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
-    let pings = join_all(lock.nodes().iter().map(|n| n.ping_within(PROBE_TIMEOUT))).await;
-    lock.nodes()
-        .iter()
-        .zip(pings)
-        .map(|(n, p)| (n.address().to_owned(), p.is_ok()))
+    let Some(nodes) = lock.nodes() else {
+        return Vec::new();
+    };
+    nodes
+        .probe(PROBE_TIMEOUT)
+        .await
+        .into_iter()
+        .map(|n| (n.address, n.up))
         .collect()
 }
 

@@ -10,14 +10,14 @@
 //! and a majority of them makes it a first deploy again (no catch-up: safety over liveness).
 //! Standalone mode keeps its history in the process, so its watermark is the process's start.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::join_all;
 
 use crate::history::History;
-use crate::lock::node::Node;
-use crate::lock::redlock::quorum;
+use crate::lock::node::{Node, NodeError};
+use crate::lock::nodes::{quorum, Replies};
 
 /// Bound on one node's answer (at start, not on the race path).
 const WATERMARK_TIMEOUT: Duration = Duration::from_millis(500);
@@ -46,13 +46,15 @@ pub async fn first_seen(
     job: &str,
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, WatermarkUnavailable> {
-    let History::Redis { lock, prefix } = history else {
+    let History::Redis { nodes, prefix } = history else {
         return Ok(now);
     };
     let key = key(prefix, job);
-    let nodes = lock.nodes();
-    let answers = join_all(nodes.iter().map(|n| set_and_get(n, &key, now))).await;
-    let values: Vec<i64> = answers.into_iter().flatten().collect();
+    // Every node that is up, by the pool's rule (a suspect node is not waited for).
+    let replies = nodes
+        .ask(|node| set_and_get(node, key.clone(), now), Replies::settled)
+        .await;
+    let values: Vec<i64> = replies.values().flatten().copied().collect();
     let unavailable = WatermarkUnavailable {
         answered: values.len(),
         nodes: nodes.len(),
@@ -62,14 +64,18 @@ pub async fn first_seen(
         .ok_or(unavailable)
 }
 
-async fn set_and_get(node: &Node, key: &str, now: DateTime<Utc>) -> Option<i64> {
+async fn set_and_get(
+    node: Arc<Node>,
+    key: String,
+    now: DateTime<Utc>,
+) -> Result<Option<i64>, NodeError> {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(FIRST_SEEN_SCRIPT)
         .arg(1)
         .arg(key)
         .arg(now.timestamp_millis());
-    let value: String = node.query(&cmd, WATERMARK_TIMEOUT).await.ok()?;
-    value.parse().ok()
+    let value: String = node.query(&cmd, WATERMARK_TIMEOUT).await?;
+    Ok(value.parse().ok())
 }
 
 /// The earliest time a majority of the `nodes` hold a watermark at or before: the

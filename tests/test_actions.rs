@@ -78,7 +78,6 @@ async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::acti
         fence: Fence::new(slot, 0),
         deadline: tokio::time::Instant::now() + job.timeout,
         valid_until: tokio::time::Instant::now() + job.timeout,
-        shutdown: &tokio_util::sync::CancellationToken::new(),
         about: None,
         client: &client,
         templates: &config.templates,

@@ -556,7 +556,9 @@ fn a_replica_past_the_cn_data_warns_at_start_and_says_so_in_a_metric() {
     let gauge = |metrics: &str| {
         metrics
             .lines()
-            .find_map(|l| l.strip_prefix("slotcron_calendar_beyond_coverage{job=\"standup\"} "))
+            .find_map(|l| {
+                l.strip_prefix("slotcron_calendar_beyond_coverage{slotcron_job=\"standup\"} ")
+            })
             .map(str::to_owned)
     };
     let warned = |log: &[String], ends: &str| {

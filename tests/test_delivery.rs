@@ -703,21 +703,3 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
     );
     wait.fleet.stop();
 }
-
-#[test]
-fn a_winner_stopped_while_it_waits_hands_its_slot_off_and_exits() {
-    let wait = BudgetWait::start();
-    let winner = &wait.fleet.replicas[wait.winner];
-    winner.terminate();
-    let status = winner.wait_timeout(Duration::from_secs(10));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "the stopped replica did not exit 0: {status:?}"
-    );
-    let handed = wait.delivered_once_by_another();
-    assert!(
-        handed["reason"].as_str().unwrap().contains("shutting down"),
-        "{handed}"
-    );
-    wait.fleet.stop();
-}

@@ -504,7 +504,7 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
 }
 
 #[test]
-fn a_reload_that_gives_a_job_catch_up_records_its_watermark_and_catches_nothing_up() {
+fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catches_nothing_up() {
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
@@ -516,14 +516,15 @@ fn a_reload_that_gives_a_job_catch_up_records_its_watermark_and_catches_nothing_
         dir.path(),
         &format!("{head}{}", http_job("later", "* * * * * *", &receiver, "")),
     );
+    let spawned_at = chrono::Utc::now();
     let r = replica(&path, "reloader");
     started(&r);
     let key = "marked:later:first_seen";
-    assert_eq!(
-        common::redis_get(&cluster[0].url(), key),
-        None,
-        "no catch_up, no watermark"
-    );
+    // Every job's first start is recorded, catch_up or not: the fleet scheduled it from then.
+    let first = wait_until(Duration::from_secs(5), || {
+        common::redis_get(&cluster[0].url(), key)
+    })
+    .unwrap_or_else(|| panic!("no watermark after the start: {:?}", r.lines()));
     let reloaded_at = chrono::Utc::now();
     let with_catch_up = http_job(
         "later",
@@ -542,10 +543,11 @@ fn a_reload_that_gives_a_job_catch_up_records_its_watermark_and_catches_nothing_
     });
     let marked = marked.unwrap_or_else(|| panic!("no watermark after the reload: {:?}", r.lines()));
     for ms in marked {
+        assert_eq!(ms, first, "the reload moved the watermark");
         let at = chrono::DateTime::from_timestamp_millis(ms.parse().unwrap()).unwrap();
         assert!(
-            at >= reloaded_at - chrono::Duration::seconds(1),
-            "watermark {at} before the reload {reloaded_at}"
+            at >= spawned_at && at < reloaded_at,
+            "watermark {at}: the start was between {spawned_at} and {reloaded_at}"
         );
     }
     // A reload catches nothing up (only a start does), even with policy "all".

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{redis_cmd, redis_get, redis_pttl, redis_query, RedisCluster};
+use common::{redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async, RedisCluster};
 use slotcron::lock::redlock::quorum;
 use slotcron::lock::{
     Acquire, Lease, LockConfig, NodeUrl, Redlock, SlotKey, Token, UnavailableReason,
@@ -163,7 +163,7 @@ async fn a_loser_facing_a_majority_holder_takes_one_round_trip() {
     let k = key("one-round-trip");
     assert!(matches!(a.acquire(&k, TTL).await, Acquire::Won(_)));
     // Warm b's connections so only the race itself is counted.
-    for node in b.nodes() {
+    for node in b.nodes().iter() {
         node.ping().await.unwrap();
     }
     for node in cluster.iter() {
@@ -266,7 +266,7 @@ async fn many_racers_on_healthy_nodes_have_one_winner() {
 async fn a_paused_node_delays_a_race_by_no_more_than_its_timeout() {
     let cluster = RedisCluster::start(3);
     let l = lock(&cluster.urls(), "r", 0);
-    for node in l.nodes() {
+    for node in l.nodes().iter() {
         node.ping().await.unwrap();
     }
     cluster[0].pause();
@@ -414,4 +414,49 @@ async fn racing_batches_give_every_key_exactly_one_winner() {
         };
         assert!(holders(&cluster, k, &lease.token).len() >= quorum(3));
     }
+}
+
+/// Whether node `i` is healthy in `lock`'s view.
+fn up(lock: &Redlock, i: usize) -> bool {
+    lock.nodes().view()[i].up
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_met_by_a_loser_is_not_waited_for_next_and_is_healthy_again_on_resume() {
+    let cluster = RedisCluster::start(3);
+    let holder = lock(&cluster.urls(), "holder", 0);
+    let l = lock(&cluster.urls(), "r", 0);
+    for node in l.nodes().iter() {
+        node.ping().await.unwrap();
+    }
+    let taken = key("taken-before-the-hang");
+    assert!(matches!(holder.acquire(&taken, TTL).await, Acquire::Won(_)));
+    cluster[0].pause();
+    // The loser stops at the majority holding the other token; its SET to the hung node is
+    // still awaited in the background, to its timeout, and marks the node suspect.
+    assert!(matches!(l.acquire(&taken, TTL).await, Acquire::Lost { .. }));
+    let suspect = wait_until_async(Duration::from_secs(2), || (!up(&l, 0)).then_some(())).await;
+    assert!(
+        suspect.is_some(),
+        "the loser's timed-out SET did not reach the view"
+    );
+    // The next race does not wait for the suspect node: less than its 100 ms node timeout.
+    let started = std::time::Instant::now();
+    let next = l.acquire(&key("won-while-hung"), TTL).await;
+    let elapsed = started.elapsed();
+    assert!(matches!(next, Acquire::Won(_)), "{next:?}");
+    assert!(
+        elapsed < Duration::from_millis(100),
+        "waited {elapsed:?} for a suspect node"
+    );
+    cluster[0].resume();
+    // The next call still sends to it; its answer makes it healthy again.
+    let after = key("won-after-the-resume");
+    assert!(matches!(l.acquire(&after, TTL).await, Acquire::Won(_)));
+    let healthy = wait_until_async(Duration::from_secs(2), || up(&l, 0).then_some(())).await;
+    assert!(
+        healthy.is_some(),
+        "the resumed node's answer did not make it healthy"
+    );
+    assert!(redis_get(&cluster[0].url(), after.as_str()).is_some());
 }

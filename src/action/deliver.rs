@@ -195,16 +195,7 @@ async fn take_budget(
     attempt: u32,
     reached: bool,
 ) -> Result<(), ActionError> {
-    let taken = tokio::select! {
-        taken = ctx.budgets.take(budget, ctx.deadline) => taken,
-        () = ctx.shutdown.cancelled(), if !reached => {
-            return Err(ActionError::NotSent {
-                attempts: attempt - 1,
-                reason: "this replica is shutting down".to_owned(),
-            })
-        }
-    };
-    match taken {
+    match ctx.budgets.take(budget, ctx.deadline).await {
         Ok(waited) => {
             if !waited.is_zero() {
                 ctx.metrics.budget_wait(ctx.job, waited);

@@ -89,9 +89,6 @@ pub struct SendContext<'a> {
     /// The lock's validity: past it another replica may run the slot, so no first byte may
     /// leave after it (an attempt already under way is not cut).
     pub valid_until: Instant,
-    /// The replica's shutdown: a wait before the first byte (the rate budget) ends with the
-    /// slot handed off rather than held through the shutdown.
-    pub shutdown: &'a tokio_util::sync::CancellationToken,
     /// In an alert: the slot's outcome and error, for the alert's templates.
     pub about: Option<(&'a str, &'a str)>,
     pub client: &'a reqwest::Client,

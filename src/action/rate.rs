@@ -1,7 +1,8 @@
 //! A fleet-wide rate budget per webhook: a sliding window of sends kept on the Redis nodes, keyed
 //! by a hash of the webhook (never the webhook itself). A send is admitted only when every node
 //! that answers admits it and a majority answers; otherwise what was admitted is taken back and
-//! the sender waits for the window to free a place, inside the job's deadline.
+//! the sender waits for the window to free a place, inside the job's deadline. A suspect node
+//! (see [`crate::lock::nodes`]) is asked too but not waited for while the others make a majority.
 //!
 //! With all nodes up (or the same majority up for every replica) every admitted send is counted
 //! on every counting node, so the fleet never sends more than the budget in any window.
@@ -12,15 +13,14 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::lock::redlock::quorum;
-use crate::lock::Redlock;
+use crate::lock::nodes::{Nodes, Replies};
 
-/// Bound on one node's answer to a budget request.
+/// Bound on one node's answer to a budget request (a node that is not suspect: a suspect one is
+/// not waited for). Above the race's node timeout: the script trims and counts a window.
 const BUDGET_TIMEOUT: Duration = Duration::from_millis(200);
 /// Wait before asking again when no node said how long to wait.
 const FALLBACK_WAIT: Duration = Duration::from_millis(100);
@@ -108,7 +108,7 @@ pub struct BudgetSpent {
 /// Where budgets are counted.
 #[derive(Debug, Clone)]
 pub enum Budgets {
-    Redis { lock: Arc<Redlock>, prefix: String },
+    Redis { nodes: Arc<Nodes>, prefix: String },
     Local(Arc<Mutex<HashMap<String, VecDeque<Instant>>>>),
 }
 
@@ -145,8 +145,8 @@ impl Budgets {
     /// `None` when admitted; else how long to wait before asking again.
     async fn try_take(&self, budget: &Budget) -> Option<Duration> {
         match self {
-            Budgets::Redis { lock, prefix } => {
-                take_on_nodes(lock, &format!("{prefix}:rate:{}", budget.id), budget.rate).await
+            Budgets::Redis { nodes, prefix } => {
+                take_on_nodes(nodes, &format!("{prefix}:rate:{}", budget.id), budget.rate).await
             }
             Budgets::Local(windows) => {
                 let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
@@ -173,7 +173,9 @@ impl Budgets {
     }
 }
 
-async fn take_on_nodes(lock: &Redlock, key: &str, rate: Rate) -> Option<Duration> {
+/// Asks every node for a place; waits for the nodes that are not suspect, and for suspect ones
+/// only while fewer than a majority answered.
+async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Option<Duration> {
     let member = format!("{:016x}", rand::rng().random::<u64>());
     // A plain EVAL: the budget path is not hot enough to need EVALSHA's script cache.
     let mut cmd = redis::cmd("EVAL");
@@ -183,31 +185,23 @@ async fn take_on_nodes(lock: &Redlock, key: &str, rate: Rate) -> Option<Duration
         .arg(rate.limit)
         .arg(rate.window.as_millis() as u64)
         .arg(&member);
-    let answers = join_all(
-        lock.nodes()
-            .iter()
-            .map(|n| n.query::<i64>(&cmd, BUDGET_TIMEOUT)),
-    )
-    .await;
-    let admitted = answers.iter().filter(|a| matches!(a, Ok(0))).count();
-    let refused_wait = answers
-        .iter()
-        .filter_map(|a| a.as_ref().ok().copied())
-        .filter(|w| *w > 0)
-        .max();
-    let answered = answers.iter().filter(|a| a.is_ok()).count();
-    if refused_wait.is_none() && answered >= quorum(lock.nodes().len()) {
+    let quorum = nodes.quorum();
+    let answers = nodes
+        .query::<i64>(cmd, BUDGET_TIMEOUT, |r| {
+            r.settled() && (r.answered() >= quorum || r.count(|w| *w > 0) > 0)
+        })
+        .await;
+    let admitted = answers.count(|w| *w == 0);
+    let refused_wait = answers.values().copied().filter(|w| *w > 0).max();
+    if refused_wait.is_none() && answers.answered() >= quorum {
         return None;
     }
-    if admitted > 0 {
+    if admitted > 0 || answers.pending() > 0 {
         let mut undo = redis::cmd("ZREM");
         undo.arg(key).arg(&member);
-        join_all(
-            lock.nodes()
-                .iter()
-                .map(|n| n.query::<i64>(&undo, BUDGET_TIMEOUT)),
-        )
-        .await;
+        nodes
+            .query::<i64>(undo, BUDGET_TIMEOUT, Replies::settled)
+            .await;
     }
     Some(refused_wait.map_or(FALLBACK_WAIT, |ms| Duration::from_millis(ms as u64)))
 }

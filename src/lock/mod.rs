@@ -4,6 +4,7 @@
 
 pub mod local;
 pub mod node;
+pub mod nodes;
 pub mod redlock;
 
 use std::fmt;
@@ -17,6 +18,7 @@ use crate::schedule::Slot;
 
 pub use local::LocalLock;
 pub use node::{NodeError, NodeUrl};
+pub use nodes::Nodes;
 pub use redlock::{LockConfig, Redlock};
 
 /// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`; its
@@ -143,7 +145,7 @@ pub enum Acquire {
 /// The lock a replica races with; cheap to clone (one set of connections per replica).
 #[derive(Debug, Clone)]
 pub enum SlotLock {
-    /// Shared with the run history, which writes to the same nodes.
+    /// Its pool of nodes is shared with the history, the rate budget and the fleet clock.
     Redlock(Arc<Redlock>),
     Local(Arc<LocalLock>),
 }
@@ -192,11 +194,11 @@ impl SlotLock {
         }
     }
 
-    /// The Redis nodes, empty in standalone mode.
-    pub fn nodes(&self) -> &[node::Node] {
+    /// The pool of Redis nodes; none in standalone mode.
+    pub fn nodes(&self) -> Option<&Arc<Nodes>> {
         match self {
-            SlotLock::Redlock(lock) => lock.nodes(),
-            SlotLock::Local(_) => &[],
+            SlotLock::Redlock(lock) => Some(lock.nodes()),
+            SlotLock::Local(_) => None,
         }
     }
 

@@ -1,10 +1,12 @@
-//! One Redis node of the Redlock: a single multiplexed connection, opened once and reused, with
-//! TCP_NODELAY, that reconnects in the background. Every call is bounded by the node timeout,
-//! so a dead or hung node costs a race no more than that.
+//! One Redis node: a single multiplexed connection, opened once and reused, with TCP_NODELAY,
+//! that reconnects in the background. Every call is bounded by the wait its caller gives; the
+//! pool ([`super::nodes::Nodes`]) fans calls out to the nodes and keeps their health.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use redis::{ErrorKind, ServerErrorKind};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
@@ -95,21 +97,51 @@ impl fmt::Debug for NodeUrl {
     }
 }
 
-/// Why one node did not answer a lock request.
+/// Why one node did not answer a request as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeError {
     pub node: String,
     pub kind: NodeErrorKind,
 }
 
+impl NodeError {
+    /// Whether the node itself answered (an error reply, a value of the wrong type): it is up,
+    /// only this request failed. A timeout or a broken connection says nothing came back.
+    pub fn node_answered(&self) -> bool {
+        match self.kind {
+            NodeErrorKind::Reply(_) | NodeErrorKind::Unexpected(_) => true,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::Down(_) | NodeErrorKind::Suspect => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeErrorKind {
-    /// No answer within the node timeout (down, hung, or slow).
+    /// No answer within the caller's wait (down, hung, or slow).
     Timeout(Duration),
-    /// The connection failed or Redis answered with an error.
-    Redis(String),
+    /// No usable answer: the connection failed (refused, dropped), the bytes that came back
+    /// are not Redis, or the node says it cannot serve yet (loading its data).
+    Down(String),
+    /// Not waited for: an earlier request to the node timed out or failed and it has not
+    /// answered since (see [`super::nodes`]).
+    Suspect,
+    /// Redis answered this request with an error reply (a wrong type, a script error).
+    Reply(String),
     /// Redis answered something that is not a lock answer (a wrong type on the key).
     Unexpected(String),
+}
+
+impl NodeErrorKind {
+    /// Sorts a redis-rs error: an error reply from a node that serves, or no usable answer.
+    fn of(e: &redis::RedisError) -> Self {
+        let serving_reply = matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+            && e.kind() != ErrorKind::Server(ServerErrorKind::BusyLoading);
+        if serving_reply {
+            NodeErrorKind::Reply(e.to_string())
+        } else {
+            NodeErrorKind::Down(e.to_string())
+        }
+    }
 }
 
 impl fmt::Display for NodeError {
@@ -118,21 +150,26 @@ impl fmt::Display for NodeError {
             NodeErrorKind::Timeout(t) => {
                 write!(f, "{}: no answer within {} ms", self.node, t.as_millis())
             }
-            NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Suspect => write!(
+                f,
+                "{}: suspect (no answer since a timeout or failure), not waited for",
+                self.node
+            ),
             NodeErrorKind::Unexpected(e) => write!(f, "{}: unexpected answer: {e}", self.node),
         }
     }
 }
 
 /// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
-#[derive(Debug, Clone, Copy)]
-pub struct Claim<'a> {
-    pub key: &'a SlotKey,
-    pub token: &'a Token,
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub key: SlotKey,
+    pub token: Token,
     pub ttl: Duration,
 }
 
-impl Claim<'_> {
+impl Claim {
     fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis().max(1) as u64
     }
@@ -141,7 +178,7 @@ impl Claim<'_> {
 /// A node's answers to a pipeline: one per command, or the error that failed them all.
 type Answers = Result<Vec<redis::RedisResult<Value>>, NodeErrorKind>;
 
-/// A node's answer to one acquire request.
+/// A node's answer to one key of an acquire request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeReply {
     /// The key was free and is now ours (or was already ours).
@@ -151,18 +188,16 @@ pub enum NodeReply {
     Failed(NodeError),
 }
 
-/// One Redis node.
+/// One Redis node. Its health is not here: the pool keeps one view of it for every call.
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs).
     client: redis::Client,
     conn: ConnectionManager,
+    /// The race's bound on one answer (`node_timeout`).
     timeout: Duration,
     /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
     legacy: AtomicBool,
-    /// False from a failed request until the next answer: a winner does not wait for a node
-    /// that is down (see `Redlock::ask_until_decided`).
-    healthy: AtomicBool,
     release: Script,
     extend: Script,
 }
@@ -207,7 +242,6 @@ impl Node {
             conn,
             timeout,
             legacy: AtomicBool::new(false),
-            healthy: AtomicBool::new(true),
             release: Script::new(RELEASE_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
         })
@@ -230,20 +264,21 @@ impl Node {
         };
         match tokio::time::timeout(wait, open).await {
             Ok(Ok(pubsub)) => Ok(pubsub),
-            Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
+            Ok(Err(e)) => Err(self.error(NodeErrorKind::Down(e.to_string()))),
             Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
         }
     }
 
-    /// Whether the node answered its last request.
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+    /// The race's bound on one answer (`node_timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Tries to set each claim's key to its token for its TTL, all in one pipeline: one round
-    /// trip for the whole batch (the jobs due at one instant). Answers who holds each key, in
-    /// the order of `claims`; an error reply for one key (a wrong type) fails that key only.
-    pub async fn acquire_many(&self, claims: &[Claim<'_>]) -> Vec<NodeReply> {
+    /// trip for the whole batch (the jobs due at one instant), bounded by the node timeout.
+    /// Answers who holds each key, in the order of `claims`; an error reply for one key (a
+    /// wrong type) fails that key only; no answer at all is the error.
+    pub async fn acquire_many(&self, claims: &[Claim]) -> Result<Vec<NodeReply>, NodeError> {
         let answers = if self.legacy.load(Ordering::Relaxed) {
             self.acquire_lua(claims).await
         } else {
@@ -255,19 +290,17 @@ impl Node {
                 other => other,
             }
         };
-        match answers {
-            Ok(answers) => claims
-                .iter()
-                .zip(answers)
-                .map(|(claim, answer)| self.reply(claim.token, answer))
-                .collect(),
-            Err(kind) => vec![NodeReply::Failed(self.error(kind)); claims.len()],
-        }
+        let answers = answers.map_err(|kind| self.error(kind))?;
+        Ok(claims
+            .iter()
+            .zip(answers)
+            .map(|(claim, answer)| self.reply(&claim.token, answer))
+            .collect())
     }
 
     fn reply(&self, token: &Token, answer: redis::RedisResult<Value>) -> NodeReply {
         let holder = answer
-            .map_err(|e| NodeErrorKind::Redis(e.to_string()))
+            .map_err(|e| NodeErrorKind::of(&e))
             .and_then(holder_of);
         match holder {
             Ok(None) => NodeReply::Acquired,
@@ -277,7 +310,7 @@ impl Node {
         }
     }
 
-    async fn acquire_set_get(&self, claims: &[Claim<'_>]) -> Answers {
+    async fn acquire_set_get(&self, claims: &[Claim]) -> Answers {
         let mut pipe = redis::pipe();
         for claim in claims {
             pipe.cmd("SET")
@@ -293,7 +326,7 @@ impl Node {
 
     /// The Lua form for Redis < 7.0 (`EVAL`, not `EVALSHA`: a pipeline cannot reload a script
     /// the server has dropped, and this path serves only old servers).
-    async fn acquire_lua(&self, claims: &[Claim<'_>]) -> Answers {
+    async fn acquire_lua(&self, claims: &[Claim]) -> Answers {
         let mut pipe = redis::pipe();
         for claim in claims {
             pipe.cmd("EVAL")
@@ -314,13 +347,8 @@ impl Node {
             .await
     }
 
-    /// Deletes `key` only if it still holds `token`, bounded by the node timeout (a race's own
-    /// partial takes). True when it was deleted.
-    pub async fn release(&self, key: &SlotKey, token: &Token) -> Result<bool, NodeError> {
-        self.release_within(key, token, self.timeout).await
-    }
-
-    /// [`Self::release`] bounded by `wait`.
+    /// Deletes `key` only if it still holds `token`, bounded by `wait`. True when it was
+    /// deleted.
     pub async fn release_within(
         &self,
         key: &SlotKey,
@@ -372,20 +400,16 @@ impl Node {
             .map(drop)
     }
 
-    /// Any command, bounded by `wait` (history and clock reads, which are not on the race path).
+    /// Any command, bounded by `wait` (history, budget and clock calls).
     pub async fn query<T: redis::FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
         wait: Duration,
     ) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
-        let result = match tokio::time::timeout(wait, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.error(NodeErrorKind::Redis(e.to_string()))),
-            Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
-        };
-        self.healthy.store(result.is_ok(), Ordering::Relaxed);
-        result
+        self.bounded_by(wait, cmd.query_async::<T>(&mut conn))
+            .await
+            .map_err(|kind| self.error(kind))
     }
 
     async fn bounded<T>(
@@ -400,18 +424,11 @@ impl Node {
         wait: Duration,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeErrorKind> {
-        let (result, answered) = match tokio::time::timeout(wait, fut).await {
-            Ok(Ok(value)) => (Ok(value), true),
-            // An error reply (WRONGTYPE, a syntax error) still comes from a node that is up.
-            Ok(Err(e)) => {
-                let down =
-                    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
-                (Err(NodeErrorKind::Redis(e.to_string())), !down)
-            }
-            Err(_) => (Err(NodeErrorKind::Timeout(wait)), false),
-        };
-        self.healthy.store(answered, Ordering::Relaxed);
-        result
+        match tokio::time::timeout(wait, fut).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(NodeErrorKind::of(&e)),
+            Err(_) => Err(NodeErrorKind::Timeout(wait)),
+        }
     }
 
     fn error(&self, kind: NodeErrorKind) -> NodeError {

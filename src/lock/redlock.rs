@@ -6,17 +6,23 @@
 //! - another token on a majority: `Lost` at once, never retried (that slot is taken);
 //! - neither (a split vote, or too few nodes answered): release what we took (and what we may
 //!   have taken on nodes that did not answer), wait a short random delay and try again, within a
-//!   bounded number of attempts. After that: `Unavailable`.
+//!   bounded number of attempts. After that: `Unavailable`. The racer first in line (its token
+//!   sorts before every other it saw) keeps what it took and tries again after a short delay.
+//!
+//! The nodes are a [`Nodes`] pool: a suspect node gets every request but is not waited for.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::node::{Claim, Node, NodeReply, NodeUrl};
+use super::node::{Claim, NodeErrorKind, NodeReply, NodeUrl};
+use super::nodes::{Nodes, Replies};
 use super::{Acquire, Lease, NodeError, SlotKey, Token, Unavailable, UnavailableReason};
+
+pub use super::nodes::quorum;
 
 /// Default bound on one node's answer.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -28,6 +34,9 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(40);
 /// node timeout: neither is on a race's path, and a release lost to a busy node keeps the
 /// job's running lease (and so its next slots) held until the lease's TTL runs out.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(1);
+/// A racer first in line after a split vote tries again after this share of `retry_delay`: long
+/// enough for the others' releases to land (one round trip), far shorter than their delay.
+const FIRST_IN_LINE_SHARE: u32 = 8;
 /// Clock drift allowance: 1% of the TTL plus 2 ms (the Redlock spec's figures).
 const DRIFT_FACTOR: f64 = 0.01;
 const DRIFT_FIXED: Duration = Duration::from_millis(2);
@@ -56,7 +65,8 @@ impl Default for LockConfig {
 /// A Redlock over independent nodes, for one replica.
 #[derive(Debug)]
 pub struct Redlock {
-    nodes: Vec<Node>,
+    /// Shared with the history, the rate budget and the fleet clock: one view of node health.
+    nodes: Arc<Nodes>,
     replica: String,
     config: LockConfig,
 }
@@ -101,10 +111,9 @@ impl Tally {
 /// One key's race, through the attempts of [`Redlock::acquire_many`].
 #[derive(Debug)]
 struct Race {
-    key: SlotKey,
-    ttl: Duration,
-    /// Ours for every attempt: a node that took an earlier attempt's SET still counts as ours.
-    token: Token,
+    /// The token is ours for every attempt: a node that took an earlier attempt's SET still
+    /// counts as ours.
+    claim: Claim,
     state: RaceState,
 }
 
@@ -118,18 +127,12 @@ enum RaceState {
 impl Race {
     fn new(key: SlotKey, ttl: Duration, replica: &str) -> Self {
         Race {
-            key,
-            ttl,
-            token: Token::new(replica),
+            claim: Claim {
+                key,
+                token: Token::new(replica),
+                ttl,
+            },
             state: RaceState::Open(Tally::default()),
-        }
-    }
-
-    fn claim(&self) -> Claim<'_> {
-        Claim {
-            key: &self.key,
-            token: &self.token,
-            ttl: self.ttl,
         }
     }
 
@@ -141,14 +144,28 @@ impl Race {
         matches!(self.state, RaceState::Decided(Acquire::Won(_)))
     }
 
+    /// Open after a split vote in which every other token seen sorts after ours. Racers of one
+    /// split see the same tokens, so one of them is first in line: it keeps what it took and
+    /// tries again almost at once, while the others give theirs back and wait the random delay.
+    /// Only the timing depends on it: a win still needs our token on a majority.
+    fn is_first_in_line(&self) -> bool {
+        match &self.state {
+            RaceState::Open(tally) => tally
+                .others
+                .iter()
+                .all(|(token, _)| token.as_str() > self.claim.token.as_str()),
+            RaceState::Decided(_) => false,
+        }
+    }
+
     /// Reads one attempt's tally: ours on a majority inside the validity, another's on a
     /// majority, or still open.
     fn decide(&mut self, tally: Tally, quorum: usize, elapsed: Duration) {
         if tally.own >= quorum {
-            if let Some(validity) = validity(self.ttl, elapsed) {
+            if let Some(validity) = validity(self.claim.ttl, elapsed) {
                 self.state = RaceState::Decided(Acquire::Won(Lease {
-                    key: self.key.clone(),
-                    token: self.token.clone(),
+                    key: self.claim.key.clone(),
+                    token: self.claim.token.clone(),
                     validity,
                     valid_until: Instant::now() + validity,
                 }));
@@ -180,35 +197,33 @@ pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
         .filter(|v| !v.is_zero())
 }
 
-/// Majority of `n` nodes.
-pub fn quorum(n: usize) -> usize {
-    n / 2 + 1
-}
-
 impl Redlock {
-    /// Prepares connections to `urls` (opened lazily, reopened in the background).
+    /// Prepares a pool of connections to `urls` (opened lazily, reopened in the background).
     pub fn new(
         urls: &[NodeUrl],
         replica: &str,
         config: LockConfig,
         ca_file: Option<&[u8]>,
     ) -> Result<Self, String> {
-        let nodes = urls
-            .iter()
-            .map(|url| Node::new(url, config.node_timeout, ca_file))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Redlock {
+        let nodes = Nodes::connect(urls, config.node_timeout, ca_file, replica)?;
+        Ok(Self::over(Arc::new(nodes), replica, config))
+    }
+
+    /// A lock over an existing pool (its `node_timeout` is the pool's).
+    pub fn over(nodes: Arc<Nodes>, replica: &str, config: LockConfig) -> Self {
+        Redlock {
             nodes,
             replica: replica.to_owned(),
             config,
-        })
+        }
     }
 
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
 
-    pub fn nodes(&self) -> &[Node] {
+    /// The pool, with its view of node health.
+    pub fn nodes(&self) -> &Arc<Nodes> {
         &self.nodes
     }
 
@@ -250,13 +265,18 @@ impl Redlock {
             for (race, replies) in open.iter_mut().zip(&replies) {
                 race.decide(Tally::of(replies.iter().flatten()), self.quorum(), elapsed);
             }
-            // Whatever did not end as ours goes back: a loss, or a split vote before its retry.
-            let partial = open.iter().zip(&replies).filter(|(race, _)| !race.is_won());
+            let last = attempt > self.config.retry_count;
+            // Whatever did not end as ours goes back: a loss, a split vote before its retry
+            // (unless first in line), anything still open after the last attempt.
+            let partial = open
+                .iter()
+                .zip(&replies)
+                .filter(|(race, _)| !race.is_won() && (last || !race.is_first_in_line()));
             join_all(partial.map(|(race, replies)| self.release_partial(race, replies))).await;
-            if races.iter().all(|r| !r.is_open()) || attempt > self.config.retry_count {
+            if races.iter().all(|r| !r.is_open()) || last {
                 return attempt;
             }
-            tokio::time::sleep(self.retry_delay()).await;
+            tokio::time::sleep(self.delay_before_retry(races)).await;
         }
     }
 
@@ -277,88 +297,123 @@ impl Redlock {
     }
 
     /// Asks every node in parallel, one pipeline each for the whole batch, and reads the
-    /// answers as they come, until every race in it is decided. A loser stops as soon as
-    /// another token holds a majority (`None` marks a node not waited for; a SET of ours that
-    /// still lands there is a stray token on a minority, harmless, gone with its TTL). A
-    /// winner also waits for every other node that is up (each bounded by the node timeout):
-    /// its key must land on all of them, so that one node restarted empty still leaves a
-    /// majority holding it and a late replica loses. It does not wait for a node whose last
-    /// request failed, so a dead node costs a race nothing after the first.
+    /// answers as they come; one list of answers per race, one entry per node. A batch of
+    /// losers stops as soon as another token holds a majority of each key (`None` marks a node
+    /// not waited for; a SET of ours that still lands there is a stray token on a minority,
+    /// harmless, gone with its TTL). Otherwise it waits for every node that is not suspect
+    /// (each bounded by the node timeout): a winner's key must land on all of them, so that one
+    /// node restarted empty still leaves a majority holding it and a late replica loses. A
+    /// suspect node gets the SET too but is not waited for, even in a split vote it could
+    /// break (the split is retried, and by then an answer from it has made it healthy again):
+    /// a hung or dead node costs the replica one node timeout, once.
     async fn ask_until_decided(&self, races: &[&mut Race]) -> Vec<Vec<Option<NodeReply>>> {
-        let claims: Vec<Claim> = races.iter().map(|r| r.claim()).collect();
-        let mut pending: FuturesUnordered<_> = self
+        let claims: Arc<[Claim]> = races.iter().map(|r| r.claim.clone()).collect();
+        let quorum = self.quorum();
+        let replies = self
             .nodes
+            .ask(
+                |node| {
+                    let claims = claims.clone();
+                    async move { node.acquire_many(&claims).await }
+                },
+                |replies| replies.settled() || (0..races.len()).all(|k| lost(replies, k, quorum)),
+            )
+            .await;
+        // A suspect node not waited for counts as failed: it is named in an `Unavailable`, and
+        // a SET of ours that lands there late is released with the rest.
+        let answers: Vec<Option<Result<Vec<NodeReply>, NodeError>>> = replies
+            .answers()
             .iter()
+            .zip(self.nodes.iter())
             .enumerate()
-            .map(|(i, node)| {
-                let claims = &claims;
-                async move { (i, node.acquire_many(claims).await) }
+            .map(|(i, (answer, node))| match answer {
+                None if replies.is_suspect(i) => Some(Err(NodeError {
+                    node: node.address().to_owned(),
+                    kind: NodeErrorKind::Suspect,
+                })),
+                other => other.clone(),
             })
             .collect();
-        let mut replies = vec![vec![None; self.nodes.len()]; races.len()];
-        while let Some((i, answers)) = pending.next().await {
-            for (race_replies, answer) in replies.iter_mut().zip(answers) {
-                race_replies[i] = Some(answer);
-            }
-            if replies.iter().all(|r| self.decided(r)) {
-                break;
-            }
-        }
-        replies
-    }
-
-    /// Whether one key's answers so far decide it (see [`Self::ask_until_decided`]).
-    fn decided(&self, replies: &[Option<NodeReply>]) -> bool {
-        let tally = Tally::of(replies.iter().flatten());
-        let others_answered_or_down = replies
-            .iter()
-            .zip(&self.nodes)
-            .all(|(reply, node)| reply.is_some() || !node.is_healthy());
-        tally.majority_holder(self.quorum()).is_some()
-            || (tally.own >= self.quorum() && others_answered_or_down)
+        (0..races.len())
+            .map(|k| {
+                answers
+                    .iter()
+                    .map(|answer| reply_for(answer.as_ref(), k))
+                    .collect()
+            })
+            .collect()
     }
 
     /// Releases our token on every node that took it or did not answer (a timed-out SET may
     /// have landed). Nodes that answered with another holder are left alone.
     async fn release_partial(&self, race: &Race, replies: &[Option<NodeReply>]) {
-        let targets = self
+        let targets: Vec<&str> = self
             .nodes
             .iter()
             .zip(replies)
             .filter(|(_, r)| matches!(r, Some(NodeReply::Acquired | NodeReply::Failed(_))))
-            .map(|(node, _)| node.release(&race.key, &race.token));
-        join_all(targets).await;
+            .map(|(node, _)| node.address())
+            .collect();
+        let (key, token) = (race.claim.key.clone(), race.claim.token.clone());
+        self.nodes
+            .ask_some(
+                |node| targets.contains(&node.address()),
+                |node| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move { node.release_within(&key, &token, node.timeout()).await }
+                },
+                Replies::settled,
+            )
+            .await;
     }
 
-    /// Releases `lease` on every node (each bounded by [`LEASE_TIMEOUT`]). slotcron never
-    /// releases a won slot (the key must outlive the run); it releases a job's running lease.
+    /// Releases `lease` on every node (each bounded by [`LEASE_TIMEOUT`]); the number of nodes
+    /// it was removed from, waiting for a suspect node only while that is short of a majority.
+    /// slotcron never releases a won slot (the key must outlive the run); it releases a job's
+    /// running lease.
     pub async fn release(&self, lease: &Lease) -> usize {
-        let results = join_all(
-            self.nodes
-                .iter()
-                .map(|n| n.release_within(&lease.key, &lease.token, LEASE_TIMEOUT)),
-        )
-        .await;
-        results
-            .into_iter()
-            .filter(|r| matches!(r, Ok(true)))
-            .count()
+        let (key, token) = (lease.key.clone(), lease.token.clone());
+        let quorum = self.quorum();
+        let replies = self
+            .nodes
+            .ask(
+                |node| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move { node.release_within(&key, &token, LEASE_TIMEOUT).await }
+                },
+                |r| r.settled() && r.count(|removed| *removed) >= quorum,
+            )
+            .await;
+        replies.count(|removed| *removed)
     }
 
     /// Extends `lease` to `ttl` from now on every node that still holds it. True when a
     /// majority did: the lease is still ours.
     pub async fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
-        let results = join_all(
-            self.nodes
-                .iter()
-                .map(|n| n.extend(&lease.key, &lease.token, ttl, LEASE_TIMEOUT)),
-        )
-        .await;
-        results
-            .into_iter()
-            .filter(|r| matches!(r, Ok(true)))
-            .count()
-            >= self.quorum()
+        let (key, token) = (lease.key.clone(), lease.token.clone());
+        let quorum = self.quorum();
+        let replies = self
+            .nodes
+            .ask(
+                |node| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move { node.extend(&key, &token, ttl, LEASE_TIMEOUT).await }
+                },
+                |r| r.settled() && r.count(|extended| *extended) >= quorum,
+            )
+            .await;
+        replies.count(|extended| *extended) >= quorum
+    }
+
+    /// The wait before another attempt: short when this replica is first in line for every
+    /// race still open (it kept its takes; the others are giving theirs back), else random.
+    fn delay_before_retry(&self, races: &[Race]) -> Duration {
+        let open = races.iter().filter(|r| r.is_open());
+        if open.clone().all(Race::is_first_in_line) {
+            self.config.retry_delay / FIRST_IN_LINE_SHARE
+        } else {
+            self.retry_delay()
+        }
     }
 
     fn retry_delay(&self) -> Duration {
@@ -367,14 +422,23 @@ impl Redlock {
     }
 }
 
+/// Node answer `answer` as it concerns the `k`-th key of the batch.
+fn reply_for(answer: Option<&Result<Vec<NodeReply>, NodeError>>, k: usize) -> Option<NodeReply> {
+    match answer? {
+        Ok(replies) => replies.get(k).cloned(),
+        Err(e) => Some(NodeReply::Failed(e.clone())),
+    }
+}
+
+/// Whether the answers so far show another token on a majority for the `k`-th key.
+fn lost(replies: &Replies<Vec<NodeReply>>, k: usize, quorum: usize) -> bool {
+    let own_answers = replies.values().filter_map(|answers| answers.get(k));
+    Tally::of(own_answers).majority_holder(quorum).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quorum_is_a_strict_majority() {
-        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
-    }
 
     #[test]
     fn validity_subtracts_elapsed_and_drift() {

@@ -756,6 +756,14 @@ impl Receiver {
             .collect()
     }
 
+    /// [`Self::received_at`] as (arrival, request), the arrival a `SystemTime`.
+    pub fn arrivals(&self) -> Vec<(std::time::SystemTime, wiremock::Request)> {
+        self.received_at()
+            .into_iter()
+            .map(|(request, at)| (at.into(), request))
+            .collect()
+    }
+
     /// Bodies of the received requests parsed as JSON (`Value::Null` if not JSON).
     pub fn received_json(&self) -> Vec<serde_json::Value> {
         self.received()

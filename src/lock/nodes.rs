@@ -1,0 +1,400 @@
+//! The pool of Redis nodes one replica talks to, and its one view of their health.
+//!
+//! Every call that goes to the nodes (the race, releases and extensions, the rate budget, the
+//! history, the fleet clock, the readiness probe) fans out through [`Nodes::ask`], which keeps
+//! one rule for all of them:
+//! - a node that times out or fails without answering is *suspect*; one that answers (even with
+//!   an error reply) is healthy again;
+//! - every call still sends to every node, so a suspect node's keys stay as complete as they can
+//!   and its recovery is noticed by the first answer;
+//! - no call waits for a suspect node beyond what its own decision needs: it waits for the nodes
+//!   that are not suspect, each bounded by the call's wait, and for a suspect one only while its
+//!   answer can still change the decision (say, too few healthy nodes for a majority).
+//!
+//! The answers a caller stops waiting for are still awaited, in the background, by a task the
+//! pool tracks, so every request teaches the view something: a hung node is known as hung by
+//! every replica after one timeout, whichever call met it first. Each change of a node's state
+//! is logged once (`node`, `replica`, `state`), and `slotcron_redis_node_up` shows this view.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio_util::task::TaskTracker;
+
+use super::node::{Node, NodeError, NodeUrl};
+
+/// Majority of `n` nodes.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The replica's view of one node: suspect or healthy, changed only by [`Health::observe`].
+#[derive(Debug)]
+struct Health {
+    address: String,
+    replica: Arc<str>,
+    /// True from a request that got no answer until the next answer. An atomic, not a lock:
+    /// every answer of every call reads or writes it.
+    suspect: AtomicBool,
+}
+
+impl Health {
+    /// The one health rule: an answer (a value or an error reply) makes the node healthy; a
+    /// timeout or a failed connection makes it suspect. Logs the change, once.
+    fn observe<T>(&self, result: &Result<T, NodeError>) {
+        let suspect = result.as_ref().is_err_and(|e| !e.node_answered());
+        if self.suspect.swap(suspect, Ordering::Relaxed) == suspect {
+            return;
+        }
+        match result {
+            Err(e) if suspect => tracing::warn!(replica = %self.replica, node = %self.address,
+                state = "suspect", error = %e,
+                "redis node suspect: calls stop waiting for it until it answers again"),
+            _ => tracing::info!(replica = %self.replica, node = %self.address,
+                state = "healthy", "redis node answers again: healthy"),
+        }
+    }
+
+    fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Relaxed)
+    }
+}
+
+/// One node and the view of it.
+#[derive(Debug)]
+struct Member {
+    /// In an `Arc` so a request can outlive the call that sent it (see [`Nodes::ask`]).
+    node: Arc<Node>,
+    health: Arc<Health>,
+}
+
+/// How one node stands in the view, for the readiness probe, the status page and the metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// `host:port`.
+    pub address: String,
+    /// Not suspect: it answered the last request that ended.
+    pub up: bool,
+}
+
+/// The nodes' answers to one call so far: one slot per node, in the pool's order.
+#[derive(Debug)]
+pub struct Replies<T> {
+    answers: Vec<Option<Result<T, NodeError>>>,
+    /// Each node's state in the view, refreshed at each answer.
+    suspect: Vec<bool>,
+    /// Whether the call went to each node (see [`Nodes::ask_some`]).
+    asked: Vec<bool>,
+}
+
+impl<T> Replies<T> {
+    /// Every node asked that is not suspect has answered: waiting longer is waiting for
+    /// suspects.
+    pub fn settled(&self) -> bool {
+        (0..self.answers.len())
+            .all(|i| self.answers[i].is_some() || self.suspect[i] || !self.asked[i])
+    }
+
+    /// Each node's answer so far (`None`: still waited for, or not waited for).
+    pub fn answers(&self) -> &[Option<Result<T, NodeError>>] {
+        &self.answers
+    }
+
+    /// The answers that are values.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.answers
+            .iter()
+            .flatten()
+            .filter_map(|a| a.as_ref().ok())
+    }
+
+    /// The errors so far.
+    pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
+        self.answers
+            .iter()
+            .flatten()
+            .filter_map(|a| a.as_ref().err())
+    }
+
+    /// Nodes that answered with a value.
+    pub fn answered(&self) -> usize {
+        self.values().count()
+    }
+
+    /// Whether node `i` was suspect in the view at the last answer.
+    pub fn is_suspect(&self, i: usize) -> bool {
+        self.suspect[i]
+    }
+
+    /// Nodes asked whose answer is still out.
+    pub fn pending(&self) -> usize {
+        (0..self.answers.len())
+            .filter(|&i| self.answers[i].is_none() && self.asked[i])
+            .count()
+    }
+
+    /// Values for which `pred` holds.
+    pub fn count(&self, pred: impl Fn(&T) -> bool) -> usize {
+        self.values().filter(|v| pred(v)).count()
+    }
+
+    pub fn into_answers(self) -> Vec<Option<Result<T, NodeError>>> {
+        self.answers
+    }
+}
+
+/// A request to one node, its answer tagged with the node's place in the pool.
+type Pending<T> = BoxFuture<'static, (usize, Result<T, NodeError>)>;
+
+/// The Redis nodes of one replica; shared (`Arc`) by the lock, the history, the rate budget, the
+/// fleet clock and the status endpoints.
+pub struct Nodes {
+    members: Vec<Member>,
+    /// Requests whose callers stopped waiting, awaited to the end of their own bound so that
+    /// their outcome reaches the view. Waited for at shutdown ([`Nodes::settle`]).
+    stragglers: TaskTracker,
+}
+
+impl fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.members.iter().map(|m| m.node.address()))
+            .finish()
+    }
+}
+
+impl Nodes {
+    /// Prepares a connection to each of `urls` (opened lazily, reopened in the background),
+    /// all healthy in the view until a request says otherwise.
+    pub fn connect(
+        urls: &[NodeUrl],
+        node_timeout: Duration,
+        ca_file: Option<&[u8]>,
+        replica: &str,
+    ) -> Result<Self, String> {
+        let replica: Arc<str> = Arc::from(replica);
+        let members = urls
+            .iter()
+            .map(|url| {
+                let node = Node::new(url, node_timeout, ca_file)?;
+                Ok(Member {
+                    health: Arc::new(Health {
+                        address: node.address().to_owned(),
+                        replica: replica.clone(),
+                        suspect: AtomicBool::new(false),
+                    }),
+                    node: Arc::new(node),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Nodes {
+            members,
+            stragglers: TaskTracker::new(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// How many nodes make a majority.
+    pub fn quorum(&self) -> usize {
+        quorum(self.members.len())
+    }
+
+    /// The nodes, in the configured order.
+    pub fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.members.iter().map(|m| &*m.node)
+    }
+
+    /// The view: which nodes are up (not suspect) now.
+    pub fn view(&self) -> Vec<NodeState> {
+        self.members
+            .iter()
+            .map(|m| NodeState {
+                address: m.node.address().to_owned(),
+                up: !m.health.is_suspect(),
+            })
+            .collect()
+    }
+
+    /// Sends `request` to every node and gathers the answers until `enough` says the caller's
+    /// decision is made, or every node has answered. `enough` sees which nodes are suspect
+    /// ([`Replies::settled`]); a rule should wait for a suspect node only when its answer can
+    /// still change the decision. Each request is bounded by the wait the caller built into
+    /// it; those still out when the caller stops are finished in the background.
+    pub async fn ask<T, F, Fut>(
+        &self,
+        request: F,
+        enough: impl Fn(&Replies<T>) -> bool,
+    ) -> Replies<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        self.ask_some(|_| true, request, enough).await
+    }
+
+    /// [`Self::ask`] to the nodes `to` picks only (the others' answers stay `None`).
+    pub async fn ask_some<T, F, Fut>(
+        &self,
+        to: impl Fn(&Node) -> bool,
+        request: F,
+        enough: impl Fn(&Replies<T>) -> bool,
+    ) -> Replies<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let asked: Vec<bool> = self.iter().map(to).collect();
+        let mut pending: FuturesUnordered<Pending<T>> = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| asked[*i])
+            .map(|(i, member)| observed(i, member.health.clone(), request(member.node.clone())))
+            .collect();
+        let mut replies = Replies {
+            answers: (0..self.members.len()).map(|_| None).collect(),
+            suspect: self.suspects(),
+            asked,
+        };
+        while !enough(&replies) {
+            let Some((i, answer)) = pending.next().await else {
+                break;
+            };
+            replies.answers[i] = Some(answer);
+            replies.suspect = self.suspects();
+        }
+        if !pending.is_empty() {
+            self.stragglers.spawn(finish(pending));
+        }
+        replies
+    }
+
+    /// Sends `cmd` to every node, each bounded by `wait`, gathering answers as [`Self::ask`].
+    pub async fn query<T>(
+        &self,
+        cmd: redis::Cmd,
+        wait: Duration,
+        enough: impl Fn(&Replies<T>) -> bool,
+    ) -> Replies<T>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let cmd = Arc::new(cmd);
+        self.ask(
+            |node| {
+                let cmd = cmd.clone();
+                async move { node.query::<T>(&cmd, wait).await }
+            },
+            enough,
+        )
+        .await
+    }
+
+    /// Sends PING to every node, waiting by the common rule (a suspect node is not waited
+    /// for), and returns the view after it: the readiness probe and the status page.
+    pub async fn probe(&self, wait: Duration) -> Vec<NodeState> {
+        self.ask(
+            |node| async move { node.ping_within(wait).await },
+            Replies::settled,
+        )
+        .await;
+        self.view()
+    }
+
+    /// Waits for the requests still out (each within its bound): at shutdown, so no task
+    /// outlives the replica.
+    pub async fn settle(&self) {
+        self.stragglers.close();
+        self.stragglers.wait().await;
+        self.stragglers.reopen();
+    }
+
+    fn suspects(&self) -> Vec<bool> {
+        self.members.iter().map(|m| m.health.is_suspect()).collect()
+    }
+}
+
+/// `request` to node `i`, its outcome recorded in the view when it ends, whoever awaits it.
+fn observed<T, Fut>(i: usize, health: Arc<Health>, request: Fut) -> Pending<T>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
+{
+    async move {
+        let answer = request.await;
+        health.observe(&answer);
+        (i, answer)
+    }
+    .boxed()
+}
+
+/// Awaits the requests a caller stopped waiting for.
+async fn finish<T>(mut pending: FuturesUnordered<Pending<T>>) {
+    while pending.next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::node::NodeErrorKind;
+
+    fn error(kind: NodeErrorKind) -> Result<(), NodeError> {
+        Err(NodeError {
+            node: "n:1".into(),
+            kind,
+        })
+    }
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!([1, 2, 3, 4, 5].map(quorum), [1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn a_timeout_or_a_broken_connection_makes_a_node_suspect_and_an_answer_healthy() {
+        let health = Health {
+            address: "n:1".into(),
+            replica: Arc::from("r"),
+            suspect: AtomicBool::new(false),
+        };
+        health.observe(&error(NodeErrorKind::Timeout(Duration::from_millis(50))));
+        assert!(health.is_suspect());
+        // An error reply comes from a node that serves.
+        health.observe(&error(NodeErrorKind::Reply("WRONGTYPE".into())));
+        assert!(!health.is_suspect());
+        health.observe(&error(NodeErrorKind::Down("refused".into())));
+        assert!(health.is_suspect());
+        health.observe(&Ok::<(), NodeError>(()));
+        assert!(!health.is_suspect());
+    }
+
+    #[test]
+    fn settled_waits_for_every_node_that_is_not_suspect() {
+        let mut replies: Replies<()> = Replies {
+            answers: vec![None, None, None],
+            suspect: vec![true, false, false],
+            asked: vec![true; 3],
+        };
+        assert!(!replies.settled());
+        replies.answers[1] = Some(Ok(()));
+        assert!(!replies.settled());
+        replies.answers[2] = Some(Ok(()));
+        assert!(replies.settled());
+        assert_eq!((replies.answered(), replies.pending()), (2, 1));
+    }
+}
