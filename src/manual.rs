@@ -259,6 +259,11 @@ async fn job_ledger(
     control: &Control,
 ) -> anyhow::Result<Vec<Entry>> {
     let now = Utc::now();
+    // Not before the fleet first scheduled the job: earlier slots were owed to nobody.
+    let since = match crate::watermark::recorded(history, &job.name).await {
+        Some(first) => since.max(first),
+        None => since,
+    };
     let slots: Vec<Slot> = job
         .schedule
         .upcoming(since, LEDGER_MAX_SLOTS + 1)

@@ -64,6 +64,30 @@ pub async fn first_seen(
         .ok_or(unavailable)
 }
 
+/// The fleet's watermark of `job` as recorded, without recording one (`None`: never scheduled,
+/// standalone, or fewer than a majority of nodes answered).
+pub async fn recorded(history: &History, job: &str) -> Option<DateTime<Utc>> {
+    let History::Redis { nodes, prefix } = history else {
+        return None;
+    };
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(key(prefix, job));
+    let replies = nodes
+        .query::<Option<String>>(cmd, WATERMARK_TIMEOUT, Replies::settled)
+        .await;
+    let values: Vec<i64> = replies
+        .values()
+        .map(|v| {
+            v.as_deref()
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(i64::MAX)
+        })
+        .collect();
+    majority_watermark(values, nodes.len())
+        .filter(|&ms| ms != i64::MAX)
+        .and_then(DateTime::from_timestamp_millis)
+}
+
 async fn set_and_get(
     node: Arc<Node>,
     key: String,
