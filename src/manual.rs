@@ -163,19 +163,9 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    // The nodes' connections are opened on the runtime.
-    let _entered = runtime.enter();
-    let nodes = match Nodes::connect(
-        &redis.nodes,
-        redis.lock.node_timeout,
-        redis.ca.as_deref(),
-        "history",
-    ) {
-        Ok(nodes) => Arc::new(nodes),
-        Err(e) => {
-            eprintln!("slotcron: {e}");
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+    let nodes = match connect(redis, "history", &runtime) {
+        Ok(nodes) => nodes,
+        Err(code) => return code,
     };
     let prefix = &config.scheduler.key_prefix;
     let history = History::Redis {
@@ -186,9 +176,40 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         let control = Control::redis(nodes, prefix);
         return print_ledger(args, &config, &jobs, &history, &control, &runtime);
     }
+    print_latest_runs(args, &jobs, &history, &runtime)
+}
+
+/// The pool of the config's Redis nodes for a CLI command; `name` is its replica id in logs.
+fn connect(
+    redis: &crate::config::RedisConfig,
+    name: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Arc<Nodes>, ExitCode> {
+    // The nodes' connections are opened on the runtime.
+    let _entered = runtime.enter();
+    Nodes::connect(
+        &redis.nodes,
+        redis.lock.node_timeout,
+        redis.ca.as_deref(),
+        name,
+    )
+    .map(Arc::new)
+    .map_err(|e| {
+        eprintln!("slotcron: {e}");
+        ExitCode::from(EXIT_RUNTIME)
+    })
+}
+
+/// `history` without `--since`: the latest `--limit` runs of the selected jobs.
+fn print_latest_runs(
+    args: &HistoryArgs,
+    jobs: &[(String, Tz)],
+    history: &History,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
     let result = runtime.block_on(async {
         let mut runs = Vec::new();
-        for (name, _) in &jobs {
+        for (name, _) in jobs {
             runs.extend(history.read(name, args.limit).await?);
         }
         anyhow::Ok(runs)
@@ -197,7 +218,7 @@ pub fn history(args: &HistoryArgs) -> ExitCode {
         Ok(mut runs) => {
             runs.sort_by(|a, b| b.slot.cmp(&a.slot).then_with(|| a.job.cmp(&b.job)));
             runs.truncate(args.limit);
-            print_runs(&runs, &jobs, args.json);
+            print_runs(&runs, jobs, args.json);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -528,21 +549,8 @@ fn control_of(
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     let runtime = runtime()?;
-    let nodes = {
-        // The nodes' connections are opened on the runtime.
-        let _entered = runtime.enter();
-        Nodes::connect(
-            &redis.nodes,
-            redis.lock.node_timeout,
-            redis.ca.as_deref(),
-            "control",
-        )
-    };
-    let nodes = nodes.map_err(|e| {
-        eprintln!("slotcron: {e}");
-        ExitCode::from(EXIT_RUNTIME)
-    })?;
-    let control = Control::redis(Arc::new(nodes), &config.scheduler.key_prefix);
+    let nodes = connect(redis, "control", &runtime)?;
+    let control = Control::redis(nodes, &config.scheduler.key_prefix);
     Ok((runtime, config, control))
 }
 

@@ -199,41 +199,9 @@ pub async fn run_replica(
     let current = Arc::new(RwLock::new(Arc::new(config)));
     let tracker = TaskTracker::new();
     if let Some(http) = http {
-        let listener = tokio::net::TcpListener::bind(http.listen)
-            .await
-            .with_context(|| format!("binding the [http] listen address {}", http.listen))?;
-        let state = status::State {
-            replica: replica.clone(),
-            config: current.clone(),
-        };
-        tracing::info!(replica = %replica.name, listen = %http.listen, "serving /healthz, /readyz, /metrics and the status page");
-        tracker.spawn(status::serve(listener, state, shutdown.clone()));
+        serve_status(&replica, &current, http.listen, &tracker, &shutdown).await?;
     }
-    if let Some((clock, nodes)) = &replica.fleet {
-        tracker.spawn(fleet_clock::keep_measuring(
-            clock.clone(),
-            nodes.clone(),
-            replica.metrics.clone(),
-            config_skew(&current),
-            replica.name.clone(),
-            shutdown.clone(),
-        ));
-    }
-    let names = current.clone();
-    replica.control.watch(
-        move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
-        &tracker,
-        &shutdown,
-    );
-    if let Some(offers) = replica.handoffs.listen(&tracker, &shutdown) {
-        tracker.spawn(take_handoffs(
-            replica.clone(),
-            current.clone(),
-            offers,
-            tracker.clone(),
-            shutdown.clone(),
-        ));
-    }
+    listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;
     loop {
@@ -256,6 +224,61 @@ pub async fn run_replica(
     }
     tracing::info!(replica = %replica.name, "stopped");
     Ok(())
+}
+
+/// Binds `listen` and serves `/healthz`, `/readyz`, `/metrics` and the status page.
+async fn serve_status(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    listen: std::net::SocketAddr,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the [http] listen address {listen}"))?;
+    let state = status::State {
+        replica: replica.clone(),
+        config: current.clone(),
+    };
+    tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
+    tracker.spawn(status::serve(listener, state, shutdown.clone()));
+    Ok(())
+}
+
+/// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet
+/// clock's measurements, the pauses and the handoff offers (none in standalone mode).
+fn listen_to_the_fleet(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    if let Some((clock, nodes)) = &replica.fleet {
+        tracker.spawn(fleet_clock::keep_measuring(
+            clock.clone(),
+            nodes.clone(),
+            replica.metrics.clone(),
+            config_skew(current),
+            replica.name.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let names = current.clone();
+    replica.control.watch(
+        move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
+        tracker,
+        shutdown,
+    );
+    if let Some(offers) = replica.handoffs.listen(tracker, shutdown) {
+        tracker.spawn(take_handoffs(
+            replica.clone(),
+            current.clone(),
+            offers,
+            tracker.clone(),
+            shutdown.clone(),
+        ));
+    }
 }
 
 fn config_skew(current: &RwLock<Arc<Config>>) -> Duration {

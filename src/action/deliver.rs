@@ -96,57 +96,83 @@ pub async fn deliver_for<T>(
     let mut last = String::from("no attempt made before the deadline");
     // Whether an attempt reached the receiver (an answer, or an uncertain attempt): from then
     // on a connect failure is transient, not this replica's broken egress.
-    let mut reached = false;
-    let mut uncertain = false;
+    let mut seen = Seen::default();
     for attempt in 1..=MAX_ATTEMPTS {
         if let Some(budget) = budget {
-            take_budget(ctx, budget, attempt, reached).await?;
+            take_budget(ctx, budget, attempt, seen.reached).await?;
         }
-        ctx.may_send(attempt, reached, &last)
-            .map_err(|e| e.with_uncertain(uncertain))?;
+        ctx.may_send(attempt, seen.reached, &last)
+            .map_err(|e| e.with_uncertain(seen.uncertain))?;
         let remaining = ctx.deadline.saturating_duration_since(Instant::now());
-        let reason = match attempt_once(ctx, request(), remaining, &classify).await {
-            Attempt::Answered(Verdict::Success(value)) => {
-                return Ok((value, Delivery { attempts: attempt }))
-            }
-            Attempt::Answered(Verdict::Fail(reason)) => {
-                return Err(ActionError::Rejected {
-                    attempts: attempt,
-                    reason,
-                })
-            }
-            Attempt::NotSent(reason) if !reached => {
-                return Err(ActionError::NotSent {
-                    attempts: attempt,
-                    reason,
-                })
-            }
-            Attempt::Uncertain(reason) if on_uncertain == OnUncertain::Stop => {
-                return Err(ActionError::Uncertain {
-                    attempts: attempt,
-                    reason,
-                })
-            }
-            Attempt::Answered(Verdict::Retry { reason, after }) => {
-                reached = true;
-                RetryAfter { reason, after }
-            }
-            Attempt::Uncertain(reason) => {
-                reached = true;
-                uncertain = true;
-                RetryAfter::backoff(reason)
-            }
-            Attempt::NotSent(reason) => RetryAfter::backoff(reason),
+        let outcome = attempt_once(ctx, request(), remaining, &classify).await;
+        let retry = match seen.judge(outcome, attempt, on_uncertain) {
+            Next::Done(result) => return result,
+            Next::Retry(retry) => retry,
         };
-        last = wait_to_retry(ctx, attempt, reason)
+        last = wait_to_retry(ctx, attempt, retry)
             .await
-            .map_err(|e| e.with_uncertain(uncertain))?;
+            .map_err(|e| e.with_uncertain(seen.uncertain))?;
     }
     Err(ActionError::GaveUp {
         attempts: MAX_ATTEMPTS,
         reason: last,
-        uncertain,
+        uncertain: seen.uncertain,
     })
+}
+
+/// What the attempts so far have shown.
+#[derive(Debug, Default)]
+struct Seen {
+    /// An attempt reached the receiver: an answer, or an uncertain attempt.
+    reached: bool,
+    /// An attempt may have been acted on.
+    uncertain: bool,
+}
+
+/// After one attempt: the delivery's end, or a retry.
+enum Next<T> {
+    Done(Result<(T, Delivery), ActionError>),
+    Retry(RetryAfter),
+}
+
+impl Seen {
+    /// What attempt number `attempt`'s outcome means for the delivery.
+    fn judge<T>(
+        &mut self,
+        outcome: Attempt<T>,
+        attempt: u32,
+        on_uncertain: OnUncertain,
+    ) -> Next<T> {
+        match outcome {
+            Attempt::Answered(Verdict::Success(value)) => {
+                Next::Done(Ok((value, Delivery { attempts: attempt })))
+            }
+            Attempt::Answered(Verdict::Fail(reason)) => Next::Done(Err(ActionError::Rejected {
+                attempts: attempt,
+                reason,
+            })),
+            Attempt::NotSent(reason) if !self.reached => Next::Done(Err(ActionError::NotSent {
+                attempts: attempt,
+                reason,
+            })),
+            Attempt::Uncertain(reason) if on_uncertain == OnUncertain::Stop => {
+                Next::Done(Err(ActionError::Uncertain {
+                    attempts: attempt,
+                    reason,
+                }))
+            }
+            Attempt::Answered(Verdict::Retry { reason, after }) => {
+                self.reached = true;
+                Next::Retry(RetryAfter { reason, after })
+            }
+            Attempt::Uncertain(reason) => {
+                self.reached = true;
+                self.uncertain = true;
+                Next::Retry(RetryAfter::backoff(reason))
+            }
+            Attempt::NotSent(reason) => Next::Retry(RetryAfter::backoff(reason)),
+        }
+    }
 }
 
 /// A retryable attempt's reason, and the receiver's `Retry-After` if it sent one.
