@@ -587,13 +587,18 @@ impl BudgetWait {
     fn start() -> Self {
         let cluster = RedisCluster::start(3);
         let receiver = Receiver::start();
-        let second = (Utc::now().timestamp() + 12) % 60;
+        // Twice a minute: on a loaded machine the fleet may not be up for the first firing;
+        // the first slot it is up for is the one checked.
+        let now = Utc::now().timestamp();
+        let mut seconds = [(now + 15) % 60, (now + 45) % 60];
+        seconds.sort_unstable();
+        let seconds = format!("{},{}", seconds[0], seconds[1]);
         let job = |name: &str| {
             format!(
                 r#"
                 [[job]]
                 name = "{name}"
-                schedule = "{second} * * * * *"
+                schedule = "{seconds} * * * * *"
                 timeout = "15s"
                 [job.action]
                 type = "wecom"
@@ -617,7 +622,7 @@ impl BudgetWait {
         let path = write_config(dir.path(), &text);
         let fleet = Fleet::start(&path, &no_env(3));
 
-        let sent = receiver.wait_for(1, Duration::from_secs(20));
+        let sent = receiver.wait_for(1, Duration::from_secs(60));
         assert_eq!(sent.len(), 1, "the first send never came");
         let slot = sent[0].headers["x-slotcron-slot"]
             .to_str()
@@ -655,17 +660,27 @@ impl BudgetWait {
     /// Waits for the waiting job's delivery and checks it came once, from another replica,
     /// with the next fence; returns the winner's `handed_off` line.
     fn delivered_once_by_another(&self) -> Value {
-        let all = self.receiver.wait_for(2, Duration::from_secs(25));
-        std::thread::sleep(Duration::from_secs(1));
-        let all_now = self.receiver.received();
-        let of_waiting: Vec<_> = all_now
-            .iter()
-            .filter(|r| r.headers["x-slotcron-job"] == self.waiting.as_str())
-            .collect();
+        let of_slot = || -> Vec<wiremock::Request> {
+            self.receiver
+                .received()
+                .into_iter()
+                .filter(|r| {
+                    r.headers["x-slotcron-job"] == self.waiting.as_str()
+                        && r.headers["x-slotcron-slot"] == self.slot.as_str()
+                })
+                .collect()
+        };
+        common::wait_until(Duration::from_secs(25), || {
+            (!of_slot().is_empty()).then_some(())
+        });
+        // Room for a second delivery, were there one.
+        std::thread::sleep(Duration::from_secs(2));
+        let of_waiting = of_slot();
         assert_eq!(
             of_waiting.len(),
             1,
-            "the waiting job's slot was not delivered once: {all:?}"
+            "the waiting job's slot was not delivered once: {:?}",
+            self.receiver.received()
         );
         let by = of_waiting[0].headers["x-slotcron-replica"]
             .to_str()
@@ -683,7 +698,11 @@ impl BudgetWait {
         let lines = self.fleet.replicas[self.winner].json_lines();
         lines
             .iter()
-            .find(|l| l["job"] == self.waiting.as_str() && l["outcome"] == "handed_off")
+            .find(|l| {
+                l["job"] == self.waiting.as_str()
+                    && l["slot"] == self.slot.as_str()
+                    && l["outcome"] == "handed_off"
+            })
             .cloned()
             .unwrap_or_else(|| panic!("the first winner did not hand off: {lines:?}"))
     }
