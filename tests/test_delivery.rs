@@ -502,6 +502,14 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     let fleet = Fleet::start(&path, &envs);
     let from = Utc::now();
     std::thread::sleep(Duration::from_secs(20));
+    // The point is the broken replicas' wins: on a loaded machine the healthy ones may win
+    // every race for a while, so the run goes on (20 s at most) until a broken one has won.
+    let broken_won = || {
+        fleet.replicas[3..]
+            .iter()
+            .any(|r| r.json_lines().iter().any(|l| l["outcome"] == "handed_off"))
+    };
+    common::wait_until(Duration::from_secs(20), || broken_won().then_some(()));
     let to = Utc::now();
     std::thread::sleep(Duration::from_secs(1));
     fleet.stop();
@@ -587,12 +595,9 @@ impl BudgetWait {
     fn start() -> Self {
         let cluster = RedisCluster::start(3);
         let receiver = Receiver::start();
-        // Twice a minute: on a loaded machine the fleet may not be up for the first firing;
-        // the first slot it is up for is the one checked.
-        let now = Utc::now().timestamp();
-        let mut seconds = [(now + 15) % 60, (now + 45) % 60];
-        seconds.sort_unstable();
-        let seconds = format!("{},{}", seconds[0], seconds[1]);
+        // Once a minute, 30 s ahead: room for the fleet to start on a loaded machine, and no
+        // other firing competes for the budget while the paused winner's slot is handed off.
+        let seconds = (Utc::now().timestamp() + 30) % 60;
         let job = |name: &str| {
             format!(
                 r#"

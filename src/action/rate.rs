@@ -139,6 +139,14 @@ impl Budgets {
             }
             waited = true;
             tokio::time::sleep(wait).await;
+            // A process paused in the sleep wakes past its deadline: it takes no place it could
+            // not use (the slot is handed off or failed by the caller).
+            if Instant::now() >= deadline {
+                return Err(BudgetSpent {
+                    rate: budget.rate,
+                    wait: Duration::ZERO,
+                });
+            }
         }
     }
 
