@@ -82,16 +82,26 @@ pub fn ledger(
     entries
 }
 
-/// One ledger line as `history --json` prints it: the run record's fields when there is one.
+/// One ledger line as `history --json` prints it: the run record's fields when there is one,
+/// else the slot's own (`job`, `slot`, `outcome`), so no key appears twice.
 #[derive(Debug, Serialize)]
 pub struct Row<'a> {
-    pub job: &'a str,
-    pub slot: String,
+    #[serde(flatten)]
+    pub fate: RowFate<'a>,
     pub slot_local: String,
-    pub outcome: &'static str,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub run: Option<&'a RunRecord>,
     pub duration_ms: Option<u128>,
+}
+
+/// What a ledger line says of its slot: a run's record, or the slot with its fate.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum RowFate<'a> {
+    Run(&'a RunRecord),
+    NoRun {
+        job: &'a str,
+        slot: String,
+        outcome: &'static str,
+    },
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::config::Job;
 use crate::control::{paused_intervals, Control, Pause};
 use crate::history::HISTORY_CAP;
 use crate::history::{History, RunRecord};
-use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow};
+use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow, RowFate};
 use crate::lock::Nodes;
 use crate::race::{RaceKind, SlotResult};
 use crate::schedule::{Slot, SystemClock};
@@ -306,17 +306,21 @@ async fn job_ledger(
 fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
     if json {
         for (job, entry) in lines {
-            let run = match &entry.fate {
-                Fate::Run(record) => Some(record),
-                Fate::Paused | Fate::Pending | Fate::Missed => None,
+            let (fate, duration) = match &entry.fate {
+                Fate::Run(record) => (RowFate::Run(record), record.duration()),
+                Fate::Paused | Fate::Pending | Fate::Missed => (
+                    RowFate::NoRun {
+                        job: &job.name,
+                        slot: entry.slot.rfc3339_utc(),
+                        outcome: entry.fate.outcome(),
+                    },
+                    None,
+                ),
             };
             let row = LedgerRow {
-                job: &job.name,
-                slot: entry.slot.rfc3339_utc(),
+                fate,
                 slot_local: entry.slot.rfc3339_in(job.zone()),
-                outcome: entry.fate.outcome(),
-                run,
-                duration_ms: run.and_then(|r| r.duration()).map(|d| d.as_millis()),
+                duration_ms: duration.map(|d| d.as_millis()),
             };
             println!("{}", serde_json::to_string(&row).unwrap_or_default());
         }

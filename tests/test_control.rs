@@ -87,7 +87,12 @@ fn ledger(config: &Path, since: DateTime<Utc>, extra: &[&str]) -> Vec<Value> {
     args.extend_from_slice(extra);
     slotcron(config, &args)
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| {
+            for key in ["\"job\":", "\"slot\":", "\"outcome\":"] {
+                assert_eq!(l.matches(key).count(), 1, "{key} not once in {l}");
+            }
+            serde_json::from_str(l).unwrap()
+        })
         .collect()
 }
 
