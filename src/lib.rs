@@ -11,6 +11,7 @@
 //!   Redlock over it, and the standalone in-process lock.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
 //!   handing the slot off when nothing left this replica.
+//! - [`membership`]: the fleet's live replicas (heartbeats) and each slot's candidates.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
@@ -40,6 +41,7 @@ pub mod ledger;
 pub mod liveness;
 pub mod lock;
 pub mod manual;
+pub mod membership;
 pub mod metrics;
 pub mod probe;
 pub mod pubsub;

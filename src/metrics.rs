@@ -29,8 +29,9 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// How a race for a slot ended on this replica (`slotcron_races_total{outcome}`); `paused`:
-/// not raced, the job being paused fleet-wide.
-pub const RACE_OUTCOMES: [&str; 5] = ["won", "lost", "unavailable", "skipped", "paused"];
+/// not raced, the job being paused fleet-wide; `standby`: not raced, this replica not being one
+/// of the slot's candidates (`[scheduler] candidates`).
+pub const RACE_OUTCOMES: [&str; 6] = ["won", "lost", "unavailable", "skipped", "paused", "standby"];
 /// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
 /// still held the running lease (`overlap = "skip"`).
 pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
@@ -114,6 +115,8 @@ pub struct Metrics {
     calendar_beyond: Family<JobLabels, Gauge>,
     clock_steps: Counter,
     clock_last_step_seconds: SecondsGauge,
+    /// The live replicas this replica ranks candidates among (itself included).
+    fleet_replicas: Gauge,
     build_info: Family<BuildLabels, Gauge>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
@@ -146,6 +149,7 @@ impl Metrics {
             calendar_beyond: Family::default(),
             clock_steps: Counter::default(),
             clock_last_step_seconds: Gauge::default(),
+            fleet_replicas: Gauge::default(),
             build_info: Family::default(),
             registry: Mutex::new(Registry::default()),
         };
@@ -264,6 +268,11 @@ impl Metrics {
             self.clock_last_step_seconds.clone(),
         );
         r.register(
+            "fleet_replicas",
+            "Live replicas this replica ranks each slot's candidates among, itself included (1 with candidates = \"all\")",
+            self.fleet_replicas.clone(),
+        );
+        r.register(
             "build_info",
             "Always 1; the labels name the running build",
             self.build_info.clone(),
@@ -295,6 +304,12 @@ impl Metrics {
     /// A slot no replica ran, found (and won the right to report) by this replica.
     pub fn missed(&self, job_name: &str) {
         self.missed.get_or_create(&job(job_name)).inc();
+    }
+
+    /// How many live replicas this replica ranked its latest slot's candidates among.
+    pub fn fleet_replicas(&self, count: usize) {
+        self.fleet_replicas
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Whether `job` was paused (fleet-wide) at its latest slot.

@@ -19,6 +19,7 @@ use crate::control::Control;
 use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
+use crate::membership::{self, Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::schedule::{Fence, SharedClock, Slot};
 use crate::secret::Scrubber;
@@ -90,6 +91,12 @@ pub struct RaceContext {
     pub handoffs: Handoffs,
     /// The fleet-wide pauses: a paused job's slots are not raced.
     pub control: Control,
+    /// The live replicas a slot's candidates are ranked among.
+    pub membership: Membership,
+    /// `[scheduler] candidates`: how many replicas race each scheduled slot.
+    pub candidates: Candidates,
+    /// `[scheduler] candidate_stagger`: each further rank waits this much longer to race.
+    pub candidate_stagger: Duration,
     /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
     pub alerts: Arc<BTreeMap<String, Arc<Action>>>,
     /// The replica's shutdown (not a reload's): ends the wait before reporting missed slots,
@@ -189,6 +196,30 @@ pub struct Won {
     excluded: Vec<String>,
 }
 
+/// What one race is for, as its log line names it.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    job: &'a Arc<Job>,
+    slot: Slot,
+    kind: RaceKind,
+    /// This replica's rank among the slot's candidates (`None`: every replica races).
+    rank: Option<usize>,
+    /// The handoff offer raced for, if any: the run then carries its fence and previous winner.
+    offer: Option<&'a HandoffRequest>,
+}
+
+impl<'a> Entry<'a> {
+    fn new(job: &'a Arc<Job>, slot: Slot, kind: RaceKind) -> Self {
+        Entry {
+            job,
+            slot,
+            kind,
+            rank: None,
+            offer: None,
+        }
+    }
+}
+
 /// How a race for one slot ended on this replica.
 #[derive(Debug)]
 pub enum Claim {
@@ -232,7 +263,7 @@ impl RaceContext {
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
         let raced_at = Instant::now();
         let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
-        let mut claim = self.settle(job, slot, kind, acquired, raced_at.elapsed(), None);
+        let mut claim = self.settle(Entry::new(job, slot, kind), acquired, raced_at.elapsed());
         self.take_running_leases(std::slice::from_mut(&mut claim))
             .await;
         claim
@@ -265,7 +296,11 @@ impl RaceContext {
         let raced_at = Instant::now();
         let acquired = self.lock.acquire(&key, self.key_ttl(job)).await;
         let elapsed = raced_at.elapsed();
-        let mut claim = self.settle(job, slot, RaceKind::Handoff, acquired, elapsed, Some(offer));
+        let entry = Entry {
+            offer: Some(offer),
+            ..Entry::new(job, slot, RaceKind::Handoff)
+        };
+        let mut claim = self.settle(entry, acquired, elapsed);
         self.take_running_leases(std::slice::from_mut(&mut claim))
             .await;
         Some(match claim {
@@ -275,8 +310,15 @@ impl RaceContext {
     }
 
     /// Races for `slot` of every job of `jobs` (the jobs due at that instant) as one batch: one
-    /// round trip per node for all of them. Logs each outcome; one claim per job, in order.
-    pub async fn claim_many(&self, jobs: &[Arc<Job>], slot: Slot, kind: RaceKind) -> Vec<Claim> {
+    /// round trip per node for all of them. Logs each outcome, with this replica's `rank` among
+    /// the candidates; one claim per job, in order.
+    pub async fn claim_many(
+        &self,
+        jobs: &[Arc<Job>],
+        slot: Slot,
+        kind: RaceKind,
+        rank: Option<usize>,
+    ) -> Vec<Claim> {
         if let Some(outside) = self.outside_window(slot, kind).await {
             return jobs
                 .iter()
@@ -298,10 +340,50 @@ impl RaceContext {
         let mut claims: Vec<Claim> = jobs
             .iter()
             .zip(acquired)
-            .map(|(job, acquired)| self.settle(job, slot, kind, acquired, elapsed, None))
+            .map(|(job, acquired)| {
+                let entry = Entry {
+                    rank,
+                    ..Entry::new(job, slot, kind)
+                };
+                self.settle(entry, acquired, elapsed)
+            })
             .collect();
         self.take_running_leases(&mut claims).await;
         claims
+    }
+
+    /// `jobs` grouped by this replica's rank among each one's candidates for `slot`, first rank
+    /// first; a job this replica is not a candidate for is left to the others (logged at debug
+    /// and counted as `standby`). With `candidates = "all"`: one group, unranked.
+    pub fn by_rank(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
+        let Candidates::Top(k) = self.candidates else {
+            return vec![(None, jobs)];
+        };
+        let live = self.membership.live(&self.replica);
+        self.metrics.fleet_replicas(live.len());
+        let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
+        for job in jobs {
+            let rank = membership::rank(&live, &self.replica, &job.name, slot);
+            if rank <= k.get() {
+                groups.entry(rank).or_default().push(job);
+                continue;
+            }
+            tracing::debug!(job = %job.name, %slot, replica = %self.replica, outcome = %"standby",
+                rank, fleet = live.len(), "not one of the slot's {k} candidates: not racing");
+            self.metrics.slot(&job.name, "standby");
+        }
+        groups
+            .into_iter()
+            .map(|(r, jobs)| (Some(r), jobs))
+            .collect()
+    }
+
+    /// How long a candidate of `rank` waits after the slot before it races, so the first-ranked
+    /// normally wins and the others only cover for it.
+    pub fn stagger(&self, rank: Option<usize>) -> Duration {
+        let behind = rank.map_or(0, |r| r.saturating_sub(1));
+        self.candidate_stagger
+            .saturating_mul(u32::try_from(behind).unwrap_or(u32::MAX))
     }
 
     /// `jobs` less the ones paused at `slot`, each of which logs `paused` and is counted.
@@ -373,23 +455,21 @@ impl RaceContext {
         SlotResult::Late { late }
     }
 
-    /// Logs a race's outcome (the line that names the winner) and counts it. `offer` is the
-    /// handoff offer raced for, if any: the run then carries its fence and previous winner.
-    fn settle(
-        &self,
-        job: &Arc<Job>,
-        slot: Slot,
-        kind: RaceKind,
-        acquired: Acquire,
-        lock_time: Duration,
-        offer: Option<&HandoffRequest>,
-    ) -> Claim {
+    /// Logs a race's outcome (the line that names the winner) and counts it.
+    fn settle(&self, entry: Entry<'_>, acquired: Acquire, lock_time: Duration) -> Claim {
         self.metrics.lock_latency(lock_time);
+        let Entry {
+            job,
+            slot,
+            kind,
+            rank,
+            offer,
+        } = entry;
         let previous_winner = offer.map(|o| o.previous_winner.as_str());
         let settled = match acquired {
             Acquire::Won(lease) => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"won",
-                    trigger = %kind.as_str(), previous_winner, validity_ms = lease.validity.as_millis() as u64,
+                    trigger = %kind.as_str(), rank, previous_winner, validity_ms = lease.validity.as_millis() as u64,
                     lock_us = lock_time.as_micros() as u64, "won the slot");
                 self.metrics.slot(&job.name, "won");
                 return Claim::Won(Won {
@@ -405,12 +485,12 @@ impl RaceContext {
             }
             Acquire::Lost { holder } => {
                 tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"lost",
-                    trigger = %kind.as_str(), winner = holder.replica(), "lost the slot to {}", holder.replica());
+                    trigger = %kind.as_str(), rank, winner = holder.replica(), "lost the slot to {}", holder.replica());
                 SlotResult::Lost { holder }
             }
             Acquire::Unavailable(why) => {
                 tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"unavailable",
-                    trigger = %kind.as_str(), error = %why, "lock unavailable: the slot does not run here");
+                    trigger = %kind.as_str(), rank, error = %why, "lock unavailable: the slot does not run here");
                 SlotResult::Unavailable(why)
             }
         };

@@ -25,6 +25,7 @@ use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::{History, RunRecord};
 use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
+use crate::membership::{self, Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::pubsub::Heard;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
@@ -51,6 +52,8 @@ pub struct Replica {
     pub handoffs: Handoffs,
     /// The fleet-wide pauses this replica honours.
     pub control: Control,
+    /// The fleet's live replicas, among which each slot's candidates are ranked.
+    pub membership: Membership,
     pub client: reqwest::Client,
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
@@ -80,6 +83,7 @@ impl Replica {
                 budgets: Budgets::local(),
                 handoffs: Handoffs::Off,
                 control: Control::Off,
+                membership: Membership::Off,
                 metrics,
                 client: http_client().context("building the HTTP client")?,
                 clock,
@@ -105,7 +109,9 @@ impl Replica {
             &name,
         )
         .await;
+        let membership = join_the_fleet(config, &nodes, &name, fleet.clone()).await;
         Ok(Replica {
+            membership,
             history: History::Redis {
                 nodes: nodes.clone(),
                 prefix: key_prefix.clone(),
@@ -144,10 +150,41 @@ impl Replica {
             budgets: self.budgets.clone(),
             handoffs: self.handoffs.clone(),
             control: self.control.clone(),
+            membership: self.membership.clone(),
+            candidates: config.scheduler.candidates,
+            candidate_stagger: config.scheduler.candidate_stagger,
             alerts: Arc::new(config.alerts.clone()),
             shutdown: self.shutdown.clone(),
         }
     }
+}
+
+/// The membership of a replica ranking candidates (`Off` with `candidates = "all"`), its view
+/// of the fleet read once before its timeline starts; it announces itself when the timeline
+/// runs ([`Membership::spawn`]), so it races its slots before the others count on it.
+async fn join_the_fleet(
+    config: &Config,
+    nodes: &Arc<Nodes>,
+    name: &str,
+    clock: SharedClock,
+) -> Membership {
+    if config.scheduler.candidates == Candidates::All {
+        return Membership::Off;
+    }
+    let membership = Membership::redis(
+        nodes.clone(),
+        &config.scheduler.key_prefix,
+        name,
+        clock,
+        group_of(config),
+    );
+    membership.read().await;
+    membership
+}
+
+/// The membership group of `config`: its job names.
+fn group_of(config: &Config) -> String {
+    membership::group(config.jobs.iter().map(|j| j.name.as_str()))
 }
 
 /// Builds the race context of one replica (lock connections included).
@@ -211,10 +248,9 @@ pub async fn run_replica(
         first = false;
         let next = wait_for_reload(&shutdown, &mut reloads, &config).await;
         generation.cancel();
-        match next {
-            Some(new) => *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new),
-            None => break,
-        }
+        let Some(new) = next else { break };
+        replica.membership.regroup(group_of(&new)).await;
+        *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
     }
     tracing::info!(replica = %replica.name, "shutting down: no new slots; waiting for running slots");
     tracker.close();
@@ -264,6 +300,7 @@ fn listen_to_the_fleet(
             shutdown.clone(),
         ));
     }
+    replica.membership.spawn(tracker, shutdown);
     let names = current.clone();
     replica.control.watch(
         move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
@@ -363,8 +400,10 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     if nodes(old) != nodes(new)
         || old.scheduler.key_prefix != new.scheduler.key_prefix
         || old.http != new.http
+        || (old.scheduler.candidates == Candidates::All)
+            != (new.scheduler.candidates == Candidates::All)
     {
-        tracing::warn!("changes to [redis], [http] and key_prefix take effect at the next restart");
+        tracing::warn!("changes to [redis], [http], key_prefix and between candidates = \"all\" and a count take effect at the next restart");
     }
 }
 
@@ -555,7 +594,8 @@ fn until_due(ctx: &RaceContext, slot: Slot) -> Duration {
     left(ctx.clock.now()).max(fleet)
 }
 
-/// Races the jobs due at `slot` as one batch; each win runs in a task of its own.
+/// Races the jobs due at `slot` that this replica is a candidate for, one batch per rank
+/// (see [`crate::membership`]).
 async fn race_instant(
     ctx: Arc<RaceContext>,
     jobs: Vec<Arc<Job>>,
@@ -563,7 +603,28 @@ async fn race_instant(
     tracker: TaskTracker,
 ) {
     let jobs = ctx.drop_paused(jobs, slot);
-    for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled).await {
+    for (rank, jobs) in ctx.by_rank(jobs, slot) {
+        tracker.spawn(race_rank(ctx.clone(), jobs, slot, rank, tracker.clone()));
+    }
+}
+
+/// Races one rank's batch after its stagger (the first rank at once); each win runs in a task
+/// of its own. A replica shutting down meanwhile leaves the slot to the higher ranks.
+async fn race_rank(
+    ctx: Arc<RaceContext>,
+    jobs: Vec<Arc<Job>>,
+    slot: Slot,
+    rank: Option<usize>,
+    tracker: TaskTracker,
+) {
+    let stagger = ctx.stagger(rank);
+    if !stagger.is_zero() {
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(stagger) => {}
+        }
+    }
+    for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled, rank).await {
         if let Claim::Won(won) = claim {
             tracker.spawn(run_won(ctx.clone(), won));
         }

@@ -20,6 +20,9 @@ pub struct DurationRange {
 /// `[scheduler] max_clock_skew`: 0 trusts the clocks fully; past an hour the slot keys (which
 /// outlive a slot by twice the skew) would hold a job's keys for hours.
 pub const MAX_CLOCK_SKEW: DurationRange = DurationRange::new(Duration::ZERO, HOUR);
+/// `[scheduler] candidate_stagger`: the wait of each further-ranked candidate; past a second
+/// it would eat the start window of a slot whose first candidate died.
+pub const CANDIDATE_STAGGER: DurationRange = DurationRange::new(Duration::ZERO, SECOND);
 /// `[redis] node_timeout`: a race waits this long for each node.
 pub const NODE_TIMEOUT: DurationRange = DurationRange::new(MS, Duration::from_secs(10));
 /// `[redis] retry_delay`: 0 retries at once; a long delay would push a race past its window.

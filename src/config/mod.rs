@@ -30,8 +30,11 @@ use durations::DurationRange;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 use raw::{
-    RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis, RawScheduler,
+    RawCandidates, RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis,
+    RawScheduler,
 };
+
+use crate::membership::{Candidates, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER};
 
 /// Default `[scheduler] key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
@@ -74,6 +77,10 @@ pub struct SchedulerConfig {
     pub clock: ClockMode,
     /// `on_failure`: the alert of every job without its own (checked against `[alert.NAME]`).
     pub on_failure: Option<String>,
+    /// How many replicas race each slot (see [`crate::membership`]).
+    pub candidates: Candidates,
+    /// How long each further-ranked candidate waits before it races.
+    pub candidate_stagger: Duration,
 }
 
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
@@ -325,13 +332,43 @@ impl<'e> Loader<'e> {
             Some(RawClockMode::Local) => ClockMode::Local,
             Some(RawClockMode::Redis) | None => ClockMode::Redis,
         };
+        let candidates = self.candidates(raw.candidates)?;
+        let candidate_stagger = self.bounded(
+            &Section::Scheduler,
+            "candidate_stagger",
+            raw.candidate_stagger.unwrap_or(DEFAULT_CANDIDATE_STAGGER),
+            durations::CANDIDATE_STAGGER,
+        )?;
         Some(SchedulerConfig {
             timezone,
             key_prefix,
             max_clock_skew,
             clock,
             on_failure: raw.on_failure,
+            candidates,
+            candidate_stagger,
         })
+    }
+
+    /// `[scheduler] candidates`: a count from 1, or `"all"`.
+    fn candidates(&mut self, raw: Option<RawCandidates>) -> Option<Candidates> {
+        let count = match raw {
+            None => return Some(DEFAULT_CANDIDATES),
+            Some(RawCandidates::Word(word)) if word == "all" => return Some(Candidates::All),
+            Some(RawCandidates::Word(_)) => None,
+            Some(RawCandidates::Count(n)) => usize::try_from(n).ok(),
+        };
+        match count.and_then(std::num::NonZeroUsize::new) {
+            Some(k) => Some(Candidates::Top(k)),
+            None => {
+                self.errors.push(ConfigError::field(
+                    Section::Scheduler,
+                    "candidates",
+                    "must be a whole number from 1, or \"all\"",
+                ));
+                None
+            }
+        }
     }
 
     /// `Some(None)`: no [http]. `None`: errors were recorded.

@@ -18,6 +18,18 @@ pub struct RawScheduler {
     pub clock: Option<RawClockMode>,
     /// The `[alert.NAME]` every job without its own `on_failure` uses.
     pub on_failure: Option<String>,
+    /// How many replicas race each slot: a count, or `"all"`.
+    pub candidates: Option<RawCandidates>,
+    #[serde(default, with = "humantime_serde")]
+    pub candidate_stagger: Option<Duration>,
+}
+
+/// `candidates = 2` or `candidates = "all"`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum RawCandidates {
+    Count(i64),
+    Word(String),
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]

@@ -412,6 +412,18 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
+    /// A pipeline, bounded by `wait` (the membership heartbeat).
+    pub async fn query_pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        wait: Duration,
+    ) -> Result<T, NodeError> {
+        let mut conn = self.conn.clone();
+        self.bounded_by(wait, pipe.query_async::<T>(&mut conn))
+            .await
+            .map_err(|kind| self.error(kind))
+    }
+
     async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
