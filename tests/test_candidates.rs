@@ -248,6 +248,9 @@ fn assert_each_once(receiver: &Receiver, expected: &BTreeSet<(String, String)>) 
     expected.len()
 }
 
+/// A replica that raced a slot, and its rank.
+type Racer = (String, u64);
+
 #[test]
 fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
     let cluster = RedisCluster::start(3);
@@ -275,7 +278,7 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
     std::thread::sleep(Duration::from_secs(2));
 
     let live: Vec<String> = (0..4).map(replica_name).collect();
-    let mut racers: BTreeMap<(String, DateTime<Utc>), Vec<(String, u64)>> = BTreeMap::new();
+    let mut racers: BTreeMap<(String, DateTime<Utc>), Vec<Racer>> = BTreeMap::new();
     for (replica, line) in race_lines(&replicas) {
         let slot = slot_of(&line);
         if slot < from || slot > to {
