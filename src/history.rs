@@ -210,7 +210,7 @@ pub enum History {
 /// History could not be read from any node.
 #[derive(Debug, thiserror::Error)]
 #[error("no Redis node answered the history read: {0}")]
-pub struct HistoryUnavailable(String);
+pub struct HistoryUnavailable(pub String);
 
 impl History {
     pub fn local() -> Self {
