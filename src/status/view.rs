@@ -124,7 +124,7 @@ pub fn job_view(
         Ok(runs) => strip(job, runs, reads, settling, frame),
         Err(_) => Vec::new(),
     };
-    let last = strip.iter().rev().find(|c| c.outcome != "pending").cloned();
+    let last = strip.iter().rev().find(|c| concluded(c.outcome)).cloned();
     JobView {
         name: job.name.clone(),
         schedule: job.schedule.expression().to_owned(),
@@ -144,6 +144,12 @@ pub fn job_view(
             .collect(),
         history_error: reads.runs.as_ref().err().map(ToString::to_string),
     }
+}
+
+/// Whether a slot's fate says how the job is doing: not `pending` or `running` (not over yet)
+/// nor `skipped` (not run, the previous run still going: that run's fate is the news).
+fn concluded(outcome: &str) -> bool {
+    !matches!(outcome, "pending" | "running" | "skipped")
 }
 
 fn standing(last: Option<&Cell>, paused: bool) -> Standing {
@@ -290,13 +296,14 @@ pub fn moment(t: DateTime<Utc>, frame: &Frame) -> Moment {
     }
 }
 
-/// `3 min ago`, `in 12 s`, `now`: whole units, truncated, as a glance needs.
+/// `3 min ago`, `in 12 s`, `<1 s ago`: whole units, truncated, as a glance needs.
 pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    let secs = (t - now).num_seconds();
-    let span = span(secs.unsigned_abs());
-    match secs {
-        0 => "now".to_owned(),
-        s if s > 0 => format!("in {span}"),
+    let ms = (t - now).num_milliseconds();
+    let span = span(ms.unsigned_abs() / 1000);
+    match ms {
+        0..1000 => "in <1 s".to_owned(),
+        -999..0 => "<1 s ago".to_owned(),
+        ms if ms > 0 => format!("in {span}"),
         _ => format!("{span} ago"),
     }
 }
@@ -379,7 +386,11 @@ mod tests {
     fn relative_times_in_whole_units() {
         let now = t("2026-01-01T00:00:00Z");
         let at = |s: i64| relative(now + chrono::Duration::seconds(s), now);
-        assert_eq!(at(0), "now");
+        assert_eq!(at(0), "in <1 s");
+        let ms = |ms: i64| relative(now + chrono::Duration::milliseconds(ms), now);
+        assert_eq!(ms(-400), "<1 s ago");
+        assert_eq!(ms(999), "in <1 s");
+        assert_eq!(ms(-1000), "1 s ago");
         assert_eq!(at(12), "in 12 s");
         assert_eq!(at(-59), "59 s ago");
         assert_eq!(at(-200), "3 min ago");
@@ -424,6 +435,18 @@ mod tests {
         assert_eq!(outcomes, ["done", "pending"]);
         assert_eq!(v.last.unwrap().outcome, "done");
         assert_eq!(v.standing, Standing::Fine);
+    }
+
+    #[test]
+    fn a_skipped_slot_leaves_the_failure_before_it_as_the_last_outcome() {
+        let runs = vec![
+            run("2026-01-01T00:02:00Z", RunState::Skipped, "a"),
+            run("2026-01-01T00:01:00Z", RunState::Failed, "a"),
+        ];
+        let v = view(&reads(runs, None), "2026-01-01T00:02:30Z");
+        assert_eq!(v.last.unwrap().outcome, "failed");
+        assert_eq!(v.standing, Standing::Failing);
+        assert_eq!(v.chart.unwrap().runs, 1, "a skipped slot did not run");
     }
 
     #[test]
