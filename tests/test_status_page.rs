@@ -429,41 +429,8 @@ fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_s
         &fleet_config(&cluster.urls(), &ok.uri(), &broken.uri(), &prefix, port),
     );
     let replica = start_replica(&config, "page-solo");
-    let lines = |job: &str, outcome: &str| {
-        replica
-            .json_lines()
-            .iter()
-            .filter(|v| text(v, "job") == job && text(v, "outcome") == outcome)
-            .count()
-    };
-    let ran = wait_until(Duration::from_secs(20), || {
-        (lines("paused-report", "done") >= 2).then_some(())
-    });
-    assert!(
-        ran.is_some(),
-        "paused-report did not run: {:?}",
-        replica.lines()
-    );
-    slotcron(
-        &config,
-        &[
-            "pause",
-            "paused-report",
-            "--reason",
-            "quarterly freeze",
-            "--by",
-            "ops",
-        ],
-    );
-    let ready = wait_until(Duration::from_secs(30), || {
-        let enough = FLEET_JOBS
-            .iter()
-            .filter(|j| !["paused-report", "broken-push"].contains(j))
-            .all(|j| lines(j, "done") >= 6);
-        (enough && lines("broken-push", "failed") >= 4 && lines("paused-report", "paused") >= 3)
-            .then_some(())
-    });
-    assert!(ready.is_some(), "not enough runs within 30 s");
+    pause_after_two_runs(&replica, &config);
+    wait_for_runs(&replica);
 
     let page = http_get(port, "/").expect("the status page answers");
     assert_eq!(page.status, 200);
@@ -475,6 +442,53 @@ fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_s
         let png = screenshot(&url, (1280, 2000), "status-page-fleet.png");
         assert_eq!(check_colours(&png), (1280, 2000));
     }
+}
+
+/// The replica's log lines of `job` with `outcome`.
+fn count(replica: &Replica, job: &str, outcome: &str) -> usize {
+    replica
+        .json_lines()
+        .iter()
+        .filter(|v| text(v, "job") == job && text(v, "outcome") == outcome)
+        .count()
+}
+
+/// Pauses `paused-report` with `slotcron pause` once it ran twice (so its chart has runs).
+fn pause_after_two_runs(replica: &Replica, config: &Path) {
+    let ran = wait_until(Duration::from_secs(20), || {
+        (count(replica, "paused-report", "done") >= 2).then_some(())
+    });
+    assert!(
+        ran.is_some(),
+        "paused-report did not run: {:?}",
+        replica.lines()
+    );
+    slotcron(
+        config,
+        &[
+            "pause",
+            "paused-report",
+            "--reason",
+            "quarterly freeze",
+            "--by",
+            "ops",
+        ],
+    );
+}
+
+/// Until each job has a strip worth checking: 6 runs done, 4 failed, 3 slots paused.
+fn wait_for_runs(replica: &Replica) {
+    let ready = wait_until(Duration::from_secs(30), || {
+        let enough = FLEET_JOBS
+            .iter()
+            .filter(|j| !["paused-report", "broken-push"].contains(j))
+            .all(|j| count(replica, j, "done") >= 6);
+        (enough
+            && count(replica, "broken-push", "failed") >= 4
+            && count(replica, "paused-report", "paused") >= 3)
+            .then_some(())
+    });
+    assert!(ready.is_some(), "not enough runs within 30 s");
 }
 
 /// The overview (12 rows, failing first, then paused), the fleet (one replica, 100 %), and per

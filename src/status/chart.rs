@@ -30,6 +30,7 @@ pub struct Sample {
 /// A chart ready to place: every coordinate is in the SVG's user units.
 #[derive(Debug, Clone, Serialize)]
 pub struct Chart {
+    /// The SVG's size, in CSS pixels (the page's layout leaves room for it).
     pub width: f64,
     pub height: f64,
     /// The plot area (axes at `x0` and `y1`).
@@ -37,8 +38,11 @@ pub struct Chart {
     pub x1: f64,
     pub y0: f64,
     pub y1: f64,
+    /// 0, half and the top of the y axis, labelled in ms or s.
     pub y_ticks: Vec<Tick>,
+    /// The first and last runs' slot times, under their dots.
     pub x_ticks: Vec<Tick>,
+    /// Lateness, then duration.
     pub series: Vec<Series>,
     /// How many runs are drawn, for the caption.
     pub runs: usize,
@@ -48,6 +52,7 @@ pub struct Chart {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tick {
     pub pos: f64,
+    /// What the reader sees there: a time or a value with its unit.
     pub label: String,
 }
 
@@ -58,6 +63,7 @@ pub struct Series {
     pub class: &'static str,
     /// `x,y x,y …` for `<polyline points>`.
     pub points: String,
+    /// One per run, each with its own tooltip (`<title>`): the exact value of that run.
     pub dots: Vec<Dot>,
 }
 
@@ -67,6 +73,7 @@ pub struct Dot {
     pub x: f64,
     pub y: f64,
     pub r: f64,
+    /// The run's slot and value, shown on hover.
     pub title: String,
 }
 

@@ -11,6 +11,7 @@ use crate::history::RunRecord;
 /// One replica's line in the fleet table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Share {
+    /// Its replica id, as in the run records.
     pub replica: String,
     /// Runs it won among those read (a handed-off slot counts for both winners).
     pub wins: usize,

@@ -26,6 +26,7 @@ const NEXT_SHOWN: usize = 3;
 pub struct Frame {
     /// The replica's clock when the page was asked for: relative times count from it.
     pub now: DateTime<Utc>,
+    /// The page's one zone: a reader compares times without converting.
     pub zone: Tz,
 }
 
@@ -57,24 +58,30 @@ pub enum Standing {
 pub struct Moment {
     /// RFC 3339 in the page's zone (the `<time datetime>`).
     pub iso: String,
+    /// `YYYY-MM-DD HH:MM:SS` in the page's zone, which the header names.
     pub short: String,
+    /// Relative to the page's `now`: what a glance at a refreshing page needs.
     pub ago: String,
 }
 
 /// One slot of the strip, or the overview's last outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cell {
+    /// The fate, which is also the CSS class that colours it.
     pub outcome: &'static str,
     /// The slot, its fate, winner, duration and error, for the tooltip.
     pub title: String,
+    /// The slot's time (the last outcome shows how long ago it was).
     pub slot: Moment,
 }
 
 /// The pause in force, as the overview shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct PauseView {
+    /// Who paused it, and why: the first questions about a job that does not run.
     pub by: String,
     pub since: Moment,
+    /// `None`: until someone resumes it.
     pub until: Option<Moment>,
     pub reason: Option<String>,
 }
@@ -83,30 +90,43 @@ pub struct PauseView {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunView {
     pub slot: Moment,
+    /// The winner that ran it.
     pub replica: String,
     pub outcome: &'static str,
+    /// Start to end (empty while running), and start minus slot: as on the chart.
     pub duration: String,
     pub lateness: String,
+    /// The run's error (scrubbed when recorded), empty if none.
     pub error: String,
 }
 
 /// Everything the page shows of one job.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobView {
+    /// Its name: the section's anchor (`#job-NAME`) and the filter's value.
     pub name: String,
+    /// The cron expression, as written in the file.
     pub schedule: String,
     /// The job's own zone (its schedule's), which may differ from the page's.
     pub zone: String,
+    /// The action's kind and target, secrets scrubbed.
     pub action: String,
+    /// Its place in the overview.
     pub standing: Standing,
+    /// The newest slot with a verdict (see `concluded`); `None` before any.
     pub last: Option<Cell>,
+    /// When a run of it last ended `done`, among the runs read.
     pub last_success: Option<Moment>,
     pub next: Vec<Moment>,
+    /// The pause in force now, if any.
     pub paused: Option<PauseView>,
     /// The last slots, oldest first.
     pub strip: Vec<Cell>,
+    /// `None` before its first run ended.
     pub chart: Option<Chart>,
+    /// Its last runs, newest first, for the collapsed table.
     pub runs: Vec<RunView>,
+    /// Why its runs could not be read (the strip and chart are then empty, not all missed).
     pub history_error: Option<String>,
 }
 
