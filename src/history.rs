@@ -210,7 +210,10 @@ pub enum History {
 /// History could not be read from any node.
 #[derive(Debug, thiserror::Error)]
 #[error("no Redis node answered the history read: {0}")]
-pub struct HistoryUnavailable(String);
+pub struct HistoryUnavailable(
+    /// The nodes' errors, joined (public so a view of an unreadable history can be built).
+    pub String,
+);
 
 impl History {
     pub fn local() -> Self {

@@ -273,8 +273,14 @@ async fn serve_status(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding the [http] listen address {listen}"))?;
-    let state = status::State {
-        replica: replica.clone(),
+    let state = status::Sources {
+        name: replica.name.clone(),
+        lock: replica.lock.clone(),
+        history: replica.history.clone(),
+        control: replica.control.clone(),
+        metrics: replica.metrics.clone(),
+        clock: replica.clock.clone(),
+        liveness: replica.liveness.clone(),
         config: current.clone(),
     };
     tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");

@@ -1,6 +1,8 @@
-//! The status page (`[http] listen`, `/`): server-rendered HTML with each job's schedule, zone,
-//! next slots and last runs (winner, outcome, colour), checked as HTML and then in a real
-//! headless browser (Debian's `chromium`), which keeps a screenshot in target/status-page.png.
+//! The status page (`[http] listen`, `/`): server-rendered HTML with an overview of the jobs
+//! (failures first), the fleet's replicas and their share of the wins, and per job its
+//! schedule, next slots, outcome strip, chart and last runs (winner, outcome, colour), checked
+//! as HTML and then in a real headless browser (Debian's `chromium`), which keeps screenshots
+//! in target/status-page.png (two jobs) and target/status-page-fleet.png (twelve jobs).
 
 mod common;
 
@@ -32,8 +34,17 @@ fn between<'a>(html: &'a str, start: &str, end: &str) -> Option<&'a str> {
     Some(&html[i..j])
 }
 
-/// The texts of the `<td>` cells of each `<tr>` in `section` (tags inside cells stripped).
-fn table_rows(section: &str) -> Vec<Vec<String>> {
+/// The section of the page about `job`: from its heading to the next job's section.
+fn job_section<'a>(html: &'a str, job: &str) -> &'a str {
+    let start = html
+        .find(&format!("<h2 id=\"job-{job}\">"))
+        .unwrap_or_else(|| panic!("no section for {job}: {html}"));
+    let rest = &html[start..];
+    &rest[..rest.find("<section").unwrap_or(rest.len())]
+}
+
+/// The `<td>` cells of each `<tr>` in `section`, as HTML.
+fn table_cells(section: &str) -> Vec<Vec<String>> {
     section
         .split("<tr>")
         .skip(1)
@@ -41,9 +52,25 @@ fn table_rows(section: &str) -> Vec<Vec<String>> {
         .map(|row| {
             row.split("<td>")
                 .skip(1)
-                .map(|cell| strip_tags(cell.split("</td>").next().unwrap_or("")))
+                .map(|cell| cell.split("</td>").next().unwrap_or("").to_owned())
                 .collect()
         })
+        .collect()
+}
+
+/// The texts of the `<td>` cells of each `<tr>` in `section` (tags inside cells stripped).
+fn table_rows(section: &str) -> Vec<Vec<String>> {
+    table_cells(section)
+        .iter()
+        .map(|row| row.iter().map(|cell| strip_tags(cell)).collect())
+        .collect()
+}
+
+/// Every `<time datetime>` in `html`, parsed.
+fn datetimes(html: &str) -> Vec<DateTime<FixedOffset>> {
+    html.split("<time datetime=\"")
+        .skip(1)
+        .map(|t| rfc3339(&unescape(t.split('"').next().unwrap())))
         .collect()
 }
 
@@ -145,8 +172,7 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
     );
     assert!(!html.contains("<script"), "the page needs no JavaScript");
 
-    let standup =
-        between(html, "<h2 id=\"job-standup-demo\">", "<h2").expect("a section for standup-demo");
+    let standup = job_section(html, "standup-demo");
     assert!(
         standup.contains("<code>* * * * * *</code>"),
         "schedule: {standup}"
@@ -155,12 +181,7 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         unescape(standup).contains("in Asia/Shanghai"),
         "zone: {standup}"
     );
-    let next: Vec<DateTime<FixedOffset>> = between(standup, "Next:", "</p>")
-        .expect("next slots")
-        .split("<code>")
-        .skip(1)
-        .map(|c| rfc3339(&unescape(c.split("</code>").next().unwrap())))
-        .collect();
+    let next = datetimes(between(standup, "Next:", "</p>").expect("next slots"));
     assert_eq!(next.len(), 3, "three next slots: {standup}");
     for (i, slot) in next.iter().enumerate() {
         assert_eq!(
@@ -175,6 +196,7 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
     }
 
     let rows = table_rows(standup);
+    let cells = table_cells(standup);
     let done_rows: Vec<&Vec<String>> = rows.iter().filter(|r| r[2] == "done").collect();
     assert!(done_rows.len() >= 2, "runs listed: {rows:?}");
     // The winner the logs show for a slot (its `won` line may still be on its way to us).
@@ -186,9 +208,10 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
                 .map(|v| text(v, "replica").to_owned())
         })
     };
-    for row in &rows {
-        let slot = rfc3339(&row[0]);
+    for (row, cells) in rows.iter().zip(&cells) {
+        let slot = datetimes(&cells[0])[0];
         assert_eq!(slot.offset().local_minus_utc(), 8 * 3600);
+        assert!(row[0].ends_with(" ago)"), "a relative time: {}", row[0]);
         assert_eq!(
             winner_in_logs(slot.with_timezone(&Utc)),
             Some(row[1].clone()),
@@ -201,63 +224,75 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         "{standup}"
     );
 
-    let flaky = &html[html
-        .find("<h2 id=\"job-flaky-push\">")
-        .expect("flaky-push section")..];
+    let flaky = job_section(html, "flaky-push");
     assert!(flaky.contains(r#"class="outcome failed""#), "{flaky}");
     let failed = table_rows(flaky);
     assert!(
-        failed.iter().any(|r| r[2] == "failed" && !r[4].is_empty()),
+        failed.iter().any(|r| r[2] == "failed" && !r[5].is_empty()),
         "a failed run with its error: {failed:?}"
     );
 
     in_a_browser(port, "page-a");
 }
 
-/// Screenshot and DOM of the page served by `replica` in headless Chromium; skipped (with a
-/// message) without it.
-fn in_a_browser(port: u16, replica: &str) {
-    if !Path::new(CHROMIUM).exists() {
-        // Written past the test harness's output capture, so it shows in every run's log.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED the browser part of the status page test: {CHROMIUM} is not installed \
-             (scripts/test.sh installs Debian's chromium package)"
-        );
-        return;
+/// Whether Debian's chromium is here; says so past the output capture when it is not.
+fn have_chromium() -> bool {
+    if Path::new(CHROMIUM).exists() {
+        return true;
     }
-    let url = format!("http://127.0.0.1:{port}/");
-    let profile = tempfile::tempdir().unwrap();
-    let shot = profile.path().join("status.png");
-    let common_args = [
-        "--headless".to_string(),
-        "--no-sandbox".into(),
-        "--disable-gpu".into(),
-        "--disable-quic".into(),
-        "--no-first-run".into(),
-        "--disable-background-networking".into(),
-        "--disable-component-update".into(),
-        "--disable-sync".into(),
-        "--disable-dev-shm-usage".into(),
-        format!(
-            "--user-data-dir={}",
-            profile.path().join("profile").display()
-        ),
-    ];
+    // Written past the test harness's output capture, so it shows in every run's log.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED the browser part of the status page test: {CHROMIUM} is not installed \
+         (scripts/test.sh installs Debian's chromium package)"
+    );
+    false
+}
 
+/// Headless chromium on `url` with a throwaway profile, doing `what` (`--dump-dom`,
+/// `--screenshot=…`); its output lines once it exited 0 within 60 s.
+fn chromium(url: &str, what: &[String]) -> Vec<String> {
+    let profile = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(CHROMIUM);
-    cmd.args(&common_args)
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg("--window-size=1200,900")
-        .arg(&url);
-    let run = Replica::spawn_cmd("chromium-screenshot", cmd);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(what)
+    .arg(url);
+    let run = Replica::spawn_cmd("chromium", cmd);
     let status = run
         .wait_timeout(Duration::from_secs(60))
-        .expect("chromium takes the screenshot within 60 s");
+        .expect("chromium is done within 60 s");
     if !status.success() {
         run.dump();
     }
-    assert!(status.success(), "chromium exited with {status}");
+    assert!(status.success(), "chromium {what:?} exited with {status}");
+    run.lines()
+}
+
+/// A screenshot of `url` at `width`x`height`, kept as target/`name`; its PNG bytes.
+fn screenshot(url: &str, (width, height): (u32, u32), name: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let shot = dir.path().join(name);
+    chromium(
+        url,
+        &[
+            format!("--screenshot={}", shot.display()),
+            format!("--window-size={width},{height}"),
+            // On a loaded machine the capture could come before the page was all painted.
+            "--run-all-compositor-stages-before-draw".to_owned(),
+            "--virtual-time-budget=3000".to_owned(),
+        ],
+    );
     let png_bytes = std::fs::read(&shot).expect("the screenshot exists");
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG file");
     assert!(
@@ -265,19 +300,28 @@ fn in_a_browser(port: u16, replica: &str) {
         "a real page, not a blank: {} bytes",
         png_bytes.len()
     );
-    let kept = target_dir().join("status-page.png");
+    let kept = target_dir().join(name);
     std::fs::copy(&shot, &kept).unwrap();
     eprintln!("status page screenshot: {}", kept.display());
-    check_colours(&png_bytes);
+    png_bytes
+}
 
-    let mut cmd = Command::new(CHROMIUM);
-    cmd.args(&common_args).arg("--dump-dom").arg(&url);
-    let dump = Replica::spawn_cmd("chromium-dump-dom", cmd);
-    let status = dump
-        .wait_timeout(Duration::from_secs(60))
-        .expect("chromium dumps the DOM within 60 s");
-    assert!(status.success(), "chromium --dump-dom exited with {status}");
-    let dom = dump.lines().join("\n");
+/// The DOM of `url` as chromium rendered it.
+fn dump_dom(url: &str) -> String {
+    chromium(url, &["--dump-dom".to_owned()]).join("\n")
+}
+
+/// Screenshot and DOM of the page served by `replica` in headless Chromium; skipped (with a
+/// message) without it.
+fn in_a_browser(port: u16, replica: &str) {
+    if !have_chromium() {
+        return;
+    }
+    let url = format!("http://127.0.0.1:{port}/");
+    let png_bytes = screenshot(&url, (1200, 900), "status-page.png");
+    assert_eq!(check_colours(&png_bytes), (1200, 900), "the window size");
+
+    let dom = dump_dom(&url);
     assert!(dom.contains("standup-demo"), "{dom}");
     assert!(
         dom.contains(r#"<span class="outcome done">done</span>"#),
@@ -290,13 +334,13 @@ fn in_a_browser(port: u16, replica: &str) {
     );
 }
 
-/// The rendered page shows the outcome colours: green for done, red for failed.
-fn check_colours(png_bytes: &[u8]) {
+/// The rendered page shows the outcome colours: green for done, red for failed. Returns the
+/// image's size.
+fn check_colours(png_bytes: &[u8]) -> (u32, u32) {
     let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
     let mut reader = decoder.read_info().expect("decodable PNG");
     let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
     let info = reader.next_frame(&mut buf).expect("a frame");
-    assert_eq!((info.width, info.height), (1200, 900), "the window size");
     let channels = match info.color_type {
         png::ColorType::Rgb => 3,
         png::ColorType::Rgba => 4,
@@ -313,4 +357,213 @@ fn check_colours(png_bytes: &[u8]) {
     let red = count([0xc6, 0x28, 0x28]);
     assert!(green > 100, "done badges are green on screen ({green} px)");
     assert!(red > 100, "failed badges are red on screen ({red} px)");
+    (info.width, info.height)
+}
+
+/// Twelve jobs every second on one replica: ten deliver, `broken-push` gets a 500 and
+/// `paused-report` is paused with `slotcron pause`.
+fn fleet_config(nodes: &[String], ok: &str, broken: &str, prefix: &str, port: u16) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|u| format!("{u:?}")).collect();
+    let mut text = format!(
+        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [scheduler]\ntimezone = \"Asia/Shanghai\"\nkey_prefix = {prefix:?}\nmax_clock_skew = \"1s\"\n\n\
+         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n",
+        nodes.join(", ")
+    );
+    for name in FLEET_JOBS {
+        let url = if name == "broken-push" { broken } else { ok };
+        text.push_str(&format!(
+            "\n[[job]]\nname = {name:?}\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n\
+             [job.action]\ntype = \"http\"\nurl = {:?}\n",
+            format!("{url}/{name}")
+        ));
+    }
+    text
+}
+
+/// In file order: the failing and the paused jobs are in the middle, the page puts them first.
+const FLEET_JOBS: [&str; 12] = [
+    "standup-01",
+    "standup-02",
+    "standup-03",
+    "paused-report",
+    "standup-05",
+    "standup-06",
+    "broken-push",
+    "standup-08",
+    "standup-09",
+    "standup-10",
+    "standup-11",
+    "standup-12",
+];
+
+/// Runs `slotcron ARGS --config CONFIG`; panics unless it exits 0.
+fn slotcron(config: &Path, args: &[&str]) {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slotcron {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_strips() {
+    let cluster = RedisCluster::start(3);
+    let ok = Receiver::start();
+    ok.set_delay(Duration::from_millis(30));
+    let broken = Receiver::start();
+    broken.set_response(500, serde_json::json!({"error": "down for maintenance"}));
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("fleet-page-{}", std::process::id());
+    let port = free_port();
+    let config = write_file(
+        dir.path(),
+        "jobs.toml",
+        &fleet_config(&cluster.urls(), &ok.uri(), &broken.uri(), &prefix, port),
+    );
+    let replica = start_replica(&config, "page-solo");
+    pause_after_two_runs(&replica, &config);
+    wait_for_runs(&replica);
+
+    let page = http_get(port, "/").expect("the status page answers");
+    assert_eq!(page.status, 200);
+    check_fleet_page(&page.body);
+    check_filter(port);
+    if have_chromium() {
+        let url = format!("http://127.0.0.1:{port}/");
+        check_fleet_page(&dump_dom(&url));
+        let png = screenshot(&url, (1280, 2000), "status-page-fleet.png");
+        assert_eq!(check_colours(&png), (1280, 2000));
+    }
+}
+
+/// The replica's log lines of `job` with `outcome`.
+fn count(replica: &Replica, job: &str, outcome: &str) -> usize {
+    replica
+        .json_lines()
+        .iter()
+        .filter(|v| text(v, "job") == job && text(v, "outcome") == outcome)
+        .count()
+}
+
+/// Pauses `paused-report` with `slotcron pause` once it ran twice (so its chart has runs).
+fn pause_after_two_runs(replica: &Replica, config: &Path) {
+    let ran = wait_until(Duration::from_secs(20), || {
+        (count(replica, "paused-report", "done") >= 2).then_some(())
+    });
+    assert!(
+        ran.is_some(),
+        "paused-report did not run: {:?}",
+        replica.lines()
+    );
+    slotcron(
+        config,
+        &[
+            "pause",
+            "paused-report",
+            "--reason",
+            "quarterly freeze",
+            "--by",
+            "ops",
+        ],
+    );
+}
+
+/// Until each job has a strip worth checking: 6 runs done, 4 failed, 3 slots paused.
+fn wait_for_runs(replica: &Replica) {
+    let ready = wait_until(Duration::from_secs(30), || {
+        let enough = FLEET_JOBS
+            .iter()
+            .filter(|j| !["paused-report", "broken-push"].contains(j))
+            .all(|j| count(replica, j, "done") >= 6);
+        (enough
+            && count(replica, "broken-push", "failed") >= 4
+            && count(replica, "paused-report", "paused") >= 3)
+            .then_some(())
+    });
+    assert!(ready.is_some(), "not enough runs within 30 s");
+}
+
+/// The overview (12 rows, failing first, then paused), the fleet (one replica, 100 %), and per
+/// job its strip and chart, in `html` as served or as chromium rendered it.
+fn check_fleet_page(html: &str) {
+    assert!(!html.contains("<script"), "the page needs no JavaScript");
+    let overview = between(html, r#"<table class="overview">"#, "</table>").expect("overview");
+    let rows = table_rows(overview);
+    assert_eq!(rows.len(), 12, "one row per job: {rows:?}");
+    assert_eq!(rows[0][0], "broken-push", "the failing job first: {rows:?}");
+    assert!(rows[0][1].starts_with("failed"), "{rows:?}");
+    assert_eq!(rows[1][0], "paused-report", "then the paused one: {rows:?}");
+    assert!(
+        rows[1][4].starts_with("paused by ops") && rows[1][4].contains("quarterly freeze"),
+        "who paused it and why: {rows:?}"
+    );
+    for row in &rows[2..] {
+        assert!(row[1].starts_with("done"), "{row:?}");
+        assert!(row[2].ends_with(" ago)"), "last success, relative: {row:?}");
+        assert!(row[3].contains("(in "), "next slot: {row:?}");
+        assert_eq!(row[4], "no", "{row:?}");
+    }
+    let fleet = between(html, r#"<table class="fleet">"#, "</table>").expect("fleet table");
+    let fleet = table_rows(fleet);
+    assert_eq!(fleet.len(), 1, "{fleet:?}");
+    assert_eq!(fleet[0][0], "page-solo this replica");
+    assert_eq!(fleet[0][2], "100 %");
+    for job in FLEET_JOBS {
+        check_job_section(job_section(html, job), job);
+    }
+}
+
+/// A job's strip (coloured cells with tooltips) and chart (an SVG with a dot per run).
+fn check_job_section(section: &str, job: &str) {
+    let strip = between(section, r#"<div class="strip">"#, "</div>").expect("a strip");
+    let cells: Vec<&str> = strip
+        .split(r#"<span class="cell "#)
+        .skip(1)
+        .map(|c| c.split('"').next().unwrap())
+        .collect();
+    assert!(cells.len() >= 6, "{job}: {cells:?}");
+    let expected = match job {
+        "broken-push" => "failed",
+        "paused-report" => "paused",
+        _ => "done",
+    };
+    assert!(
+        cells.iter().filter(|c| **c == expected).count() >= 3,
+        "{job}: {cells:?}"
+    );
+    if job == "broken-push" {
+        assert!(strip.contains("500"), "the error in the tooltip: {strip}");
+    }
+    assert!(section.contains("<svg"), "{job}: a chart");
+    let dots = section.matches("<circle").count();
+    assert!(dots >= 2 * 2, "{job}: lateness and duration dots: {dots}");
+    assert!(section.contains("<polyline"), "{job}");
+}
+
+/// `/?job=NAME` shows that job only; a part of a name, every job containing it; a name no job
+/// has, a clear 404.
+fn check_filter(port: u16) {
+    let page = http_get(port, "/?job=standup-05").expect("the filtered page");
+    assert_eq!(page.status, 200);
+    let rows = table_rows(between(&page.body, r#"<table class="overview">"#, "</table>").unwrap());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][0], "standup-05");
+    assert_eq!(page.body.matches("<section").count(), 1);
+    let page = http_get(port, "/?job=push").expect("the filtered page");
+    assert_eq!(page.body.matches("<section").count(), 1, "broken-push only");
+    let page = http_get(port, "/?job=nosuchjob").expect("an answer");
+    assert_eq!(page.status, 404);
+    assert!(
+        page.body.contains("No job matches <q>nosuchjob</q>"),
+        "{}",
+        page.body
+    );
 }

@@ -1,0 +1,239 @@
+//! The replica's HTTP endpoints (`[http] listen`): `/healthz`, `/readyz`, `/metrics` and `/`,
+//! a server-rendered status page readable without JavaScript ([`page`]).
+//!
+//! What they show comes in [`Sources`], built by whoever starts the server: this module reads
+//! the replica's parts but never the scheduler that owns them.
+
+mod chart;
+mod fleet;
+mod page;
+mod view;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::extract::State as AxumState;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::control::Control;
+use crate::history::History;
+use crate::liveness::{Health, Liveness};
+use crate::lock::SlotLock;
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use crate::schedule::SharedClock;
+
+/// Bound on the PING of each node that is not suspect, behind `/readyz`, `/metrics` and `/`.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// What the endpoints read: the replica's parts they show, handed over by the code that starts
+/// the server, so this module depends on the parts and not on the scheduler that owns them.
+#[derive(Clone)]
+pub struct Sources {
+    /// The replica's id: the page's title, and "this replica" in the fleet table.
+    pub name: String,
+    /// The lock, for its node pool: `/readyz`, `/metrics` and the page ping the nodes.
+    pub lock: SlotLock,
+    /// The run records: the page's strips, charts and fleet shares.
+    pub history: History,
+    /// The pauses in force and their log: the overview's paused column and paused slots.
+    pub control: Control,
+    /// Served at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The clock the replica schedules on: "now" for next slots and relative times, so the page
+    /// agrees with the timeline.
+    pub clock: SharedClock,
+    /// The timeline's watchdog, read by `/healthz`.
+    pub liveness: Arc<Liveness>,
+    /// The configuration in force, swapped on reload.
+    pub config: Arc<RwLock<Arc<Config>>>,
+}
+
+impl Sources {
+    /// The configuration in force now (a reload swaps it; a poisoned lock still holds one).
+    fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Serves until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sources: Sources,
+    shutdown: CancellationToken,
+) {
+    let app = Router::new()
+        .route("/", get(page::page))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(sources);
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    {
+        tracing::error!(error = %e, "the status server stopped");
+    }
+}
+
+/// Live while the timeline is not overdue for a wake ([`crate::liveness`]): 503 names how late.
+async fn healthz(AxumState(state): AxumState<Sources>) -> Response {
+    let health = state.liveness.check(tokio::time::Instant::now());
+    let status = if health.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, describe(health)).into_response()
+}
+
+fn describe(health: Health) -> String {
+    let ago = |d: Option<Duration>| {
+        d.map_or_else(
+            || "has not woken yet".to_owned(),
+            |d| format!("woke {:.1} s ago", d.as_secs_f64()),
+        )
+    };
+    match health {
+        Health::Waiting { due_in, last_wake } => format!(
+            "ok: the timeline {}; next wake in {:.1} s\n",
+            ago(last_wake),
+            due_in.as_secs_f64()
+        ),
+        Health::Idle { last_wake } => {
+            format!("ok: the timeline {}; no wake pending\n", ago(last_wake))
+        }
+        Health::Overdue { late } => format!(
+            "unhealthy: the timeline has not woken for a slot due {:.1} s ago\n",
+            late.as_secs_f64()
+        ),
+    }
+}
+
+/// The replica's view of its nodes after a PING to each (a suspect node is pinged, so its
+/// recovery is seen, but not waited for); empty in standalone mode.
+async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
+    let Some(nodes) = lock.nodes() else {
+        return Vec::new();
+    };
+    nodes
+        .probe(PROBE_TIMEOUT)
+        .await
+        .into_iter()
+        .map(|n| (n.address, n.up))
+        .collect()
+}
+
+async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
+    let nodes = probe(&state.lock).await;
+    if nodes.is_empty() {
+        return (StatusCode::OK, "ready: standalone\n").into_response();
+    }
+    let up = nodes.iter().filter(|(_, up)| *up).count();
+    let needed = crate::lock::redlock::quorum(nodes.len());
+    let status = if up >= needed {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let word = if up >= needed { "ready" } else { "not ready" };
+    (
+        status,
+        format!(
+            "{word}: {up}/{} redis nodes answer, {needed} needed\n",
+            nodes.len()
+        ),
+    )
+        .into_response()
+}
+
+async fn metrics(AxumState(state): AxumState<Sources>, headers: HeaderMap) -> Response {
+    let metrics = &state.metrics;
+    for (node, up) in probe(&state.lock).await {
+        metrics.node_up(&node, up);
+    }
+    declare_jobs(metrics, &state.config);
+    report_calendar_coverage(&state);
+    let (content_type, body) = if accepts_openmetrics(&headers) {
+        (OPENMETRICS_CONTENT_TYPE, metrics.encode_openmetrics())
+    } else {
+        (TEXT_CONTENT_TYPE, metrics.encode())
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Every configured job's series, at zero until its first slot, and its current interval.
+fn declare_jobs(metrics: &Metrics, config: &RwLock<Arc<Config>>) {
+    let config = config.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let now = Utc::now();
+    for job in &config.jobs {
+        metrics.declare_job(&job.name);
+        let next = job.schedule.upcoming(now, 2);
+        let gap = match next.as_slice() {
+            [a, b] => (b.instant() - a.instant()).to_std().ok(),
+            _ => None,
+        };
+        metrics.schedule_interval(&job.name, gap);
+    }
+}
+
+/// Whether the scraper asked for OpenMetrics (Prometheus does, in its `Accept`); anyone else
+/// gets the classic text format.
+fn accepts_openmetrics(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().starts_with("application/openmetrics-text"))
+}
+
+/// For each job on a built-in calendar: is its next slot past the data (a Monday-to-Friday
+/// guess)? Computed at scrape time on the replica's clock, like the node gauges.
+fn report_calendar_coverage(state: &Sources) {
+    let config = state.config();
+    let now = state.clock.now();
+    for job in &config.jobs {
+        let Some(filter) = job.schedule.day_filter() else {
+            continue;
+        };
+        if filter.calendar.coverage().is_none() {
+            continue;
+        }
+        let beyond = job.schedule.next_after(now).is_some_and(|slot| {
+            filter
+                .calendar
+                .is_beyond_coverage(job.schedule.local_date(slot))
+        });
+        state.metrics.calendar_beyond_coverage(&job.name, beyond);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn openmetrics_only_for_a_scraper_that_asks_for_it() {
+        // What Prometheus 2.x sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(accepts_openmetrics(&accept(prometheus)));
+        assert!(!accepts_openmetrics(&accept("*/*")));
+        assert!(!accepts_openmetrics(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,263 @@
+//! The status page (`/`, `/?job=NAME`): an overview of every job (failures first), the fleet's
+//! replicas with their share of the wins, and per job its outcome strip, its chart and its
+//! last runs. Server-rendered; the page refreshes itself every 10 s and needs no JavaScript.
+//!
+//! Every time is shown in one zone, the `[scheduler] timezone` (UTC when unset): the zone the
+//! operators chose for the fleet, whatever each job's own zone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use futures_util::future::join_all;
+use minijinja::{context, Environment};
+use serde::Deserialize;
+
+use super::fleet::fleet;
+use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
+use super::{probe, Sources};
+use crate::config::{Config, Job};
+use crate::control::paused_intervals;
+use crate::watermark;
+
+/// Runs read per job: the strip's slots (a handed-off slot has two runs) and some to spare.
+const RUNS_READ: usize = 2 * STRIP_SLOTS + 10;
+/// The fates the strip's legend names, in the order a reader meets them.
+const OUTCOMES: [&str; 8] = [
+    "done",
+    "failed",
+    "missed",
+    "handed_off",
+    "skipped",
+    "paused",
+    "running",
+    "pending",
+];
+/// Least time a slot may go unrecorded before it counts as missed (as `history --since`).
+const MIN_SETTLING: Duration = Duration::from_secs(2);
+
+/// The page's one parameter: `job`, a job's name or part of one (case-insensitive).
+#[derive(Debug, Default, Deserialize)]
+pub struct Filter {
+    job: Option<String>,
+}
+
+/// Renders the page; 404 (with the page and the list of jobs) when the filter matches none.
+pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) -> Response {
+    let config = sources.config();
+    let frame = Frame {
+        now: sources.clock.now(),
+        zone: config.scheduler.timezone,
+    };
+    let wanted = filter
+        .job
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let jobs = select(&config.jobs, wanted);
+    let (reads, nodes) = tokio::join!(read_all(&sources, &jobs, &frame), probe(&sources.lock));
+    let views = views(&config, &jobs, &reads, &frame);
+    let unknown = wanted.is_some() && jobs.is_empty();
+    let status = if unknown {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::OK
+    };
+    let page = Page {
+        replica: &sources.name,
+        config: &config,
+        frame: &frame,
+        wanted,
+        nodes: &nodes,
+        reads: &reads,
+        views: &views,
+    };
+    match render(&page) {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("status page: {e:#}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// The jobs `wanted` names: the one of that exact name, else every name containing it
+/// (ignoring case); every job without a filter.
+fn select(jobs: &[Arc<Job>], wanted: Option<&str>) -> Vec<Arc<Job>> {
+    let Some(wanted) = wanted else {
+        return jobs.to_vec();
+    };
+    if let Some(exact) = jobs.iter().find(|j| j.name == wanted) {
+        return vec![exact.clone()];
+    }
+    let needle = wanted.to_lowercase();
+    jobs.iter()
+        .filter(|j| j.name.to_lowercase().contains(&needle))
+        .cloned()
+        .collect()
+}
+
+/// Every job's reads at once: the page costs one round of Redis reads, not one per job.
+async fn read_all(sources: &Sources, jobs: &[Arc<Job>], frame: &Frame) -> Vec<Reads> {
+    join_all(jobs.iter().map(|job| read_job(sources, job, frame))).await
+}
+
+/// A job's runs, pause log and watermark (read together), and its pause as this replica
+/// knows it.
+async fn read_job(sources: &Sources, job: &Job, frame: &Frame) -> Reads {
+    let (runs, log, watermark) = tokio::join!(
+        sources.history.read(&job.name, RUNS_READ),
+        sources.control.log(&job.name),
+        watermark::recorded(&sources.history, &job.name),
+    );
+    Reads {
+        runs,
+        paused: paused_intervals(&log),
+        watermark,
+        pause: sources.control.paused(&job.name, frame.now),
+    }
+}
+
+/// The jobs' views in the overview's order: failing, then paused, then the rest, each in the
+/// file's order.
+fn views(config: &Config, jobs: &[Arc<Job>], reads: &[Reads], frame: &Frame) -> Vec<JobView> {
+    let skew = config.scheduler.max_clock_skew.max(MIN_SETTLING);
+    let mut views: Vec<JobView> = jobs
+        .iter()
+        .zip(reads)
+        .map(|(job, reads)| {
+            let settling = chrono::Duration::from_std(job.timeout + skew).unwrap_or_default();
+            job_view(job, action_line(config, job), reads, settling, frame)
+        })
+        .collect();
+    views.sort_by_key(|v| v.standing);
+    views
+}
+
+/// The action's kind and target, secrets scrubbed.
+fn action_line(config: &Config, job: &Job) -> String {
+    job.action.target().map_or_else(
+        || job.action.kind().to_owned(),
+        |t| format!("{} → {}", job.action.kind(), config.scrubber.scrub(&t)),
+    )
+}
+
+/// What one rendering reads.
+struct Page<'a> {
+    replica: &'a str,
+    config: &'a Config,
+    frame: &'a Frame,
+    wanted: Option<&'a str>,
+    nodes: &'a [(String, bool)],
+    reads: &'a [Reads],
+    views: &'a [JobView],
+}
+
+fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
+    let runs = page.reads.iter().flat_map(|r| r.runs.iter().flatten());
+    // The seam for a membership list: replicas up but without wins would be passed here.
+    let shares = fleet(runs, &[], page.replica);
+    let mut env = Environment::new();
+    // The `.html` name turns on auto-escaping: job names, reasons and errors are user text.
+    env.add_template("status.html", PAGE)?;
+    env.get_template("status.html")?.render(context! {
+        replica => page.replica,
+        config => page.config.path.display().to_string(),
+        now => moment(page.frame.now, page.frame),
+        zone => page.frame.zone.name(),
+        standalone => page.config.redis.is_none(),
+        nodes => page.nodes.iter().map(|(n, up)| context! { address => n, up => up }).collect::<Vec<_>>(),
+        filter => page.wanted,
+        unknown => page.wanted.is_some() && page.views.is_empty(),
+        job_names => page.config.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+        jobs => page.views,
+        wins => shares.iter().map(|s| s.wins).sum::<usize>(),
+        fleet => shares,
+        strip_slots => STRIP_SLOTS,
+        outcomes => OUTCOMES,
+    })
+}
+
+/// The page's template: placement only; every number and word is computed in Rust.
+const PAGE: &str = include_str!("page.html");
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn jobs(names: &[&str]) -> Vec<Arc<Job>> {
+        let text: String = names
+            .iter()
+            .map(|n| format!("[[job]]\nname = {n:?}\nschedule = \"0 * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n"))
+            .collect();
+        crate::config::parse(Path::new("t.toml"), &text, &HashMap::new())
+            .unwrap()
+            .jobs
+    }
+
+    fn names(jobs: &[Arc<Job>]) -> Vec<&str> {
+        jobs.iter().map(|j| j.name.as_str()).collect()
+    }
+
+    fn rendered(config: &Config, wanted: Option<&str>, reads: &[Reads]) -> String {
+        let frame = Frame {
+            now: chrono::Utc::now(),
+            zone: chrono_tz::UTC,
+        };
+        let jobs = select(&config.jobs, wanted);
+        let views = views(config, &jobs, &reads[..jobs.len()], &frame);
+        render(&Page {
+            replica: "r<1>",
+            config,
+            frame: &frame,
+            wanted,
+            nodes: &[],
+            reads,
+            views: &views,
+        })
+        .unwrap()
+    }
+
+    fn no_reads(n: usize) -> Vec<Reads> {
+        (0..n)
+            .map(|_| Reads {
+                runs: Ok(Vec::new()),
+                paused: Vec::new(),
+                watermark: None,
+                pause: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn user_text_is_escaped_and_a_filter_that_matches_nothing_is_named() {
+        let text = "[[job]]\nname = \"a.b\"\nschedule = \"0 * * * * *\"\n\
+                    [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
+        let config = crate::config::parse(Path::new("t.toml"), text, &HashMap::new()).unwrap();
+        let html = rendered(&config, None, &no_reads(1));
+        assert!(
+            html.contains("r&lt;1&gt;") && !html.contains("r<1>"),
+            "{html}"
+        );
+        assert!(html.contains(r#"<table class="overview">"#));
+        let html = rendered(&config, Some("<zz>"), &[]);
+        assert!(html.contains("No job matches <q>&lt;zz&gt;</q>"), "{html}");
+        assert!(!html.contains(r#"<table class="overview">"#));
+    }
+
+    #[test]
+    fn a_filter_picks_the_exact_name_else_every_name_containing_it() {
+        let all = jobs(&["push", "push-eu", "Report"]);
+        assert_eq!(names(&select(&all, None)), ["push", "push-eu", "Report"]);
+        assert_eq!(names(&select(&all, Some("push"))), ["push"]);
+        assert_eq!(names(&select(&all, Some("PUS"))), ["push", "push-eu"]);
+        assert_eq!(names(&select(&all, Some("report"))), ["Report"]);
+        assert!(select(&all, Some("nope")).is_empty());
+    }
+}

@@ -1,0 +1,502 @@
+//! What the status page shows of one job, built from what was read for it. Pure (the time is
+//! given), so the ordering, the strip and the times are unit-tested without a server.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+
+use super::chart::{self, format_ms, Chart, Sample};
+use crate::config::Job;
+use crate::control::{Pause, PausedSpan};
+use crate::history::{HistoryUnavailable, RunRecord, RunState};
+use crate::ledger::{ledger, Entry, Fate};
+use crate::schedule::Slot;
+
+/// Slots in a job's outcome strip.
+pub const STRIP_SLOTS: usize = 40;
+/// Runs on a job's chart.
+pub const CHART_RUNS: usize = 30;
+/// Runs in a job's table of last runs.
+const RUNS_SHOWN: usize = 5;
+/// Upcoming slots listed per job.
+const NEXT_SHOWN: usize = 3;
+
+/// The moment the page is rendered and the one zone every time on it is shown in.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    /// The replica's clock when the page was asked for: relative times count from it.
+    pub now: DateTime<Utc>,
+    /// The page's one zone: a reader compares times without converting.
+    pub zone: Tz,
+}
+
+/// What was read for one job.
+#[derive(Debug)]
+pub struct Reads {
+    /// Its latest runs, newest first; the error when no node answered.
+    pub runs: Result<Vec<RunRecord>, HistoryUnavailable>,
+    /// When it was paused, from its pause log.
+    pub paused: Vec<PausedSpan>,
+    /// When the fleet first scheduled it, if recorded (jobs with `catch_up`).
+    pub watermark: Option<DateTime<Utc>>,
+    /// The pause in force now, as this replica knows it.
+    pub pause: Option<Pause>,
+}
+
+/// Where a job stands, in the overview's order: failures first, then paused jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// Its last settled slot failed or was missed.
+    Failing,
+    Paused,
+    Fine,
+}
+
+/// A time as the page shows it: absolute in the page's zone, and relative to now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moment {
+    /// RFC 3339 in the page's zone (the `<time datetime>`).
+    pub iso: String,
+    /// `YYYY-MM-DD HH:MM:SS` in the page's zone, which the header names.
+    pub short: String,
+    /// Relative to the page's `now`: what a glance at a refreshing page needs.
+    pub ago: String,
+}
+
+/// One slot of the strip, or the overview's last outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cell {
+    /// The fate, which is also the CSS class that colours it.
+    pub outcome: &'static str,
+    /// The slot, its fate, winner, duration and error, for the tooltip.
+    pub title: String,
+    /// The slot's time (the last outcome shows how long ago it was).
+    pub slot: Moment,
+}
+
+/// The pause in force, as the overview shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseView {
+    /// Who paused it, and why: the first questions about a job that does not run.
+    pub by: String,
+    pub since: Moment,
+    /// `None`: until someone resumes it.
+    pub until: Option<Moment>,
+    pub reason: Option<String>,
+}
+
+/// One row of a job's table of last runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunView {
+    pub slot: Moment,
+    /// The winner that ran it.
+    pub replica: String,
+    pub outcome: &'static str,
+    /// Start to end (empty while running), and start minus slot: as on the chart.
+    pub duration: String,
+    pub lateness: String,
+    /// The run's error (scrubbed when recorded), empty if none.
+    pub error: String,
+}
+
+/// Everything the page shows of one job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    /// Its name: the section's anchor (`#job-NAME`) and the filter's value.
+    pub name: String,
+    /// The cron expression, as written in the file.
+    pub schedule: String,
+    /// The job's own zone (its schedule's), which may differ from the page's.
+    pub zone: String,
+    /// The action's kind and target, secrets scrubbed.
+    pub action: String,
+    /// Its place in the overview.
+    pub standing: Standing,
+    /// The newest slot with a verdict (see `concluded`); `None` before any.
+    pub last: Option<Cell>,
+    /// When a run of it last ended `done`, among the runs read.
+    pub last_success: Option<Moment>,
+    pub next: Vec<Moment>,
+    /// The pause in force now, if any.
+    pub paused: Option<PauseView>,
+    /// The last slots, oldest first.
+    pub strip: Vec<Cell>,
+    /// `None` before its first run ended.
+    pub chart: Option<Chart>,
+    /// Its last runs, newest first, for the collapsed table.
+    pub runs: Vec<RunView>,
+    /// Why its runs could not be read (the strip and chart are then empty, not all missed).
+    pub history_error: Option<String>,
+}
+
+/// The view of `job` from `reads`; `action` is its (scrubbed) action line; `settling` is how
+/// long a slot may go unrecorded before it counts as missed.
+pub fn job_view(
+    job: &Job,
+    action: String,
+    reads: &Reads,
+    settling: chrono::Duration,
+    frame: &Frame,
+) -> JobView {
+    let runs: &[RunRecord] = reads.runs.as_deref().unwrap_or_default();
+    let strip = match &reads.runs {
+        Ok(runs) => strip(job, runs, reads, settling, frame),
+        Err(_) => Vec::new(),
+    };
+    let last = strip.iter().rev().find(|c| concluded(c.outcome)).cloned();
+    JobView {
+        name: job.name.clone(),
+        schedule: job.schedule.expression().to_owned(),
+        zone: job.zone().to_string(),
+        action,
+        standing: standing(last.as_ref(), reads.pause.is_some()),
+        last,
+        last_success: last_success(runs, frame),
+        next: next_slots(job, frame),
+        paused: reads.pause.as_ref().map(|p| pause_view(p, frame)),
+        strip,
+        chart: chart::chart(&samples(runs, frame)),
+        runs: runs
+            .iter()
+            .take(RUNS_SHOWN)
+            .map(|r| run_view(r, frame))
+            .collect(),
+        history_error: reads.runs.as_ref().err().map(ToString::to_string),
+    }
+}
+
+/// Whether a slot's fate says how the job is doing: not `pending` or `running` (not over yet)
+/// nor `skipped` (not run, the previous run still going: that run's fate is the news).
+fn concluded(outcome: &str) -> bool {
+    !matches!(outcome, "pending" | "running" | "skipped")
+}
+
+fn standing(last: Option<&Cell>, paused: bool) -> Standing {
+    match last.map(|c| c.outcome) {
+        Some("failed" | "missed") => Standing::Failing,
+        _ if paused => Standing::Paused,
+        _ => Standing::Fine,
+    }
+}
+
+/// The fate of the job's last [`STRIP_SLOTS`] slots, oldest first: one cell per slot (a
+/// handed-off slot shows its last run).
+fn strip(
+    job: &Job,
+    runs: &[RunRecord],
+    reads: &Reads,
+    settling: chrono::Duration,
+    frame: &Frame,
+) -> Vec<Cell> {
+    let since = known_since(runs, reads);
+    let mut slots: Vec<Slot> = job
+        .schedule
+        .back_from(frame.now)
+        .take(STRIP_SLOTS)
+        .take_while(|s| since.is_some_and(|since| s.instant() >= since))
+        .collect();
+    slots.reverse();
+    let mut entries = ledger(&slots, runs, &reads.paused, frame.now - settling);
+    // Newest first, and within a slot its last run first: the first entry is the slot's fate.
+    entries.dedup_by_key(|e| e.slot);
+    entries.iter().rev().map(|e| cell(e, frame)).collect()
+}
+
+/// The earliest time the page knows the job was scheduled (its watermark, its oldest run read,
+/// its first pause): slots before it were owed to nobody, so they are not shown as missed.
+/// `None` when nothing is known: no past slot is shown.
+fn known_since(runs: &[RunRecord], reads: &Reads) -> Option<DateTime<Utc>> {
+    let oldest_run = runs.iter().map(|r| r.slot.instant()).min();
+    let first_pause = reads.paused.iter().map(|(from, _)| *from).min();
+    [reads.watermark, oldest_run, first_pause]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+fn cell(entry: &Entry, frame: &Frame) -> Cell {
+    let slot = moment(entry.slot.instant(), frame);
+    let mut title = format!("{} · {}", slot.short, entry.fate.outcome());
+    if let Fate::Run(run) = &entry.fate {
+        title.push_str(&format!(" · won by {}", run.replica));
+        if let Some(d) = run.duration() {
+            title.push_str(&format!(" · {}", format_ms(d.as_millis() as f64)));
+        }
+        if let Some(first) = &run.previous_winner {
+            title.push_str(&format!(" · handed off by {first}"));
+        }
+        if let Some(error) = &run.error {
+            title.push_str(&format!(" · {error}"));
+        }
+    }
+    Cell {
+        outcome: entry.fate.outcome(),
+        title,
+        slot,
+    }
+}
+
+fn last_success(runs: &[RunRecord], frame: &Frame) -> Option<Moment> {
+    runs.iter()
+        .filter(|r| r.outcome == RunState::Done)
+        .filter_map(|r| r.finished)
+        .max()
+        .map(|t| moment(t, frame))
+}
+
+fn next_slots(job: &Job, frame: &Frame) -> Vec<Moment> {
+    job.schedule
+        .upcoming(frame.now, NEXT_SHOWN)
+        .iter()
+        .map(|s| moment(s.instant(), frame))
+        .collect()
+}
+
+fn pause_view(pause: &Pause, frame: &Frame) -> PauseView {
+    PauseView {
+        by: pause.by.clone(),
+        since: moment(pause.at, frame),
+        until: pause.until.map(|t| moment(t, frame)),
+        reason: pause.reason.clone(),
+    }
+}
+
+/// The chart's runs, oldest first: those that ran and ended (a skipped slot did not run).
+fn samples(runs: &[RunRecord], frame: &Frame) -> Vec<Sample> {
+    let mut samples: Vec<Sample> = runs
+        .iter()
+        .filter(|r| r.outcome != RunState::Skipped)
+        .filter_map(|r| {
+            Some(Sample {
+                label: local(r.slot.instant(), frame)
+                    .format("%H:%M:%S")
+                    .to_string(),
+                lateness_ms: lateness(r).as_millis() as f64,
+                duration_ms: r.duration()?.as_millis() as f64,
+            })
+        })
+        .take(CHART_RUNS)
+        .collect();
+    samples.reverse();
+    samples
+}
+
+/// How long after its slot's instant a run started (0 if before, on the winner's clock).
+fn lateness(run: &RunRecord) -> std::time::Duration {
+    (run.started - run.slot.instant())
+        .to_std()
+        .unwrap_or_default()
+}
+
+fn run_view(run: &RunRecord, frame: &Frame) -> RunView {
+    RunView {
+        slot: moment(run.slot.instant(), frame),
+        replica: run.replica.clone(),
+        outcome: run.outcome.as_str(),
+        duration: run
+            .duration()
+            .map_or_else(String::new, |d| format_ms(d.as_millis() as f64)),
+        lateness: format_ms(lateness(run).as_millis() as f64),
+        error: run.error.clone().unwrap_or_default(),
+    }
+}
+
+fn local(t: DateTime<Utc>, frame: &Frame) -> DateTime<Tz> {
+    t.with_timezone(&frame.zone)
+}
+
+/// `t` as the page shows it.
+pub fn moment(t: DateTime<Utc>, frame: &Frame) -> Moment {
+    let local = local(t, frame);
+    Moment {
+        iso: local.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        short: local.format("%Y-%m-%d %H:%M:%S").to_string(),
+        ago: relative(t, frame.now),
+    }
+}
+
+/// `3 min ago`, `in 12 s`, `<1 s ago`: whole units, truncated, as a glance needs.
+pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let ms = (t - now).num_milliseconds();
+    let span = span(ms.unsigned_abs() / 1000);
+    match ms {
+        0..1000 => "in <1 s".to_owned(),
+        -999..0 => "<1 s ago".to_owned(),
+        ms if ms > 0 => format!("in {span}"),
+        _ => format!("{span} ago"),
+    }
+}
+
+fn span(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min", secs / 60),
+        3600..172_800 => format!("{} h", secs / 3600),
+        _ => format!("{} d", secs / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::schedule::Fence;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn job(schedule: &str) -> std::sync::Arc<Job> {
+        let text = format!(
+            "[[job]]\nname = \"j\"\nschedule = \"{schedule}\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+        );
+        let config = crate::config::parse(Path::new("t.toml"), &text, &HashMap::new()).unwrap();
+        config.jobs[0].clone()
+    }
+
+    fn run(slot: &str, outcome: RunState, replica: &str) -> RunRecord {
+        let slot = Slot::at(t(slot));
+        RunRecord {
+            job: "j".into(),
+            slot,
+            replica: replica.into(),
+            started: slot.instant() + chrono::Duration::milliseconds(40),
+            finished: Some(slot.instant() + chrono::Duration::milliseconds(140)),
+            outcome,
+            error: (outcome == RunState::Failed).then(|| "connection refused".into()),
+            attempts: 1,
+            trigger: "schedule".into(),
+            fence: Fence::new(slot, 0),
+            delivery: None,
+            previous_winner: None,
+        }
+    }
+
+    fn reads(runs: Vec<RunRecord>, pause: Option<Pause>) -> Reads {
+        Reads {
+            runs: Ok(runs),
+            paused: Vec::new(),
+            watermark: None,
+            pause,
+        }
+    }
+
+    fn frame(now: &str) -> Frame {
+        Frame {
+            now: t(now),
+            zone: chrono_tz::Asia::Shanghai,
+        }
+    }
+
+    fn view(reads: &Reads, now: &str) -> JobView {
+        let settling = chrono::Duration::seconds(2);
+        job_view(
+            &job("0 * * * * *"),
+            "log".into(),
+            reads,
+            settling,
+            &frame(now),
+        )
+    }
+
+    #[test]
+    fn relative_times_in_whole_units() {
+        let now = t("2026-01-01T00:00:00Z");
+        let at = |s: i64| relative(now + chrono::Duration::seconds(s), now);
+        assert_eq!(at(0), "in <1 s");
+        let ms = |ms: i64| relative(now + chrono::Duration::milliseconds(ms), now);
+        assert_eq!(ms(-400), "<1 s ago");
+        assert_eq!(ms(999), "in <1 s");
+        assert_eq!(ms(-1000), "1 s ago");
+        assert_eq!(at(12), "in 12 s");
+        assert_eq!(at(-59), "59 s ago");
+        assert_eq!(at(-200), "3 min ago");
+        assert_eq!(at(7300), "in 2 h");
+        assert_eq!(at(-3 * 86_400), "3 d ago");
+    }
+
+    #[test]
+    fn times_show_in_the_page_zone() {
+        let m = moment(t("2026-01-01T00:00:00Z"), &frame("2026-01-01T00:03:00Z"));
+        assert_eq!(m.iso, "2026-01-01T08:00:00+08:00");
+        assert_eq!(m.short, "2026-01-01 08:00:00");
+        assert_eq!(m.ago, "3 min ago");
+    }
+
+    #[test]
+    fn the_strip_shows_missed_slots_between_runs_oldest_first() {
+        let runs = vec![
+            run("2026-01-01T00:03:00Z", RunState::Failed, "a"),
+            run("2026-01-01T00:01:00Z", RunState::Done, "b"),
+        ];
+        let v = view(&reads(runs, None), "2026-01-01T00:03:30Z");
+        let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+        assert_eq!(outcomes, ["done", "missed", "failed"]);
+        assert!(
+            v.strip[2].title.contains("won by a"),
+            "{}",
+            v.strip[2].title
+        );
+        assert!(v.strip[2].title.contains("connection refused"));
+        assert_eq!(v.standing, Standing::Failing);
+        assert_eq!(v.last_success.unwrap().short, "2026-01-01 08:01:00");
+        let chart = v.chart.unwrap();
+        assert_eq!(chart.runs, 2);
+    }
+
+    #[test]
+    fn a_slot_too_recent_to_judge_is_pending_and_not_the_last_outcome() {
+        let runs = vec![run("2026-01-01T00:01:00Z", RunState::Done, "a")];
+        let v = view(&reads(runs, None), "2026-01-01T00:02:01Z");
+        let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+        assert_eq!(outcomes, ["done", "pending"]);
+        assert_eq!(v.last.unwrap().outcome, "done");
+        assert_eq!(v.standing, Standing::Fine);
+    }
+
+    #[test]
+    fn a_skipped_slot_leaves_the_failure_before_it_as_the_last_outcome() {
+        let runs = vec![
+            run("2026-01-01T00:02:00Z", RunState::Skipped, "a"),
+            run("2026-01-01T00:01:00Z", RunState::Failed, "a"),
+        ];
+        let v = view(&reads(runs, None), "2026-01-01T00:02:30Z");
+        assert_eq!(v.last.unwrap().outcome, "failed");
+        assert_eq!(v.standing, Standing::Failing);
+        assert_eq!(v.chart.unwrap().runs, 1, "a skipped slot did not run");
+    }
+
+    #[test]
+    fn a_paused_job_stands_between_failing_and_fine() {
+        let pause = Pause {
+            by: "ops".into(),
+            at: t("2026-01-01T00:00:30Z"),
+            until: None,
+            reason: Some("holidays".into()),
+        };
+        let runs = vec![run("2026-01-01T00:00:00Z", RunState::Done, "a")];
+        let mut r = reads(runs, Some(pause));
+        r.paused = vec![(t("2026-01-01T00:00:30Z"), None)];
+        let v = view(&r, "2026-01-01T00:02:30Z");
+        let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+        assert_eq!(outcomes, ["done", "paused", "paused"]);
+        assert_eq!(v.standing, Standing::Paused);
+        assert_eq!(v.paused.unwrap().reason.as_deref(), Some("holidays"));
+        assert!(Standing::Failing < Standing::Paused && Standing::Paused < Standing::Fine);
+    }
+
+    #[test]
+    fn nothing_known_no_past_slots_and_an_unreadable_history_no_strip() {
+        let v = view(&reads(Vec::new(), None), "2026-01-01T00:02:30Z");
+        assert!(v.strip.is_empty() && v.last.is_none() && v.chart.is_none());
+        let mut r = reads(Vec::new(), None);
+        r.runs = Err(HistoryUnavailable("connection refused".into()));
+        r.watermark = Some(t("2026-01-01T00:00:00Z"));
+        let v = view(&r, "2026-01-01T00:02:30Z");
+        assert!(v.strip.is_empty());
+        assert!(v.history_error.unwrap().contains("connection refused"));
+    }
+}
