@@ -4,7 +4,7 @@
 //!     SLOTCRON_BENCH=race,lateness cargo bench --bench peers
 //!     SLOTCRON_BENCH_QUICK=1 cargo bench --bench peers  # a short smoke run
 //!
-//! Sections: race, lateness, scale, footprint, faults (`SLOTCRON_BENCH`, comma-separated; default
+//! Sections: race, lateness, scale, footprint, faults, candidates (`SLOTCRON_BENCH`, comma-separated; default
 //! all). `faults` runs its own 3 nodes, since it hangs and kills one.
 //! `SLOTCRON_BENCH_QUICK=1` shortens every section; `SLOTCRON_BENCH_SCALE=1000x5` runs only the
 //! scale sizes named (jobs x replicas, comma-separated); `SLOTCRON_BENCH_KEEP_LOGS=1` keeps the
@@ -465,6 +465,8 @@ async fn bare_set(stream: &mut tokio::net::TcpStream, command: &[u8]) {
 struct Arrivals {
     /// (idempotency key, slot, arrival)
     seen: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+    /// (slot, the replica that sent it), for the spread of wins
+    senders: Vec<(DateTime<Utc>, String)>,
 }
 
 async fn receiver() -> (u16, Arc<Mutex<Arrivals>>) {
@@ -515,7 +517,10 @@ async fn serve(mut stream: tokio::net::TcpStream, arrivals: Arc<Mutex<Arrivals>>
         }
         if let (Some(key), Some(slot)) = (header("idempotency-key"), header("x-slotcron-slot")) {
             if let Ok(slot) = slot.parse::<DateTime<Utc>>() {
-                arrivals.lock().unwrap().seen.push((key, slot, arrived));
+                let mut arrivals = arrivals.lock().unwrap();
+                arrivals.seen.push((key, slot, arrived));
+                let sender = header("x-slotcron-replica").unwrap_or_default();
+                arrivals.senders.push((slot, sender));
             }
         }
         buf.drain(..end + 4 + length);
@@ -912,6 +917,143 @@ async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// 6. Candidates: every replica racing every slot against the top 2 of a rendezvous ranking
+
+/// What one fleet run measured over its window.
+struct FleetRun {
+    expected: usize,
+    run: usize,
+    duplicated: usize,
+    /// Slot to arrival at the receiver, ms: p50, p99.
+    lateness: (f64, f64),
+    /// Replica CPU seconds per slot, summed over the fleet.
+    cpu_per_slot: f64,
+    calls_per_slot: f64,
+    redis_cpu_per_slot: f64,
+    /// The busiest replica's share of the slots it sent.
+    busiest: f64,
+}
+
+/// `jobs` http jobs every second on `replicas` processes with `candidates`, measured over
+/// `seconds` whole seconds after a start-up of 9 s (the replicas' look-back at start is over
+/// by then: a cost per start, not per slot).
+async fn fleet_run(
+    nodes: &[Node],
+    binary: &Path,
+    jobs: usize,
+    replicas: usize,
+    candidates: &str,
+    seconds: i64,
+) -> FleetRun {
+    let (port, arrivals) = receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs.toml");
+    let prefix = format!("cand-{jobs}-{replicas}-{}", candidates.replace('"', ""));
+    let text = jobs_toml(&prefix, nodes, jobs, "* * * * * *", port)
+        .replace(
+            "max_clock_skew = \"2s\"\n",
+            &format!("max_clock_skew = \"2s\"\ncandidates = {candidates}\n"),
+        )
+        .replace(
+            "timeout = \"5s\"\n",
+            "timeout = \"5s\"\noverlap = \"allow\"\n",
+        );
+    std::fs::write(&config, text).unwrap();
+    let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let before = sleep_to_second(Duration::from_millis(500)).await;
+    let calls_before = redis_calls(nodes);
+    let cpu_before: f64 = children.0.iter().map(|c| usage(c.id()).0).sum();
+    let redis_cpu_before = redis_cpu(nodes);
+    let from = before + chrono::Duration::seconds(1);
+    let to = from + chrono::Duration::seconds(seconds);
+    let end = to + chrono::Duration::milliseconds(500);
+    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
+    let calls = redis_calls(nodes) - calls_before;
+    let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
+    let cpu: f64 = children.0.iter().map(|c| usage(c.id()).0).sum::<f64>() - cpu_before;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop(&mut children.0);
+    let arrivals = arrivals.lock().unwrap();
+    measure(
+        &arrivals,
+        from,
+        to,
+        jobs * seconds as usize,
+        (calls, redis_cpu, cpu),
+    )
+}
+
+/// The window's numbers from the receiver's arrivals and the counters read around it.
+fn measure(
+    arrivals: &Arrivals,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    expected: usize,
+    (calls, redis_cpu, cpu): (u64, f64, f64),
+) -> FleetRun {
+    let inside = |slot: &DateTime<Utc>| *slot >= from && *slot < to;
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut late = Vec::new();
+    for (key, slot, at) in arrivals.seen.iter().filter(|(_, s, _)| inside(s)) {
+        *counts.entry(key.as_str()).or_default() += 1;
+        late.push((*at - *slot).num_microseconds().unwrap() as f64 / 1e3);
+    }
+    let mut wins: HashMap<&str, usize> = HashMap::new();
+    for (_, sender) in arrivals.senders.iter().filter(|(s, _)| inside(s)) {
+        *wins.entry(sender.as_str()).or_default() += 1;
+    }
+    let sent: usize = wins.values().sum();
+    let (p50, p99, _) = if late.is_empty() {
+        (f64::NAN, f64::NAN, f64::NAN)
+    } else {
+        percentiles(&mut late)
+    };
+    FleetRun {
+        expected,
+        run: counts.len(),
+        duplicated: counts.values().filter(|n| **n > 1).count(),
+        lateness: (p50, p99),
+        cpu_per_slot: cpu / expected as f64,
+        calls_per_slot: calls as f64 / expected as f64,
+        redis_cpu_per_slot: redis_cpu / expected as f64,
+        busiest: wins.values().copied().max().unwrap_or(0) as f64 / sent.max(1) as f64,
+    }
+}
+
+/// `candidates = "all"` against `candidates = 2` at 1, 5 and 9 replicas, 50 and 1000 jobs a
+/// second, one after the other in the same run (`overlap = "allow"`, as the issue's baseline).
+async fn candidates(nodes: &[Node], binary: &Path, table: &mut Table) {
+    let seconds: i64 = if quick() { 5 } else { 20 };
+    for jobs in [50usize, 1000] {
+        for replicas in [1usize, 5, 9] {
+            for k in ["\"all\"", "2"] {
+                let r = fleet_run(nodes, binary, jobs, replicas, k, seconds).await;
+                table.row(&[
+                    format!("candidates = {k}: {jobs} jobs/s x {replicas} replica(s), {seconds} s"),
+                    format!(
+                        "slots {}, run {}, duplicated {}, missed {}; busiest replica {:.1} % of wins (fair {:.1} %)",
+                        r.expected,
+                        r.run,
+                        r.duplicated,
+                        r.expected.saturating_sub(r.run),
+                        r.busiest * 100.0,
+                        100.0 / replicas as f64
+                    ),
+                    format!("lateness p50 {:.1} ms, p99 {:.1} ms", r.lateness.0, r.lateness.1),
+                    format!("replica CPU {:.0} µs/slot (fleet)", r.cpu_per_slot * 1e6),
+                    format!(
+                        "{:.1} Redis commands/slot, Redis CPU {:.0} µs/slot",
+                        r.calls_per_slot,
+                        r.redis_cpu_per_slot * 1e6
+                    ),
+                ]);
+            }
+        }
+    }
+}
+
 async fn footprint(nodes: &[Node], binary: &Path, table: &mut Table) {
     let seconds = if quick() { 10 } else { 60 };
     let dir = tempfile::tempdir().unwrap();
@@ -1091,6 +1233,7 @@ fn main() {
             ("scale", 2),
             ("footprint", 3),
             ("faults", 4),
+            ("candidates", 5),
         ];
         for (name, section) in sections {
             if !wanted(name) {
@@ -1102,7 +1245,8 @@ fn main() {
                 1 => lateness(&nodes, &mut table).await,
                 2 => scale(&nodes, &release_binary(), &mut table).await,
                 3 => footprint(&nodes, &release_binary(), &mut table).await,
-                _ => faults(&release_binary(), &mut table).await,
+                4 => faults(&release_binary(), &mut table).await,
+                _ => candidates(&nodes, &release_binary(), &mut table).await,
             }
         }
     });

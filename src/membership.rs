@@ -112,6 +112,10 @@ pub struct Fleet {
     channel: String,
     me: String,
     clock: SharedClock,
+    /// How far the timeline's clock may be off the fleet clock before this replica's slots
+    /// fall outside their start window (the race's guard would skip them): past it, the
+    /// replica withdraws from the live set, so the others do not count on it.
+    off_bound: Duration,
     /// This replica's group; swapped on a reload that changes the job names.
     group: Mutex<String>,
     /// Other members of this replica's group and when each leaves the view unless heard again.
@@ -120,13 +124,14 @@ pub struct Fleet {
 }
 
 impl Membership {
-    /// The membership of replica `me` on `nodes`, in the group of `jobs`.
+    /// The membership of replica `me` on `nodes`, in `group`; `off_bound` is the start window.
     pub fn redis(
         nodes: Arc<Nodes>,
         prefix: &str,
         me: &str,
         clock: SharedClock,
         group: String,
+        off_bound: Duration,
     ) -> Self {
         Membership::Redis(Arc::new(Fleet {
             nodes,
@@ -134,6 +139,7 @@ impl Membership {
             channel: format!("{prefix}:members"),
             me: me.to_owned(),
             clock,
+            off_bound,
             group: Mutex::new(group),
             view: Mutex::default(),
         }))
@@ -180,12 +186,25 @@ impl Membership {
     }
 }
 
-/// Writes a heartbeat every [`HEARTBEAT`] until shutdown, then leaves. Logs the view each
-/// time it changes (`members`: the replicas this one ranks among).
+/// Writes a heartbeat every [`HEARTBEAT`] until shutdown, then leaves. A replica whose
+/// timeline is off the fleet clock past its start window (a stepped wall clock under
+/// `clock = "local"`) would skip its slots: it withdraws until its clock is back, so its slots
+/// go to replicas that race them. Logs the view each time it changes (`members`: the
+/// replicas this one ranks among).
 async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
     let mut logged = Vec::new();
+    let mut announced = false;
     loop {
-        fleet.heartbeat(true).await;
+        let off = fleet.off_by();
+        if off.is_some() && announced {
+            tracing::warn!(replica = %fleet.me, off_ms = off.map(|d| d.as_millis() as u64),
+                "this replica's clock is off the fleet clock past the start window: it leaves the \
+                fleet's candidates until it is back");
+            let group = lock(&fleet.group).clone();
+            fleet.leave(&group).await;
+        }
+        announced = off.is_none();
+        fleet.heartbeat(announced).await;
         let live = fleet.live();
         if live != logged {
             tracing::info!(replica = %fleet.me, fleet = live.len(), members = %live.join(","),
@@ -250,6 +269,15 @@ impl Fleet {
         live
     }
 
+    /// How far the timeline's clock is off the fleet clock, when past the bound.
+    fn off_by(&self) -> Option<Duration> {
+        let off = (self.clock.now() - self.clock.fleet_now())
+            .abs()
+            .to_std()
+            .ok()?;
+        (off > self.off_bound).then_some(off)
+    }
+
     fn view_clear(&self) {
         lock(&self.view).clear();
     }
@@ -269,10 +297,8 @@ impl Fleet {
             )
             .await;
         let read_at = Instant::now();
-        let mut view = lock(&self.view);
-        for members in replies.values() {
-            merge(&mut view, members, now_ms, read_at);
-        }
+        let seen = on_a_majority(replies.values(), self.nodes.quorum());
+        merge(&mut lock(&self.view), &seen, now_ms, read_at);
     }
 
     /// Removes this replica's entry of `group` from every node and tells the fleet.
@@ -317,6 +343,27 @@ async fn refresh(
         .arg("WITHSCORES");
     let (members,): (Vec<(String, i64)>,) = node.query_pipe(&pipe, MEMBERSHIP_TIMEOUT).await?;
     Ok(members)
+}
+
+/// The members listed by at least `quorum` of the nodes' answers, each with its latest
+/// expiry: a replica whose heartbeats reach only a minority of the nodes cannot win a race,
+/// so it is not counted on.
+fn on_a_majority<'a>(
+    answers: impl Iterator<Item = &'a Vec<(String, i64)>>,
+    quorum: usize,
+) -> Vec<(String, i64)> {
+    let mut seen: HashMap<&str, (usize, i64)> = HashMap::new();
+    for members in answers {
+        for (member, expires) in members {
+            let entry = seen.entry(member).or_insert((0, *expires));
+            entry.0 += 1;
+            entry.1 = entry.1.max(*expires);
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, (nodes, _))| *nodes >= quorum)
+        .map(|(member, (_, expires))| (member.to_owned(), expires))
+        .collect()
 }
 
 /// Keeps each member of `members` (with its expiry in fleet-clock ms) until the later of its
@@ -414,6 +461,15 @@ mod tests {
     fn the_group_depends_on_the_job_names_only_not_their_order() {
         assert_eq!(group(["a", "b"]), group(["b", "a"]));
         assert_ne!(group(["a", "b"]), group(["a"]));
+    }
+
+    #[test]
+    fn a_member_on_a_minority_of_nodes_is_not_counted() {
+        let a = vec![("g/a".to_owned(), 10), ("g/b".to_owned(), 10)];
+        let b = vec![("g/a".to_owned(), 12)];
+        let c = vec![("g/c".to_owned(), 10)];
+        let seen = on_a_majority([&a, &b, &c].into_iter(), 2);
+        assert_eq!(seen, vec![("g/a".to_owned(), 12)]);
     }
 
     #[test]

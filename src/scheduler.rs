@@ -28,7 +28,7 @@ use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
 use crate::membership::{self, Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::pubsub::Heard;
-use crate::race::{Claim, RaceContext, RaceKind, Won};
+use crate::race::{Claim, RaceContext, RaceKind, Won, MIN_START_WINDOW};
 use crate::schedule::{Schedule, SharedClock, Slot};
 use crate::status;
 use crate::watermark;
@@ -171,12 +171,14 @@ async fn join_the_fleet(
     if config.scheduler.candidates == Candidates::All {
         return Membership::Off;
     }
+    let start_window = config.scheduler.max_clock_skew.max(MIN_START_WINDOW);
     let membership = Membership::redis(
         nodes.clone(),
         &config.scheduler.key_prefix,
         name,
         clock,
         group_of(config),
+        start_window,
     );
     membership.read().await;
     membership
@@ -281,6 +283,7 @@ async fn serve_status(
         metrics: replica.metrics.clone(),
         clock: replica.clock.clone(),
         liveness: replica.liveness.clone(),
+        membership: replica.membership.clone(),
         config: current.clone(),
     };
     tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");

@@ -515,7 +515,8 @@ fn check_fleet_page(html: &str) {
     let fleet = table_rows(fleet);
     assert_eq!(fleet.len(), 1, "{fleet:?}");
     assert_eq!(fleet[0][0], "page-solo this replica");
-    assert_eq!(fleet[0][2], "100 %");
+    assert_eq!(fleet[0][1], "live", "the replica heartbeats: {fleet:?}");
+    assert_eq!(fleet[0][3], "100 %");
     for job in FLEET_JOBS {
         check_job_section(job_section(html, job), job);
     }

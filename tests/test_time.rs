@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use slotcron::config::{self, Config};
-use slotcron::schedule::{SharedClock, SkewedClock, SystemClock, TokioClock};
+use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use slotcron::scheduler::{self, Replica as SlotcronReplica};
 use tokio_util::sync::CancellationToken;
 
@@ -520,6 +520,35 @@ impl StepRun {
             .find_map(|l| l["step_ms"].as_i64())
     }
 
+    /// The slots (epoch s) the replica raced (won or lost) after it logged its step.
+    fn raced_after_step(&self, name: &str) -> std::collections::BTreeSet<i64> {
+        let lines = self.replica(name).json_lines();
+        let step = lines
+            .iter()
+            .position(|l| l["step_ms"].is_i64())
+            .unwrap_or(lines.len());
+        lines[step..]
+            .iter()
+            .filter(|l| l["outcome"] == "won" || l["outcome"] == "lost")
+            .filter_map(|l| l["slot"].as_str()?.parse::<DateTime<Utc>>().ok())
+            .map(|slot| slot.timestamp())
+            .collect()
+    }
+
+    /// The slots (epoch s) from the step to 2 s before the end that `name` is one of the two
+    /// candidates of (`candidates = 2`, the default), among the five replicas.
+    fn candidate_slots(&self, name: &str) -> Vec<i64> {
+        let live: Vec<String> = ["on-time-1", "on-time-2", "on-time-3", "ahead", "behind"]
+            .map(str::to_owned)
+            .to_vec();
+        (self.stepped_at.timestamp() + 1..=self.ended_at.timestamp() - 2)
+            .filter(|&s| {
+                let slot = Slot::at(DateTime::from_timestamp(s, 0).unwrap());
+                slotcron::membership::rank(&live, name, "skew", slot) <= 2
+            })
+            .collect()
+    }
+
     /// How many slots the replica settled with `outcome` (and `reason`) after it logged its
     /// step. (Its slots' own times are off by the step under `clock = "local"`.)
     fn settled_after_step(&self, name: &str, outcome: &str, reason: Option<&str>) -> usize {
@@ -553,10 +582,19 @@ fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
             (step - sign * 90_000).abs() < 2_000,
             "{name} logged a step of {step} ms"
         );
-        // Still racing every slot on time (won or lost), never skipping.
-        let raced =
-            run.settled_after_step(name, "won", None) + run.settled_after_step(name, "lost", None);
-        assert!(raced >= 15, "{name} raced {raced} slots after the step");
+        // Still racing, on time, every slot it is a candidate of (won or lost), never skipping.
+        let raced = run.raced_after_step(name);
+        let owed = run.candidate_slots(name);
+        let skipped_over: Vec<&i64> = owed.iter().filter(|s| !raced.contains(s)).collect();
+        assert!(
+            owed.len() >= 4,
+            "{name} is a candidate of {} slots only",
+            owed.len()
+        );
+        assert!(
+            skipped_over.is_empty(),
+            "{name} did not race slots it is a candidate of: {skipped_over:?} (raced {raced:?})"
+        );
         assert_eq!(
             run.settled_after_step(name, "skipped", None),
             0,
@@ -585,10 +623,18 @@ fn a_wall_clock_step_of_90s_either_way_under_clock_local_never_fires_early_or_tw
             (step - sign * 90_000).abs() < 2_000,
             "{name} logged a step of {step} ms"
         );
-        // 90 s off the fleet clock: its slots are skipped by the guard at the race, never run.
+        // 90 s off the fleet clock: the slots it is a candidate of (about 2 in 5 with the
+        // default `candidates = 2`) are skipped by the guard at the race, never run; it also
+        // leaves the fleet's candidates, so the on-time replicas race all slots.
         assert!(
-            run.settled_after_step(name, "skipped", Some(reason)) >= 10,
+            run.settled_after_step(name, "skipped", Some(reason)) >= 3,
             "{name}: no {reason} skips"
+        );
+        assert!(
+            run.replica(name).json_lines().iter().any(|l| l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("leaves the fleet's candidates"))),
+            "{name} did not leave the candidates"
         );
         assert_eq!(
             run.settled_after_step(name, "won", None),

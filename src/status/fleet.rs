@@ -1,6 +1,7 @@
 //! The fleet as the status page sees it: every replica the fleet knows of, with its share of
-//! the wins. Today the fleet knows a replica by the runs it recorded; `live` is the seam for a
-//! membership list (replicas that are up but have won nothing show at 0 %).
+//! the wins: the replicas behind the runs read, and the live replicas of the membership view
+//! (heartbeats, see [`crate::membership`]), where one that is up but has won nothing shows at
+//! 0 %.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,8 @@ pub struct Share {
     pub percent: u32,
     /// The replica serving the page.
     pub this: bool,
+    /// In the serving replica's membership view now (heartbeating).
+    pub live: bool,
 }
 
 /// The replicas behind `records` and in `live`, most wins first (then by name), with their
@@ -40,6 +43,7 @@ pub fn fleet<'a>(
             wins,
             percent: percent(wins, total),
             this: replica == me,
+            live: live.iter().any(|l| l == replica),
         })
         .collect();
     shares.sort_by(|a, b| b.wins.cmp(&a.wins).then_with(|| a.replica.cmp(&b.replica)));
@@ -96,6 +100,8 @@ mod tests {
         assert_eq!(shares[0].percent, 100);
         assert_eq!((shares[1].replica.as_str(), shares[1].percent), ("c", 0));
         assert!(shares[1].this);
+        assert!(shares.iter().all(|s| s.live), "both are in the live list");
+        assert!(!fleet(&[won_by("gone", 1)], &[], "c")[0].live);
     }
 
     #[test]

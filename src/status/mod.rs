@@ -25,6 +25,7 @@ use crate::control::Control;
 use crate::history::History;
 use crate::liveness::{Health, Liveness};
 use crate::lock::SlotLock;
+use crate::membership::Membership;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::schedule::SharedClock;
 
@@ -50,6 +51,8 @@ pub struct Sources {
     pub clock: SharedClock,
     /// The timeline's watchdog, read by `/healthz`.
     pub liveness: Arc<Liveness>,
+    /// The fleet's live replicas: the fleet table lists them, wins or not.
+    pub membership: Membership,
     /// The configuration in force, swapped on reload.
     pub config: Arc<RwLock<Arc<Config>>>,
 }

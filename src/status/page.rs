@@ -71,6 +71,7 @@ pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) 
         frame: &frame,
         wanted,
         nodes: &nodes,
+        live: &sources.membership.live(&sources.name),
         reads: &reads,
         views: &views,
     };
@@ -152,14 +153,15 @@ struct Page<'a> {
     frame: &'a Frame,
     wanted: Option<&'a str>,
     nodes: &'a [(String, bool)],
+    /// The replicas of the membership view (this one alone without membership).
+    live: &'a [String],
     reads: &'a [Reads],
     views: &'a [JobView],
 }
 
 fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
     let runs = page.reads.iter().flat_map(|r| r.runs.iter().flatten());
-    // The seam for a membership list: replicas up but without wins would be passed here.
-    let shares = fleet(runs, &[], page.replica);
+    let shares = fleet(runs, page.live, page.replica);
     let mut env = Environment::new();
     // The `.html` name turns on auto-escaping: job names, reasons and errors are user text.
     env.add_template("status.html", PAGE)?;
@@ -218,6 +220,7 @@ mod tests {
             frame: &frame,
             wanted,
             nodes: &[],
+            live: &[],
             reads,
             views: &views,
         })
