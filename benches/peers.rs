@@ -578,7 +578,7 @@ async fn lateness(nodes: &[Node], table: &mut Table) {
     for r in 0..5 {
         let config = slotcron::config::parse(Path::new("bench.toml"), &text, &env).unwrap();
         let clock: SharedClock = Arc::new(SystemClock);
-        runs.push(tokio::spawn(slotcron::scheduler::run(
+        runs.push(tokio::spawn(slotcron::replica::run(
             config,
             format!("r{r}"),
             clock,

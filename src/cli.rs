@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::calendar::{Day, DayFilter, Days};
 use crate::config::{self, Config, Job};
+use crate::replica;
 use crate::schedule::{Slot, SystemClock};
-use crate::scheduler;
 use crate::telemetry::{self, LogFormat};
 
 /// Exit code for a configuration that does not check.
@@ -387,7 +387,7 @@ fn run(args: RunArgs, format: LogFormat) -> ExitCode {
         tokio::spawn(watch_signals(shutdown.clone()));
         let watch = (!args.no_watch).then_some(args.config.config.as_path());
         let reloads = watch_reloads(watch, &shutdown);
-        scheduler::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
+        replica::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

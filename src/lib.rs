@@ -31,6 +31,7 @@
 
 pub mod action;
 pub mod calendar;
+pub mod catch_up;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -46,6 +47,7 @@ pub mod metrics;
 pub mod probe;
 pub mod pubsub;
 pub mod race;
+pub mod replica;
 pub mod schedule;
 pub mod scheduler;
 pub mod secret;

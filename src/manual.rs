@@ -21,8 +21,8 @@ use crate::history::{History, RunRecord};
 use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow, RowFate};
 use crate::lock::Nodes;
 use crate::race::{RaceKind, SlotResult};
+use crate::replica::Replica;
 use crate::schedule::{Slot, SystemClock};
-use crate::scheduler::Replica;
 use crate::telemetry::{self, LogFormat};
 
 /// `trigger` exit code: another replica (or trigger) already ran this slot.

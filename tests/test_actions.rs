@@ -52,7 +52,7 @@ fn wecom(rest: &str) -> String {
 }
 
 async fn context(config: &Config) -> RaceContext {
-    slotcron::scheduler::race_context(config, REPLICA.into(), Arc::new(SystemClock))
+    slotcron::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
         .await
         .unwrap()
 }

@@ -47,7 +47,7 @@ fn http(base: &str, extra: &str) -> String {
 }
 
 async fn run_once(config: &Config) -> SlotResult {
-    let ctx = slotcron::scheduler::race_context(config, "r1".into(), Arc::new(SystemClock))
+    let ctx = slotcron::replica::race_context(config, "r1".into(), Arc::new(SystemClock))
         .await
         .unwrap();
     ctx.run_slot(&config.jobs[0], Slot::at(Utc::now())).await
@@ -195,7 +195,7 @@ async fn a_command_sees_its_fence_and_a_template_renders_it() {
     );
     let config = standalone(&action);
     let slot = Slot::at(Utc::now());
-    let ctx = slotcron::scheduler::race_context(&config, "r1".into(), Arc::new(SystemClock))
+    let ctx = slotcron::replica::race_context(&config, "r1".into(), Arc::new(SystemClock))
         .await
         .unwrap();
     let result = ctx.run_slot(&config.jobs[0], slot).await;

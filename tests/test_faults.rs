@@ -16,8 +16,8 @@ use chrono::Utc;
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
 use slotcron::config::{self, Config};
 use slotcron::race::SlotResult;
+use slotcron::replica::Replica as SlotcronReplica;
 use slotcron::schedule::{SharedClock, Slot, SystemClock};
-use slotcron::scheduler::{self, Replica as SlotcronReplica};
 use tokio_util::sync::CancellationToken;
 
 fn parse(text: &str) -> Config {
@@ -69,7 +69,7 @@ async fn start_replicas(
         let replica = SlotcronReplica::connect(&config, (*name).to_owned(), clock)
             .await
             .unwrap();
-        runs.push(tokio::spawn(scheduler::run_replica(
+        runs.push(tokio::spawn(slotcron::replica::run_replica(
             replica,
             config,
             shutdown.clone(),

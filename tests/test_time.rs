@@ -12,8 +12,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use slotcron::config::{self, Config};
+use slotcron::replica::Replica as SlotcronReplica;
 use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
-use slotcron::scheduler::{self, Replica as SlotcronReplica};
 use tokio_util::sync::CancellationToken;
 
 fn parse(text: &str) -> Config {
@@ -57,7 +57,7 @@ async fn no_drift_a_simulated_day_of_a_job_every_second_gives_86400_slots() {
         .unwrap();
     let metrics = replica.metrics.clone();
     let shutdown = CancellationToken::new();
-    let run = tokio::spawn(scheduler::run_replica(
+    let run = tokio::spawn(slotcron::replica::run_replica(
         replica,
         config,
         shutdown.clone(),
@@ -106,7 +106,7 @@ async fn run_in_process(config_text: &str, clocks: Vec<(&str, SharedClock)>, sec
         let replica = SlotcronReplica::connect(&config, name.to_owned(), clock)
             .await
             .unwrap();
-        runs.push(tokio::spawn(scheduler::run_replica(
+        runs.push(tokio::spawn(slotcron::replica::run_replica(
             replica,
             config,
             shutdown.clone(),
@@ -228,7 +228,7 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
             .unwrap();
         let metrics = replica.metrics.clone();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn(scheduler::run_replica(
+        let run = tokio::spawn(slotcron::replica::run_replica(
             replica,
             config,
             shutdown.clone(),

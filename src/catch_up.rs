@@ -1,0 +1,292 @@
+//! The look-back at a replica's start: the slots the whole fleet missed while no replica was up
+//! (a rollout, a crash loop) are caught up (`catch_up`) and the ones still missed are reported
+//! once across the fleet (counted, alerted). Both stop at the job's watermark: a first deploy
+//! owes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
+use crate::control::{covered, paused_intervals, PausedSpan};
+use crate::history::RunRecord;
+use crate::race::{RaceContext, RaceKind};
+use crate::schedule::{Schedule, Slot};
+use crate::watermark;
+
+/// How far back a starting replica looks for slots no replica ran.
+const MISSED_LOOKBACK: Duration = Duration::from_secs(3600);
+/// Most missed slots of one job a starting replica reports one by one (counted and alerted).
+const MAX_MISSED_ALERTS: usize = 20;
+
+/// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
+pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    if job.catch_up.is_some() {
+        catch_up(ctx.clone(), job.clone()).await;
+    }
+    report_missed(ctx, job).await;
+}
+
+/// Reports the slots of `job` no replica ran while this one was down: those of the last
+/// [`MISSED_LOOKBACK`] after the fleet's watermark (first deploy: none) with no run record and
+/// no pause. For each, the replicas starting now race once more (key `…:{slot}:missed`), so the
+/// slot is counted (`slotcron_missed_slots_total`) and alerted (`on_failure`) once across the
+/// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged.
+async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    let started = ctx.clock.fleet_now();
+    let Ok(watermark) = watermark::first_seen(&ctx.history, &job.name, started).await else {
+        return;
+    };
+    // The slots just before the start may still be running elsewhere (a run is recorded when it
+    // ends): judge them once their timeout and start window are over. Later slots are this
+    // replica's to race.
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => return,
+        _ = tokio::time::sleep(job.timeout + ctx.start_window()) => {}
+    }
+    let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
+    let floor = (started - lookback).max(watermark);
+    let Ok(runs) = ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await else {
+        return;
+    };
+    let paused = paused_intervals(&ctx.control.log(&job.name).await);
+    let mut missed = missed_slots(
+        &job.schedule,
+        started,
+        floor,
+        &runs,
+        &paused,
+        CatchUpPolicy::All,
+    );
+    if missed.len() > MAX_MISSED_ALERTS {
+        tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
+            "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
+            missed.len() - MAX_MISSED_ALERTS);
+        missed.drain(..missed.len() - MAX_MISSED_ALERTS);
+    }
+    for slot in missed {
+        ctx.report_missed(&job, slot).await;
+    }
+}
+
+/// Runs, once, the slots of `job` the whole fleet missed (a rollout, a crash loop): those in
+/// its catch-up window, after the fleet first scheduled the job (its watermark: a first deploy
+/// runs nothing), with no run record. `latest` runs the newest of them, `all` each, oldest
+/// first. They go through the same race, so replicas starting together still run each once.
+/// Judged on the fleet clock, like the race.
+async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    let Some(catch_up) = job.catch_up else { return };
+    let now = ctx.clock.fleet_now();
+    let watermark = match watermark::first_seen(&ctx.history, &job.name, now).await {
+        Ok(watermark) => watermark,
+        Err(e) => {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                "catch-up skipped: the fleet's watermark cannot be read, so missed slots cannot be told apart");
+            return;
+        }
+    };
+    let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
+    let floor = (now - window).max(watermark);
+    let runs = match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
+        Ok(runs) => runs,
+        Err(e) => {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                "catch-up skipped: the run history cannot be read, so missed slots cannot be told apart");
+            return;
+        }
+    };
+    // A slot the job was paused at was not missed: it is caught up only by `resume --catch-up`.
+    let paused = paused_intervals(&ctx.control.log(&job.name).await);
+    let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
+    for slot in missed {
+        tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
+        ctx.race(&job, slot, RaceKind::CatchUp).await;
+    }
+}
+
+/// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
+/// schedules it, so the next start catches up what it misses after this.
+pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>) {
+    if let Err(e) = watermark::first_seen(&ctx.history, &job.name, ctx.clock.fleet_now()).await {
+        tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+            "the job's watermark could not be recorded; the next start records it");
+    }
+}
+
+/// The slots to catch up, oldest first: at or before `now`, after `floor`, with no record in
+/// `runs` (newest first, as [`crate::history::History::read`] returns them). When `runs` holds
+/// [`MAX_CATCH_UP_ALL`] records it may not reach back to `floor`: slots older than its oldest
+/// cannot be told apart from missed ones, and are left. A slot a pause in `paused` covers was
+/// not missed. Walks back from `now`, so `latest` is the newest missed slot at any window size.
+fn missed_slots(
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+    floor: DateTime<Utc>,
+    runs: &[RunRecord],
+    paused: &[PausedSpan],
+    policy: CatchUpPolicy,
+) -> Vec<Slot> {
+    let recorded: std::collections::HashSet<Slot> = runs.iter().map(|r| r.slot).collect();
+    let horizon = runs
+        .last()
+        .filter(|_| runs.len() >= MAX_CATCH_UP_ALL)
+        .map(|r| r.slot);
+    let most = match policy {
+        CatchUpPolicy::Latest => 1,
+        CatchUpPolicy::All => MAX_CATCH_UP_ALL,
+    };
+    let mut missed: Vec<Slot> = schedule
+        .back_from(now)
+        .take_while(|s| s.instant() > floor && horizon.is_none_or(|h| *s >= h))
+        .filter(|s| !recorded.contains(s) && !covered(paused, s.instant()))
+        .take(most)
+        .collect();
+    missed.reverse();
+    missed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+
+    fn jobs(schedules: &[(&str, &str)]) -> Vec<Arc<Job>> {
+        let text: String = schedules
+            .iter()
+            .map(|(name, cron)| {
+                format!(
+                    "[[job]]\nname = \"{name}\"\nschedule = \"{cron}\"\n\
+                     [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+                )
+            })
+            .collect();
+        crate::config::parse(Path::new("t.toml"), &text, &HashMap::new())
+            .unwrap()
+            .jobs
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn ran(job: &Job, slots: impl IntoIterator<Item = DateTime<Utc>>) -> Vec<RunRecord> {
+        let mut runs: Vec<RunRecord> = slots
+            .into_iter()
+            .map(|t| RunRecord {
+                job: job.name.clone(),
+                slot: Slot::at(t),
+                replica: "r".into(),
+                started: t,
+                finished: Some(t),
+                outcome: crate::history::RunState::Done,
+                error: None,
+                attempts: 1,
+                trigger: "schedule".into(),
+                fence: crate::schedule::Fence::new(Slot::at(t), 0),
+                delivery: None,
+                previous_winner: None,
+            })
+            .collect();
+        runs.reverse();
+        runs
+    }
+
+    fn instants(slots: &[Slot]) -> Vec<String> {
+        slots.iter().map(|s| s.rfc3339_utc()).collect()
+    }
+
+    #[test]
+    fn a_paused_slot_is_not_caught_up_and_latest_is_the_newest_missed_one() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let floor = at("2026-01-01T10:00:00.300Z");
+        let paused = [(at("2026-01-01T10:00:04Z"), None)];
+        let latest = missed_slots(
+            &job.schedule,
+            now,
+            floor,
+            &[],
+            &paused,
+            CatchUpPolicy::Latest,
+        );
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:03Z"]);
+        let all = missed_slots(&job.schedule, now, floor, &[], &paused, CatchUpPolicy::All);
+        assert_eq!(
+            instants(&all),
+            [
+                "2026-01-01T10:00:01Z",
+                "2026-01-01T10:00:02Z",
+                "2026-01-01T10:00:03Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn catch_up_runs_the_unrecorded_slots_after_the_floor() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let floor = at("2026-01-01T10:00:00.300Z");
+        let runs = ran(
+            job,
+            [at("2026-01-01T10:00:01Z"), at("2026-01-01T10:00:02Z")],
+        );
+        let latest = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::Latest);
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:05Z"]);
+        let all = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::All);
+        assert_eq!(
+            instants(&all),
+            [
+                "2026-01-01T10:00:03Z",
+                "2026-01-01T10:00:04Z",
+                "2026-01-01T10:00:05Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_first_deploy_catches_up_nothing() {
+        // The watermark is the start itself: the floor is now.
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        for policy in [CatchUpPolicy::Latest, CatchUpPolicy::All] {
+            assert!(missed_slots(&job.schedule, now, now, &[], &[], policy).is_empty());
+        }
+    }
+
+    #[test]
+    fn latest_is_the_newest_missed_slot_at_any_window_size() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:05.500Z");
+        let week_ago = now - chrono::Duration::days(7);
+        let latest = missed_slots(
+            &job.schedule,
+            now,
+            week_ago,
+            &[],
+            &[],
+            CatchUpPolicy::Latest,
+        );
+        assert_eq!(instants(&latest), ["2026-01-01T10:00:05Z"]);
+    }
+
+    #[test]
+    fn catch_up_never_reaches_past_the_oldest_record_of_a_full_history() {
+        let job = &jobs(&[("every", "* * * * * *")])[0];
+        let now = at("2026-01-01T10:00:00.500Z");
+        // 1000 recorded runs, the newest a second before now; then one slot older is missing.
+        let recorded =
+            (2..=MAX_CATCH_UP_ALL as i64 + 1).map(|s| now - chrono::Duration::seconds(s));
+        let runs = ran(job, recorded.rev());
+        assert_eq!(runs.len(), MAX_CATCH_UP_ALL);
+        let floor = now - chrono::Duration::hours(1);
+        let all = missed_slots(&job.schedule, now, floor, &runs, &[], CatchUpPolicy::All);
+        // Only the slots after the history: now's and the one before it.
+        assert_eq!(
+            instants(&all),
+            ["2026-01-01T09:59:59Z", "2026-01-01T10:00:00Z"]
+        );
+    }
+}

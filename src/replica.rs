@@ -1,0 +1,473 @@
+//! The replica: start-up and lifetime. Connects the node pool (reporting each node), measures
+//! the fleet clock, joins the fleet's membership, serves the status endpoints and listens to
+//! the fleet (pauses, handoff offers); then runs one generation of the schedule per
+//! configuration ([`crate::scheduler`]'s timeline and, at the first start, the look-back of
+//! [`crate::catch_up`]). Every task is tracked; on shutdown no new slot starts and in-flight
+//! slots finish (each within its job's timeout) before [`run`] returns. A reload swaps the
+//! generation for one built from the new file; slots already racing or running finish on the
+//! old one.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::action::http_client;
+use crate::action::rate::Budgets;
+use crate::catch_up;
+use crate::config::{self, ClockMode, Config, Job};
+use crate::control::Control;
+use crate::fleet_clock::{self, FleetClock};
+use crate::handoff::{HandoffRequest, Handoffs, Seen};
+use crate::history::History;
+use crate::liveness::Liveness;
+use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
+use crate::membership::{self, Candidates, Membership};
+use crate::metrics::Metrics;
+use crate::pubsub::Heard;
+use crate::race::{RaceContext, MIN_START_WINDOW};
+use crate::schedule::SharedClock;
+use crate::scheduler;
+use crate::status;
+
+/// How long start-up waits for the first answer of each Redis node before going on without it.
+const STARTUP_PING: Duration = Duration::from_secs(2);
+
+/// What a replica keeps across reloads: its connections, history and metrics.
+#[derive(Clone)]
+pub struct Replica {
+    pub name: String,
+    pub lock: SlotLock,
+    pub history: History,
+    pub metrics: Arc<Metrics>,
+    pub budgets: Budgets,
+    /// Where slots this replica cannot deliver are offered, and offers are heard.
+    pub handoffs: Handoffs,
+    /// The fleet-wide pauses this replica honours.
+    pub control: Control,
+    /// The fleet's live replicas, among which each slot's candidates are ranked.
+    pub membership: Membership,
+    pub client: reqwest::Client,
+    pub clock: SharedClock,
+    /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
+    /// since replicas reloading at different moments would otherwise race on different keys.
+    pub key_prefix: String,
+    /// The timeline's watchdog, read by `/healthz`.
+    pub liveness: Arc<Liveness>,
+    /// The fleet clock and the nodes it reads, to measure again every minute.
+    fleet: Option<(Arc<FleetClock>, Arc<Nodes>)>,
+    /// Cancelled when the replica shuts down (not on a reload); see [`RaceContext::shutdown`].
+    shutdown: CancellationToken,
+}
+
+impl Replica {
+    /// Opens the lock's connections (reporting each node) and builds the shared state.
+    pub async fn connect(
+        config: &Config,
+        name: String,
+        clock: SharedClock,
+    ) -> anyhow::Result<Self> {
+        let key_prefix = config.scheduler.key_prefix.clone();
+        let metrics = Arc::new(Metrics::new());
+        let Some(redis) = &config.redis else {
+            return Ok(Replica {
+                lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
+                history: History::local(),
+                budgets: Budgets::local(),
+                handoffs: Handoffs::Off,
+                control: Control::Off,
+                membership: Membership::Off,
+                metrics,
+                client: http_client().context("building the HTTP client")?,
+                clock,
+                key_prefix,
+                liveness: Arc::default(),
+                fleet: None,
+                shutdown: CancellationToken::new(),
+                name,
+            });
+        };
+        let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
+            .map_err(anyhow::Error::msg)
+            .context("preparing Redis connections")?;
+        let lock = Arc::new(lock);
+        let nodes = lock.nodes().clone();
+        report_nodes(&nodes, &name).await;
+        let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
+        fleet_clock::measure_and_report(
+            &fleet,
+            &nodes,
+            &metrics,
+            config.scheduler.max_clock_skew,
+            &name,
+        )
+        .await;
+        let membership = join_the_fleet(config, &nodes, &name, fleet.clone()).await;
+        Ok(Replica {
+            membership,
+            history: History::Redis {
+                nodes: nodes.clone(),
+                prefix: key_prefix.clone(),
+            },
+            budgets: Budgets::Redis {
+                nodes: nodes.clone(),
+                prefix: key_prefix.clone(),
+            },
+            handoffs: Handoffs::redis(nodes.clone(), &key_prefix),
+            control: Control::redis(nodes.clone(), &key_prefix),
+            lock: SlotLock::Redlock(lock),
+            metrics,
+            client: http_client().context("building the HTTP client")?,
+            clock: fleet.clone(),
+            key_prefix,
+            liveness: Arc::default(),
+            fleet: Some((fleet, nodes)),
+            shutdown: CancellationToken::new(),
+            name,
+        })
+    }
+
+    /// The race context for one configuration.
+    pub fn context(&self, config: &Config) -> RaceContext {
+        RaceContext {
+            replica: self.name.clone(),
+            lock: self.lock.clone(),
+            client: self.client.clone(),
+            templates: config.templates.clone(),
+            scrubber: config.scrubber.clone(),
+            clock: self.clock.clone(),
+            key_prefix: self.key_prefix.clone(),
+            max_clock_skew: config.scheduler.max_clock_skew,
+            history: self.history.clone(),
+            metrics: self.metrics.clone(),
+            budgets: self.budgets.clone(),
+            handoffs: self.handoffs.clone(),
+            control: self.control.clone(),
+            membership: self.membership.clone(),
+            candidates: config.scheduler.candidates,
+            candidate_stagger: config.scheduler.candidate_stagger,
+            alerts: Arc::new(config.alerts.clone()),
+            shutdown: self.shutdown.clone(),
+        }
+    }
+}
+
+/// The membership of a replica ranking candidates (`Off` with `candidates = "all"`), its view
+/// of the fleet read once before its timeline starts; it announces itself when the timeline
+/// runs ([`Membership::spawn`]), so it races its slots before the others count on it.
+async fn join_the_fleet(
+    config: &Config,
+    nodes: &Arc<Nodes>,
+    name: &str,
+    clock: SharedClock,
+) -> Membership {
+    if config.scheduler.candidates == Candidates::All {
+        return Membership::Off;
+    }
+    let start_window = config.scheduler.max_clock_skew.max(MIN_START_WINDOW);
+    let membership = Membership::redis(
+        nodes.clone(),
+        &config.scheduler.key_prefix,
+        name,
+        clock,
+        group_of(config),
+        start_window,
+    );
+    membership.read().await;
+    membership
+}
+
+/// The membership group of `config`: its job names.
+fn group_of(config: &Config) -> String {
+    membership::group(config.jobs.iter().map(|j| j.name.as_str()))
+}
+
+/// Builds the race context of one replica (lock connections included).
+pub async fn race_context(
+    config: &Config,
+    replica: String,
+    clock: SharedClock,
+) -> anyhow::Result<RaceContext> {
+    Ok(Replica::connect(config, replica, clock)
+        .await?
+        .context(config))
+}
+
+/// Runs the schedule of `config` as replica `replica` until `shutdown` is cancelled.
+pub async fn run(
+    config: Config,
+    replica: String,
+    clock: SharedClock,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run_with_reload(config, replica, clock, shutdown, None).await
+}
+
+/// Like [`run`], reloading the file each time `reloads` receives (SIGHUP in the binary). An
+/// invalid new file is logged and the running schedule is kept.
+pub async fn run_with_reload(
+    config: Config,
+    replica: String,
+    clock: SharedClock,
+    shutdown: CancellationToken,
+    reloads: Option<mpsc::Receiver<()>>,
+) -> anyhow::Result<()> {
+    for warning in &config.warnings {
+        tracing::warn!(replica = %replica, "{warning}");
+    }
+    let replica = Replica::connect(&config, replica, clock).await?;
+    run_replica(replica, config, shutdown, reloads).await
+}
+
+/// Runs the schedule on an already connected replica (tests reach its metrics and history).
+pub async fn run_replica(
+    mut replica: Replica,
+    config: Config,
+    shutdown: CancellationToken,
+    reloads: Option<mpsc::Receiver<()>>,
+) -> anyhow::Result<()> {
+    replica.shutdown = shutdown.clone();
+    let http = config.http;
+    let current = Arc::new(RwLock::new(Arc::new(config)));
+    let tracker = TaskTracker::new();
+    if let Some(http) = http {
+        serve_status(&replica, &current, http.listen, &tracker, &shutdown).await?;
+    }
+    listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
+    let mut reloads = reloads;
+    let mut first = true;
+    loop {
+        let config = read(&current);
+        let generation = shutdown.child_token();
+        start_generation(&replica, &config, &tracker, &generation, first);
+        first = false;
+        let next = wait_for_reload(&shutdown, &mut reloads, &config).await;
+        generation.cancel();
+        let Some(new) = next else { break };
+        replica.membership.regroup(group_of(&new)).await;
+        *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+    }
+    tracing::info!(replica = %replica.name, "shutting down: no new slots; waiting for running slots");
+    tracker.close();
+    tracker.wait().await;
+    if let Some(nodes) = replica.lock.nodes() {
+        nodes.settle().await;
+    }
+    tracing::info!(replica = %replica.name, "stopped");
+    Ok(())
+}
+
+/// Binds `listen` and serves `/healthz`, `/readyz`, `/metrics` and the status page.
+async fn serve_status(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    listen: std::net::SocketAddr,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the [http] listen address {listen}"))?;
+    let state = status::Sources {
+        name: replica.name.clone(),
+        lock: replica.lock.clone(),
+        history: replica.history.clone(),
+        control: replica.control.clone(),
+        metrics: replica.metrics.clone(),
+        clock: replica.clock.clone(),
+        liveness: replica.liveness.clone(),
+        membership: replica.membership.clone(),
+        config: current.clone(),
+    };
+    tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
+    tracker.spawn(status::serve(listener, state, shutdown.clone()));
+    Ok(())
+}
+
+/// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet
+/// clock's measurements, the pauses and the handoff offers (none in standalone mode).
+fn listen_to_the_fleet(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    if let Some((clock, nodes)) = &replica.fleet {
+        tracker.spawn(fleet_clock::keep_measuring(
+            clock.clone(),
+            nodes.clone(),
+            replica.metrics.clone(),
+            config_skew(current),
+            replica.name.clone(),
+            shutdown.clone(),
+        ));
+    }
+    replica.membership.spawn(tracker, shutdown);
+    let names = current.clone();
+    replica.control.watch(
+        move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
+        tracker,
+        shutdown,
+    );
+    if let Some(offers) = replica.handoffs.listen(tracker, shutdown) {
+        tracker.spawn(take_handoffs(
+            replica.clone(),
+            current.clone(),
+            offers,
+            tracker.clone(),
+            shutdown.clone(),
+        ));
+    }
+}
+
+fn config_skew(current: &RwLock<Arc<Config>>) -> Duration {
+    read(current).scheduler.max_clock_skew
+}
+
+fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
+    current.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Starts the timeline of `config`'s jobs (and, on the first start, the catch-up of missed slots).
+fn start_generation(
+    replica: &Replica,
+    config: &Config,
+    tracker: &TaskTracker,
+    generation: &CancellationToken,
+    first: bool,
+) {
+    let ctx = Arc::new(replica.context(config));
+    tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
+        config = %config.path.display(), "slotcron started");
+    for name in &config.disabled {
+        tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
+    }
+    for job in &config.jobs {
+        if first {
+            tracker.spawn(catch_up::look_back(ctx.clone(), job.clone()));
+        } else {
+            tracker.spawn(catch_up::mark_first_seen(ctx.clone(), job.clone()));
+        }
+    }
+    tracker.spawn(scheduler::timeline(
+        ctx,
+        replica.liveness.clone(),
+        config.jobs.clone(),
+        replica.fleet.as_ref().map(|(clock, _)| clock.clone()),
+        tracker.clone(),
+        generation.clone(),
+    ));
+}
+
+/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
+async fn wait_for_reload(
+    shutdown: &CancellationToken,
+    reloads: &mut Option<mpsc::Receiver<()>>,
+    old: &Config,
+) -> Option<Config> {
+    loop {
+        let signal = async {
+            match reloads {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            received = signal => {
+                if received.is_none() {
+                    *reloads = None;
+                    continue;
+                }
+                match config::load(&old.path) {
+                    Ok(new) => {
+                        warn_about_restart_only_changes(old, &new);
+                        tracing::info!(config = %new.path.display(), jobs = new.jobs.len(), "reloaded the configuration");
+                        return Some(new);
+                    }
+                    Err(errors) => tracing::error!(error = %errors,
+                        "reload rejected: the new file is invalid; the running schedule is kept"),
+                }
+            }
+        }
+    }
+}
+
+fn warn_about_restart_only_changes(old: &Config, new: &Config) {
+    let nodes = |c: &Config| {
+        c.redis
+            .as_ref()
+            .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
+    };
+    if nodes(old) != nodes(new)
+        || old.scheduler.key_prefix != new.scheduler.key_prefix
+        || old.http != new.http
+        || (old.scheduler.candidates == Candidates::All)
+            != (new.scheduler.candidates == Candidates::All)
+    {
+        tracing::warn!("changes to [redis], [http], key_prefix and between candidates = \"all\" and a count take effect at the next restart");
+    }
+}
+
+/// Opens each node's connection and logs which answer; a node that is down is not fatal (it
+/// starts suspect in the pool's view).
+async fn report_nodes(nodes: &Nodes, replica: &str) {
+    let pings = nodes
+        .ask(
+            |node| async move { node.ping_within(STARTUP_PING).await },
+            |_| false,
+        )
+        .await;
+    for (node, ping) in nodes.iter().zip(pings.answers()) {
+        match ping {
+            Some(Ok(())) => {
+                tracing::info!(replica = %replica, node = %node.address(), "redis node up");
+            }
+            Some(Err(e)) => tracing::warn!(replica = %replica, node = %node.address(), error = %e,
+                "redis node down at start; reconnecting in the background"),
+            None => {}
+        }
+    }
+}
+
+/// Takes the fleet's handoff offers until shutdown: each offer (heard once per node) races once
+/// for the slot, under the configuration current when it arrives.
+async fn take_handoffs(
+    replica: Replica,
+    current: Arc<RwLock<Arc<Config>>>,
+    mut heard: mpsc::Receiver<Heard>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut seen = Seen::default();
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            message = heard.recv() => message,
+        };
+        let Some(message) = message else { return };
+        let Heard::Message(payload) = message else {
+            continue;
+        };
+        let Ok(offer) = serde_json::from_str::<HandoffRequest>(&payload) else {
+            tracing::debug!(replica = %replica.name, "ignoring a malformed handoff offer");
+            continue;
+        };
+        if !seen.first_time(&offer) {
+            continue;
+        }
+        let config = read(&current);
+        let Some(job) = config.jobs.iter().find(|j| j.name == offer.job).cloned() else {
+            tracing::debug!(job = %offer.job, replica = %replica.name, "handoff offer for a job this replica does not run");
+            continue;
+        };
+        tracker.spawn(take_handoff(Arc::new(replica.context(&config)), job, offer));
+    }
+}
+
+async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffRequest) {
+    ctx.take_over(&job, &offer).await;
+}
