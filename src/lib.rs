@@ -26,7 +26,8 @@
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`watch`]: reload when the configuration file changes (a ConfigMap's symlink swap too).
 //! - [`probe`]: `slotcron health`, the image's HEALTHCHECK of `/healthz`.
-//! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
+//! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
+//!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
 
 pub mod action;
 pub mod calendar;
@@ -39,7 +40,6 @@ pub mod history;
 pub mod ledger;
 pub mod liveness;
 pub mod lock;
-pub mod manual;
 pub mod metrics;
 pub mod probe;
 pub mod pubsub;
