@@ -10,6 +10,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
+use serde::Deserialize;
+use serde_json::json;
 
 /// Bytes of stdout and of stderr kept for the log.
 pub const OUTPUT_LIMIT: usize = 4096;
@@ -121,4 +124,30 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
         text.push_str(&format!("… ({} bytes more)", total - kept.len()));
     }
     text
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCommand {
+    pub argv: Option<Vec<String>>,
+    pub shell: Option<String>,
+}
+
+/// Checks a `type = "command"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawCommand) -> Option<CommandAction> {
+    let argv = match (raw.argv, raw.shell) {
+        (Some(argv), None) if !argv.is_empty() => argv,
+        (None, Some(script)) => vec!["sh".to_owned(), "-c".to_owned(), script],
+        _ => {
+            check.error(
+                "argv",
+                "give either argv = [\"program\", \"arg\", …] (no shell) or shell = \"a script\"",
+            );
+            return None;
+        }
+    };
+    let argv = check.check_json_templates(json!(argv), "argv")?;
+    Some(CommandAction { argv })
 }

@@ -3,6 +3,8 @@
 
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
+use serde::Deserialize;
 
 #[derive(Debug)]
 pub struct LogAction {
@@ -11,14 +13,7 @@ pub struct LogAction {
 
 impl LogAction {
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = ctx.template_context();
-        let message = ctx
-            .templates
-            .render(&self.content, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "content",
-                reason,
-            })?;
+        let message = ctx.render(&self.content, "content")?;
         tracing::info!(
             job = %ctx.job,
             slot = %ctx.slot,
@@ -28,4 +23,19 @@ impl LogAction {
         );
         Ok(Delivery { attempts: 1 })
     }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub content: String,
+}
+
+/// Checks a `type = "log"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawLog) -> Option<LogAction> {
+    Some(LogAction {
+        content: check.content("content", raw.content)?,
+    })
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 pub use crate::history::DeliveryState;
 use crate::schedule::{Fence, Slot};
-use template::Templates;
+use template::{Content, Templates};
 
 /// A checked action of a job.
 #[derive(Debug)]
@@ -112,6 +112,13 @@ impl SendContext<'_> {
             Some((outcome, error)) => context.about(outcome, error),
             None => context,
         }
+    }
+
+    /// `content` rendered for this slot; `field` names it in the error.
+    pub fn render(&self, content: &Content, field: &'static str) -> Result<String, ActionError> {
+        self.templates
+            .render(content, &self.template_context())
+            .map_err(|reason| ActionError::Render { field, reason })
     }
 
     /// `value` with its template strings rendered for this slot (cards, posts, blocks, argv).

@@ -6,7 +6,10 @@ use serde_json::Value;
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
 use crate::secret::SecretUrl;
+use serde::Deserialize;
+use serde_json::json;
 
 #[derive(Debug)]
 pub struct SlackAction {
@@ -42,4 +45,49 @@ pub fn classify(answer: &Answer) -> Verdict {
             snippet(&answer.body)
         ))
     }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+/// The robot's documented rate limit, the default `rate`.
+const DEFAULT_RATE: &str = "1/s";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSlack {
+    pub webhook: String,
+    pub text: Option<String>,
+    pub blocks: Option<toml::Value>,
+    pub rate: Option<String>,
+}
+
+/// Checks a `type = "slack"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawSlack) -> Option<SlackAction> {
+    let webhook = check.url(&raw.webhook, "webhook");
+    let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
+    let mut message = json!({});
+    if let Some(text) = &raw.text {
+        message["text"] = json!(text);
+    }
+    if let Some(blocks) = raw.blocks.clone() {
+        let blocks = check.json(blocks, "blocks")?;
+        if !blocks.is_array() {
+            check.error(
+                "blocks",
+                "must be an array of block tables ([[job.action.blocks]])",
+            );
+            return None;
+        }
+        message["blocks"] = blocks;
+    }
+    if raw.text.is_none() && raw.blocks.is_none() {
+        check.error("text", "a Slack message needs text, blocks, or both");
+        return None;
+    }
+    let message = check.check_json_templates(message, "text")?;
+    Some(SlackAction {
+        webhook: webhook?,
+        message,
+        budget: budget?,
+    })
 }

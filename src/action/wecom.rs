@@ -17,6 +17,7 @@ use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
 use crate::secret::SecretUrl;
 
 /// Most bytes of UTF-8 in a text message's content.
@@ -75,18 +76,77 @@ pub enum Message {
 }
 
 impl Message {
-    pub fn msgtype(&self) -> &'static str {
+    /// This message's type.
+    pub fn kind(&self) -> MsgType {
         match self {
-            Message::Text { .. } => "text",
-            Message::Markdown { .. } => "markdown",
-            Message::MarkdownV2 { .. } => "markdown_v2",
-            Message::Image(_) => "image",
-            Message::News(_) => "news",
-            Message::File(_) => "file",
-            Message::Voice(_) => "voice",
-            Message::TemplateCard(_) => "template_card",
+            Message::Text { .. } => MsgType::Text,
+            Message::Markdown { .. } => MsgType::Markdown,
+            Message::MarkdownV2 { .. } => MsgType::MarkdownV2,
+            Message::Image(_) => MsgType::Image,
+            Message::News(_) => MsgType::News,
+            Message::File(_) => MsgType::File,
+            Message::Voice(_) => MsgType::Voice,
+            Message::TemplateCard(_) => MsgType::TemplateCard,
         }
     }
+
+    /// The `msgtype` the robot expects for this message.
+    pub fn msgtype(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// The robot's message types, as `msgtype` names them in jobs.toml and on the wire.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MsgType {
+    Text,
+    Markdown,
+    MarkdownV2,
+    Image,
+    News,
+    File,
+    Voice,
+    TemplateCard,
+}
+
+impl MsgType {
+    /// The `msgtype` string: the one place the names are spelled.
+    pub fn name(self) -> &'static str {
+        match self {
+            MsgType::Text => "text",
+            MsgType::Markdown => "markdown",
+            MsgType::MarkdownV2 => "markdown_v2",
+            MsgType::Image => "image",
+            MsgType::News => "news",
+            MsgType::File => "file",
+            MsgType::Voice => "voice",
+            MsgType::TemplateCard => "template_card",
+        }
+    }
+
+    /// The largest upload of a `file` or `voice` message.
+    fn media_limit(self) -> usize {
+        if self == MsgType::Voice {
+            VOICE_LIMIT
+        } else {
+            FILE_LIMIT
+        }
+    }
+}
+
+/// The size check of an uploaded file, at load and again at send time (the file may change):
+/// the robot takes [`FILE_MIN`] bytes up to the type's limit.
+fn check_media_size(kind: MsgType, path: &std::path::Path, size: usize) -> Result<(), String> {
+    let limit = kind.media_limit();
+    if (FILE_MIN..=limit).contains(&size) {
+        return Ok(());
+    }
+    let kind = kind.name();
+    Err(format!(
+        "{}: {size} bytes; a {kind} must be {FILE_MIN} to {limit} bytes",
+        path.display()
+    ))
 }
 
 /// A checked WeCom robot action.
@@ -137,12 +197,7 @@ impl WecomAction {
 
     /// The JSON the robot expects for this message, rendered for this slot.
     pub async fn payload(&self, ctx: &SendContext<'_>) -> Result<Value, ActionError> {
-        let tctx = ctx.template_context();
-        let render = |content: &Content, field: &'static str| {
-            ctx.templates
-                .render(content, &tctx)
-                .map_err(|reason| ActionError::Render { field, reason })
-        };
+        let render = |content: &Content, field: &'static str| ctx.render(content, field);
         Ok(match &self.message {
             Message::Text {
                 content,
@@ -186,17 +241,13 @@ impl WecomAction {
                 json!({"msgtype": "news", "news": {"articles": items}})
             }
             Message::File(path) | Message::Voice(path) => {
-                let kind = self.message.msgtype();
+                let kind = self.message.kind();
                 let media_id = self.upload(ctx, kind, path).await?;
+                let kind = kind.name();
                 json!({"msgtype": kind, kind: {"media_id": media_id}})
             }
             Message::TemplateCard(card) => {
-                let card = ctx.templates.render_json(card, &tctx).map_err(|reason| {
-                    ActionError::Render {
-                        field: "template_card",
-                        reason,
-                    }
-                })?;
+                let card = ctx.render_json(card, "template_card")?;
                 json!({"msgtype": "template_card", "template_card": card})
             }
         })
@@ -206,30 +257,18 @@ impl WecomAction {
     async fn upload(
         &self,
         ctx: &SendContext<'_>,
-        kind: &'static str,
+        kind: MsgType,
         path: &std::path::Path,
     ) -> Result<String, ActionError> {
+        let bad = |reason| ActionError::Input {
+            field: "media_path",
+            reason,
+        };
         let bytes = tokio::fs::read(path)
             .await
-            .map_err(|e| ActionError::Input {
-                field: "media_path",
-                reason: format!("{}: {e}", path.display()),
-            })?;
-        let limit = if kind == "voice" {
-            VOICE_LIMIT
-        } else {
-            FILE_LIMIT
-        };
-        if bytes.len() < FILE_MIN || bytes.len() > limit {
-            return Err(ActionError::Input {
-                field: "media_path",
-                reason: format!(
-                    "{}: {} bytes; a {kind} must be {FILE_MIN} to {limit} bytes",
-                    path.display(),
-                    bytes.len()
-                ),
-            });
-        }
+            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        check_media_size(kind, path, bytes.len()).map_err(bad)?;
+        let kind = kind.name();
         let name = path
             .file_name()
             .map_or_else(|| "media".to_owned(), |n| n.to_string_lossy().into_owned());
@@ -381,6 +420,218 @@ fn errcode_verdict<T>(errcode: i64, errmsg: &str, ok: T) -> Verdict<T> {
         )),
         code => Verdict::Fail(format!("errcode {code}: {errmsg}")),
     }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+/// The robot's documented rate limit, the default `rate`.
+const DEFAULT_RATE: &str = "20/min";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWecom {
+    pub webhook: String,
+    pub msgtype: MsgType,
+    pub content: Option<String>,
+    pub mentioned_list: Option<Vec<String>>,
+    pub mentioned_mobile_list: Option<Vec<String>>,
+    pub image_path: Option<PathBuf>,
+    pub image_url: Option<String>,
+    pub articles: Option<Vec<RawArticle>>,
+    pub media_path: Option<PathBuf>,
+    pub template_card: Option<toml::Value>,
+    pub rate: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawArticle {
+    pub title: String,
+    pub description: Option<String>,
+    pub url: String,
+    pub picurl: Option<String>,
+}
+
+/// Checks a `type = "wecom"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawWecom) -> Option<WecomAction> {
+    let webhook = check.url(&raw.webhook, "webhook");
+    let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
+    let message = wecom_message(check, &raw);
+    Some(WecomAction {
+        webhook: webhook?,
+        message: message?,
+        budget: budget?,
+    })
+}
+
+/// `msgtype` and the fields that go with it.
+fn wecom_message(check: &mut ActionCheck<'_, '_>, raw: &RawWecom) -> Option<Message> {
+    let what = format!("msgtype {:?}", raw.msgtype.name());
+    if !check.unused(&what, &unused_fields(raw)) {
+        return None;
+    }
+    match raw.msgtype {
+        MsgType::Text | MsgType::Markdown | MsgType::MarkdownV2 => wecom_text(check, raw, &what),
+        MsgType::Image => wecom_image(check, raw, &what).map(Message::Image),
+        MsgType::News => wecom_news(check, raw, &what).map(Message::News),
+        MsgType::File | MsgType::Voice => wecom_media(check, raw, &what),
+        MsgType::TemplateCard => wecom_card(check, raw, &what).map(Message::TemplateCard),
+    }
+}
+
+/// Each field, and whether it is set although `msgtype` does not use it.
+fn unused_fields(raw: &RawWecom) -> [(&'static str, bool); 8] {
+    let t = raw.msgtype;
+    let text_like = matches!(t, MsgType::Text | MsgType::Markdown | MsgType::MarkdownV2);
+    [
+        ("content", raw.content.is_some() && !text_like),
+        (
+            "mentioned_list",
+            raw.mentioned_list.is_some() && t != MsgType::Text,
+        ),
+        (
+            "mentioned_mobile_list",
+            raw.mentioned_mobile_list.is_some() && t != MsgType::Text,
+        ),
+        (
+            "image_path",
+            raw.image_path.is_some() && t != MsgType::Image,
+        ),
+        ("image_url", raw.image_url.is_some() && t != MsgType::Image),
+        ("articles", raw.articles.is_some() && t != MsgType::News),
+        (
+            "media_path",
+            raw.media_path.is_some() && !matches!(t, MsgType::File | MsgType::Voice),
+        ),
+        (
+            "template_card",
+            raw.template_card.is_some() && t != MsgType::TemplateCard,
+        ),
+    ]
+}
+
+/// `file` and `voice`: a file next to jobs.toml, its size checked now as images are.
+fn wecom_media(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Message> {
+    let path = check.required(what, "media_path", raw.media_path.clone())?;
+    let path = check.existing_file(&path, "media_path")?;
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
+    if let Err(e) = check_media_size(raw.msgtype, &path, size) {
+        check.error("media_path", e);
+        return None;
+    }
+    Some(if raw.msgtype == MsgType::File {
+        Message::File(path)
+    } else {
+        Message::Voice(path)
+    })
+}
+
+fn wecom_text(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Message> {
+    let source = check.required(what, "content", raw.content.clone())?;
+    let name = raw.msgtype.name();
+    let content = check.content("content", source)?;
+    if let Content::Static(text) = &content {
+        if let Err(e) = check_size(name, content_limit(name), text) {
+            check.error(
+                "content",
+                e.to_string()
+                    .trim_start_matches("field content: ")
+                    .to_owned(),
+            );
+            return None;
+        }
+    }
+    Some(match raw.msgtype {
+        MsgType::Text => Message::Text {
+            content,
+            mentioned_list: raw.mentioned_list.clone().unwrap_or_default(),
+            mentioned_mobile_list: raw.mentioned_mobile_list.clone().unwrap_or_default(),
+        },
+        MsgType::Markdown => Message::Markdown { content },
+        _ => Message::MarkdownV2 { content },
+    })
+}
+
+fn wecom_image(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<ImageSource> {
+    match (&raw.image_path, &raw.image_url) {
+        (Some(path), None) => {
+            let path = check.existing_file(path, "image_path")?;
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| check_image(&b))
+            {
+                Ok(()) => Some(ImageSource::Path(path)),
+                Err(e) => {
+                    check.error("image_path", format!("{}: {e}", path.display()));
+                    None
+                }
+            }
+        }
+        (None, Some(url)) => check
+            .url(url, "image_url")
+            .map(|u| ImageSource::Url(u.expose().clone())),
+        _ => {
+            check.error(
+                "image_path",
+                format!("{what} needs exactly one of image_path and image_url"),
+            );
+            None
+        }
+    }
+}
+
+fn wecom_news(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Vec<Article>> {
+    let articles = check.required(what, "articles", raw.articles.as_ref())?;
+    if articles.is_empty() || articles.len() > MAX_ARTICLES {
+        check.error(
+            "articles",
+            format!(
+                "{} article(s); news takes 1 to {}",
+                articles.len(),
+                MAX_ARTICLES
+            ),
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    for (i, a) in articles.iter().enumerate() {
+        let title = check.content(&format!("articles[{i}].title"), a.title.clone());
+        let description = match &a.description {
+            Some(d) => Some(check.content(&format!("articles[{i}].description"), d.clone())?),
+            None => None,
+        };
+        let url = check.url(&a.url, &format!("articles[{i}].url"));
+        out.push(Article {
+            title: title?,
+            description,
+            url: url?.expose().to_string(),
+            picurl: a.picurl.clone(),
+        });
+    }
+    Some(out)
+}
+
+fn wecom_card(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Value> {
+    let card = check.required(what, "template_card", raw.template_card.clone())?;
+    let card = check.json(card, "template_card")?;
+    match card.get("card_type").and_then(Value::as_str) {
+        Some("text_notice" | "news_notice") => {}
+        other => {
+            check.error(
+                "template_card.card_type",
+                format!("{other:?}: must be \"text_notice\" or \"news_notice\""),
+            );
+            return None;
+        }
+    }
+    if card.get("card_action").is_none() {
+        check.error(
+            "template_card.card_action",
+            "required by the robot for every template card (type 1: url, 2: app)",
+        );
+        return None;
+    }
+    Some(card)
 }
 
 #[cfg(test)]
