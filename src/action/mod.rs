@@ -193,7 +193,10 @@ pub enum ActionError {
         uncertain: bool,
     },
     #[error("field {field}: {reason}")]
-    Render { field: &'static str, reason: String },
+    Render {
+        field: &'static str,
+        reason: template::TemplateError,
+    },
     #[error(
         "field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes"
     )]

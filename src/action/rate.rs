@@ -47,10 +47,10 @@ pub struct Rate {
 }
 
 impl FromStr for Rate {
-    type Err = String;
+    type Err = BadRate;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let usage = || format!("{s:?} is not a rate such as \"20/min\", \"1/s\" or \"100/10m\"");
+        let usage = || BadRate::Syntax(s.to_owned());
         let (count, per) = s.split_once('/').ok_or_else(usage)?;
         let limit: u32 = count.trim().parse().map_err(|_| usage())?;
         let window = match per.trim() {
@@ -60,12 +60,21 @@ impl FromStr for Rate {
             other => humantime::parse_duration(other).map_err(|_| usage())?,
         };
         if limit == 0 || window.is_zero() {
-            return Err(format!(
-                "{s:?}: the count and the window must be greater than 0"
-            ));
+            return Err(BadRate::Zero(s.to_owned()));
         }
         Ok(Rate { limit, window })
     }
+}
+
+/// A `rate` that does not parse; the message quotes it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BadRate {
+    /// Not `COUNT/WINDOW`.
+    #[error("{0:?} is not a rate such as \"20/min\", \"1/s\" or \"100/10m\"")]
+    Syntax(String),
+    /// A zero count or window.
+    #[error("{0:?}: the count and the window must be greater than 0")]
+    Zero(String),
 }
 
 impl fmt::Display for Rate {

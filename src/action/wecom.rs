@@ -137,16 +137,46 @@ impl MsgType {
 
 /// The size check of an uploaded file, at load and again at send time (the file may change):
 /// the robot takes [`FILE_MIN`] bytes up to the type's limit.
-fn check_media_size(kind: MsgType, path: &std::path::Path, size: usize) -> Result<(), String> {
+fn check_media_size(kind: MsgType, path: &std::path::Path, size: usize) -> Result<(), BadMedia> {
     let limit = kind.media_limit();
     if (FILE_MIN..=limit).contains(&size) {
         return Ok(());
     }
-    let kind = kind.name();
-    Err(format!(
-        "{}: {size} bytes; a {kind} must be {FILE_MIN} to {limit} bytes",
-        path.display()
-    ))
+    Err(BadMedia::FileSize {
+        path: path.display().to_string(),
+        size,
+        kind: kind.name(),
+        limit,
+    })
+}
+
+/// An image or file the robot would refuse, found at load or at send time.
+#[derive(Debug, thiserror::Error)]
+pub enum BadMedia {
+    /// A `file` or `voice` outside the robot's sizes.
+    #[error("{path}: {size} bytes; a {kind} must be {FILE_MIN} to {limit} bytes")]
+    FileSize {
+        /// The file, as jobs.toml resolves it.
+        path: String,
+        /// Its size in bytes.
+        size: usize,
+        /// `file` or `voice`.
+        kind: &'static str,
+        /// The type's largest size.
+        limit: usize,
+    },
+    /// An image over [`IMAGE_LIMIT`].
+    #[error("image is {0} bytes, over the robot's limit of {IMAGE_LIMIT} bytes")]
+    ImageTooLarge(usize),
+    /// An image URL whose `Content-Length` is over [`IMAGE_LIMIT`].
+    #[error("image is over the robot's limit of {IMAGE_LIMIT} bytes")]
+    ImageTooLong,
+    /// Neither signature.
+    #[error("image is neither JPG nor PNG")]
+    NotJpgOrPng,
+    /// The image URL did not answer with the image (its URL left out: it may hold a key).
+    #[error("fetching the image failed: {0}")]
+    Fetch(reqwest::Error),
 }
 
 /// A checked WeCom robot action.
@@ -267,7 +297,7 @@ impl WecomAction {
         let bytes = tokio::fs::read(path)
             .await
             .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-        check_media_size(kind, path, bytes.len()).map_err(bad)?;
+        check_media_size(kind, path, bytes.len()).map_err(|e| bad(e.to_string()))?;
         let kind = kind.name();
         let name = path
             .file_name()
@@ -308,29 +338,26 @@ async fn image_bytes(ctx: &SendContext<'_>, source: &ImageSource) -> Result<Vec<
         ImageSource::Path(path) => tokio::fs::read(path)
             .await
             .map_err(|e| bad(format!("{}: {e}", path.display())))?,
-        ImageSource::Url(url) => fetch(ctx, url).await.map_err(bad)?,
+        ImageSource::Url(url) => fetch(ctx, url).await.map_err(|e| bad(e.to_string()))?,
     };
-    check_image(&bytes).map_err(bad)?;
+    check_image(&bytes).map_err(|e| bad(e.to_string()))?;
     Ok(bytes)
 }
 
 /// JPG or PNG by signature, at most [`IMAGE_LIMIT`] bytes.
-pub fn check_image(bytes: &[u8]) -> Result<(), String> {
+pub fn check_image(bytes: &[u8]) -> Result<(), BadMedia> {
     if bytes.len() > IMAGE_LIMIT {
-        return Err(format!(
-            "image is {} bytes, over the robot's limit of {IMAGE_LIMIT} bytes",
-            bytes.len()
-        ));
+        return Err(BadMedia::ImageTooLarge(bytes.len()));
     }
     let png = bytes.starts_with(b"\x89PNG\r\n\x1a\n");
     let jpg = bytes.starts_with(&[0xFF, 0xD8, 0xFF]);
     if !(png || jpg) {
-        return Err("image is neither JPG nor PNG".to_owned());
+        return Err(BadMedia::NotJpgOrPng);
     }
     Ok(())
 }
 
-async fn fetch(ctx: &SendContext<'_>, url: &Url) -> Result<Vec<u8>, String> {
+async fn fetch(ctx: &SendContext<'_>, url: &Url) -> Result<Vec<u8>, BadMedia> {
     let remaining = ctx
         .deadline
         .saturating_duration_since(tokio::time::Instant::now());
@@ -341,19 +368,17 @@ async fn fetch(ctx: &SendContext<'_>, url: &Url) -> Result<Vec<u8>, String> {
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("fetching the image failed: {}", e.without_url()))?;
+        .map_err(|e| BadMedia::Fetch(e.without_url()))?;
     if response
         .content_length()
         .is_some_and(|n| n > IMAGE_LIMIT as u64)
     {
-        return Err(format!(
-            "image is over the robot's limit of {IMAGE_LIMIT} bytes"
-        ));
+        return Err(BadMedia::ImageTooLong);
     }
     let bytes = response
         .bytes()
         .await
-        .map_err(|e| format!("fetching the image failed: {}", e.without_url()))?;
+        .map_err(|e| BadMedia::Fetch(e.without_url()))?;
     Ok(bytes.to_vec())
 }
 
@@ -516,7 +541,7 @@ fn wecom_media(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> O
     let path = check.existing_file(&path, "media_path")?;
     let size = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
     if let Err(e) = check_media_size(raw.msgtype, &path, size) {
-        check.error("media_path", e);
+        check.error("media_path", e.to_string());
         return None;
     }
     Some(if raw.msgtype == MsgType::File {
@@ -558,7 +583,7 @@ fn wecom_image(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> O
             let path = check.existing_file(path, "image_path")?;
             match std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| check_image(&b))
+                .and_then(|b| check_image(&b).map_err(|e| e.to_string()))
             {
                 Ok(()) => Some(ImageSource::Path(path)),
                 Err(e) => {

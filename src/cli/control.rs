@@ -7,8 +7,8 @@ use chrono::Utc;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, runtime, unknown_job, ConfigArg, EXIT_CONFIG,
-    EXIT_RUNTIME, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
+    ConfigArg, Offset, EXIT_CONFIG, EXIT_RUNTIME, EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
@@ -180,17 +180,8 @@ fn control_of(
 }
 
 /// `--until`: an RFC 3339 time, or a duration from now.
-fn parse_until(text: &str) -> Result<chrono::DateTime<Utc>, String> {
-    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    let span = humantime::parse_duration(text).map_err(|_| {
-        format!("{text:?} is neither an RFC 3339 time (2026-12-28T09:00:00+08:00) nor a duration (2h, 3d)")
-    })?;
-    chrono::Duration::from_std(span)
-        .ok()
-        .and_then(|span| Utc::now().checked_add_signed(span))
-        .ok_or_else(|| format!("{text:?} is too far in the future"))
+fn parse_until(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
+    time_or_offset(text, Offset::Ahead)
 }
 
 /// `$USER@hostname`: who runs the CLI, for the pause record.

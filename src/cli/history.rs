@@ -11,7 +11,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, load_or_exit, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_RUNTIME,
+    connect, load_or_exit, runtime, time_or_offset, unknown_job, BadTime, ConfigArg, Offset,
+    UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
 };
 use crate::config::{Config, Job};
 use crate::control::{paused_intervals, Control};
@@ -245,20 +246,12 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
 }
 
 /// `--since`: a duration back from now, or an RFC 3339 time.
-fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, String> {
-    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    let span = humantime::parse_duration(text)
-        .map_err(|_| format!("{text:?} is neither a duration (24h, 30m) nor an RFC 3339 time"))?;
-    chrono::Duration::from_std(span)
-        .ok()
-        .and_then(|span| Utc::now().checked_sub_signed(span))
-        .ok_or_else(|| format!("{text:?} reaches too far back"))
+fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
+    time_or_offset(text, Offset::Back)
 }
 
 /// The jobs to read, with their zones; disabled jobs are shown in the default zone.
-fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)>, String> {
+fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)>, UnknownJob> {
     let all: Vec<(String, Tz)> = config
         .jobs
         .iter()
@@ -274,7 +267,7 @@ fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)
         None => Ok(all),
         Some(name) => match all.into_iter().find(|(n, _)| n == name) {
             Some(job) => Ok(vec![job]),
-            None => Err(unknown_job(config, name)),
+            None => Err(UnknownJob(unknown_job(config, name))),
         },
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use clap::Args;
 
 use crate::config::{self, Config, RedisConfig};
@@ -96,4 +97,57 @@ pub(crate) fn unknown_job(config: &Config, name: &str) -> String {
         config.path.display(),
         names.join(", ")
     )
+}
+
+/// A job name the file does not schedule; the message lists the jobs it does.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UnknownJob(pub String);
+
+/// Which way a duration given for a time goes from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offset {
+    /// `--since 24h`: a day ago.
+    Back,
+    /// `--until 2h`: two hours from now.
+    Ahead,
+}
+
+/// `--since` or `--until` that is neither a time nor a duration, or one out of reach.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadTime {
+    /// `--since` that does not parse.
+    #[error("{0:?} is neither a duration (24h, 30m) nor an RFC 3339 time")]
+    NotSince(String),
+    /// `--since` before the calendar's start.
+    #[error("{0:?} reaches too far back")]
+    TooFarBack(String),
+    /// `--until` that does not parse.
+    #[error(
+        "{0:?} is neither an RFC 3339 time (2026-12-28T09:00:00+08:00) nor a duration (2h, 3d)"
+    )]
+    NotUntil(String),
+    /// `--until` past the calendar's end.
+    #[error("{0:?} is too far in the future")]
+    TooFarAhead(String),
+}
+
+/// An RFC 3339 time, or a duration from now going `offset`.
+pub(crate) fn time_or_offset(text: &str, offset: Offset) -> Result<DateTime<Utc>, BadTime> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    type Why = fn(String) -> BadTime;
+    let (unparsed, unreachable): (Why, Why) = match offset {
+        Offset::Back => (BadTime::NotSince, BadTime::TooFarBack),
+        Offset::Ahead => (BadTime::NotUntil, BadTime::TooFarAhead),
+    };
+    let span = humantime::parse_duration(text).map_err(|_| unparsed(text.to_owned()))?;
+    let span = chrono::Duration::from_std(span).ok();
+    let now = Utc::now();
+    let at = match offset {
+        Offset::Back => span.and_then(|span| now.checked_sub_signed(span)),
+        Offset::Ahead => span.and_then(|span| now.checked_add_signed(span)),
+    };
+    at.ok_or_else(|| unreachable(text.to_owned()))
 }

@@ -79,7 +79,7 @@ impl ActionCheck<'_, '_> {
             Ok(content) => Some(content),
             Err(e) => {
                 // The message may quote the template, which may hold an expanded ${VAR}.
-                let e = self.loader.scrubber.scrub(&e);
+                let e = self.loader.scrubber.scrub(&e.to_string());
                 self.error(field, e);
                 None
             }
@@ -90,7 +90,7 @@ impl ActionCheck<'_, '_> {
         match self.loader.templates.check_json(&value) {
             Ok(()) => Some(value),
             Err(e) => {
-                self.error(field, e);
+                self.error(field, e.to_string());
                 None
             }
         }
@@ -109,12 +109,15 @@ impl ActionCheck<'_, '_> {
         webhook: &str,
     ) -> Option<Budget> {
         let text = raw.unwrap_or(default);
-        let checked = text.parse::<Rate>().and_then(|rate| {
-            super::durations::RATE_WINDOW
-                .check(rate.window)
-                .map(|_| rate)
-                .map_err(|e| format!("{text:?}: the window {e}"))
-        });
+        let checked = text
+            .parse::<Rate>()
+            .map_err(|e| e.to_string())
+            .and_then(|rate| {
+                super::durations::RATE_WINDOW
+                    .check(rate.window)
+                    .map(|_| rate)
+                    .map_err(|e| format!("{text:?}: the window {e}"))
+            });
         match checked {
             Ok(rate) => Some(Budget::new(rate, webhook)),
             Err(e) => {

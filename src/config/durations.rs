@@ -40,16 +40,26 @@ impl DurationRange {
         (self.min..=self.max).contains(&value)
     }
 
-    /// `Ok(value)` inside the range, else the error message naming the value and the range.
-    pub fn check(&self, value: Duration) -> Result<Duration, String> {
+    /// `Ok(value)` inside the range, else the error naming the value and the range.
+    pub fn check(&self, value: Duration) -> Result<Duration, OutOfRange> {
         if self.contains(value) {
             return Ok(value);
         }
-        Err(format!(
-            "{} is out of range: must be from {self}",
-            humantime::format_duration(value)
-        ))
+        Err(OutOfRange {
+            value,
+            range: *self,
+        })
     }
+}
+
+/// A duration outside its [`DurationRange`]; the message names both.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{} is out of range: must be from {range}", humantime::format_duration(*value))]
+pub struct OutOfRange {
+    /// The duration given.
+    pub value: Duration,
+    /// The range it had to be in.
+    pub range: DurationRange,
 }
 
 impl fmt::Display for DurationRange {
@@ -108,7 +118,7 @@ mod tests {
     #[test]
     fn an_absurd_value_is_named_with_the_range() {
         let huge = humantime::parse_duration("300000000000y").unwrap();
-        let message = TIMEOUT.check(huge).unwrap_err();
+        let message = TIMEOUT.check(huge).unwrap_err().to_string();
         assert_eq!(
             message,
             "300000000000years is out of range: must be from 1ms to 1d"

@@ -393,9 +393,10 @@ impl<'e> Loader<'e> {
                     self.scrubber.add(url.password().unwrap_or(""));
                     nodes.push(url);
                 }
-                Some(Err(e)) => self
-                    .errors
-                    .push(ConfigError::field(Section::Redis, &field, e)),
+                Some(Err(e)) => {
+                    self.errors
+                        .push(ConfigError::field(Section::Redis, &field, e.to_string()))
+                }
                 None => {}
             }
         }
@@ -599,6 +600,7 @@ impl<'e> Loader<'e> {
             Ok(window) => window,
             Err(e) => {
                 let hint = " (leave catch_up out to turn catch-up off)";
+                let e = e.to_string();
                 let message = if window.is_zero() { e + hint } else { e };
                 self.errors
                     .push(ConfigError::field(section.clone(), "catch_up", message));
@@ -650,7 +652,7 @@ impl<'e> Loader<'e> {
             .check(value)
             .map_err(|e| {
                 self.errors
-                    .push(ConfigError::field(section.clone(), field, e))
+                    .push(ConfigError::field(section.clone(), field, e.to_string()))
             })
             .ok()
     }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::schedule::Slot;
 
 pub use local::LocalLock;
-pub use node::{NodeError, NodeUrl};
+pub use node::{BadNodeUrl, NodeError, NodeSetupError, NodeUrl};
 pub use nodes::Nodes;
 pub use redlock::{LockConfig, Redlock};
 

@@ -27,7 +27,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeUrl};
+use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -177,7 +177,7 @@ impl Nodes {
         node_timeout: Duration,
         ca_file: Option<&[u8]>,
         replica: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NodeSetupError> {
         let replica: Arc<str> = Arc::from(replica);
         let members = urls
             .iter()
@@ -192,7 +192,7 @@ impl Nodes {
                     node: Arc::new(node),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, NodeSetupError>>()?;
         Ok(Nodes {
             members,
             stragglers: TaskTracker::new(),
