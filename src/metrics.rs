@@ -167,8 +167,14 @@ impl Metrics {
         self.register_replica_series(r);
     }
 
-    /// The series labelled by job.
+    /// The series labelled by job: its runs, then its state.
     fn register_job_series(&self, r: &mut Registry) {
+        self.register_run_series(r);
+        self.register_job_state_series(r);
+    }
+
+    /// A job's races and runs: outcomes, durations, lateness, last success and failure.
+    fn register_run_series(&self, r: &mut Registry) {
         r.register(
             "races",
             "Slots raced by this replica, by job and outcome (won, lost, unavailable; skipped: too late to race)",
@@ -199,6 +205,10 @@ impl Metrics {
             "When this replica last ran the job to failed (unix time; 0: not since it started)",
             self.last_failure.clone(),
         );
+    }
+
+    /// A job's schedule, rate budget waits, handoffs, missed slots, pause and calendar.
+    fn register_job_state_series(&self, r: &mut Registry) {
         r.register(
             "schedule_interval_seconds",
             "Gap between the job's next two slots",

@@ -36,23 +36,7 @@ impl CommandAction {
         // A command that started is never started again; one that cannot start inside the lock's
         // validity is handed off.
         ctx.may_send(1, false, "no attempt made before the deadline")?;
-        let mut child = Command::new(program)
-            .args(args)
-            .env("SLOTCRON_JOB", ctx.job)
-            .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
-            .env("SLOTCRON_REPLICA", ctx.replica)
-            .env("SLOTCRON_FENCE", ctx.fence.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so a timeout kills the children it started too.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ActionError::Rejected {
-                attempts: 1,
-                reason: format!("cannot start {program:?}: {e}"),
-            })?;
+        let mut child = spawn(ctx, program, args)?;
         // Taken now: once the shell has exited and been reaped, `child.id()` is `None`, while its
         // background children may still hold the group (and the output pipes) open.
         let pgid = child.id();
@@ -78,17 +62,52 @@ impl CommandAction {
             });
         };
         tracing::info!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, stdout = %out, stderr = %err, "command output");
-        match status {
-            Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
-            Ok(s) => Err(ActionError::Rejected {
-                attempts: 1,
-                reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()),
-            }),
-            Err(e) => Err(ActionError::Rejected {
-                attempts: 1,
-                reason: format!("waiting for {program:?} failed: {e}"),
-            }),
-        }
+        verdict(program, status, &err)
+    }
+}
+
+/// Starts `program` with the slot in its environment, in its own process group (so a timeout
+/// kills the children it started too), its output piped for the log.
+fn spawn(
+    ctx: &SendContext<'_>,
+    program: &str,
+    args: &[String],
+) -> Result<tokio::process::Child, ActionError> {
+    Command::new(program)
+        .args(args)
+        .env("SLOTCRON_JOB", ctx.job)
+        .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
+        .env("SLOTCRON_REPLICA", ctx.replica)
+        .env("SLOTCRON_FENCE", ctx.fence.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills the children it started too.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ActionError::Rejected {
+            attempts: 1,
+            reason: format!("cannot start {program:?}: {e}"),
+        })
+}
+
+/// A finished command's outcome: exit 0 is done, anything else is rejected.
+fn verdict(
+    program: &str,
+    status: std::io::Result<std::process::ExitStatus>,
+    err: &str,
+) -> Result<Delivery, ActionError> {
+    match status {
+        Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
+        Ok(s) => Err(ActionError::Rejected {
+            attempts: 1,
+            reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()),
+        }),
+        Err(e) => Err(ActionError::Rejected {
+            attempts: 1,
+            reason: format!("waiting for {program:?} failed: {e}"),
+        }),
     }
 }
 

@@ -256,19 +256,7 @@ impl WecomAction {
                 }})
             }
             Message::News(articles) => {
-                let mut items = Vec::with_capacity(articles.len());
-                for a in articles {
-                    let mut item =
-                        json!({"title": render(&a.title, "articles.title")?, "url": a.url});
-                    if let Some(d) = &a.description {
-                        item["description"] = json!(render(d, "articles.description")?);
-                    }
-                    if let Some(p) = &a.picurl {
-                        item["picurl"] = json!(p);
-                    }
-                    items.push(item);
-                }
-                json!({"msgtype": "news", "news": {"articles": items}})
+                json!({"msgtype": "news", "news": {"articles": articles_json(ctx, articles)?}})
             }
             Message::File(path) | Message::Voice(path) => {
                 let kind = self.message.kind();
@@ -317,6 +305,22 @@ impl WecomAction {
             deliver::deliver_for(ctx, None, OnUncertain::Resend, build, classify_upload).await?;
         Ok(media_id)
     }
+}
+
+/// A news message's articles, rendered for this slot.
+fn articles_json(ctx: &SendContext<'_>, articles: &[Article]) -> Result<Vec<Value>, ActionError> {
+    let mut items = Vec::with_capacity(articles.len());
+    for a in articles {
+        let mut item = json!({"title": ctx.render(&a.title, "articles.title")?, "url": a.url});
+        if let Some(d) = &a.description {
+            item["description"] = json!(ctx.render(d, "articles.description")?);
+        }
+        if let Some(p) = &a.picurl {
+            item["picurl"] = json!(p);
+        }
+        items.push(item);
+    }
+    Ok(items)
 }
 
 /// `…/cgi-bin/webhook/upload_media?key=KEY&type=file` from `…/cgi-bin/webhook/send?key=KEY`.

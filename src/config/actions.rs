@@ -178,44 +178,54 @@ pub(super) fn read_file_fields(
         .collect();
     let mut ok = true;
     for key in file_keys {
-        let name = key.trim_end_matches("_file").to_owned();
-        let field = format!("action.{key}");
-        let Some(Value::String(path)) = table.remove(&key) else {
-            loader.errors.push(ConfigError::field(
-                section.clone(),
-                field,
-                "must be a file path",
-            ));
-            ok = false;
-            continue;
-        };
-        if table.contains_key(&name) {
-            loader.errors.push(ConfigError::field(
-                section.clone(),
-                field,
-                format!("give {name} or {key}, not both"),
-            ));
-            ok = false;
-            continue;
-        }
-        let full = config_dir.join(&path);
-        match std::fs::read_to_string(&full) {
-            Ok(text) => {
-                let text = text.trim_end_matches(['\n', '\r']).to_owned();
-                if SECRET_FILE_FIELDS.contains(&name.as_str()) {
-                    loader.scrubber.add(&text);
-                }
-                table.insert(name, Value::String(text));
-            }
-            Err(e) => {
-                loader.errors.push(ConfigError::field(
-                    section.clone(),
-                    field,
-                    format!("{}: {}", full.display(), super::read_error(&e)),
-                ));
-                ok = false;
-            }
-        }
+        ok &= read_file_field(loader, table, &key, section, config_dir);
     }
     ok.then_some(())
+}
+
+/// One `NAME_file` of [`read_file_fields`]; false when it is in error (recorded).
+fn read_file_field(
+    loader: &mut Loader<'_>,
+    table: &mut toml::Table,
+    key: &str,
+    section: &Section,
+    config_dir: &Path,
+) -> bool {
+    let name = key.trim_end_matches("_file").to_owned();
+    let field = format!("action.{key}");
+    let Some(Value::String(path)) = table.remove(key) else {
+        loader.errors.push(ConfigError::field(
+            section.clone(),
+            field,
+            "must be a file path",
+        ));
+        return false;
+    };
+    if table.contains_key(&name) {
+        loader.errors.push(ConfigError::field(
+            section.clone(),
+            field,
+            format!("give {name} or {key}, not both"),
+        ));
+        return false;
+    }
+    let full = config_dir.join(&path);
+    match std::fs::read_to_string(&full) {
+        Ok(text) => {
+            let text = text.trim_end_matches(['\n', '\r']).to_owned();
+            if SECRET_FILE_FIELDS.contains(&name.as_str()) {
+                loader.scrubber.add(&text);
+            }
+            table.insert(name, Value::String(text));
+            true
+        }
+        Err(e) => {
+            loader.errors.push(ConfigError::field(
+                section.clone(),
+                field,
+                format!("{}: {}", full.display(), super::read_error(&e)),
+            ));
+            false
+        }
+    }
 }
