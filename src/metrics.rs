@@ -36,18 +36,25 @@ pub const RACE_OUTCOMES: [&str; 5] = ["won", "lost", "unavailable", "skipped", "
 pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by job and outcome.
 pub struct OutcomeLabels {
+    /// The job (`slotcron_job`: Prometheus' `job` is the scrape job).
     pub slotcron_job: String,
+    /// The outcome.
     pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by job.
 pub struct JobLabels {
+    /// The job (`slotcron_job`: Prometheus' `job` is the scrape job).
     pub slotcron_job: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by node.
 pub struct NodeLabels {
+    /// The node, as `host:port`.
     pub node: String,
 }
 
@@ -126,6 +133,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A fresh registry with every series.
     pub fn new() -> Self {
         let metrics = Metrics {
             races: Family::default(),
@@ -356,10 +364,12 @@ impl Metrics {
         last.get_or_create(&job(job_name)).set(unix_now());
     }
 
+    /// Records one lock decision's latency.
     pub fn lock_latency(&self, d: Duration) {
         self.lock_seconds.observe(d.as_secs_f64());
     }
 
+    /// Records how long `job_name`'s action took.
     pub fn action_duration(&self, job_name: &str, d: Duration) {
         self.action_seconds
             .get_or_create(&job(job_name))
@@ -389,6 +399,7 @@ impl Metrics {
         }
     }
 
+    /// Records whether `node` answers.
     pub fn node_up(&self, node: &str, up: bool) {
         self.node_up
             .get_or_create(&NodeLabels {
@@ -397,6 +408,7 @@ impl Metrics {
             .set(i64::from(up));
     }
 
+    /// Records a wait for `job_name`'s rate budget.
     pub fn budget_wait(&self, job_name: &str, waited: Duration) {
         let labels = job(job_name);
         self.budget_waits.get_or_create(&labels).inc();

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
     #[default]
+    /// Human-readable lines.
     Text,
+    /// One JSON object a line, for log collectors.
     Json,
 }
 

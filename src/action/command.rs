@@ -18,12 +18,14 @@ use serde_json::json;
 pub const OUTPUT_LIMIT: usize = 4096;
 
 #[derive(Debug)]
+/// A checked `command` action: the argv run per slot.
 pub struct CommandAction {
     /// The argv; with `shell = true` it is `["sh", "-c", script]`. Strings may be templates.
     pub argv: Value,
 }
 
 impl CommandAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let argv = ctx.render_json(&self.argv, "argv")?;
         let argv: Vec<String> = serde_json::from_value(argv).unwrap_or_default();
@@ -149,9 +151,9 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCommand {
-    pub argv: Option<Vec<String>>,
-    pub shell: Option<String>,
+pub(crate) struct RawCommand {
+    pub(crate) argv: Option<Vec<String>>,
+    pub(crate) shell: Option<String>,
 }
 
 /// Checks a `type = "command"` action table; errors go to `check`.

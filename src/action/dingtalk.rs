@@ -19,9 +19,13 @@ const ERRCODE_RATE_LIMIT: i64 = 130101;
 /// strings with template syntax are rendered per slot.
 #[derive(Debug)]
 pub struct DingTalkAction {
+    /// The robot's webhook URL; its `access_token` is a secret.
     pub webhook: SecretUrl,
+    /// The signing secret ("加签"), when the robot has one.
     pub secret: Option<Secret>,
+    /// The JSON body with `msgtype` and its object.
     pub message: Value,
+    /// The robot's rate limit, shared by the fleet (20 a minute unless `rate` says otherwise).
     pub budget: Budget,
 }
 
@@ -43,6 +47,7 @@ pub fn signed_url(webhook: &Url, secret: &str, timestamp_ms: i64) -> Url {
 }
 
 impl DingTalkAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = ctx.render_json(&self.message, "message")?;
         // Signed per attempt: DingTalk refuses a timestamp more than an hour old.
@@ -68,6 +73,7 @@ struct RobotAnswer {
     errmsg: String,
 }
 
+/// Reads the robot's answer: the HTTP status, then `errcode` (130101 is retried).
 pub fn classify(answer: &Answer) -> Verdict {
     if let Some(failure) = deliver::status_failure(answer) {
         return failure;
@@ -95,26 +101,26 @@ const DEFAULT_RATE: &str = "20/min";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDingTalk {
-    pub webhook: String,
-    pub secret: Option<String>,
-    pub msgtype: RawDingTalkMsgType,
-    pub content: Option<String>,
-    pub title: Option<String>,
-    pub text: Option<String>,
-    pub message_url: Option<String>,
-    pub pic_url: Option<String>,
-    pub single_title: Option<String>,
-    pub single_url: Option<String>,
-    pub buttons: Option<Vec<RawButton>>,
-    pub at_mobiles: Option<Vec<String>>,
-    pub at_user_ids: Option<Vec<String>>,
-    pub at_all: Option<bool>,
-    pub rate: Option<String>,
+pub(crate) struct RawDingTalk {
+    pub(crate) webhook: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) msgtype: RawDingTalkMsgType,
+    pub(crate) content: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) text: Option<String>,
+    pub(crate) message_url: Option<String>,
+    pub(crate) pic_url: Option<String>,
+    pub(crate) single_title: Option<String>,
+    pub(crate) single_url: Option<String>,
+    pub(crate) buttons: Option<Vec<RawButton>>,
+    pub(crate) at_mobiles: Option<Vec<String>>,
+    pub(crate) at_user_ids: Option<Vec<String>>,
+    pub(crate) at_all: Option<bool>,
+    pub(crate) rate: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-pub enum RawDingTalkMsgType {
+pub(crate) enum RawDingTalkMsgType {
     #[serde(rename = "text")]
     Text,
     #[serde(rename = "markdown")]
@@ -127,9 +133,9 @@ pub enum RawDingTalkMsgType {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawButton {
-    pub title: String,
-    pub url: String,
+pub(crate) struct RawButton {
+    pub(crate) title: String,
+    pub(crate) url: String,
 }
 
 /// Checks a `type = "dingtalk"` action table; errors go to `check`.

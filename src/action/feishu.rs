@@ -14,9 +14,13 @@ use crate::secret::{Secret, SecretUrl};
 /// A checked Feishu action; `message` holds `msg_type` and `content` or `card`.
 #[derive(Debug)]
 pub struct FeishuAction {
+    /// The bot's webhook URL; its hook id is a secret.
     pub webhook: SecretUrl,
+    /// The signing secret, when the bot has one.
     pub secret: Option<Secret>,
+    /// The JSON body with `msg_type` and `content` or `card`.
     pub message: Value,
+    /// The bot's rate limit, shared by the fleet (100 a minute unless `rate` says otherwise).
     pub budget: Budget,
 }
 
@@ -26,6 +30,7 @@ pub fn sign(timestamp_s: i64, secret: &str) -> String {
 }
 
 impl FeishuAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = ctx.render_json(&self.message, "message")?;
         let build = || {
@@ -49,6 +54,7 @@ struct BotAnswer {
     msg: String,
 }
 
+/// Reads the bot's answer: the HTTP status, then `code`.
 pub fn classify(answer: &Answer) -> Verdict {
     if let Some(failure) = deliver::status_failure(answer) {
         return failure;
@@ -70,19 +76,19 @@ const DEFAULT_RATE: &str = "100/min";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawFeishu {
-    pub webhook: String,
-    pub secret: Option<String>,
-    pub msg_type: RawFeishuMsgType,
-    pub text: Option<String>,
-    pub post: Option<toml::Value>,
-    pub card: Option<toml::Value>,
-    pub rate: Option<String>,
+pub(crate) struct RawFeishu {
+    pub(crate) webhook: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) msg_type: RawFeishuMsgType,
+    pub(crate) text: Option<String>,
+    pub(crate) post: Option<toml::Value>,
+    pub(crate) card: Option<toml::Value>,
+    pub(crate) rate: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum RawFeishuMsgType {
+pub(crate) enum RawFeishuMsgType {
     Text,
     Post,
     Interactive,

@@ -13,10 +13,13 @@ use serde::Deserialize;
 /// A checked generic HTTP action.
 #[derive(Debug)]
 pub struct HttpAction {
+    /// Where the request goes; its query may hold a key, so it never prints.
     pub url: SecretUrl,
+    /// The request's method (default POST).
     pub method: Method,
     /// Header values may hold credentials (`Authorization`), so they never print.
     pub headers: Vec<(HeaderName, Secret)>,
+    /// The body template, rendered per slot.
     pub body: Option<Content>,
     /// `rate = "…"`: a fleet-wide budget for this URL; none by default.
     pub budget: Option<super::rate::Budget>,
@@ -30,6 +33,7 @@ pub struct HttpAction {
 }
 
 impl HttpAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = match &self.body {
             Some(content) => Some(ctx.render(content, "body")?),
@@ -105,23 +109,23 @@ fn json_pointer(dotted: &str) -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHttp {
-    pub url: String,
-    pub method: Option<String>,
+pub(crate) struct RawHttp {
+    pub(crate) url: String,
+    pub(crate) method: Option<String>,
     #[serde(default)]
-    pub headers: std::collections::BTreeMap<String, String>,
-    pub body: Option<String>,
-    pub rate: Option<String>,
-    pub success_status: Option<String>,
-    pub success_json: Option<RawSuccessJson>,
-    pub retry_uncertain: Option<bool>,
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    pub(crate) body: Option<String>,
+    pub(crate) rate: Option<String>,
+    pub(crate) success_status: Option<String>,
+    pub(crate) success_json: Option<RawSuccessJson>,
+    pub(crate) retry_uncertain: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSuccessJson {
-    pub field: String,
-    pub equals: toml::Value,
+pub(crate) struct RawSuccessJson {
+    pub(crate) field: String,
+    pub(crate) equals: toml::Value,
 }
 
 /// Checks a `type = "http"` action table; errors go to `check`.

@@ -7,11 +7,14 @@ use crate::config::ActionCheck;
 use serde::Deserialize;
 
 #[derive(Debug)]
+/// A checked `log` action.
 pub struct LogAction {
+    /// The message template, rendered per slot.
     pub content: Content,
 }
 
 impl LogAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let message = ctx.render(&self.content, "content")?;
         tracing::info!(
@@ -29,8 +32,8 @@ impl LogAction {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLog {
-    pub content: String,
+pub(crate) struct RawLog {
+    pub(crate) content: String,
 }
 
 /// Checks a `type = "log"` action table; errors go to `check`.

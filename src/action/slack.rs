@@ -12,14 +12,18 @@ use serde::Deserialize;
 use serde_json::json;
 
 #[derive(Debug)]
+/// A checked Slack action.
 pub struct SlackAction {
+    /// The incoming webhook URL; its path is a secret.
     pub webhook: SecretUrl,
     /// `{"text": …, "blocks": […]}`; strings with template syntax are rendered per slot.
     pub message: Value,
+    /// Slack's rate limit for webhooks, shared by the fleet (1 a second unless `rate` says otherwise).
     pub budget: Budget,
 }
 
 impl SlackAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = ctx.render_json(&self.message, "message")?;
         deliver::deliver(
@@ -33,6 +37,7 @@ impl SlackAction {
     }
 }
 
+/// Reads Slack's answer: 200 with `ok` is success; 429 is retried after `Retry-After`.
 pub fn classify(answer: &Answer) -> Verdict {
     if let Some(failure) = deliver::status_failure(answer) {
         return failure;
@@ -54,11 +59,11 @@ const DEFAULT_RATE: &str = "1/s";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSlack {
-    pub webhook: String,
-    pub text: Option<String>,
-    pub blocks: Option<toml::Value>,
-    pub rate: Option<String>,
+pub(crate) struct RawSlack {
+    pub(crate) webhook: String,
+    pub(crate) text: Option<String>,
+    pub(crate) blocks: Option<toml::Value>,
+    pub(crate) rate: Option<String>,
 }
 
 /// Checks a `type = "slack"` action table; errors go to `check`.

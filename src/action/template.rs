@@ -31,6 +31,7 @@ pub struct TemplateContext<'a> {
 }
 
 impl<'a> TemplateContext<'a> {
+    /// The context of one slot of `job` on `replica`.
     pub fn new(job: &'a str, slot: Slot, zone: Tz, replica: &'a str, fence: Fence) -> Self {
         TemplateContext {
             job,
@@ -61,7 +62,9 @@ impl<'a> TemplateContext<'a> {
 /// A text field that is either fixed at load or rendered per slot.
 #[derive(Debug, Clone)]
 pub enum Content {
+    /// Plain text, checked at load and sent as it is.
     Static(String),
+    /// A compiled template, rendered per slot.
     Template(TemplateRef),
 }
 

@@ -28,6 +28,7 @@ pub const MARKDOWN_LIMIT: usize = 4096;
 pub const IMAGE_LIMIT: usize = 2 * 1024 * 1024;
 /// Smallest and largest file the robot accepts for upload.
 pub const FILE_MIN: usize = 5;
+/// Largest file the robot accepts for upload.
 pub const FILE_LIMIT: usize = 20 * 1024 * 1024;
 /// Largest voice file (AMR).
 pub const VOICE_LIMIT: usize = 2 * 1024 * 1024;
@@ -40,36 +41,54 @@ const ERRCODE_BAD_KEY: i64 = 93000;
 /// An article of a `news` message.
 #[derive(Debug)]
 pub struct Article {
+    /// The title template.
     pub title: Content,
+    /// The description template, if any.
     pub description: Option<Content>,
+    /// Where the article links to.
     pub url: String,
+    /// The picture shown with it, if any.
     pub picurl: Option<String>,
 }
 
 /// Where an image comes from: a file next to jobs.toml or a URL fetched at send time.
 #[derive(Debug, Clone)]
 pub enum ImageSource {
+    /// A file next to jobs.toml, read at send time.
     Path(PathBuf),
+    /// A URL fetched at send time.
     Url(Url),
 }
 
 /// The message of a WeCom action, by `msgtype`.
 #[derive(Debug)]
 pub enum Message {
+    /// Plain text, with optional mentions.
     Text {
+        /// The text template.
         content: Content,
+        /// User ids to @-mention (`@all` for everyone).
         mentioned_list: Vec<String>,
+        /// Mobile numbers to @-mention.
         mentioned_mobile_list: Vec<String>,
     },
+    /// Markdown (the robot's subset).
     Markdown {
+        /// The markdown template.
         content: Content,
     },
+    /// `markdown_v2` (tables, lists, code).
     MarkdownV2 {
+        /// The markdown template.
         content: Content,
     },
+    /// An image, base64 with its MD5.
     Image(ImageSource),
+    /// News: 1 to 8 articles.
     News(Vec<Article>),
+    /// A file, uploaded then sent by `media_id`.
     File(PathBuf),
+    /// An AMR voice file, uploaded then sent by `media_id`.
     Voice(PathBuf),
     /// `card_type` is `text_notice` or `news_notice`; strings with template syntax are rendered.
     TemplateCard(Value),
@@ -100,13 +119,21 @@ impl Message {
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum MsgType {
+    /// `text`.
     Text,
+    /// `markdown`.
     Markdown,
+    /// `markdown_v2`.
     MarkdownV2,
+    /// `image`.
     Image,
+    /// `news`.
     News,
+    /// `file`.
     File,
+    /// `voice`.
     Voice,
+    /// `template_card`.
     TemplateCard,
 }
 
@@ -182,7 +209,9 @@ pub enum BadMedia {
 /// A checked WeCom robot action.
 #[derive(Debug)]
 pub struct WecomAction {
+    /// The robot's webhook URL; its `key` is a secret.
     pub webhook: SecretUrl,
+    /// The message, checked at load.
     pub message: Message,
     /// The robot's rate limit, shared by the fleet (20 a minute unless `rate` says otherwise).
     pub budget: Budget,
@@ -212,6 +241,7 @@ pub fn content_limit(msgtype: &str) -> usize {
 }
 
 impl WecomAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = self.payload(ctx).await?;
         let url = self.webhook.expose().clone();
@@ -458,27 +488,27 @@ const DEFAULT_RATE: &str = "20/min";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawWecom {
-    pub webhook: String,
-    pub msgtype: MsgType,
-    pub content: Option<String>,
-    pub mentioned_list: Option<Vec<String>>,
-    pub mentioned_mobile_list: Option<Vec<String>>,
-    pub image_path: Option<PathBuf>,
-    pub image_url: Option<String>,
-    pub articles: Option<Vec<RawArticle>>,
-    pub media_path: Option<PathBuf>,
-    pub template_card: Option<toml::Value>,
-    pub rate: Option<String>,
+pub(crate) struct RawWecom {
+    pub(crate) webhook: String,
+    pub(crate) msgtype: MsgType,
+    pub(crate) content: Option<String>,
+    pub(crate) mentioned_list: Option<Vec<String>>,
+    pub(crate) mentioned_mobile_list: Option<Vec<String>>,
+    pub(crate) image_path: Option<PathBuf>,
+    pub(crate) image_url: Option<String>,
+    pub(crate) articles: Option<Vec<RawArticle>>,
+    pub(crate) media_path: Option<PathBuf>,
+    pub(crate) template_card: Option<toml::Value>,
+    pub(crate) rate: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawArticle {
-    pub title: String,
-    pub description: Option<String>,
-    pub url: String,
-    pub picurl: Option<String>,
+pub(crate) struct RawArticle {
+    pub(crate) title: String,
+    pub(crate) description: Option<String>,
+    pub(crate) url: String,
+    pub(crate) picurl: Option<String>,
 }
 
 /// Checks a `type = "wecom"` action table; errors go to `check`.

@@ -32,14 +32,17 @@ pub struct Builtin {
 }
 
 impl Builtin {
+    /// The holidays, by date.
     pub fn days_off(&self) -> &BTreeMap<NaiveDate, Reason> {
         &self.days_off
     }
 
+    /// The make-up workdays (weekend days worked), by date.
     pub fn make_up(&self) -> &BTreeMap<NaiveDate, Reason> {
         &self.make_up
     }
 
+    /// The years the data covers.
     pub fn coverage(&self) -> &Coverage {
         &self.coverage
     }

@@ -11,8 +11,10 @@ use crate::config::{Config, Job};
 use crate::schedule::Slot;
 
 #[derive(Debug, Args)]
+/// `slotcron check`.
 pub struct CheckArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// How many upcoming slots to print per job.
     #[arg(long, default_value_t = 5)]

@@ -19,8 +19,10 @@ use crate::scheduler::Replica;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
+/// `slotcron pause`.
 pub struct PauseArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// The job to pause.
     pub job: String,
@@ -37,8 +39,10 @@ pub struct PauseArgs {
 }
 
 #[derive(Debug, Args)]
+/// `slotcron resume`.
 pub struct ResumeArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// The job to resume.
     pub job: String,

@@ -8,6 +8,7 @@ use clap::Args;
 use super::shared::EXIT_RUNTIME;
 
 #[derive(Debug, Args)]
+/// `slotcron completions`.
 pub struct CompletionsArgs {
     /// The shell to complete for.
     pub shell: clap_complete::Shell,

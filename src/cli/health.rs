@@ -7,8 +7,10 @@ use clap::Args;
 use super::shared::{load_or_exit, runtime, ConfigArg, EXIT_RUNTIME};
 
 #[derive(Debug, Args)]
+/// `slotcron health`.
 pub struct HealthArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
 }
 

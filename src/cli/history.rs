@@ -21,8 +21,10 @@ use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow, RowFate};
 use crate::schedule::Slot;
 
 #[derive(Debug, Args)]
+/// `slotcron history`.
 pub struct HistoryArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// Only this job.
     #[arg(long)]

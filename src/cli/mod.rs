@@ -32,6 +32,7 @@ pub use trigger::TriggerArgs;
     version,
     about = "Cron for fleets: every replica schedules, one wins each slot"
 )]
+/// The command line: global options and one command.
 pub struct Cli {
     /// Log format: text for people, json (one object a line) for containers.
     #[arg(
@@ -42,10 +43,12 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
     #[command(subcommand)]
+    /// What to do.
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
+/// The commands, each in its own file.
 pub enum Command {
     /// Run the schedule: race for every slot, run the slots this replica wins.
     Run(RunArgs),

@@ -13,8 +13,10 @@ use crate::scheduler;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
+/// `slotcron run`.
 pub struct RunArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]

@@ -16,8 +16,10 @@ use crate::scheduler::Replica;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
+/// `slotcron trigger`.
 pub struct TriggerArgs {
     #[command(flatten)]
+    /// Which jobs.toml to read.
     pub config: ConfigArg,
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]

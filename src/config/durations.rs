@@ -13,7 +13,9 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// The values a duration field accepts, both ends included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurationRange {
+    /// The smallest value accepted.
     pub min: Duration,
+    /// The largest value accepted.
     pub max: Duration,
 }
 
@@ -32,10 +34,12 @@ pub const CATCH_UP: DurationRange = DurationRange::new(SECOND, Duration::from_se
 pub const RATE_WINDOW: DurationRange = DurationRange::new(MS, DAY);
 
 impl DurationRange {
+    /// The range from `min` to `max`, both included.
     pub const fn new(min: Duration, max: Duration) -> Self {
         DurationRange { min, max }
     }
 
+    /// Whether `value` is inside.
     pub fn contains(&self, value: Duration) -> bool {
         (self.min..=self.max).contains(&value)
     }

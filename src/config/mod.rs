@@ -46,7 +46,9 @@ const MAX_JOB_NAME: usize = 100;
 /// A checked configuration.
 #[derive(Debug)]
 pub struct Config {
+    /// The file it was read from, for messages and reloads.
     pub path: PathBuf,
+    /// `[scheduler]`, with its defaults.
     pub scheduler: SchedulerConfig,
     /// `None`: standalone mode, an in-process lock.
     pub redis: Option<RedisConfig>,
@@ -58,6 +60,7 @@ pub struct Config {
     pub disabled: Vec<String>,
     /// `[alert.NAME]`: the actions that tell someone a slot failed or was missed.
     pub alerts: BTreeMap<String, Arc<Action>>,
+    /// Every template of every action, compiled once.
     pub templates: Arc<Templates>,
     /// Every secret value the config holds, for scrubbing free text before it is logged.
     pub scrubber: Arc<Scrubber>,
@@ -66,8 +69,11 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone)]
+/// `[scheduler]`: what every job shares.
 pub struct SchedulerConfig {
+    /// The zone of jobs without their own `timezone`.
     pub timezone: Tz,
+    /// Prefixed to every Redis key, so fleets can share nodes.
     pub key_prefix: String,
     /// How far replicas' clocks may disagree; slot keys outlive a slot by twice this.
     pub max_clock_skew: Duration,
@@ -88,15 +94,20 @@ pub enum ClockMode {
 }
 
 #[derive(Debug, Clone)]
+/// `[redis]`: the nodes the fleet races on.
 pub struct RedisConfig {
+    /// The nodes; a majority decides each slot.
     pub nodes: Vec<NodeUrl>,
+    /// The Redlock's timings.
     pub lock: LockConfig,
     /// PEM root certificates for `rediss://` nodes (`ca_file`); `None`: the system's roots.
     pub ca: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `[http]`: the status server.
 pub struct HttpConfig {
+    /// Where `/healthz`, `/readyz`, `/metrics` and the status page listen.
     pub listen: std::net::SocketAddr,
 }
 
@@ -126,25 +137,33 @@ pub const MAX_CATCH_UP_ALL: usize = 1000;
 /// Running slots missed while the whole fleet was down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CatchUp {
+    /// How far back a missed slot is still run.
     pub window: Duration,
+    /// Which of the missed slots run.
     pub policy: CatchUpPolicy,
 }
 
 /// A checked job.
 #[derive(Debug)]
 pub struct Job {
+    /// The job's unique name: its lock keys, history and metrics.
     pub name: String,
+    /// When it runs, in its zone.
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    /// What happens when a slot comes while the previous run goes on.
     pub overlap: Overlap,
+    /// Catch-up of slots missed while no replica ran, if enabled.
     pub catch_up: Option<CatchUp>,
+    /// What the winner does.
     pub action: Action,
     /// The `[alert.NAME]` told when a slot ends `failed` or is found `missed`.
     pub on_failure: Option<String>,
 }
 
 impl Job {
+    /// The job's zone.
     pub fn zone(&self) -> Tz {
         self.schedule.zone()
     }

@@ -93,6 +93,7 @@ impl NodeUrl {
         Ok(NodeUrl(url))
     }
 
+    /// The URL with its password, for the client only.
     pub fn expose(&self) -> &Url {
         &self.0
     }
@@ -103,6 +104,7 @@ impl NodeUrl {
         format!("{host}:{}", self.0.port().unwrap_or(6379))
     }
 
+    /// The password, so it is scrubbed from logs.
     pub fn password(&self) -> Option<&str> {
         self.0.password()
     }
@@ -123,7 +125,9 @@ impl fmt::Debug for NodeUrl {
 /// Why one node did not answer a request as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeError {
+    /// The node, as `host:port`.
     pub node: String,
+    /// What went wrong.
     pub kind: NodeErrorKind,
 }
 
@@ -139,6 +143,7 @@ impl NodeError {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// What went wrong with one request to a node.
 pub enum NodeErrorKind {
     /// No answer within the caller's wait (down, hung, or slow).
     Timeout(Duration),
@@ -187,8 +192,11 @@ impl fmt::Display for NodeError {
 /// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
 #[derive(Debug, Clone)]
 pub struct Claim {
+    /// The slot.
     pub key: SlotKey,
+    /// This replica's token.
     pub token: Token,
+    /// How long the lock holds.
     pub ttl: Duration,
 }
 
@@ -208,6 +216,7 @@ pub enum NodeReply {
     Acquired,
     /// Someone else holds the key.
     Held(Token),
+    /// The node failed to answer.
     Failed(NodeError),
 }
 
@@ -278,6 +287,7 @@ impl Node {
         })
     }
 
+    /// The node's `host:port`.
     pub fn address(&self) -> &str {
         &self.address
     }
@@ -415,7 +425,9 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
-    /// PING with the node timeout: used at start to open the connection and report the node.
+    /// PING with the node timeout. A test entry point (tests/test_redlock.rs opens a node's
+    /// connection with it); start-up uses [`Node::ping_within`]. Hidden from the docs.
+    #[doc(hidden)]
     pub async fn ping(&self) -> Result<(), NodeError> {
         let mut conn = self.conn.clone();
         self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))

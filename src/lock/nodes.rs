@@ -144,6 +144,7 @@ impl<T> Replies<T> {
         self.values().filter(|v| pred(v)).count()
     }
 
+    /// Each node's answer, in pool order (`None`: not waited for).
     pub fn into_answers(self) -> Vec<Option<Result<T, NodeError>>> {
         self.answers
     }
@@ -199,10 +200,12 @@ impl Nodes {
         })
     }
 
+    /// How many nodes.
     pub fn len(&self) -> usize {
         self.members.len()
     }
 
+    /// Whether the pool has no node.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }

@@ -218,6 +218,7 @@ impl Redlock {
         }
     }
 
+    /// How many nodes the lock spans.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
