@@ -3,23 +3,18 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::fleet::{parse, Fleet, FleetToml};
 use common::{write_config, Receiver, RedisCluster, Replica};
-use slotcron::config::{self, Config};
 use slotcron::schedule::{SharedClock, SkewedClock, SystemClock, TokioClock};
 use slotcron::scheduler::{self, Replica as SlotcronReplica};
 use tokio_util::sync::CancellationToken;
-
-fn parse(text: &str) -> Config {
-    let env: HashMap<String, String> = HashMap::new();
-    config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
 /// of `job` and `outcome` in a metrics exposition.
@@ -72,52 +67,18 @@ async fn no_drift_a_simulated_day_of_a_job_every_second_gives_86400_slots() {
     assert_eq!(slots_counted(&text, "tick", "skipped"), 0);
 }
 
+/// The time tests' fleet: job `skew` every second with `clock`, 10 s allowed skew. Skewed
+/// replicas run different slots at the same real instant; these tests are about the slot lock
+/// alone, not the job's running lease, so runs may overlap.
 fn fleet_config(nodes: &[String], receiver: &str, prefix: &str, clock: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "10s"
-        clock = "{clock}"
-        [redis]
-        nodes = [{nodes}]
-        [[job]]
-        name = "skew"
-        schedule = "* * * * * *"
-        timeout = "2s"
-        # Skewed replicas run different slots at the same real instant; this test is about the
-        # slot lock alone, not the job's running lease.
-        overlap = "allow"
-        [job.action]
-        type = "http"
-        url = "{receiver}/hook"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-/// Runs in-process replicas, one per clock, for `seconds`.
-async fn run_in_process(config_text: &str, clocks: Vec<(&str, SharedClock)>, seconds: u64) {
-    let shutdown = CancellationToken::new();
-    let mut runs = Vec::new();
-    for (name, clock) in clocks {
-        let config = parse(config_text);
-        let replica = SlotcronReplica::connect(&config, name.to_owned(), clock)
-            .await
-            .unwrap();
-        runs.push(tokio::spawn(scheduler::run_replica(
-            replica,
-            config,
-            shutdown.clone(),
-            None,
-        )));
+    FleetToml {
+        job: "skew",
+        scheduler: &format!("max_clock_skew = \"10s\"\nclock = \"{clock}\""),
+        redis: "",
+        job_extra: "overlap = \"allow\"",
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    shutdown.cancel();
-    for run in runs {
-        run.await.unwrap().unwrap();
-    }
+    .render()
 }
 
 /// Watches `receiver` for `seconds`, stamping each new request with its arrival: returns each
@@ -158,7 +119,7 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
         ("leading", skewed(8)),
     ];
     // 12 s: the lagging replica races slots the leading one won 16 s earlier.
-    run_in_process(&text, clocks, 12).await;
+    Fleet::run_for(&text, clocks, 12).await;
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 8, "too few slots ran: {counts:?}");
     let duplicated: BTreeMap<_, _> = counts.iter().filter(|(_, n)| **n > 1).collect();
@@ -182,7 +143,7 @@ async fn a_fast_replica_never_fires_early_with_either_clock() {
         let prefix = format!("fast-{clock}");
         let text = fleet_config(&cluster.urls(), &receiver.uri(), &prefix, clock);
         let (_, arrivals) = tokio::join!(
-            run_in_process(&text, vec![("fast", fast())], seconds),
+            Fleet::run_for(&text, vec![("fast", fast())], seconds),
             stamp_arrivals(&receiver, seconds)
         );
         assert!(arrivals.len() >= 2, "clock = {clock}: {arrivals:?}");
