@@ -230,20 +230,32 @@ fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
         .map(|i| (format!("r{i}"), spawn(&format!("r{i}"))))
         .collect();
     receiver.wait_for(1, Duration::from_secs(10));
+    let mut killed = Vec::new();
     for round in 0..3 {
-        // Kill whichever replica sent the latest request, while its action is in flight.
+        // Kill whichever running replica sent the latest request, while its action is in
+        // flight; wait for one if the latest came from a replica killed already.
         std::thread::sleep(Duration::from_millis(1200));
-        let last = receiver.received().last().cloned();
-        let sender = last
-            .as_ref()
-            .and_then(|r| r.headers.get("x-slotcron-replica"))
-            .map(|v| v.to_str().unwrap().to_owned());
-        if let Some(pos) = sender.and_then(|s| replicas.iter().position(|(id, _)| *id == s)) {
-            replicas[pos].1.kill();
-            let id = format!("r{pos}-{round}");
-            replicas[pos] = (id.clone(), spawn(&id));
-        }
+        let pos = wait_until(Duration::from_secs(10), || {
+            let last = receiver.received().last().cloned()?;
+            let sender = last
+                .headers
+                .get("x-slotcron-replica")?
+                .to_str()
+                .ok()?
+                .to_owned();
+            replicas.iter().position(|(id, _)| *id == sender)
+        })
+        .unwrap_or_else(|| panic!("round {round}: no running replica sent a request to kill"));
+        replicas[pos].1.kill();
+        killed.push(replicas[pos].0.clone());
+        let id = format!("r{pos}-{round}");
+        replicas[pos] = (id.clone(), spawn(&id));
     }
+    assert_eq!(
+        killed.len(),
+        3,
+        "a winner killed in every round: {killed:?}"
+    );
     // A killed winner's running lease (overlap = "skip") expires within its TTL; then slots run again.
     let before = receiver.count();
     let resumed = wait_until(Duration::from_secs(12), || {

@@ -118,12 +118,42 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
         ("on-time", Arc::new(SystemClock) as SharedClock),
         ("leading", skewed(8)),
     ];
-    // 12 s: the lagging replica races slots the leading one won 16 s earlier.
-    Fleet::run_for(&text, clocks, 12).await;
+    // The lagging replica races slot S at S + 8 s, after the others ran it. (A leading replica
+    // does not win S at S - 8 s: the race holds a slot until its instant on the fleet clock, so
+    // it races with the on-time one.) In 20 s the lagging one reaches a dozen slots others ran.
+    let fleet = Fleet::start(&text, clocks).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // The lagging clock's reading as the fleet stops, less 1 s for a race under way.
+    let reached = Utc::now() - chrono::Duration::seconds(8 + 1);
+    fleet.stop().await;
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 8, "too few slots ran: {counts:?}");
     let duplicated: BTreeMap<_, _> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(duplicated.is_empty(), "slots run twice: {duplicated:?}");
+    // Every slot another replica ran up to the lagging clock's reading was raced by both.
+    let contested: Vec<(String, DateTime<Utc>)> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let slot = header(r, "x-slotcron-slot").parse().unwrap();
+            (header(r, "x-slotcron-replica"), slot)
+        })
+        .filter(|(winner, slot)| winner != "lagging" && *slot <= reached)
+        .collect();
+    assert!(
+        contested.len() >= 5,
+        "the lagging replica reached too few slots the others ran: {contested:?} (reached {reached})"
+    );
+}
+
+/// A request's header as text (empty when absent).
+fn header(request: &wiremock::Request, name: &str) -> String {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
