@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
+//!   Each action's table is handed to that action's own parser.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
 //! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
 //! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
@@ -20,7 +21,9 @@
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
-//! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
+//! - [`action`]: what a winner does, one file per action (WeCom, DingTalk, Feishu, Slack, HTTP,
+//!   command, log), each parsing and checking its own `[job.action]` table; delivery, retries,
+//!   the fleet-wide rate budget and templates.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.

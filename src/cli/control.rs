@@ -1,21 +1,18 @@
 //! `slotcron pause` and `resume`: fleet-wide, kept on the Redis nodes.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use chrono::Utc;
 use clap::Args;
 
 use super::shared::{
     connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
-    ConfigArg, Offset, EXIT_CONFIG, EXIT_RUNTIME, EXIT_UNAVAILABLE,
+    ConfigArg, Offset, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
-use super::trigger::report_trigger;
+use super::trigger::race_once;
 use crate::config::Config;
 use crate::control::{Control, Pause};
 use crate::race::RaceKind;
-use crate::schedule::SystemClock;
-use crate::scheduler::Replica;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
@@ -146,18 +143,15 @@ fn catch_up_pause(
         println!("{}: no slot fell inside the pause", job.name);
         return ExitCode::SUCCESS;
     };
-    let result = runtime.block_on(async {
-        let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
-        let ctx = replica.context(config);
-        anyhow::Ok(ctx.race(&job, slot, RaceKind::CatchUp).await)
-    });
-    match result {
-        Ok(result) => report_trigger(&job.name, &result),
-        Err(e) => {
-            eprintln!("slotcron: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
-        }
-    }
+    let replica = default_replica_id();
+    race_once(
+        runtime,
+        config,
+        replica,
+        &job,
+        Some(slot),
+        RaceKind::CatchUp,
+    )
 }
 
 /// The configuration, the fleet's control and a runtime, for a job the file schedules.

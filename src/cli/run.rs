@@ -26,6 +26,7 @@ pub struct RunArgs {
     pub no_watch: bool,
 }
 
+/// `slotcron run`: the schedule on this replica until SIGTERM or SIGINT; exit 1 on an error.
 pub(super) fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     telemetry::init(format);
     let config = match load_or_exit(&args.config.config) {

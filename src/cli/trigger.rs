@@ -10,6 +10,7 @@ use super::shared::{
     default_replica_id, load_or_exit, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
     EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
 };
+use crate::config::{Config, Job};
 use crate::race::{RaceKind, SlotResult};
 use crate::schedule::{Slot, SystemClock};
 use crate::scheduler::Replica;
@@ -49,12 +50,24 @@ pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    race_once(&runtime, &config, replica, &job, None, RaceKind::Manual)
+}
+
+/// Races `job` once, through the same race as scheduled slots, as `kind`, at `slot` (`None`:
+/// the fleet's current second, so the guard at the race never finds it ahead); reports it.
+pub(super) fn race_once(
+    runtime: &tokio::runtime::Runtime,
+    config: &Config,
+    replica: String,
+    job: &Arc<Job>,
+    slot: Option<Slot>,
+    kind: RaceKind,
+) -> ExitCode {
     let result = runtime.block_on(async {
-        let replica = Replica::connect(&config, replica, Arc::new(SystemClock)).await?;
-        let ctx = replica.context(&config);
-        // The fleet's current second, so the guard at the race never finds it ahead.
-        let slot = Slot::at(ctx.clock.fleet_now());
-        anyhow::Ok(ctx.race(&job, slot, RaceKind::Manual).await)
+        let replica = Replica::connect(config, replica, Arc::new(SystemClock)).await?;
+        let ctx = replica.context(config);
+        let slot = slot.unwrap_or_else(|| Slot::at(ctx.clock.fleet_now()));
+        anyhow::Ok(ctx.race(job, slot, kind).await)
     });
     match result {
         Ok(result) => report_trigger(&job.name, &result),
