@@ -221,31 +221,34 @@ async fn proxy_main(
             ProxyEvent::Accepted(Err(_)) => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            ProxyEvent::Accepted(Ok(client)) => {
-                let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
-                shared.total.fetch_add(1, Ordering::SeqCst);
-                // Register and subscribe under the live lock, so drop_all
-                // either sees this id or this connection sees its bump.
-                let mut gen_rx = {
-                    let mut live = lock(&shared.live);
-                    live.insert(id);
-                    shared.generation.subscribe()
-                };
-                let guard = ConnGuard {
-                    id,
-                    shared: shared.clone(),
-                };
-                let conn_shared = shared.clone();
-                tokio::spawn(async move {
-                    let _guard = guard;
-                    tokio::select! {
-                        _ = proxy_conn(client, conn_shared) => {}
-                        _ = gen_rx.changed() => {}
-                    }
-                });
-            }
+            ProxyEvent::Accepted(Ok(client)) => serve(client, &shared),
         }
     }
+}
+
+/// Forwards one accepted connection on its own task until it ends or `drop_all` cuts it.
+fn serve(client: tokio::net::TcpStream, shared: &Arc<ProxyShared>) {
+    let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+    shared.total.fetch_add(1, Ordering::SeqCst);
+    // Register and subscribe under the live lock, so drop_all
+    // either sees this id or this connection sees its bump.
+    let mut gen_rx = {
+        let mut live = lock(&shared.live);
+        live.insert(id);
+        shared.generation.subscribe()
+    };
+    let guard = ConnGuard {
+        id,
+        shared: shared.clone(),
+    };
+    let conn_shared = shared.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        tokio::select! {
+            _ = proxy_conn(client, conn_shared) => {}
+            _ = gen_rx.changed() => {}
+        }
+    });
 }
 
 async fn rebind(port: u16) -> Result<tokio::net::TcpListener, String> {

@@ -259,17 +259,28 @@ fn spawn_redis(
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2));
-    let mut child = cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         StartError::Other(format!(
             "spawn {}: {e} (is redis-server installed? see scripts/test.sh)",
             redis_server_bin()
         ))
     })?;
+    wait_for_ping(child, port, &log_path, log_len_before)
+}
+
+/// Waits until the fresh redis-server on `port` answers PING; its log (from `log_len_before`)
+/// says why when it exits first (an address in use is told apart, to retry on another port).
+fn wait_for_ping(
+    mut child: Child,
+    port: u16,
+    log_path: &Path,
+    log_len_before: u64,
+) -> Result<Child, StartError> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + REDIS_START_DEADLINE;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            let text = std::fs::read(&log_path).unwrap_or_default();
+            let text = std::fs::read(log_path).unwrap_or_default();
             let text = String::from_utf8_lossy(&text[(log_len_before as usize).min(text.len())..])
                 .into_owned();
             if text.contains("Address already in use") {
@@ -286,7 +297,7 @@ fn spawn_redis(
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let text = std::fs::read_to_string(log_path).unwrap_or_default();
             return Err(StartError::Other(format!(
                 "redis-server on port {port} did not answer PING within {:?}; log:\n{}",
                 REDIS_START_DEADLINE,
