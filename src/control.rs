@@ -30,9 +30,13 @@ const PAUSE_LOG_CAP: usize = 1000;
 /// A job's pause: who paused it, when, until when (`None`: until resumed) and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pause {
+    /// Who paused (`$USER@hostname` unless `--by`).
     pub by: String,
+    /// When.
     pub at: DateTime<Utc>,
+    /// When the pause ends by itself, if it does.
     pub until: Option<DateTime<Utc>>,
+    /// Why, shown in logs, the status page and the ledger.
     pub reason: Option<String>,
 }
 
@@ -47,25 +51,39 @@ impl Pause {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PauseEvent {
+    /// A job was paused.
     Paused(Pause),
-    Resumed { by: String, at: DateTime<Utc> },
+    /// A job was resumed.
+    Resumed {
+        /// Who resumed it.
+        by: String,
+        /// When.
+        at: DateTime<Utc>,
+    },
 }
 
 /// A pause or resume reached fewer than a majority of the nodes.
 #[derive(Debug, thiserror::Error)]
 #[error("{acked} of {nodes} Redis node(s) took the change, {needed} needed: {errors}")]
 pub struct NoMajority {
+    /// Nodes that took the change.
     pub acked: usize,
+    /// Nodes in the pool.
     pub nodes: usize,
+    /// A majority.
     pub needed: usize,
+    /// The failing nodes' errors.
     pub errors: String,
 }
 
 /// The pause state a replica honours, and where it is changed.
 #[derive(Debug, Clone)]
 pub enum Control {
+    /// Kept on the Redis nodes, so the whole fleet honours it.
     Redis {
+        /// The pool the pauses are kept on.
         nodes: Arc<Nodes>,
+        /// The configuration's `key_prefix`.
         prefix: String,
         /// The pauses as last read, by job: the scheduler asks this before each slot.
         known: Arc<RwLock<HashMap<String, Pause>>>,
@@ -75,6 +93,7 @@ pub enum Control {
 }
 
 impl Control {
+    /// The fleet's control on `nodes`, under `prefix`.
     pub fn redis(nodes: Arc<Nodes>, prefix: &str) -> Self {
         Control::Redis {
             nodes,

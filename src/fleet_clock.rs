@@ -77,6 +77,7 @@ impl Clock for FleetClock {
 }
 
 impl FleetClock {
+    /// A fleet clock over `local`; `apply` says whether scheduling follows the nodes' time.
     pub fn new(local: SharedClock, apply: bool) -> Arc<Self> {
         let base = Instant::now();
         let wall = local.now().timestamp_micros();

@@ -29,6 +29,7 @@ const SEEN_CAP: usize = 4096;
 /// `previous_winner` could not deliver it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandoffRequest {
+    /// The job whose slot is offered.
     pub job: String,
     /// The slot, epoch milliseconds (as in the slot key).
     pub slot_ms: i64,
@@ -44,6 +45,7 @@ pub struct HandoffRequest {
 }
 
 impl HandoffRequest {
+    /// The slot offered, if the message holds a valid one.
     pub fn slot(&self) -> Option<Slot> {
         chrono::DateTime::from_timestamp_millis(self.slot_ms).map(Slot::at)
     }
@@ -62,15 +64,19 @@ impl HandoffRequest {
 /// Where offers are made: the Redis nodes, or nowhere in standalone mode (one replica).
 #[derive(Debug, Clone)]
 pub enum Handoffs {
+    /// Offers go out over the nodes' pub/sub.
     Redis {
+        /// The pool to publish on.
         nodes: Arc<Nodes>,
         /// `{key_prefix}:handoff`.
         channel: String,
     },
+    /// Standalone: no one to hand off to.
     Off,
 }
 
 impl Handoffs {
+    /// Offers over `nodes`, on `{prefix}:handoff`.
     pub fn redis(nodes: Arc<Nodes>, prefix: &str) -> Self {
         Handoffs::Redis {
             nodes,

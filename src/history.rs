@@ -39,6 +39,7 @@ impl DeliveryState {
         }
     }
 
+    /// Reads the state's stored name.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "not_delivered" => Some(DeliveryState::NotDelivered),
@@ -54,7 +55,9 @@ impl DeliveryState {
 pub enum RunState {
     /// Won and started; no end recorded (still running, or the winner died).
     Running,
+    /// The run ended in success.
     Done,
+    /// The run ended in failure.
     Failed,
     /// Nothing left the winner: it offered the slot to the fleet (see `handoff`).
     HandedOff,
@@ -63,6 +66,7 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// The state's stored name.
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Running => "running",
@@ -94,14 +98,22 @@ impl fmt::Display for RunState {
 /// One run of one slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunRecord {
+    /// The job run.
     pub job: String,
     #[serde(serialize_with = "serialize_slot")]
+    /// The slot run.
     pub slot: Slot,
+    /// The replica that won and ran it.
     pub replica: String,
+    /// When the run started.
     pub started: DateTime<Utc>,
+    /// When it ended (`None` while it runs).
     pub finished: Option<DateTime<Utc>>,
+    /// How it ended.
     pub outcome: RunState,
+    /// Why it failed, if it did.
     pub error: Option<String>,
+    /// Attempts the action made.
     pub attempts: u32,
     /// What started the run: `schedule`, `catch_up`, `trigger` or `handoff`.
     pub trigger: String,
@@ -134,6 +146,7 @@ fn serialize_slot<S: serde::Serializer>(slot: &Slot, s: S) -> Result<S::Ok, S::E
 }
 
 impl RunRecord {
+    /// How long the run took, once it ended.
     pub fn duration(&self) -> Option<Duration> {
         self.finished.and_then(|f| (f - self.started).to_std().ok())
     }
@@ -203,7 +216,14 @@ impl RunRecord {
 /// Where runs are recorded.
 #[derive(Debug, Clone)]
 pub enum History {
-    Redis { nodes: Arc<Nodes>, prefix: String },
+    /// A capped stream per job on every node, merged at read.
+    Redis {
+        /// The pool the streams are kept on.
+        nodes: Arc<Nodes>,
+        /// The configuration's `key_prefix`.
+        prefix: String,
+    },
+    /// Kept in this process (standalone mode).
     Local(Arc<Mutex<VecDeque<RunRecord>>>),
 }
 
@@ -216,6 +236,7 @@ pub struct HistoryUnavailable(
 );
 
 impl History {
+    /// A history in this process.
     pub fn local() -> Self {
         History::Local(Arc::new(Mutex::new(VecDeque::new())))
     }

@@ -44,7 +44,9 @@ impl Fate {
 /// One line of the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The scheduled slot.
     pub slot: Slot,
+    /// What became of it.
     pub fate: Fate,
 }
 
@@ -87,8 +89,11 @@ pub fn ledger(
 #[derive(Debug, Serialize)]
 pub struct Row<'a> {
     #[serde(flatten)]
+    /// The run or the slot's fate.
     pub fate: RowFate<'a>,
+    /// The slot in the job's zone.
     pub slot_local: String,
+    /// How long the run took, if there was one.
     pub duration_ms: Option<u128>,
 }
 
@@ -96,10 +101,15 @@ pub struct Row<'a> {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum RowFate<'a> {
+    /// A slot that ran: its record.
     Run(&'a RunRecord),
+    /// A slot that did not run.
     NoRun {
+        /// The job.
         job: &'a str,
+        /// The slot in UTC.
         slot: String,
+        /// Its fate (`paused`, `pending`, `missed`).
         outcome: &'static str,
     },
 }

@@ -2,32 +2,43 @@
 //! race for a Redlock keyed by job and slot; only the winner runs the job.
 //!
 //! # Layout
-//! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
-//! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
-//! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
-//! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
-//!   steps of the wall clock seen and reported.
-//! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
-//!   Redlock over it, and the standalone in-process lock.
+//! One slot's life reads down this list; a module imports only modules below it.
+//! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
+//!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
+//! - [`replica`]: start-up and lifetime: connect the node pool, measure the fleet clock, join
+//!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
+//!   schedule per configuration (reloads), shut down.
+//! - [`scheduler`]: the timeline that sleeps until the next due instant and hands the due jobs
+//!   to the race, one batch per candidate rank.
+//! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
-//!   handing the slot off when nothing left this replica.
+//!   handing the slot off when nothing left this replica; record; one log line per step.
 //! - [`membership`]: the fleet's live replicas (heartbeats) and each slot's candidates.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
-//! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
+//! - [`status`]: `/healthz`, `/readyz`, `/metrics` and the status page (overview, charts,
+//!   outcome strips, the fleet), from a snapshot of sources it owns.
 //! - [`ledger`]: every scheduled slot of a period and its fate, missed ones included.
-//! - [`scheduler`]: the timeline that sleeps until the next due instant; shutdown and tasks.
-//! - [`liveness`]: the timeline's watchdog behind `/healthz`.
+//! - [`action`]: what a winner does, one file per action (WeCom, DingTalk, Feishu, Slack, HTTP,
+//!   command, log), each parsing and checking its own `[job.action]` table; delivery, retries,
+//!   the fleet-wide rate budget and templates.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
-//! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
-//! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
+//! - [`liveness`]: the timeline's watchdog behind `/healthz`.
+//! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
+//! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
+//!   Redlock over it, and the standalone in-process lock.
+//! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
+//!   steps of the wall clock seen and reported.
+//! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
+//!   Each action's table is handed to that action's own parser.
+//! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
+//! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
+//! - [`metrics`]: Prometheus metrics.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
-//! - [`telemetry`]: log format and filter.
-//! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
-//! - [`watch`]: reload when the configuration file changes (a ConfigMap's symlink swap too).
-//! - [`probe`]: `slotcron health`, the image's HEALTHCHECK of `/healthz`.
-//! - [`cli`]: `slotcron run` and `slotcron check`; [`manual`]: `trigger` and `history`.
+//! - [`telemetry`]: log format and filter; [`tls`]: the crypto provider shared by the HTTP and
+//!   Redis clients; [`watch`]: reload when the configuration file changes; [`probe`]:
+//!   `slotcron health`, the image's HEALTHCHECK of `/healthz`.
 
 pub mod action;
 pub mod calendar;
@@ -41,7 +52,6 @@ pub mod history;
 pub mod ledger;
 pub mod liveness;
 pub mod lock;
-pub mod manual;
 pub mod membership;
 pub mod metrics;
 pub mod probe;

@@ -35,16 +35,25 @@ struct State {
 pub enum Health {
     /// Sleeping towards a slot due in `due_in` (zero if due already, within the grace).
     Waiting {
+        /// Until the slot is due.
         due_in: Duration,
+        /// Since the timeline last woke, if it has.
         last_wake: Option<Duration>,
     },
     /// No timeline deadline: between a wake and the next sleep, or no job has a further slot.
-    Idle { last_wake: Option<Duration> },
+    Idle {
+        /// Since the timeline last woke, if it has.
+        last_wake: Option<Duration>,
+    },
     /// The timeline should have woken `late` ago (more than [`WAKE_GRACE`]) and has not.
-    Overdue { late: Duration },
+    Overdue {
+        /// How long overdue.
+        late: Duration,
+    },
 }
 
 impl Health {
+    /// Whether `/healthz` answers 200.
     pub fn is_live(&self) -> bool {
         !matches!(self, Health::Overdue { .. })
     }

@@ -37,18 +37,25 @@ pub const RACE_OUTCOMES: [&str; 6] = ["won", "lost", "unavailable", "skipped", "
 pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by job and outcome.
 pub struct OutcomeLabels {
+    /// The job (`slotcron_job`: Prometheus' `job` is the scrape job).
     pub slotcron_job: String,
+    /// The outcome.
     pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by job.
 pub struct JobLabels {
+    /// The job (`slotcron_job`: Prometheus' `job` is the scrape job).
     pub slotcron_job: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of a series by node.
 pub struct NodeLabels {
+    /// The node, as `host:port`.
     pub node: String,
 }
 
@@ -129,6 +136,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A fresh registry with every series.
     pub fn new() -> Self {
         let metrics = Metrics {
             races: Family::default(),
@@ -171,8 +179,14 @@ impl Metrics {
         self.register_replica_series(r);
     }
 
-    /// The series labelled by job.
+    /// The series labelled by job: its runs, then its state.
     fn register_job_series(&self, r: &mut Registry) {
+        self.register_run_series(r);
+        self.register_job_state_series(r);
+    }
+
+    /// A job's races and runs: outcomes, durations, lateness, last success and failure.
+    fn register_run_series(&self, r: &mut Registry) {
         r.register(
             "races",
             "Slots raced by this replica, by job and outcome (won, lost, unavailable; skipped: too late to race)",
@@ -203,6 +217,10 @@ impl Metrics {
             "When this replica last ran the job to failed (unix time; 0: not since it started)",
             self.last_failure.clone(),
         );
+    }
+
+    /// A job's schedule, rate budget waits, handoffs, missed slots, pause and calendar.
+    fn register_job_state_series(&self, r: &mut Registry) {
         r.register(
             "schedule_interval_seconds",
             "Gap between the job's next two slots",
@@ -361,10 +379,12 @@ impl Metrics {
         last.get_or_create(&job(job_name)).set(unix_now());
     }
 
+    /// Records one lock decision's latency.
     pub fn lock_latency(&self, d: Duration) {
         self.lock_seconds.observe(d.as_secs_f64());
     }
 
+    /// Records how long `job_name`'s action took.
     pub fn action_duration(&self, job_name: &str, d: Duration) {
         self.action_seconds
             .get_or_create(&job(job_name))
@@ -394,6 +414,7 @@ impl Metrics {
         }
     }
 
+    /// Records whether `node` answers.
     pub fn node_up(&self, node: &str, up: bool) {
         self.node_up
             .get_or_create(&NodeLabels {
@@ -402,6 +423,7 @@ impl Metrics {
             .set(i64::from(up));
     }
 
+    /// Records a wait for `job_name`'s rate budget.
     pub fn budget_wait(&self, job_name: &str, waited: Duration) {
         let labels = job(job_name);
         self.budget_waits.get_or_create(&labels).inc();

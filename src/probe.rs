@@ -20,24 +20,53 @@ pub fn healthz_url(listen: SocketAddr) -> String {
 
 /// The answer of `/healthz`: `Ok(body)` on 200; `Err` with the status and body, or why no
 /// answer came.
-pub async fn healthz(listen: SocketAddr) -> Result<String, String> {
+pub async fn healthz(listen: SocketAddr) -> Result<String, Unhealthy> {
     let url = healthz_url(listen);
     let client = reqwest::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .build()
-        .map_err(|e| format!("building the HTTP client: {e}"))?;
+        .map_err(Unhealthy::Client)?;
     let reply = client
         .get(&url)
         .send()
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(|source| Unhealthy::NoAnswer {
+            url: url.clone(),
+            source,
+        })?;
     let status = reply.status();
     let body = reply.text().await.unwrap_or_default();
     if status.is_success() {
         Ok(body)
     } else {
-        Err(format!("{url}: {status}: {body}"))
+        Err(Unhealthy::Status { url, status, body })
     }
+}
+
+/// Why `slotcron health` found the replica unhealthy.
+#[derive(Debug, thiserror::Error)]
+pub enum Unhealthy {
+    /// The probe's HTTP client could not be built.
+    #[error("building the HTTP client: {0}")]
+    Client(reqwest::Error),
+    /// No answer came (refused, timed out).
+    #[error("{url}: {source}")]
+    NoAnswer {
+        /// The `/healthz` URL asked.
+        url: String,
+        /// Why no answer came.
+        source: reqwest::Error,
+    },
+    /// `/healthz` answered with a status other than 2xx.
+    #[error("{url}: {status}: {body}")]
+    Status {
+        /// The `/healthz` URL asked.
+        url: String,
+        /// The status it answered.
+        status: reqwest::StatusCode,
+        /// The body it answered (why it is unhealthy).
+        body: String,
+    },
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ impl Slot {
         Slot(truncate_to_second(at))
     }
 
+    /// The slot's instant.
     pub fn instant(self) -> DateTime<Utc> {
         self.0
     }
@@ -80,10 +81,12 @@ impl Fence {
     /// Handoffs a slot may have: the first winner's run is 0, each taker's one more.
     pub const MAX_HANDOFF: u8 = 3;
 
+    /// The fence of `slot` at handoff generation `handoff`.
     pub fn new(slot: Slot, handoff: u8) -> Self {
         Fence(slot.epoch_ms() + i64::from(handoff.min(Self::MAX_HANDOFF)))
     }
 
+    /// The fencing token as sent.
     pub fn get(self) -> i64 {
         self.0
     }
@@ -120,25 +123,46 @@ pub struct Schedule {
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     #[error("invalid cron expression {expression:?}: {reason}")]
-    Invalid { expression: String, reason: String },
+    /// The expression does not parse.
+    Invalid {
+        /// The expression.
+        expression: String,
+        /// The parser's reason.
+        reason: String,
+    },
     /// One field at fault, found by parsing each field alone: the error names it and the part.
     #[error(
         "invalid cron expression {expression:?}: the {field} field ({allowed}) has {part:?}: {reason}"
     )]
     InvalidField {
+        /// The expression.
         expression: String,
+        /// The field at fault.
         field: &'static str,
+        /// What it allows.
         allowed: &'static str,
+        /// The part refused.
         part: String,
+        /// The parser's reason.
         reason: String,
     },
     #[error(
         "cron expression {expression:?} has {fields} fields; use 5 (minute hour day month weekday) \
          or 6 (second minute hour day month weekday)"
     )]
-    FieldCount { expression: String, fields: usize },
+    /// Neither 5 nor 6 fields.
+    FieldCount {
+        /// The expression.
+        expression: String,
+        /// Its field count.
+        fields: usize,
+    },
     #[error("cron expression {expression:?} never fires in the next year")]
-    NeverFires { expression: String },
+    /// The expression parses but matches no instant within a year.
+    NeverFires {
+        /// The expression.
+        expression: String,
+    },
 }
 
 /// The fields of a 6-field cron, with the values each allows.
@@ -229,10 +253,12 @@ impl Schedule {
         Ok(schedule)
     }
 
+    /// The schedule's zone.
     pub fn zone(&self) -> Tz {
         self.zone
     }
 
+    /// The cron expression, as written.
     pub fn expression(&self) -> &str {
         &self.expression
     }
@@ -480,8 +506,12 @@ impl Clock for SystemClock {
 }
 
 /// The system clock shifted by a fixed offset: a replica whose clock leads (positive) or lags.
+/// A test clock (tests/test_time.rs): public because integration tests build replicas with it;
+/// hidden from the docs because no replica runs on it.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct SkewedClock {
+    /// How far ahead of the system clock it runs (negative: behind).
     pub offset: chrono::Duration,
 }
 
@@ -492,7 +522,9 @@ impl Clock for SkewedClock {
 }
 
 /// Wall time driven by tokio's clock: under `tokio::time::pause()` a simulated day passes in
-/// moments, since tokio advances its clock whenever every task sleeps. For simulations and tests.
+/// moments, since tokio advances its clock whenever every task sleeps. For simulations and tests
+/// (public for tests/test_time.rs; hidden from the docs because no replica runs on it).
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {
     anchor_wall: DateTime<Utc>,
@@ -516,6 +548,7 @@ impl Clock for TokioClock {
     }
 }
 
+/// A clock shared by every task of a replica.
 pub type SharedClock = Arc<dyn Clock>;
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ const MASK: &str = "***";
 pub struct SecretUrl(Url);
 
 impl SecretUrl {
+    /// Wraps `url`; its secret parts never print.
     pub fn new(url: Url) -> Self {
         SecretUrl(url)
     }
@@ -90,10 +91,12 @@ pub fn redacted(url: &Url) -> Url {
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value`; it never prints.
     pub fn new(value: String) -> Self {
         Secret(value)
     }
 
+    /// The value, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -119,12 +122,14 @@ pub struct Scrubber {
 }
 
 impl Scrubber {
+    /// Scrubs `value` from every later message (a secret read from a file or the environment).
     pub fn add(&mut self, value: &str) {
         if value.len() >= 4 && !self.secrets.iter().any(|s| s.expose() == value) {
             self.secrets.push(Secret::new(value.to_owned()));
         }
     }
 
+    /// `text` with every known secret replaced.
     pub fn scrub(&self, text: &str) -> String {
         self.secrets
             .iter()

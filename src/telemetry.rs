@@ -9,21 +9,28 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
     #[default]
+    /// Human-readable lines.
     Text,
+    /// One JSON object a line, for log collectors.
     Json,
 }
 
 impl FromStr for LogFormat {
-    type Err = String;
+    type Err = UnknownLogFormat;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            other => Err(format!("unknown log format {other:?} (text or json)")),
+            other => Err(UnknownLogFormat(other.to_owned())),
         }
     }
 }
+
+/// `--log-format` named neither `text` nor `json`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown log format {0:?} (text or json)")]
+pub struct UnknownLogFormat(pub String);
 
 /// Colours on a terminal, unless `NO_COLOR` is set to anything but the empty string
 /// (<https://no-color.org>).

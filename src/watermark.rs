@@ -30,7 +30,9 @@ const FIRST_SEEN_SCRIPT: &str = "redis.call('SET', KEYS[1], ARGV[1], 'NX') \
 #[derive(Debug, thiserror::Error)]
 #[error("{answered} of {nodes} Redis node(s) answered the watermark read, fewer than a majority")]
 pub struct WatermarkUnavailable {
+    /// Nodes that answered.
     pub answered: usize,
+    /// Nodes in the pool.
     pub nodes: usize,
 }
 

@@ -477,6 +477,9 @@ async fn log_action_runs() {
         .finish();
     // The test runtime is single-threaded, so the slot runs on this thread.
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Tests on other threads may have cached an event as of interest to no subscriber while
+    // this one was being registered (tracing decides once per call site): decide again now.
+    tracing::callsite::rebuild_interest_cache();
     let config = config(
         "type = \"log\"\ncontent = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'",
         "5s",

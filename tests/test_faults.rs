@@ -5,26 +5,20 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use common::fleet::{parse, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
-use slotcron::config::{self, Config};
 use slotcron::race::SlotResult;
+use slotcron::schedule::{Slot, SystemClock};
 use slotcron::replica::Replica as SlotcronReplica;
-use slotcron::schedule::{SharedClock, Slot, SystemClock};
-use tokio_util::sync::CancellationToken;
 
-fn parse(text: &str) -> Config {
-    let env: HashMap<String, String> = HashMap::new();
-    config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
-}
-
+/// The fault tests' fleet: job `fault` at `schedule` with `timeout`, the harness' defaults.
 fn fleet_config(
     nodes: &[String],
     receiver: &str,
@@ -32,58 +26,12 @@ fn fleet_config(
     schedule: &str,
     timeout: &str,
 ) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "150ms"
-        [[job]]
-        name = "fault"
-        schedule = "{schedule}"
-        timeout = "{timeout}"
-        [job.action]
-        type = "http"
-        url = "{receiver}/hook"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-/// In-process replicas of one config, stopped by the returned token.
-async fn start_replicas(
-    text: &str,
-    names: &[&str],
-) -> (
-    CancellationToken,
-    Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
-) {
-    let shutdown = CancellationToken::new();
-    let mut runs = Vec::new();
-    for name in names {
-        let config = parse(text);
-        let clock: SharedClock = Arc::new(SystemClock);
-        let replica = SlotcronReplica::connect(&config, (*name).to_owned(), clock)
-            .await
-            .unwrap();
-        runs.push(tokio::spawn(slotcron::replica::run_replica(
-            replica,
-            config,
-            shutdown.clone(),
-            None,
-        )));
+    FleetToml {
+        schedule,
+        timeout,
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    (shutdown, runs)
-}
-
-async fn stop(shutdown: CancellationToken, runs: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>) {
-    shutdown.cancel();
-    for run in runs {
-        run.await.unwrap().unwrap();
-    }
+    .render()
 }
 
 /// Slots (by the `{job}/{slot}` key) delivered more than once.
@@ -125,7 +73,7 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
         "* * * * * *",
         "2s",
     );
-    let (shutdown, runs) = start_replicas(&text, &["r1", "r2", "r3"]).await;
+    let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let from = Utc::now();
     cluster[0].kill();
@@ -138,7 +86,7 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
     cluster[1].resume();
     let to = Utc::now() - chrono::Duration::milliseconds(500);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    stop(shutdown, runs).await;
+    fleet.stop().await;
     let keys = expected_keys(from, to);
     assert!(keys.len() >= 5);
     assert_eq!(
@@ -282,20 +230,32 @@ fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
         .map(|i| (format!("r{i}"), spawn(&format!("r{i}"))))
         .collect();
     receiver.wait_for(1, Duration::from_secs(10));
+    let mut killed = Vec::new();
     for round in 0..3 {
-        // Kill whichever replica sent the latest request, while its action is in flight.
+        // Kill whichever running replica sent the latest request, while its action is in
+        // flight; wait for one if the latest came from a replica killed already.
         std::thread::sleep(Duration::from_millis(1200));
-        let last = receiver.received().last().cloned();
-        let sender = last
-            .as_ref()
-            .and_then(|r| r.headers.get("x-slotcron-replica"))
-            .map(|v| v.to_str().unwrap().to_owned());
-        if let Some(pos) = sender.and_then(|s| replicas.iter().position(|(id, _)| *id == s)) {
-            replicas[pos].1.kill();
-            let id = format!("r{pos}-{round}");
-            replicas[pos] = (id.clone(), spawn(&id));
-        }
+        let pos = wait_until(Duration::from_secs(10), || {
+            let last = receiver.received().last().cloned()?;
+            let sender = last
+                .headers
+                .get("x-slotcron-replica")?
+                .to_str()
+                .ok()?
+                .to_owned();
+            replicas.iter().position(|(id, _)| *id == sender)
+        })
+        .unwrap_or_else(|| panic!("round {round}: no running replica sent a request to kill"));
+        replicas[pos].1.kill();
+        killed.push(replicas[pos].0.clone());
+        let id = format!("r{pos}-{round}");
+        replicas[pos] = (id.clone(), spawn(&id));
     }
+    assert_eq!(
+        killed.len(),
+        3,
+        "a winner killed in every round: {killed:?}"
+    );
     // A killed winner's running lease (overlap = "skip") expires within its TTL; then slots run again.
     let before = receiver.count();
     let resumed = wait_until(Duration::from_secs(12), || {
@@ -354,7 +314,7 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
     let receiver = Receiver::start();
     let urls = vec![proxy.redis_url(), cluster[1].url(), cluster[2].url()];
     let text = fleet_config(&urls, &receiver.uri(), "lossy", "* * * * * *", "2s");
-    let (shutdown, runs) = start_replicas(&text, &["r1", "r2", "r3"]).await;
+    let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let from = Utc::now();
     proxy.set_latency(Duration::from_millis(600)); // far over the 150 ms node timeout
@@ -366,7 +326,7 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
     }
     let to = Utc::now() - chrono::Duration::milliseconds(500);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    stop(shutdown, runs).await;
+    fleet.stop().await;
     let keys = expected_keys(from, to);
     assert_eq!(
         missing(&receiver, &keys),
@@ -414,9 +374,9 @@ async fn a_node_answering_garbage_counts_as_failed_and_slots_still_run() {
         cluster[1].url(),
     ];
     let text = fleet_config(&urls, &receiver.uri(), "garbage", "* * * * * *", "2s");
-    let (shutdown, runs) = start_replicas(&text, &["r1", "r2"]).await;
+    let fleet = Fleet::start_named(&text, &["r1", "r2"]).await;
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    stop(shutdown, runs).await;
+    fleet.stop().await;
     assert!(receiver.count() >= 2, "no slot ran with one garbage node");
     assert!(
         duplicates(&receiver).is_empty(),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -180,6 +180,44 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
     assert!(stderr.contains("no [redis] section"), "{stderr}");
 }
 
+/// Each ended run of `job` in the history streams of every node, as (started_ms, finished_ms)
+/// by slot, sorted by start.
+fn run_intervals(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<(i64, i64)> {
+    let stream = format!("{prefix}:history:{job}");
+    let mut runs: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for url in cluster.urls() {
+        let entries: Vec<(String, HashMap<String, String>)> =
+            common::redis_query(&url, &["XRANGE", &stream, "-", "+"]).unwrap();
+        for (_, fields) in entries {
+            let (Some(started), Some(finished)) =
+                (fields.get("started_ms"), fields.get("finished_ms"))
+            else {
+                continue;
+            };
+            if !["done", "failed"].contains(&fields["outcome"].as_str()) {
+                continue;
+            }
+            let run = (started.parse().unwrap(), finished.parse().unwrap());
+            runs.insert(fields["slot_ms"].clone(), run);
+        }
+    }
+    let mut runs: Vec<(i64, i64)> = runs.into_values().collect();
+    runs.sort();
+    runs
+}
+
+/// Slack on the history's stamps: a run's end is stamped after its running lease is released
+/// and its ending logged, so the next run may start a few ms before that stamp.
+const END_STAMP_SLACK_MS: i64 = 100;
+
+/// The pairs of consecutive runs (sorted by start) where one starts before the other ended.
+fn overlapping_runs(runs: &[(i64, i64)]) -> Vec<((i64, i64), (i64, i64))> {
+    runs.windows(2)
+        .filter(|w| w[1].0 + END_STAMP_SLACK_MS < w[0].1)
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
 /// The outcomes recorded in `job`'s history stream on one node, oldest first.
 fn recorded_outcomes(url: &str, prefix: &str, job: &str) -> Vec<String> {
     let stream = format!("{prefix}:history:{job}");
@@ -326,10 +364,25 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
         }
         // Each run takes 2.5 s: with skip at most one is in flight, so 6 s hold at most 3 runs.
         let runs = receiver.count();
+        let intervals = run_intervals(&cluster, &format!("overlap-{overlap}"), "slow");
+        assert!(
+            intervals.len() >= 2,
+            "overlap = {overlap}: runs recorded: {intervals:?}"
+        );
+        let overlapping = overlapping_runs(&intervals);
         if expect_overlap {
             assert!(runs >= 5, "overlap = allow: {runs} runs");
             assert_eq!(skipped, 0);
+            assert!(
+                !overlapping.is_empty(),
+                "overlap = allow: no two runs overlapped"
+            );
         } else {
+            assert_eq!(
+                overlapping,
+                Vec::<((i64, i64), (i64, i64))>::new(),
+                "overlap = skip: runs overlapped (started_ms, finished_ms)"
+            );
             assert!(
                 runs <= 3,
                 "overlap = skip: {runs} runs in 6 s of 2.5 s runs"

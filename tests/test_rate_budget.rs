@@ -121,6 +121,68 @@ fn stop(replicas: &[common::Replica]) -> Vec<Value> {
     replicas.iter().flat_map(|r| r.json_lines()).collect()
 }
 
+/// Watches the budget's key on every node while the fleet runs: each admission (a member of
+/// the sorted set, scored with the node's `TIME` in ms when the script admitted it). What a
+/// node takes back (an admission the other nodes refused) is gone again at the next look, so
+/// only members seen in at least two looks count.
+struct BudgetWatch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<HashMap<String, (i64, usize)>>>,
+}
+
+impl BudgetWatch {
+    fn start(urls: Vec<String>, key: String) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<HashMap<String, (i64, usize)>> = vec![HashMap::new(); urls.len()];
+            while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                for (node, url) in urls.iter().enumerate() {
+                    let members: Vec<(String, i64)> =
+                        common::redis_query(url, &["ZRANGE", &key, "0", "-1", "WITHSCORES"])
+                            .unwrap_or_default();
+                    for (member, score) in members {
+                        seen[node].entry(member).or_insert((score, 0)).1 += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            seen
+        });
+        BudgetWatch { stop, thread }
+    }
+
+    /// Each node's admissions, in ms of its own clock, sorted.
+    fn admissions(self) -> Vec<Vec<i64>> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = self.thread.join().unwrap();
+        seen.into_iter()
+            .map(|members| {
+                let mut times: Vec<i64> = members
+                    .into_values()
+                    .filter(|(_, looks)| *looks >= 2)
+                    .map(|(at, _)| at)
+                    .collect();
+                times.sort_unstable();
+                times
+            })
+            .collect()
+    }
+}
+
+/// The most admissions (ms, sorted) inside any span shorter than `window_ms`.
+fn most_in_any_window_ms(times: &[i64], window_ms: i64) -> usize {
+    (0..times.len())
+        .map(|i| {
+            times[i..]
+                .iter()
+                .take_while(|t| **t - times[i] < window_ms)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The most arrivals inside any span shorter than `window` (arrivals sorted).
 fn most_in_any_window(arrivals: &[Instant], window: Duration) -> usize {
     (0..arrivals.len())
@@ -242,6 +304,7 @@ fn a_short_window_slides_and_a_winner_waits_for_a_place_within_its_timeout() {
     let cluster = common::RedisCluster::start(3);
     let robot = StampingRobot::start();
     let dir = tempfile::tempdir().unwrap();
+    let watch = BudgetWatch::start(cluster.urls(), budget_key("short", &robot.webhook()));
     let replicas = fleet(&cluster, dir.path(), "short", &robot, "5/10s");
     let first = common::wait_until(Duration::from_secs(15), || {
         robot.arrivals().first().map(|(t, _)| *t)
@@ -257,13 +320,32 @@ fn a_short_window_slides_and_a_winner_waits_for_a_place_within_its_timeout() {
         assert!(!keys[0].contains("BUDGETKEY"));
     }
     let lines = stop(&replicas);
+    let admissions = watch.admissions();
     let arrivals = robot.arrivals();
     let times: Vec<Instant> = arrivals.iter().map(|(t, _)| *t).collect();
 
-    // The window is measured on the nodes when a send is admitted; the request then takes a
-    // few ms more to arrive, so the receiver's view gets a little slack.
+    // The window as the budget keeps it: on each node, its own clock, the full 10 s.
+    for (node, admitted) in admissions.iter().enumerate() {
+        let most = most_in_any_window_ms(admitted, 10_000);
+        assert!(
+            most <= 5,
+            "node {node}: {most} admissions within 10 s: {admitted:?}"
+        );
+    }
+    // The admissions seen are the sends: every node that counted saw most of them.
+    assert!(
+        admissions.iter().all(|a| a.len() + 1 >= arrivals.len()),
+        "admissions per node {:?}, sends {}",
+        admissions.iter().map(Vec::len).collect::<Vec<_>>(),
+        arrivals.len()
+    );
+    // At the robot: a request arrives a few ms after its admission, so the receiver's view of
+    // the same bound gets that slack (9.5 s, not 10 s).
     let most = most_in_any_window(&times, Duration::from_millis(9_500));
-    assert!(most <= 5, "{most} sends within 10 s; arrivals: {times:?}");
+    assert!(
+        most <= 5,
+        "{most} sends within 9.5 s at the robot; arrivals: {times:?}"
+    );
     // Sends went on after the first window: places freed as the window slid.
     let span = times.last().unwrap().duration_since(times[0]);
     assert!(

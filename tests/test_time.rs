@@ -3,23 +3,18 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::fleet::{parse, Fleet, FleetToml};
 use common::{write_config, Receiver, RedisCluster, Replica};
-use slotcron::config::{self, Config};
-use slotcron::replica::Replica as SlotcronReplica;
 use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
+use slotcron::replica::Replica as SlotcronReplica;
 use tokio_util::sync::CancellationToken;
-
-fn parse(text: &str) -> Config {
-    let env: HashMap<String, String> = HashMap::new();
-    config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
 /// of `job` and `outcome` in a metrics exposition.
@@ -72,52 +67,18 @@ async fn no_drift_a_simulated_day_of_a_job_every_second_gives_86400_slots() {
     assert_eq!(slots_counted(&text, "tick", "skipped"), 0);
 }
 
+/// The time tests' fleet: job `skew` every second with `clock`, 10 s allowed skew. Skewed
+/// replicas run different slots at the same real instant; these tests are about the slot lock
+/// alone, not the job's running lease, so runs may overlap.
 fn fleet_config(nodes: &[String], receiver: &str, prefix: &str, clock: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "10s"
-        clock = "{clock}"
-        [redis]
-        nodes = [{nodes}]
-        [[job]]
-        name = "skew"
-        schedule = "* * * * * *"
-        timeout = "2s"
-        # Skewed replicas run different slots at the same real instant; this test is about the
-        # slot lock alone, not the job's running lease.
-        overlap = "allow"
-        [job.action]
-        type = "http"
-        url = "{receiver}/hook"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-/// Runs in-process replicas, one per clock, for `seconds`.
-async fn run_in_process(config_text: &str, clocks: Vec<(&str, SharedClock)>, seconds: u64) {
-    let shutdown = CancellationToken::new();
-    let mut runs = Vec::new();
-    for (name, clock) in clocks {
-        let config = parse(config_text);
-        let replica = SlotcronReplica::connect(&config, name.to_owned(), clock)
-            .await
-            .unwrap();
-        runs.push(tokio::spawn(slotcron::replica::run_replica(
-            replica,
-            config,
-            shutdown.clone(),
-            None,
-        )));
+    FleetToml {
+        job: "skew",
+        scheduler: &format!("max_clock_skew = \"10s\"\nclock = \"{clock}\""),
+        redis: "",
+        job_extra: "overlap = \"allow\"",
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    shutdown.cancel();
-    for run in runs {
-        run.await.unwrap().unwrap();
-    }
+    .render()
 }
 
 /// Watches `receiver` for `seconds`, stamping each new request with its arrival: returns each
@@ -157,12 +118,42 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
         ("on-time", Arc::new(SystemClock) as SharedClock),
         ("leading", skewed(8)),
     ];
-    // 12 s: the lagging replica races slots the leading one won 16 s earlier.
-    run_in_process(&text, clocks, 12).await;
+    // The lagging replica races slot S at S + 8 s, after the others ran it. (A leading replica
+    // does not win S at S - 8 s: the race holds a slot until its instant on the fleet clock, so
+    // it races with the on-time one.) In 20 s the lagging one reaches a dozen slots others ran.
+    let fleet = Fleet::start(&text, clocks).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // The lagging clock's reading as the fleet stops, less 1 s for a race under way.
+    let reached = Utc::now() - chrono::Duration::seconds(8 + 1);
+    fleet.stop().await;
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 8, "too few slots ran: {counts:?}");
     let duplicated: BTreeMap<_, _> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(duplicated.is_empty(), "slots run twice: {duplicated:?}");
+    // Every slot another replica ran up to the lagging clock's reading was raced by both.
+    let contested: Vec<(String, DateTime<Utc>)> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let slot = header(r, "x-slotcron-slot").parse().unwrap();
+            (header(r, "x-slotcron-replica"), slot)
+        })
+        .filter(|(winner, slot)| winner != "lagging" && *slot <= reached)
+        .collect();
+    assert!(
+        contested.len() >= 5,
+        "the lagging replica reached too few slots the others ran: {contested:?} (reached {reached})"
+    );
+}
+
+/// A request's header as text (empty when absent).
+fn header(request: &wiremock::Request, name: &str) -> String {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,7 +173,7 @@ async fn a_fast_replica_never_fires_early_with_either_clock() {
         let prefix = format!("fast-{clock}");
         let text = fleet_config(&cluster.urls(), &receiver.uri(), &prefix, clock);
         let (_, arrivals) = tokio::join!(
-            run_in_process(&text, vec![("fast", fast())], seconds),
+            Fleet::run_for(&text, vec![("fast", fast())], seconds),
             stamp_arrivals(&receiver, seconds)
         );
         assert!(arrivals.len() >= 2, "clock = {clock}: {arrivals:?}");
@@ -523,10 +514,7 @@ impl StepRun {
     /// The slots (epoch s) the replica raced (won or lost) after it logged its step.
     fn raced_after_step(&self, name: &str) -> std::collections::BTreeSet<i64> {
         let lines = self.replica(name).json_lines();
-        let step = lines
-            .iter()
-            .position(|l| l["step_ms"].is_i64())
-            .unwrap_or(lines.len());
+        let step = lines.iter().position(|l| l["step_ms"].is_i64()).unwrap_or(lines.len());
         lines[step..]
             .iter()
             .filter(|l| l["outcome"] == "won" || l["outcome"] == "lost")
@@ -586,11 +574,7 @@ fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
         let raced = run.raced_after_step(name);
         let owed = run.candidate_slots(name);
         let skipped_over: Vec<&i64> = owed.iter().filter(|s| !raced.contains(s)).collect();
-        assert!(
-            owed.len() >= 4,
-            "{name} is a candidate of {} slots only",
-            owed.len()
-        );
+        assert!(owed.len() >= 4, "{name} is a candidate of {} slots only", owed.len());
         assert!(
             skipped_over.is_empty(),
             "{name} did not race slots it is a candidate of: {skipped_over:?} (raced {raced:?})"

@@ -10,17 +10,22 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
+use serde::Deserialize;
+use serde_json::json;
 
 /// Bytes of stdout and of stderr kept for the log.
 pub const OUTPUT_LIMIT: usize = 4096;
 
 #[derive(Debug)]
+/// A checked `command` action: the argv run per slot.
 pub struct CommandAction {
     /// The argv; with `shell = true` it is `["sh", "-c", script]`. Strings may be templates.
     pub argv: Value,
 }
 
 impl CommandAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let argv = ctx.render_json(&self.argv, "argv")?;
         let argv: Vec<String> = serde_json::from_value(argv).unwrap_or_default();
@@ -33,23 +38,7 @@ impl CommandAction {
         // A command that started is never started again; one that cannot start inside the lock's
         // validity is handed off.
         ctx.may_send(1, false, "no attempt made before the deadline")?;
-        let mut child = Command::new(program)
-            .args(args)
-            .env("SLOTCRON_JOB", ctx.job)
-            .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
-            .env("SLOTCRON_REPLICA", ctx.replica)
-            .env("SLOTCRON_FENCE", ctx.fence.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so a timeout kills the children it started too.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ActionError::Rejected {
-                attempts: 1,
-                reason: format!("cannot start {program:?}: {e}"),
-            })?;
+        let mut child = spawn(ctx, program, args)?;
         // Taken now: once the shell has exited and been reaped, `child.id()` is `None`, while its
         // background children may still hold the group (and the output pipes) open.
         let pgid = child.id();
@@ -75,17 +64,52 @@ impl CommandAction {
             });
         };
         tracing::info!(job = %ctx.job, slot = %ctx.slot, replica = %ctx.replica, stdout = %out, stderr = %err, "command output");
-        match status {
-            Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
-            Ok(s) => Err(ActionError::Rejected {
-                attempts: 1,
-                reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()),
-            }),
-            Err(e) => Err(ActionError::Rejected {
-                attempts: 1,
-                reason: format!("waiting for {program:?} failed: {e}"),
-            }),
-        }
+        verdict(program, status, &err)
+    }
+}
+
+/// Starts `program` with the slot in its environment, in its own process group (so a timeout
+/// kills the children it started too), its output piped for the log.
+fn spawn(
+    ctx: &SendContext<'_>,
+    program: &str,
+    args: &[String],
+) -> Result<tokio::process::Child, ActionError> {
+    Command::new(program)
+        .args(args)
+        .env("SLOTCRON_JOB", ctx.job)
+        .env("SLOTCRON_SLOT", ctx.slot.rfc3339_utc())
+        .env("SLOTCRON_REPLICA", ctx.replica)
+        .env("SLOTCRON_FENCE", ctx.fence.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills the children it started too.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ActionError::Rejected {
+            attempts: 1,
+            reason: format!("cannot start {program:?}: {e}"),
+        })
+}
+
+/// A finished command's outcome: exit 0 is done, anything else is rejected.
+fn verdict(
+    program: &str,
+    status: std::io::Result<std::process::ExitStatus>,
+    err: &str,
+) -> Result<Delivery, ActionError> {
+    match status {
+        Ok(s) if s.success() => Ok(Delivery { attempts: 1 }),
+        Ok(s) => Err(ActionError::Rejected {
+            attempts: 1,
+            reason: format!("{program:?} exited with {s}; stderr: {}", err.trim()),
+        }),
+        Err(e) => Err(ActionError::Rejected {
+            attempts: 1,
+            reason: format!("waiting for {program:?} failed: {e}"),
+        }),
     }
 }
 
@@ -121,4 +145,30 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
         text.push_str(&format!("… ({} bytes more)", total - kept.len()));
     }
     text
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCommand {
+    pub(crate) argv: Option<Vec<String>>,
+    pub(crate) shell: Option<String>,
+}
+
+/// Checks a `type = "command"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawCommand) -> Option<CommandAction> {
+    let argv = match (raw.argv, raw.shell) {
+        (Some(argv), None) if !argv.is_empty() => argv,
+        (None, Some(script)) => vec!["sh".to_owned(), "-c".to_owned(), script],
+        _ => {
+            check.error(
+                "argv",
+                "give either argv = [\"program\", \"arg\", …] (no shell) or shell = \"a script\"",
+            );
+            return None;
+        }
+    };
+    let argv = check.check_json_templates(json!(argv), "argv")?;
+    Some(CommandAction { argv })
 }

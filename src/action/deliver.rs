@@ -26,18 +26,24 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// What a receiver answered.
 #[derive(Debug)]
 pub struct Answer {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// `Retry-After`, when the receiver asked for a pause.
     pub retry_after: Option<Duration>,
+    /// The body, read to decide (robots answer errors with 200).
     pub body: String,
 }
 
 /// An action's reading of one answer; `T` is what a success yields (a media id, or nothing).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict<T = ()> {
+    /// Delivered; what the success yields.
     Success(T),
     /// Worth another attempt (network error, 5xx, 429, a robot's rate limit).
     Retry {
+        /// Why this attempt failed.
         reason: String,
+        /// How long the receiver asked to wait, if it did.
         after: Option<Duration>,
     },
     /// Final: another attempt would get the same answer.

@@ -9,7 +9,9 @@ use url::Url;
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
 use crate::secret::{Secret, SecretUrl};
+use serde_json::json;
 
 const ERRCODE_RATE_LIMIT: i64 = 130101;
 
@@ -17,9 +19,13 @@ const ERRCODE_RATE_LIMIT: i64 = 130101;
 /// strings with template syntax are rendered per slot.
 #[derive(Debug)]
 pub struct DingTalkAction {
+    /// The robot's webhook URL; its `access_token` is a secret.
     pub webhook: SecretUrl,
+    /// The signing secret ("加签"), when the robot has one.
     pub secret: Option<Secret>,
+    /// The JSON body with `msgtype` and its object.
     pub message: Value,
+    /// The robot's rate limit, shared by the fleet (20 a minute unless `rate` says otherwise).
     pub budget: Budget,
 }
 
@@ -41,6 +47,7 @@ pub fn signed_url(webhook: &Url, secret: &str, timestamp_ms: i64) -> Url {
 }
 
 impl DingTalkAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = ctx.render_json(&self.message, "message")?;
         // Signed per attempt: DingTalk refuses a timestamp more than an hour old.
@@ -66,6 +73,7 @@ struct RobotAnswer {
     errmsg: String,
 }
 
+/// Reads the robot's answer: the HTTP status, then `errcode` (130101 is retried).
 pub fn classify(answer: &Answer) -> Verdict {
     if let Some(failure) = deliver::status_failure(answer) {
         return failure;
@@ -83,6 +91,173 @@ pub fn classify(answer: &Answer) -> Verdict {
             after: None,
         },
         code => Verdict::Fail(format!("errcode {code}: {}", robot.errmsg)),
+    }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+/// The robot's documented rate limit, the default `rate`.
+const DEFAULT_RATE: &str = "20/min";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDingTalk {
+    pub(crate) webhook: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) msgtype: RawDingTalkMsgType,
+    pub(crate) content: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) text: Option<String>,
+    pub(crate) message_url: Option<String>,
+    pub(crate) pic_url: Option<String>,
+    pub(crate) single_title: Option<String>,
+    pub(crate) single_url: Option<String>,
+    pub(crate) buttons: Option<Vec<RawButton>>,
+    pub(crate) at_mobiles: Option<Vec<String>>,
+    pub(crate) at_user_ids: Option<Vec<String>>,
+    pub(crate) at_all: Option<bool>,
+    pub(crate) rate: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RawDingTalkMsgType {
+    #[serde(rename = "text")]
+    Text,
+    #[serde(rename = "markdown")]
+    Markdown,
+    #[serde(rename = "link")]
+    Link,
+    #[serde(rename = "actionCard")]
+    ActionCard,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawButton {
+    pub(crate) title: String,
+    pub(crate) url: String,
+}
+
+/// Checks a `type = "dingtalk"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawDingTalk) -> Option<DingTalkAction> {
+    use RawDingTalkMsgType as M;
+    let what = format!("msgtype {:?}", dingtalk_name(raw.msgtype));
+    let t = raw.msgtype;
+    let fields = [
+        ("content", raw.content.is_some() && t != M::Text),
+        ("title", raw.title.is_some() && t == M::Text),
+        ("text", raw.text.is_some() && t == M::Text),
+        ("message_url", raw.message_url.is_some() && t != M::Link),
+        ("pic_url", raw.pic_url.is_some() && t != M::Link),
+        (
+            "single_title",
+            raw.single_title.is_some() && t != M::ActionCard,
+        ),
+        ("single_url", raw.single_url.is_some() && t != M::ActionCard),
+        ("buttons", raw.buttons.is_some() && t != M::ActionCard),
+        (
+            "at_mobiles",
+            raw.at_mobiles.is_some() && !matches!(t, M::Text | M::Markdown),
+        ),
+        (
+            "at_user_ids",
+            raw.at_user_ids.is_some() && !matches!(t, M::Text | M::Markdown),
+        ),
+        (
+            "at_all",
+            raw.at_all.is_some() && !matches!(t, M::Text | M::Markdown),
+        ),
+    ];
+    if !check.unused(&what, &fields) {
+        return None;
+    }
+    let webhook = check.url(&raw.webhook, "webhook");
+    let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
+    let message = dingtalk_message(check, &raw, &what);
+    let message = check.check_json_templates(message?, "message")?;
+    Some(DingTalkAction {
+        webhook: webhook?,
+        secret: raw.secret.map(Secret::new),
+        message,
+        budget: budget?,
+    })
+}
+
+fn dingtalk_message(
+    check: &mut ActionCheck<'_, '_>,
+    raw: &RawDingTalk,
+    what: &str,
+) -> Option<Value> {
+    let at = json!({
+        "atMobiles": raw.at_mobiles.clone().unwrap_or_default(),
+        "atUserIds": raw.at_user_ids.clone().unwrap_or_default(),
+        "isAtAll": raw.at_all.unwrap_or(false),
+    });
+    match raw.msgtype {
+        RawDingTalkMsgType::Text => {
+            let content = check.required(what, "content", raw.content.clone())?;
+            Some(json!({"msgtype": "text", "text": {"content": content}, "at": at}))
+        }
+        RawDingTalkMsgType::Markdown => {
+            let (title, text) = (
+                check.required(what, "title", raw.title.clone()),
+                check.required(what, "text", raw.text.clone()),
+            );
+            Some(
+                json!({"msgtype": "markdown", "markdown": {"title": title?, "text": text?}, "at": at}),
+            )
+        }
+        RawDingTalkMsgType::Link => {
+            let title = check.required(what, "title", raw.title.clone());
+            let text = check.required(what, "text", raw.text.clone());
+            let url = check.required(what, "message_url", raw.message_url.clone());
+            let mut link = json!({"title": title?, "text": text?, "messageUrl": url?});
+            if let Some(pic) = &raw.pic_url {
+                link["picUrl"] = json!(pic);
+            }
+            Some(json!({"msgtype": "link", "link": link}))
+        }
+        RawDingTalkMsgType::ActionCard => dingtalk_action_card(check, raw, what),
+    }
+}
+
+fn dingtalk_action_card(
+    check: &mut ActionCheck<'_, '_>,
+    raw: &RawDingTalk,
+    what: &str,
+) -> Option<Value> {
+    let title = check.required(what, "title", raw.title.clone());
+    let text = check.required(what, "text", raw.text.clone());
+    let mut card = json!({"title": title?, "text": text?});
+    match (&raw.single_title, &raw.single_url, &raw.buttons) {
+        (Some(t), Some(u), None) => {
+            card["singleTitle"] = json!(t);
+            card["singleURL"] = json!(u);
+        }
+        (None, None, Some(buttons)) if !buttons.is_empty() => {
+            card["btnOrientation"] = json!("0");
+            card["btns"] = buttons
+                .iter()
+                .map(|b| json!({"title": b.title, "actionURL": b.url}))
+                .collect();
+        }
+        _ => {
+            check.error(
+                "buttons",
+                format!("{what} needs single_title with single_url, or a non-empty buttons list"),
+            );
+            return None;
+        }
+    }
+    Some(json!({"msgtype": "actionCard", "actionCard": card}))
+}
+
+fn dingtalk_name(t: RawDingTalkMsgType) -> &'static str {
+    match t {
+        RawDingTalkMsgType::Text => "text",
+        RawDingTalkMsgType::Markdown => "markdown",
+        RawDingTalkMsgType::Link => "link",
+        RawDingTalkMsgType::ActionCard => "actionCard",
     }
 }
 

@@ -8,14 +8,19 @@ use serde_json::{json, Value};
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
 use crate::secret::{Secret, SecretUrl};
 
 /// A checked Feishu action; `message` holds `msg_type` and `content` or `card`.
 #[derive(Debug)]
 pub struct FeishuAction {
+    /// The bot's webhook URL; its hook id is a secret.
     pub webhook: SecretUrl,
+    /// The signing secret, when the bot has one.
     pub secret: Option<Secret>,
+    /// The JSON body with `msg_type` and `content` or `card`.
     pub message: Value,
+    /// The bot's rate limit, shared by the fleet (100 a minute unless `rate` says otherwise).
     pub budget: Budget,
 }
 
@@ -25,6 +30,7 @@ pub fn sign(timestamp_s: i64, secret: &str) -> String {
 }
 
 impl FeishuAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let body = ctx.render_json(&self.message, "message")?;
         let build = || {
@@ -48,6 +54,7 @@ struct BotAnswer {
     msg: String,
 }
 
+/// Reads the bot's answer: the HTTP status, then `code`.
 pub fn classify(answer: &Answer) -> Verdict {
     if let Some(failure) = deliver::status_failure(answer) {
         return failure;
@@ -60,6 +67,74 @@ pub fn classify(answer: &Answer) -> Verdict {
             snippet(&answer.body)
         )),
     }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+/// The robot's documented rate limit, the default `rate`.
+const DEFAULT_RATE: &str = "100/min";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFeishu {
+    pub(crate) webhook: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) msg_type: RawFeishuMsgType,
+    pub(crate) text: Option<String>,
+    pub(crate) post: Option<toml::Value>,
+    pub(crate) card: Option<toml::Value>,
+    pub(crate) rate: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawFeishuMsgType {
+    Text,
+    Post,
+    Interactive,
+}
+
+/// Checks a `type = "feishu"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawFeishu) -> Option<FeishuAction> {
+    use RawFeishuMsgType as M;
+    let what = format!(
+        "msg_type {:?}",
+        format!("{:?}", raw.msg_type).to_lowercase()
+    );
+    let fields = [
+        ("text", raw.text.is_some() && raw.msg_type != M::Text),
+        ("post", raw.post.is_some() && raw.msg_type != M::Post),
+        ("card", raw.card.is_some() && raw.msg_type != M::Interactive),
+    ];
+    if !check.unused(&what, &fields) {
+        return None;
+    }
+    let webhook = check.url(&raw.webhook, "webhook");
+    let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
+    let message = match raw.msg_type {
+        M::Text => check
+            .required(&what, "text", raw.text.clone())
+            .map(|t| json!({"msg_type": "text", "content": {"text": t}})),
+        M::Post => {
+            let post = check
+                .required(&what, "post", raw.post.clone())
+                .and_then(|p| check.json(p, "post"));
+            post.map(|p| json!({"msg_type": "post", "content": {"post": p}}))
+        }
+        M::Interactive => {
+            let card = check
+                .required(&what, "card", raw.card.clone())
+                .and_then(|c| check.json(c, "card"));
+            card.map(|c| json!({"msg_type": "interactive", "card": c}))
+        }
+    };
+    let message = check.check_json_templates(message?, "message")?;
+    Some(FeishuAction {
+        webhook: webhook?,
+        secret: raw.secret.map(Secret::new),
+        message,
+        budget: budget?,
+    })
 }
 
 #[cfg(test)]

@@ -6,15 +6,20 @@ use reqwest::Method;
 use super::deliver;
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
 use crate::secret::{Secret, SecretUrl};
+use serde::Deserialize;
 
 /// A checked generic HTTP action.
 #[derive(Debug)]
 pub struct HttpAction {
+    /// Where the request goes; its query may hold a key, so it never prints.
     pub url: SecretUrl,
+    /// The request's method (default POST).
     pub method: Method,
     /// Header values may hold credentials (`Authorization`), so they never print.
     pub headers: Vec<(HeaderName, Secret)>,
+    /// The body template, rendered per slot.
     pub body: Option<Content>,
     /// `rate = "…"`: a fleet-wide budget for this URL; none by default.
     pub budget: Option<super::rate::Budget>,
@@ -28,15 +33,10 @@ pub struct HttpAction {
 }
 
 impl HttpAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = ctx.template_context();
         let body = match &self.body {
-            Some(content) => Some(ctx.templates.render(content, &tctx).map_err(|reason| {
-                ActionError::Render {
-                    field: "body",
-                    reason,
-                }
-            })?),
+            Some(content) => Some(ctx.render(content, "body")?),
             None => None,
         };
         let build = || {
@@ -103,4 +103,131 @@ fn json_pointer(dotted: &str) -> String {
         p.push_str(part);
         p
     })
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp {
+    pub(crate) url: String,
+    pub(crate) method: Option<String>,
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    pub(crate) body: Option<String>,
+    pub(crate) rate: Option<String>,
+    pub(crate) success_status: Option<String>,
+    pub(crate) success_json: Option<RawSuccessJson>,
+    pub(crate) retry_uncertain: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSuccessJson {
+    pub(crate) field: String,
+    pub(crate) equals: toml::Value,
+}
+
+/// Checks a `type = "http"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawHttp) -> Option<HttpAction> {
+    let url = check.url(&raw.url, "url");
+    let method = method(check, raw.method.as_deref());
+    let headers = headers(check, raw.headers);
+    let body = match raw.body {
+        Some(body) => Some(check.content("body", body)?),
+        None => None,
+    };
+    let budget = match &raw.rate {
+        Some(rate) => Some(check.budget(Some(rate), "", &raw.url)?),
+        None => None,
+    };
+    let success = status_range(check, raw.success_status.as_deref())?;
+    let success_json = match raw.success_json {
+        Some(rule) => Some((rule.field, check.json(rule.equals, "success_json.equals")?)),
+        None => None,
+    };
+    Some(HttpAction {
+        url: url?,
+        method: method?,
+        headers: headers?,
+        body,
+        budget,
+        success,
+        success_json,
+        on_uncertain: match raw.retry_uncertain {
+            Some(false) => deliver::OnUncertain::Stop,
+            Some(true) | None => deliver::OnUncertain::Resend,
+        },
+    })
+}
+
+fn method(check: &mut ActionCheck<'_, '_>, raw: Option<&str>) -> Option<Method> {
+    match raw.unwrap_or("POST").to_ascii_uppercase().as_str() {
+        m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => {
+            Method::from_bytes(m.as_bytes()).ok()
+        }
+        other => {
+            check.error(
+                "method",
+                format!("unknown method {other:?} (GET, POST, PUT, PATCH, DELETE or HEAD)"),
+            );
+            None
+        }
+    }
+}
+
+/// `"200-299"` or `"204"`.
+fn status_range(
+    check: &mut ActionCheck<'_, '_>,
+    raw: Option<&str>,
+) -> Option<std::ops::RangeInclusive<u16>> {
+    let Some(raw) = raw else {
+        return Some(200..=299);
+    };
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|c| (100..=599).contains(c))
+    };
+    let range = match raw.split_once('-') {
+        Some((a, b)) => parse(a).zip(parse(b)).map(|(a, b)| a..=b),
+        None => parse(raw).map(|c| c..=c),
+    };
+    match range {
+        Some(r) if r.start() <= r.end() => Some(r),
+        _ => {
+            check.error(
+                "success_status",
+                format!("{raw:?} is not a status or range such as \"200-299\""),
+            );
+            None
+        }
+    }
+}
+
+fn headers(
+    check: &mut ActionCheck<'_, '_>,
+    raw: std::collections::BTreeMap<String, String>,
+) -> Option<Vec<(HeaderName, Secret)>> {
+    let mut headers = Vec::new();
+    let mut ok = true;
+    for (name, value) in raw {
+        let field = format!("headers.{name}");
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            (Ok(name), Ok(_)) => headers.push((name, Secret::new(value))),
+            (Err(_), _) => {
+                ok = false;
+                check.error(&field, "not a valid HTTP header name");
+            }
+            (_, Err(_)) => {
+                ok = false;
+                check.error(&field, "not a valid HTTP header value");
+            }
+        }
+    }
+    ok.then_some(headers)
 }

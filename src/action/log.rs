@@ -3,22 +3,20 @@
 
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
+use crate::config::ActionCheck;
+use serde::Deserialize;
 
 #[derive(Debug)]
+/// A checked `log` action.
 pub struct LogAction {
+    /// The message template, rendered per slot.
     pub content: Content,
 }
 
 impl LogAction {
+    /// Sends this action for the slot in `ctx`; the delivery or why it failed.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
-        let tctx = ctx.template_context();
-        let message = ctx
-            .templates
-            .render(&self.content, &tctx)
-            .map_err(|reason| ActionError::Render {
-                field: "content",
-                reason,
-            })?;
+        let message = ctx.render(&self.content, "content")?;
         tracing::info!(
             job = %ctx.job,
             slot = %ctx.slot,
@@ -28,4 +26,19 @@ impl LogAction {
         );
         Ok(Delivery { attempts: 1 })
     }
+}
+
+// --- Checking the `[job.action]` table (at load) ---
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLog {
+    pub(crate) content: String,
+}
+
+/// Checks a `type = "log"` action table; errors go to `check`.
+pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawLog) -> Option<LogAction> {
+    Some(LogAction {
+        content: check.content("content", raw.content)?,
+    })
 }

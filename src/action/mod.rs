@@ -19,17 +19,24 @@ use tokio::time::Instant;
 
 pub use crate::history::DeliveryState;
 use crate::schedule::{Fence, Slot};
-use template::Templates;
+use template::{Content, Templates};
 
 /// A checked action of a job.
 #[derive(Debug)]
 pub enum Action {
+    /// A WeCom group robot message.
     Wecom(wecom::WecomAction),
+    /// A DingTalk custom robot message.
     DingTalk(dingtalk::DingTalkAction),
+    /// A Feishu / Lark custom bot message.
     Feishu(feishu::FeishuAction),
+    /// A Slack incoming-webhook message.
     Slack(slack::SlackAction),
+    /// Any HTTP request.
     Http(http::HttpAction),
+    /// A local command.
     Command(command::CommandAction),
+    /// A line in the replica's log (trying slotcron out, dry runs).
     Log(log::LogAction),
 }
 
@@ -78,9 +85,13 @@ impl Action {
 
 /// Everything an action needs for one slot.
 pub struct SendContext<'a> {
+    /// The job, for templates, logs and the command's environment.
     pub job: &'a str,
+    /// The slot being run.
     pub slot: Slot,
+    /// The job's zone, for local times in templates.
     pub zone: Tz,
+    /// This replica's name, for templates and logs.
     pub replica: &'a str,
     /// This run's fencing token: `X-Slotcron-Fence`, `SLOTCRON_FENCE`, `{{ fence }}`.
     pub fence: Fence,
@@ -91,10 +102,13 @@ pub struct SendContext<'a> {
     pub valid_until: Instant,
     /// In an alert: the slot's outcome and error, for the alert's templates.
     pub about: Option<(&'a str, &'a str)>,
+    /// The shared HTTP client (one connection pool per replica).
     pub client: &'a reqwest::Client,
+    /// The compiled templates of the configuration.
     pub templates: &'a Templates,
     /// The fleet-wide rate budgets of the webhooks.
     pub budgets: &'a rate::Budgets,
+    /// Where delivery counts are recorded.
     pub metrics: &'a crate::metrics::Metrics,
 }
 
@@ -112,6 +126,13 @@ impl SendContext<'_> {
             Some((outcome, error)) => context.about(outcome, error),
             None => context,
         }
+    }
+
+    /// `content` rendered for this slot; `field` names it in the error.
+    pub fn render(&self, content: &Content, field: &'static str) -> Result<String, ActionError> {
+        self.templates
+            .render(content, &self.template_context())
+            .map_err(|reason| ActionError::Render { field, reason })
     }
 
     /// `value` with its template strings rendered for this slot (cards, posts, blocks, argv).
@@ -166,51 +187,94 @@ fn uncertain_note(uncertain: bool) -> &'static str {
 /// A successful delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
+    /// How many attempts it took (retries show in the run record).
     pub attempts: u32,
 }
 
 /// Why an action did not deliver.
 #[derive(Debug, thiserror::Error)]
 pub enum ActionError {
+    /// The receiver refused it for good (a 4xx, a robot's error code, a non-zero exit).
     #[error("rejected after {attempts} attempt(s): {reason}")]
-    Rejected { attempts: u32, reason: String },
+    Rejected {
+        /// Attempts made.
+        attempts: u32,
+        /// The receiver's answer or the reason it is final.
+        reason: String,
+    },
     #[error(
         "gave up after {attempts} attempt(s) within the job's timeout: {reason}{}",
         uncertain_note(*.uncertain)
     )]
+    /// The job's timeout came before a success.
     GaveUp {
+        /// Attempts made.
         attempts: u32,
+        /// Why the last attempt failed.
         reason: String,
         /// An attempt may have reached the receiver (an `http` resend after an uncertain one,
         /// a command killed at its timeout).
         uncertain: bool,
     },
     #[error("field {field}: {reason}")]
-    Render { field: &'static str, reason: String },
+    /// A template failed to render for this slot.
+    Render {
+        /// The field whose template failed.
+        field: &'static str,
+        /// minijinja's reason, with the line.
+        reason: template::TemplateError,
+    },
     #[error(
         "field {field}: {msgtype} content is {size} bytes, over the robot's limit of {limit} bytes"
     )]
+    /// Rendered content over the robot's size limit.
     TooLarge {
+        /// The field that is too large.
         field: &'static str,
+        /// The robot's limit, in bytes.
         limit: usize,
+        /// The rendered size, in bytes.
         size: usize,
+        /// The message type whose limit applies.
         msgtype: &'static str,
     },
     #[error("field {field}: {reason}")]
-    Input { field: &'static str, reason: String },
+    /// An input of the action (a file, an image, the argv) is unusable at send time.
+    Input {
+        /// The field the input comes from.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error("not sent after {attempts} attempt(s): {reason}")]
-    BudgetSpent { attempts: u32, reason: String },
+    /// The webhook's rate budget had no place before the deadline.
+    BudgetSpent {
+        /// Attempts made.
+        attempts: u32,
+        /// Why the budget could not be waited for.
+        reason: String,
+    },
     /// Nothing left this replica (connect, DNS, TLS, proxy; or its lock's validity ran out
     /// before the first byte): another replica may deliver it (the handoff).
     #[error("not delivered: nothing left this replica after {attempts} attempt(s): {reason}")]
-    NotSent { attempts: u32, reason: String },
+    NotSent {
+        /// Attempts made.
+        attempts: u32,
+        /// Why nothing left.
+        reason: String,
+    },
     /// A request was written and no answer read: the receiver may have acted on it, so it is
     /// not sent again.
     #[error(
         "may have been delivered: attempt {attempts} was sent and no answer came back ({reason}); \
          not sent again"
     )]
-    Uncertain { attempts: u32, reason: String },
+    Uncertain {
+        /// The attempt whose answer was lost.
+        attempts: u32,
+        /// Why no answer came.
+        reason: String,
+    },
 }
 
 impl ActionError {

@@ -42,15 +42,17 @@ return math.max(1, tonumber(oldest[2]) + window - now)";
 /// `rate = "20/min"`: at most `limit` sends per `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
+    /// Sends allowed per window.
     pub limit: u32,
+    /// The sliding window.
     pub window: Duration,
 }
 
 impl FromStr for Rate {
-    type Err = String;
+    type Err = BadRate;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let usage = || format!("{s:?} is not a rate such as \"20/min\", \"1/s\" or \"100/10m\"");
+        let usage = || BadRate::Syntax(s.to_owned());
         let (count, per) = s.split_once('/').ok_or_else(usage)?;
         let limit: u32 = count.trim().parse().map_err(|_| usage())?;
         let window = match per.trim() {
@@ -60,12 +62,21 @@ impl FromStr for Rate {
             other => humantime::parse_duration(other).map_err(|_| usage())?,
         };
         if limit == 0 || window.is_zero() {
-            return Err(format!(
-                "{s:?}: the count and the window must be greater than 0"
-            ));
+            return Err(BadRate::Zero(s.to_owned()));
         }
         Ok(Rate { limit, window })
     }
+}
+
+/// A `rate` that does not parse; the message quotes it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BadRate {
+    /// Not `COUNT/WINDOW`.
+    #[error("{0:?} is not a rate such as \"20/min\", \"1/s\" or \"100/10m\"")]
+    Syntax(String),
+    /// A zero count or window.
+    #[error("{0:?}: the count and the window must be greater than 0")]
+    Zero(String),
 }
 
 impl fmt::Display for Rate {
@@ -82,12 +93,14 @@ impl fmt::Display for Rate {
 /// The budget of one webhook: its rate and the hashed key it is counted under.
 #[derive(Debug, Clone)]
 pub struct Budget {
+    /// The limit this budget enforces.
     pub rate: Rate,
     /// First 16 hex digits of the SHA-256 of the webhook URL.
     pub id: String,
 }
 
 impl Budget {
+    /// The budget of `webhook` (its key is hashed, never stored) at `rate`.
     pub fn new(rate: Rate, webhook: &str) -> Self {
         let digest = Sha256::digest(webhook.as_bytes());
         Budget {
@@ -101,18 +114,28 @@ impl Budget {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("rate budget {rate} spent for this webhook: no place frees within the job's timeout (next in {} ms)", .wait.as_millis())]
 pub struct BudgetSpent {
+    /// The limit that was reached.
     pub rate: Rate,
+    /// How long a place would have taken.
     pub wait: Duration,
 }
 
 /// Where budgets are counted.
 #[derive(Debug, Clone)]
 pub enum Budgets {
-    Redis { nodes: Arc<Nodes>, prefix: String },
+    /// Counted on the Redis nodes, so the fleet shares each webhook's budget.
+    Redis {
+        /// The pool the counts are kept on.
+        nodes: Arc<Nodes>,
+        /// The configuration's `key_prefix`.
+        prefix: String,
+    },
+    /// Counted in this process: the send times of each webhook.
     Local(Arc<Mutex<HashMap<String, VecDeque<Instant>>>>),
 }
 
 impl Budgets {
+    /// Budgets counted in this process (standalone mode, one replica).
     pub fn local() -> Self {
         Budgets::Local(Arc::new(Mutex::new(HashMap::new())))
     }

@@ -31,6 +31,7 @@ pub struct TemplateContext<'a> {
 }
 
 impl<'a> TemplateContext<'a> {
+    /// The context of one slot of `job` on `replica`.
     pub fn new(job: &'a str, slot: Slot, zone: Tz, replica: &'a str, fence: Fence) -> Self {
         TemplateContext {
             job,
@@ -61,7 +62,9 @@ impl<'a> TemplateContext<'a> {
 /// A text field that is either fixed at load or rendered per slot.
 #[derive(Debug, Clone)]
 pub enum Content {
+    /// Plain text, checked at load and sent as it is.
     Static(String),
+    /// A compiled template, rendered per slot.
     Template(TemplateRef),
 }
 
@@ -123,7 +126,7 @@ impl Templates {
     }
 
     /// Checks every string of `value` that has template syntax compiles and renders.
-    pub fn check_json(&self, value: &serde_json::Value) -> Result<(), String> {
+    pub fn check_json(&self, value: &serde_json::Value) -> Result<(), TemplateError> {
         self.render_json(value, &TemplateContext::sample())
             .map(drop)
     }
@@ -133,7 +136,7 @@ impl Templates {
         &self,
         value: &serde_json::Value,
         ctx: &TemplateContext<'_>,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, TemplateError> {
         use serde_json::Value as J;
         Ok(match value {
             J::String(s) if has_template_syntax(s) => {
@@ -148,14 +151,14 @@ impl Templates {
             J::Object(map) => J::Object(
                 map.iter()
                     .map(|(k, v)| Ok((k.clone(), self.render_json(v, ctx)?)))
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, TemplateError>>()?,
             ),
             other => other.clone(),
         })
     }
 
     /// Compiles `source` under `name` and checks it renders; plain text stays static.
-    pub fn add(&mut self, name: String, source: String) -> Result<Content, String> {
+    pub fn add(&mut self, name: String, source: String) -> Result<Content, TemplateError> {
         if !has_template_syntax(&source) {
             return Ok(Content::Static(source));
         }
@@ -170,7 +173,11 @@ impl Templates {
     }
 
     /// The text of `content` for one slot.
-    pub fn render(&self, content: &Content, ctx: &TemplateContext<'_>) -> Result<String, String> {
+    pub fn render(
+        &self,
+        content: &Content,
+        ctx: &TemplateContext<'_>,
+    ) -> Result<String, TemplateError> {
         match content {
             Content::Static(text) => Ok(text.clone()),
             Content::Template(t) => self
@@ -182,8 +189,18 @@ impl Templates {
     }
 }
 
+/// A template that does not compile or render; the message is minijinja's, with its line and
+/// the undefined name, without the full debug dump.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct TemplateError(String);
+
 /// minijinja's error with its line, without the full debug dump.
-fn describe(err: minijinja::Error) -> String {
+fn describe(err: minijinja::Error) -> TemplateError {
+    TemplateError(describe_text(&err))
+}
+
+fn describe_text(err: &minijinja::Error) -> String {
     match err.line() {
         Some(line) => format!(
             "template line {line}: {}",
@@ -194,18 +211,18 @@ fn describe(err: minijinja::Error) -> String {
 }
 
 /// [`describe`], naming the undefined expression (`{{ slto }}`) from the template's source.
-fn describe_in(err: minijinja::Error, source: &str) -> String {
+fn describe_in(err: minijinja::Error, source: &str) -> TemplateError {
     let undefined = (err.kind() == minijinja::ErrorKind::UndefinedError)
         .then(|| err.range().and_then(|r| source.get(r)))
         .flatten()
         .map(str::to_owned);
-    let text = describe(err);
-    match undefined {
+    let text = describe_text(&err);
+    TemplateError(match undefined {
         Some(what) => format!(
             "{text}: `{what}` (templates see job, slot, slot_utc, slot_ms, replica and env)"
         ),
         None => text,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -284,14 +301,20 @@ mod tests {
     #[test]
     fn unknown_variable_fails_at_load() {
         let mut t = Templates::default();
-        let err = t.add("a".into(), "x\n{{ jbo }}".into()).unwrap_err();
+        let err = t
+            .add("a".into(), "x\n{{ jbo }}".into())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2"), "{err}");
     }
 
     #[test]
     fn syntax_error_names_the_line() {
         let mut t = Templates::default();
-        let err = t.add("a".into(), "ok\n{{ job ".into()).unwrap_err();
+        let err = t
+            .add("a".into(), "ok\n{{ job ".into())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2"), "{err}");
     }
 }

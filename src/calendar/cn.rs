@@ -32,14 +32,17 @@ pub struct Builtin {
 }
 
 impl Builtin {
+    /// The holidays, by date.
     pub fn days_off(&self) -> &BTreeMap<NaiveDate, Reason> {
         &self.days_off
     }
 
+    /// The make-up workdays (weekend days worked), by date.
     pub fn make_up(&self) -> &BTreeMap<NaiveDate, Reason> {
         &self.make_up
     }
 
+    /// The years the data covers.
     pub fn coverage(&self) -> &Coverage {
         &self.coverage
     }
@@ -72,8 +75,14 @@ struct Name {
     en: String,
 }
 
-fn parse(builtin: &str, text: &str) -> Result<Builtin, String> {
-    let file: DataFile = toml::from_str(text).map_err(|e| e.to_string())?;
+/// The built-in data file does not parse (a bug in the data shipped with the binary).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadData(String);
+
+fn parse(builtin: &str, text: &str) -> Result<Builtin, BadData> {
+    let bad = |what: String| BadData(what);
+    let file: DataFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
     // `prefix` tells a make-up workday from the holiday it makes up for.
     let dated = |table: &BTreeMap<String, String>, prefix: &str| {
         table
@@ -81,15 +90,20 @@ fn parse(builtin: &str, text: &str) -> Result<Builtin, String> {
             .map(|(date, key)| {
                 let date = date
                     .parse()
-                    .map_err(|_| format!("{date:?} is not a date"))?;
-                let name = file.names.get(key).ok_or(format!("no name for {key:?}"))?;
+                    .map_err(|_| bad(format!("{date:?} is not a date")))?;
+                let name = file
+                    .names
+                    .get(key)
+                    .ok_or_else(|| bad(format!("no name for {key:?}")))?;
                 let what = format!("{prefix}{} {}", name.zh, name.en);
                 Ok((date, Reason::new(what, builtin)))
             })
-            .collect::<Result<BTreeMap<NaiveDate, Reason>, String>>()
+            .collect::<Result<BTreeMap<NaiveDate, Reason>, BadData>>()
     };
-    let first = NaiveDate::from_ymd_opt(file.first_year, 1, 1).ok_or("bad first_year")?;
-    let last = NaiveDate::from_ymd_opt(file.last_year, 12, 31).ok_or("bad last_year")?;
+    let first = NaiveDate::from_ymd_opt(file.first_year, 1, 1)
+        .ok_or_else(|| bad("bad first_year".to_owned()))?;
+    let last = NaiveDate::from_ymd_opt(file.last_year, 12, 31)
+        .ok_or_else(|| bad("bad last_year".to_owned()))?;
     Ok(Builtin {
         days_off: dated(&file.holidays, "")?,
         make_up: dated(&file.workdays, "make-up workday for ")?,

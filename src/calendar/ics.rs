@@ -68,12 +68,17 @@ fn parse_error(error: &str) -> String {
     }
 }
 
+/// What is wrong with one event; [`event_days`] prefixes the event's name.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct EventProblem(String);
+
 /// The dates an event takes off, with its name; none for a timed or cancelled event.
 fn event_days(event: &Event, index: usize) -> Result<Vec<(NaiveDate, String)>, IcsError> {
     let label = event
         .get_summary()
         .map_or_else(|| format!("event #{}", index + 1), str::to_owned);
-    let fail = |what: String| IcsError(format!("event {label:?}: {what}"));
+    let fail = |what: EventProblem| IcsError(format!("event {label:?}: {what}"));
     if event.property_value("STATUS") == Some("CANCELLED") {
         return Ok(Vec::new());
     }
@@ -90,33 +95,41 @@ fn event_days(event: &Event, index: usize) -> Result<Vec<(NaiveDate, String)>, I
 }
 
 /// `DTSTART` as a date; `None` for a date-time (an event with a time of day).
-fn start_date(event: &Event) -> Result<Option<NaiveDate>, String> {
-    let property = event.properties().get("DTSTART").ok_or("no DTSTART")?;
+fn start_date(event: &Event) -> Result<Option<NaiveDate>, EventProblem> {
+    let property = event
+        .properties()
+        .get("DTSTART")
+        .ok_or_else(|| EventProblem("no DTSTART".to_owned()))?;
     match DatePerhapsTime::from_property(property) {
         Some(DatePerhapsTime::Date(date)) => Ok(Some(date)),
         Some(DatePerhapsTime::DateTime(_)) => Ok(None),
-        None => Err(format!("DTSTART {:?} is not a date", property.value())),
+        None => Err(EventProblem(format!(
+            "DTSTART {:?} is not a date",
+            property.value()
+        ))),
     }
 }
 
 /// How many days the event takes: to DTEND (exclusive), for DURATION, or one.
-fn length_in_days(event: &Event, start: NaiveDate) -> Result<i64, String> {
+fn length_in_days(event: &Event, start: NaiveDate) -> Result<i64, EventProblem> {
     if let Some(end) = event.properties().get("DTEND") {
         return match DatePerhapsTime::from_property(end) {
             Some(DatePerhapsTime::Date(end)) if end > start => Ok((end - start).num_days()),
-            Some(DatePerhapsTime::Date(_)) => Err(format!(
+            Some(DatePerhapsTime::Date(_)) => Err(EventProblem(format!(
                 "DTEND {:?} is not after DTSTART (DTEND is the first day after the event)",
                 end.value()
-            )),
-            _ => Err(format!(
+            ))),
+            _ => Err(EventProblem(format!(
                 "DTEND {:?} is not a date, but DTSTART is",
                 end.value()
-            )),
+            ))),
         };
     }
     match event.property_value("DURATION") {
         Some(duration) => days_of(duration).ok_or_else(|| {
-            format!("DURATION {duration:?} is not a whole number of days or weeks (such as P3D)")
+            EventProblem(format!(
+                "DURATION {duration:?} is not a whole number of days or weeks (such as P3D)"
+            ))
         }),
         None => Ok(1),
     }
@@ -135,16 +148,18 @@ fn days_of(duration: &str) -> Option<i64> {
 }
 
 /// The first days of the event's occurrences: `start`, or its `RRULE` expanded.
-fn occurrences(event: &Event, start: NaiveDate) -> Result<Vec<NaiveDate>, String> {
+fn occurrences(event: &Event, start: NaiveDate) -> Result<Vec<NaiveDate>, EventProblem> {
     let Some(rule) = event.property_value("RRULE") else {
         let mut starts = listed_dates(event, "RDATE")?;
         starts.push(start);
         return Ok(starts);
     };
-    let rule: RRule<Unvalidated> = rule.parse().map_err(|e| format!("RRULE {rule:?}: {e}"))?;
+    let rule: RRule<Unvalidated> = rule
+        .parse()
+        .map_err(|e| EventProblem(format!("RRULE {rule:?}: {e}")))?;
     let mut set = rule
         .build(midnight(start))
-        .map_err(|e| format!("RRULE: {e}"))?;
+        .map_err(|e| EventProblem(format!("RRULE: {e}")))?;
     for date in listed_dates(event, "EXDATE")? {
         set = set.exdate(midnight(date));
     }
@@ -163,7 +178,7 @@ fn expand(set: &RRuleSet) -> Vec<NaiveDate> {
 }
 
 /// The dates of every `name` property (`EXDATE;VALUE=DATE:20261225,20271225`).
-fn listed_dates(event: &Event, name: &str) -> Result<Vec<NaiveDate>, String> {
+fn listed_dates(event: &Event, name: &str) -> Result<Vec<NaiveDate>, EventProblem> {
     let Some(properties) = event.multi_properties().get(name) else {
         return Ok(Vec::new());
     };
@@ -174,7 +189,7 @@ fn listed_dates(event: &Event, name: &str) -> Result<Vec<NaiveDate>, String> {
             value
                 .get(..8)
                 .and_then(|d| NaiveDate::parse_from_str(d, "%Y%m%d").ok())
-                .ok_or_else(|| format!("{name} {value:?} is not a date"))
+                .ok_or_else(|| EventProblem(format!("{name} {value:?} is not a date")))
         })
         .collect()
 }

@@ -19,11 +19,14 @@ use chrono::{Datelike, NaiveDate, Weekday};
 /// Why a date is listed: what it is, and where that came from (`国庆节 National Day (cn)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reason {
+    /// What the day is (`国庆节 National Day`, an .ics event's summary).
     pub what: String,
+    /// Where that comes from (the built-in data, a file, the inline list).
     pub source: String,
 }
 
 impl Reason {
+    /// A reason `what` from `source`.
     pub fn new(what: impl Into<String>, source: impl Into<String>) -> Self {
         Reason {
             what: what.into(),
@@ -52,6 +55,7 @@ pub enum Day<'c> {
 }
 
 impl Day<'_> {
+    /// Whether the day is a working day (a make-up workday is).
     pub fn is_workday(self) -> bool {
         matches!(self, Day::Weekday | Day::MakeUp(_))
     }
@@ -73,13 +77,16 @@ impl fmt::Display for Day<'_> {
 pub struct Coverage {
     /// The built-in calendar's name (`cn`).
     pub builtin: String,
+    /// The first day the data covers.
     pub first: NaiveDate,
+    /// The last day the data covers.
     pub last: NaiveDate,
     /// The published package the data was generated from, with its version.
     pub source: String,
 }
 
 impl Coverage {
+    /// Whether `date` is inside the data.
     pub fn covers(&self, date: NaiveDate) -> bool {
         (self.first..=self.last).contains(&date)
     }
@@ -106,10 +113,12 @@ impl Calendar {
         }
     }
 
+    /// The calendar's name in jobs.toml (`cn`, `[calendar.NAME]`).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The span of its built-in data; `None` when it has none.
     pub fn coverage(&self) -> Option<&Coverage> {
         self.coverage.as_ref()
     }
@@ -173,7 +182,9 @@ impl fmt::Debug for Calendar {
 /// `days` of a job: which of its calendar's days it runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Days {
+    /// Run on working days.
     Workdays,
+    /// Run on days off.
     Holidays,
 }
 
@@ -189,7 +200,9 @@ impl fmt::Display for Days {
 /// A job's day filter: its calendar and which of its days the job keeps.
 #[derive(Clone, Debug)]
 pub struct DayFilter {
+    /// The calendar that tells the days.
     pub calendar: Arc<Calendar>,
+    /// Which of its days the job runs on.
     pub days: Days,
 }
 

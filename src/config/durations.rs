@@ -13,7 +13,9 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// The values a duration field accepts, both ends included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurationRange {
+    /// The smallest value accepted.
     pub min: Duration,
+    /// The largest value accepted.
     pub max: Duration,
 }
 
@@ -35,24 +37,36 @@ pub const CATCH_UP: DurationRange = DurationRange::new(SECOND, Duration::from_se
 pub const RATE_WINDOW: DurationRange = DurationRange::new(MS, DAY);
 
 impl DurationRange {
+    /// The range from `min` to `max`, both included.
     pub const fn new(min: Duration, max: Duration) -> Self {
         DurationRange { min, max }
     }
 
+    /// Whether `value` is inside.
     pub fn contains(&self, value: Duration) -> bool {
         (self.min..=self.max).contains(&value)
     }
 
-    /// `Ok(value)` inside the range, else the error message naming the value and the range.
-    pub fn check(&self, value: Duration) -> Result<Duration, String> {
+    /// `Ok(value)` inside the range, else the error naming the value and the range.
+    pub fn check(&self, value: Duration) -> Result<Duration, OutOfRange> {
         if self.contains(value) {
             return Ok(value);
         }
-        Err(format!(
-            "{} is out of range: must be from {self}",
-            humantime::format_duration(value)
-        ))
+        Err(OutOfRange {
+            value,
+            range: *self,
+        })
     }
+}
+
+/// A duration outside its [`DurationRange`]; the message names both.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{} is out of range: must be from {range}", humantime::format_duration(*value))]
+pub struct OutOfRange {
+    /// The duration given.
+    pub value: Duration,
+    /// The range it had to be in.
+    pub range: DurationRange,
 }
 
 impl fmt::Display for DurationRange {
@@ -111,7 +125,7 @@ mod tests {
     #[test]
     fn an_absurd_value_is_named_with_the_range() {
         let huge = humantime::parse_duration("300000000000y").unwrap();
-        let message = TIMEOUT.check(huge).unwrap_err();
+        let message = TIMEOUT.check(huge).unwrap_err().to_string();
         assert_eq!(
             message,
             "300000000000years is out of range: must be from 1ms to 1d"

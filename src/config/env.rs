@@ -6,6 +6,7 @@
 
 /// Where expansion needs the environment: the process's own, or a map in tests.
 pub trait Env {
+    /// The variable `name`, if set.
     fn var(&self, name: &str) -> Option<String>;
     /// Every variable, for templates' `env`.
     fn vars(&self) -> std::collections::BTreeMap<String, String>;
@@ -36,21 +37,27 @@ impl Env for std::collections::HashMap<String, String> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A `${VAR}` that cannot be expanded.
 pub enum EnvError {
     #[error("environment variable {0} is not set")]
+    /// The variable is not set.
     Unset(String),
     #[error("unterminated `${{` (write `$${{` for a literal `${{`)")]
+    /// `${` without its `}`.
     Unterminated,
     #[error("invalid variable name {0:?} inside `${{…}}`")]
+    /// `${…}` holds no valid variable name.
     BadName(String),
 }
 
 /// The result of expanding one string: the text and the names of the variables used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expanded {
+    /// The expanded text.
     pub text: String,
     /// Values taken from the environment (not defaults): secrets to scrub.
     pub values: Vec<String>,
+    /// The variables used, so their values can be scrubbed from errors.
     pub names: Vec<String>,
 }
 

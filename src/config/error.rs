@@ -9,20 +9,34 @@ pub enum Location {
     File,
     /// A TOML syntax error, with the job it falls in when that can be told.
     Line {
+        /// The line, from 1.
         line: usize,
+        /// The column, from 1.
         column: usize,
+        /// The job the line is in, when it can be told.
         job: Option<String>,
     },
     /// A field of a section: `[scheduler]`, `[redis]`, a calendar, a job, or the top level.
-    Field { section: Section, field: String },
+    Field {
+        /// The section the field is in.
+        section: Section,
+        /// The field, dotted (`action.webhook`).
+        field: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A section of jobs.toml, as errors name it.
 pub enum Section {
+    /// Outside every table.
     Top,
+    /// `[scheduler]`.
     Scheduler,
+    /// `[redis]`.
     Redis,
+    /// `[http]`.
     Http,
+    /// A `[[job]]`, by name.
     Job(String),
     /// `[calendar.NAME]`.
     Calendar(String),
@@ -33,11 +47,14 @@ pub enum Section {
 /// One problem in jobs.toml.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// Where the problem is.
     pub location: Location,
+    /// What is wrong.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error about the file as a whole.
     pub fn file(message: impl Into<String>) -> Self {
         ConfigError {
             location: Location::File,
@@ -45,6 +62,7 @@ impl ConfigError {
         }
     }
 
+    /// An error about `field` of `section`.
     pub fn field(section: Section, field: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
             location: Location::Field {
@@ -79,7 +97,9 @@ impl ConfigError {
 /// Every problem found in one file; slotcron reports them all before exiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigErrors {
+    /// The file, as given.
     pub path: String,
+    /// Every problem found, in file order.
     pub errors: Vec<ConfigError>,
 }
 

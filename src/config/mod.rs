@@ -26,6 +26,7 @@ use crate::action::Action;
 use crate::lock::{LockConfig, NodeUrl};
 use crate::schedule::Schedule;
 use crate::secret::Scrubber;
+pub(crate) use actions::ActionCheck;
 use durations::DurationRange;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
@@ -48,7 +49,9 @@ const MAX_JOB_NAME: usize = 100;
 /// A checked configuration.
 #[derive(Debug)]
 pub struct Config {
+    /// The file it was read from, for messages and reloads.
     pub path: PathBuf,
+    /// `[scheduler]`, with its defaults.
     pub scheduler: SchedulerConfig,
     /// `None`: standalone mode, an in-process lock.
     pub redis: Option<RedisConfig>,
@@ -60,6 +63,7 @@ pub struct Config {
     pub disabled: Vec<String>,
     /// `[alert.NAME]`: the actions that tell someone a slot failed or was missed.
     pub alerts: BTreeMap<String, Arc<Action>>,
+    /// Every template of every action, compiled once.
     pub templates: Arc<Templates>,
     /// Every secret value the config holds, for scrubbing free text before it is logged.
     pub scrubber: Arc<Scrubber>,
@@ -68,8 +72,11 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone)]
+/// `[scheduler]`: what every job shares.
 pub struct SchedulerConfig {
+    /// The zone of jobs without their own `timezone`.
     pub timezone: Tz,
+    /// Prefixed to every Redis key, so fleets can share nodes.
     pub key_prefix: String,
     /// How far replicas' clocks may disagree; slot keys outlive a slot by twice this.
     pub max_clock_skew: Duration,
@@ -94,15 +101,20 @@ pub enum ClockMode {
 }
 
 #[derive(Debug, Clone)]
+/// `[redis]`: the nodes the fleet races on.
 pub struct RedisConfig {
+    /// The nodes; a majority decides each slot.
     pub nodes: Vec<NodeUrl>,
+    /// The Redlock's timings.
     pub lock: LockConfig,
     /// PEM root certificates for `rediss://` nodes (`ca_file`); `None`: the system's roots.
     pub ca: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `[http]`: the status server.
 pub struct HttpConfig {
+    /// Where `/healthz`, `/readyz`, `/metrics` and the status page listen.
     pub listen: std::net::SocketAddr,
 }
 
@@ -132,25 +144,33 @@ pub const MAX_CATCH_UP_ALL: usize = 1000;
 /// Running slots missed while the whole fleet was down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CatchUp {
+    /// How far back a missed slot is still run.
     pub window: Duration,
+    /// Which of the missed slots run.
     pub policy: CatchUpPolicy,
 }
 
 /// A checked job.
 #[derive(Debug)]
 pub struct Job {
+    /// The job's unique name: its lock keys, history and metrics.
     pub name: String,
+    /// When it runs, in its zone.
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    /// What happens when a slot comes while the previous run goes on.
     pub overlap: Overlap,
+    /// Catch-up of slots missed while no replica ran, if enabled.
     pub catch_up: Option<CatchUp>,
+    /// What the winner does.
     pub action: Action,
     /// The `[alert.NAME]` told when a slot ends `failed` or is found `missed`.
     pub on_failure: Option<String>,
 }
 
 impl Job {
+    /// The job's zone.
     pub fn zone(&self) -> Tz {
         self.schedule.zone()
     }
@@ -258,23 +278,12 @@ impl<'e> Loader<'e> {
         }
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
         let scheduler = scheduler?;
-        if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
-            self.errors
-                .push(ConfigError::file("no jobs: add at least one [[job]] table"));
-        } else if jobs.is_empty() && self.errors.is_empty() {
-            self.errors.push(ConfigError::file(
-                "every job has enabled = false: nothing to run",
-            ));
-        }
+        self.check_something_runs(&jobs, &disabled);
         let redis = redis?;
         let http = http?;
         self.coverage_warnings();
         if redis.is_none() {
-            self.warnings.push(
-                "no [redis] section: standalone mode, an in-process lock. Run ONE replica only; \
-                 several replicas would each run every slot"
-                    .to_owned(),
-            );
+            self.warnings.push(STANDALONE_WARNING.to_owned());
         }
         Some(Config {
             path: path.to_owned(),
@@ -288,6 +297,18 @@ impl<'e> Loader<'e> {
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
         })
+    }
+
+    /// A file without jobs, or with every job disabled, is an error (when nothing else is).
+    fn check_something_runs(&mut self, jobs: &[Arc<Job>], disabled: &[String]) {
+        if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {
+            self.errors
+                .push(ConfigError::file("no jobs: add at least one [[job]] table"));
+        } else if jobs.is_empty() && self.errors.is_empty() {
+            self.errors.push(ConfigError::file(
+                "every job has enabled = false: nothing to run",
+            ));
+        }
     }
 
     fn check_top_level(&mut self, table: &Table) {
@@ -400,7 +421,17 @@ impl<'e> Loader<'e> {
         };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
-        if raw.nodes.is_empty() {
+        let nodes = self.redis_nodes(&raw.nodes);
+        let lock = self.lock_config(&raw);
+        let ca = raw
+            .ca_file
+            .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
+        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
+    }
+
+    /// `nodes`: each a Redis URL, none twice; an even count is warned about.
+    fn redis_nodes(&mut self, raw_nodes: &[String]) -> Vec<NodeUrl> {
+        if raw_nodes.is_empty() {
             self.errors.push(ConfigError::field(
                 Section::Redis,
                 "nodes",
@@ -409,7 +440,7 @@ impl<'e> Loader<'e> {
         }
         let mut nodes = Vec::new();
         let mut seen = HashSet::new();
-        for (i, raw_url) in raw.nodes.iter().enumerate() {
+        for (i, raw_url) in raw_nodes.iter().enumerate() {
             let field = format!("nodes[{i}]");
             match self
                 .expand(raw_url, &Section::Redis, &field)
@@ -429,9 +460,10 @@ impl<'e> Loader<'e> {
                     self.scrubber.add(url.password().unwrap_or(""));
                     nodes.push(url);
                 }
-                Some(Err(e)) => self
-                    .errors
-                    .push(ConfigError::field(Section::Redis, &field, e)),
+                Some(Err(e)) => {
+                    self.errors
+                        .push(ConfigError::field(Section::Redis, &field, e.to_string()))
+                }
                 None => {}
             }
         }
@@ -442,6 +474,11 @@ impl<'e> Loader<'e> {
                 nodes.len() - 1
             ));
         }
+        nodes
+    }
+
+    /// The Redlock's timings: `node_timeout`, `retry_delay`, `retry_count`, else the defaults.
+    fn lock_config(&mut self, raw: &RawRedis) -> LockConfig {
         let mut lock = LockConfig::default();
         let node_timeout = raw.node_timeout.unwrap_or(lock.node_timeout);
         let node_timeout = self.bounded(
@@ -460,10 +497,7 @@ impl<'e> Loader<'e> {
         lock.node_timeout = node_timeout.unwrap_or(lock.node_timeout);
         lock.retry_delay = retry_delay.unwrap_or(lock.retry_delay);
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
-        let ca = raw
-            .ca_file
-            .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
-        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
+        lock
     }
 
     /// Reads a file named in jobs.toml, relative to jobs.toml's directory.
@@ -530,17 +564,71 @@ impl<'e> Loader<'e> {
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
-        if enabled {
-            if let Some(action) = table.get_mut("action") {
-                self.expand_all(action, &section, "action")?;
-                let dir = self.config_dir.clone();
-                actions::read_file_fields(self, action, &section, &dir)?;
-            }
-        }
+        self.read_action_files(enabled, &mut table, &section)?;
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         let before = self.errors.len();
         self.check_job_name(&raw.name, &section);
+        let schedule = self.job_schedule(&raw, scheduler, &section);
+        let timeout = self.bounded(
+            &section,
+            "timeout",
+            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            durations::TIMEOUT,
+        );
+        let catch_up = self.catch_up(
+            raw.catch_up,
+            raw.catch_up_policy,
+            &section,
+            schedule.as_ref(),
+        );
+        if !enabled {
+            return None;
+        }
+        let action = self.job_action(name, &section, raw.action);
+        if self.errors.len() != before {
+            return None;
+        }
+        let schedule = schedule?;
+        self.calendar_in_use(&schedule);
+        let on_failure = match raw.on_failure.as_deref() {
+            Some(name) => self.on_failure(Some(name), &section)?,
+            None => self.default_on_failure.clone(),
+        };
+        Some(Job {
+            name: raw.name,
+            schedule,
+            timeout: timeout?,
+            overlap: overlap(raw.overlap),
+            catch_up,
+            action: action?,
+            on_failure,
+        })
+    }
+
+    /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before
+    /// typing (a disabled job's files and variables may be missing).
+    fn read_action_files(
+        &mut self,
+        enabled: bool,
+        table: &mut Value,
+        section: &Section,
+    ) -> Option<()> {
+        if let Some(action) = table.get_mut("action").filter(|_| enabled) {
+            self.expand_all(action, section, "action")?;
+            let dir = self.config_dir.clone();
+            actions::read_file_fields(self, action, section, &dir)?;
+        }
+        Some(())
+    }
+
+    /// The job's schedule in its zone (or [scheduler]'s), with its calendar's days.
+    fn job_schedule(
+        &mut self,
+        raw: &RawJob,
+        scheduler: Option<&SchedulerConfig>,
+        section: &Section,
+    ) -> Option<Schedule> {
         let zone = match raw.timezone.as_deref() {
             Some(tz) => self.zone(tz, section.clone()),
             None => scheduler.map(|s| s.timezone),
@@ -557,57 +645,24 @@ impl<'e> Loader<'e> {
             })
             .ok()
             .filter(|_| zone.is_some());
-        let schedule = match self.day_filter(raw.calendar.as_deref(), raw.days, &section) {
-            Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, &section)),
+        match self.day_filter(raw.calendar.as_deref(), raw.days, section) {
+            Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, section)),
             Some(None) => schedule,
             None => None,
-        };
-        let timeout = self.bounded(
-            &section,
-            "timeout",
-            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
-            durations::TIMEOUT,
-        );
-        let overlap = match raw.overlap {
-            Some(RawOverlap::Allow) => Overlap::Allow,
-            Some(RawOverlap::Skip) | None => Overlap::Skip,
-        };
-        let catch_up = self.catch_up(
-            raw.catch_up,
-            raw.catch_up_policy,
-            &section,
-            schedule.as_ref(),
-        );
-        if !enabled {
-            return None;
         }
+    }
+
+    /// The job's checked action (errors name `action.FIELD`).
+    fn job_action(&mut self, name: &str, section: &Section, raw: raw::RawAction) -> Option<Action> {
         let config_dir = self.config_dir.clone();
-        let action = actions::ActionCheck {
+        actions::ActionCheck {
             loader: self,
             job: name,
             section: section.clone(),
             config_dir,
             field_prefix: "action.",
         }
-        .action(raw.action);
-        if self.errors.len() != before {
-            return None;
-        }
-        let schedule = schedule?;
-        self.calendar_in_use(&schedule);
-        let on_failure = match raw.on_failure.as_deref() {
-            Some(name) => self.on_failure(Some(name), &section)?,
-            None => self.default_on_failure.clone(),
-        };
-        Some(Job {
-            name: raw.name,
-            schedule,
-            timeout: timeout?,
-            overlap,
-            catch_up,
-            action: action?,
-            on_failure,
-        })
+        .action(raw)
     }
 
     fn catch_up(
@@ -635,6 +690,7 @@ impl<'e> Loader<'e> {
             Ok(window) => window,
             Err(e) => {
                 let hint = " (leave catch_up out to turn catch-up off)";
+                let e = e.to_string();
                 let message = if window.is_zero() { e + hint } else { e };
                 self.errors
                     .push(ConfigError::field(section.clone(), "catch_up", message));
@@ -686,7 +742,7 @@ impl<'e> Loader<'e> {
             .check(value)
             .map_err(|e| {
                 self.errors
-                    .push(ConfigError::field(section.clone(), field, e))
+                    .push(ConfigError::field(section.clone(), field, e.to_string()))
             })
             .ok()
     }
@@ -846,6 +902,18 @@ fn enclosing_job(before: &str) -> Option<String> {
         let (key, value) = line.split_once('=')?;
         (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
     })
+}
+
+/// The warning of a file without `[redis]`.
+const STANDALONE_WARNING: &str = "no [redis] section: standalone mode, an in-process lock. \
+    Run ONE replica only; several replicas would each run every slot";
+
+/// `overlap`: overlapping runs are skipped unless the job allows them.
+fn overlap(raw: Option<RawOverlap>) -> Overlap {
+    match raw {
+        Some(RawOverlap::Allow) => Overlap::Allow,
+        Some(RawOverlap::Skip) | None => Overlap::Skip,
+    }
 }
 
 #[cfg(test)]

@@ -2,11 +2,18 @@
 //! rather than a silently ignored setting. These types never leave the config module: `load`
 //! checks them into the domain types.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::action::command::RawCommand;
+use crate::action::dingtalk::RawDingTalk;
+use crate::action::feishu::RawFeishu;
+use crate::action::http::RawHttp;
+use crate::action::log::RawLog;
+use crate::action::slack::RawSlack;
+use crate::action::wecom::RawWecom;
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -120,144 +127,4 @@ pub enum RawAction {
     Http(RawHttp),
     Command(RawCommand),
     Log(RawLog),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawWecom {
-    pub webhook: String,
-    pub msgtype: RawMsgType,
-    pub content: Option<String>,
-    pub mentioned_list: Option<Vec<String>>,
-    pub mentioned_mobile_list: Option<Vec<String>>,
-    pub image_path: Option<PathBuf>,
-    pub image_url: Option<String>,
-    pub articles: Option<Vec<RawArticle>>,
-    pub media_path: Option<PathBuf>,
-    pub template_card: Option<toml::Value>,
-    pub rate: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RawMsgType {
-    Text,
-    Markdown,
-    MarkdownV2,
-    Image,
-    News,
-    File,
-    Voice,
-    TemplateCard,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawArticle {
-    pub title: String,
-    pub description: Option<String>,
-    pub url: String,
-    pub picurl: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawDingTalk {
-    pub webhook: String,
-    pub secret: Option<String>,
-    pub msgtype: RawDingTalkMsgType,
-    pub content: Option<String>,
-    pub title: Option<String>,
-    pub text: Option<String>,
-    pub message_url: Option<String>,
-    pub pic_url: Option<String>,
-    pub single_title: Option<String>,
-    pub single_url: Option<String>,
-    pub buttons: Option<Vec<RawButton>>,
-    pub at_mobiles: Option<Vec<String>>,
-    pub at_user_ids: Option<Vec<String>>,
-    pub at_all: Option<bool>,
-    pub rate: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-pub enum RawDingTalkMsgType {
-    #[serde(rename = "text")]
-    Text,
-    #[serde(rename = "markdown")]
-    Markdown,
-    #[serde(rename = "link")]
-    Link,
-    #[serde(rename = "actionCard")]
-    ActionCard,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawButton {
-    pub title: String,
-    pub url: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawFeishu {
-    pub webhook: String,
-    pub secret: Option<String>,
-    pub msg_type: RawFeishuMsgType,
-    pub text: Option<String>,
-    pub post: Option<toml::Value>,
-    pub card: Option<toml::Value>,
-    pub rate: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum RawFeishuMsgType {
-    Text,
-    Post,
-    Interactive,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSlack {
-    pub webhook: String,
-    pub text: Option<String>,
-    pub blocks: Option<toml::Value>,
-    pub rate: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawHttp {
-    pub url: String,
-    pub method: Option<String>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    pub body: Option<String>,
-    pub rate: Option<String>,
-    pub success_status: Option<String>,
-    pub success_json: Option<RawSuccessJson>,
-    pub retry_uncertain: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSuccessJson {
-    pub field: String,
-    pub equals: toml::Value,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCommand {
-    pub argv: Option<Vec<String>>,
-    pub shell: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLog {
-    pub content: String,
 }

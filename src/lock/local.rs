@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::{Acquire, Lease, SlotKey, Token};
 
 #[derive(Debug)]
+/// The lock of a standalone replica: slots raced in this process only.
 pub struct LocalLock {
     replica: String,
     /// A std mutex: held for a map lookup only, never across an await.
@@ -18,6 +19,7 @@ pub struct LocalLock {
 }
 
 impl LocalLock {
+    /// A lock for `replica`.
     pub fn new(replica: &str) -> Self {
         LocalLock {
             replica: replica.to_owned(),
@@ -25,6 +27,7 @@ impl LocalLock {
         }
     }
 
+    /// Takes `key` for `ttl` unless it is held.
     pub fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
         let now = Instant::now();
         let mut held = self
@@ -49,6 +52,7 @@ impl LocalLock {
 }
 
 impl LocalLock {
+    /// Releases the lease if it is still this one; how many keys went.
     pub fn release(&self, lease: &Lease) -> usize {
         let mut held = self
             .held
@@ -62,6 +66,7 @@ impl LocalLock {
         }
     }
 
+    /// Extends the lease by `ttl` if it is still this one.
     pub fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
         let mut held = self
             .held

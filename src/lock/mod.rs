@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::schedule::Slot;
 
 pub use local::LocalLock;
-pub use node::{NodeError, NodeUrl};
+pub use node::{BadNodeUrl, NodeError, NodeSetupError, NodeUrl};
 pub use nodes::Nodes;
 pub use redlock::{LockConfig, Redlock};
 
@@ -28,6 +28,7 @@ pub use redlock::{LockConfig, Redlock};
 pub struct SlotKey(String);
 
 impl SlotKey {
+    /// The key of `job`'s `slot` under `prefix`.
     pub fn new(prefix: &str, job: &str, slot: Slot) -> Self {
         SlotKey(format!("{prefix}:{job}:{}", slot.epoch_ms()))
     }
@@ -48,6 +49,7 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:running"))
     }
 
+    /// The key as stored.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -64,15 +66,18 @@ impl fmt::Display for SlotKey {
 pub struct Token(String);
 
 impl Token {
+    /// A fresh token of `replica`: its name and a random part.
     pub fn new(replica: &str) -> Self {
         let random: u64 = rand::rng().random();
         Token(format!("{replica}:{random:016x}"))
     }
 
+    /// A token read back from a node.
     pub fn from_stored(value: String) -> Self {
         Token(value)
     }
 
+    /// The token as stored.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -88,10 +93,13 @@ impl Token {
 /// A won slot: valid until `valid_until`, after which another replica could take it.
 #[derive(Debug, Clone)]
 pub struct Lease {
+    /// The slot held.
     pub key: SlotKey,
+    /// This replica's token on it.
     pub token: Token,
     /// How long the lock was known to be held when the race ended.
     pub validity: Duration,
+    /// Until when the lock is this replica's.
     pub valid_until: Instant,
 }
 
@@ -99,9 +107,17 @@ pub struct Lease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnavailableReason {
     /// Fewer than a majority of nodes answered.
-    NoQuorum { answered: usize, needed: usize },
+    NoQuorum {
+        /// Nodes that answered.
+        answered: usize,
+        /// A majority.
+        needed: usize,
+    },
     /// Every attempt ended with no token on a majority (a split vote) until the retries ran out.
-    SplitVote { attempts: u32 },
+    SplitVote {
+        /// Attempts made.
+        attempts: u32,
+    },
 }
 
 impl fmt::Display for UnavailableReason {
@@ -120,7 +136,9 @@ impl fmt::Display for UnavailableReason {
 /// The lock could not be decided: Redis is down or split, which is not the same as losing.
 #[derive(Debug, Clone)]
 pub struct Unavailable {
+    /// Why no decision.
     pub reason: UnavailableReason,
+    /// The nodes' errors.
     pub errors: Vec<NodeError>,
 }
 
@@ -137,8 +155,14 @@ impl fmt::Display for Unavailable {
 /// The result of racing for one slot.
 #[derive(Debug, Clone)]
 pub enum Acquire {
+    /// This replica holds the slot.
     Won(Lease),
-    Lost { holder: Token },
+    /// Another replica holds the slot.
+    Lost {
+        /// Its token (its name).
+        holder: Token,
+    },
+    /// No decision: not the same as losing.
     Unavailable(Unavailable),
 }
 
@@ -147,10 +171,12 @@ pub enum Acquire {
 pub enum SlotLock {
     /// Its pool of nodes is shared with the history, the rate budget and the fleet clock.
     Redlock(Arc<Redlock>),
+    /// The in-process lock of standalone mode.
     Local(Arc<LocalLock>),
 }
 
 impl SlotLock {
+    /// Races for `key` with a lock of `ttl`.
     pub async fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
         match self {
             SlotLock::Redlock(lock) => lock.acquire(key, ttl).await,

@@ -47,29 +47,53 @@ if current then return current end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false";
 
+/// Why a `nodes` entry is not a usable Redis URL.
+#[derive(Debug, thiserror::Error)]
+pub enum BadNodeUrl {
+    /// Not a URL at all.
+    #[error("not a URL: {0}")]
+    NotUrl(url::ParseError),
+    /// A URL of another scheme (`http://…`).
+    #[error("scheme {0:?} is not a Redis URL (use redis:// or rediss://)")]
+    Scheme(String),
+    /// `redis://` with no host.
+    #[error("the URL has no host")]
+    NoHost,
+    /// A URL the Redis client refuses.
+    #[error("not a Redis URL: {0}")]
+    NotRedis(redis::RedisError),
+}
+
+/// A node's client that could not be prepared: the (redacted) URL and the client's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {source}")]
+pub struct NodeSetupError {
+    /// The node, printed without its password.
+    pub url: NodeUrl,
+    /// The Redis client's reason.
+    pub source: redis::RedisError,
+}
+
 /// A checked `redis://` or `rediss://` URL; prints without its password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeUrl(Url);
 
 impl NodeUrl {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        let url = Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+    /// Checks `raw` as a Redis URL with a host (the password stays inside, never printed).
+    pub fn parse(raw: &str) -> Result<Self, BadNodeUrl> {
+        let url = Url::parse(raw).map_err(BadNodeUrl::NotUrl)?;
         match url.scheme() {
             "redis" | "rediss" => {}
-            other => {
-                return Err(format!(
-                    "scheme {other:?} is not a Redis URL (use redis:// or rediss://)"
-                ))
-            }
+            other => return Err(BadNodeUrl::Scheme(other.to_owned())),
         }
         if url.host_str().is_none_or(str::is_empty) {
-            return Err("the URL has no host".to_owned());
+            return Err(BadNodeUrl::NoHost);
         }
-        raw.into_connection_info()
-            .map_err(|e| format!("not a Redis URL: {e}"))?;
+        raw.into_connection_info().map_err(BadNodeUrl::NotRedis)?;
         Ok(NodeUrl(url))
     }
 
+    /// The URL with its password, for the client only.
     pub fn expose(&self) -> &Url {
         &self.0
     }
@@ -80,6 +104,7 @@ impl NodeUrl {
         format!("{host}:{}", self.0.port().unwrap_or(6379))
     }
 
+    /// The password, so it is scrubbed from logs.
     pub fn password(&self) -> Option<&str> {
         self.0.password()
     }
@@ -100,7 +125,9 @@ impl fmt::Debug for NodeUrl {
 /// Why one node did not answer a request as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeError {
+    /// The node, as `host:port`.
     pub node: String,
+    /// What went wrong.
     pub kind: NodeErrorKind,
 }
 
@@ -116,6 +143,7 @@ impl NodeError {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// What went wrong with one request to a node.
 pub enum NodeErrorKind {
     /// No answer within the caller's wait (down, hung, or slow).
     Timeout(Duration),
@@ -164,8 +192,11 @@ impl fmt::Display for NodeError {
 /// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
 #[derive(Debug, Clone)]
 pub struct Claim {
+    /// The slot.
     pub key: SlotKey,
+    /// This replica's token.
     pub token: Token,
+    /// How long the lock holds.
     pub ttl: Duration,
 }
 
@@ -185,6 +216,7 @@ pub enum NodeReply {
     Acquired,
     /// Someone else holds the key.
     Held(Token),
+    /// The node failed to answer.
     Failed(NodeError),
 }
 
@@ -212,13 +244,21 @@ impl fmt::Debug for Node {
 
 impl Node {
     /// Prepares the node's connection; it is opened lazily and reopened in the background.
-    pub fn new(url: &NodeUrl, timeout: Duration, ca_file: Option<&[u8]>) -> Result<Self, String> {
+    pub fn new(
+        url: &NodeUrl,
+        timeout: Duration,
+        ca_file: Option<&[u8]>,
+    ) -> Result<Self, NodeSetupError> {
+        let setup = |source| NodeSetupError {
+            url: url.clone(),
+            source,
+        };
         crate::tls::ensure_crypto_provider();
         let info = url
             .expose()
             .as_str()
             .into_connection_info()
-            .map_err(|e| format!("{url}: {e}"))?
+            .map_err(setup)?
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let client = match ca_file {
             Some(ca) => redis::Client::build_with_tls(
@@ -230,12 +270,12 @@ impl Node {
             ),
             None => redis::Client::open(info),
         }
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(setup)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(CONNECT_RETRIES);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| format!("{url}: {e}"))?;
+        let conn =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(setup)?;
         Ok(Node {
             address: url.address(),
             client,
@@ -247,6 +287,7 @@ impl Node {
         })
     }
 
+    /// The node's `host:port`.
     pub fn address(&self) -> &str {
         &self.address
     }
@@ -384,7 +425,9 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
-    /// PING with the node timeout: used at start to open the connection and report the node.
+    /// PING with the node timeout. A test entry point (tests/test_redlock.rs opens a node's
+    /// connection with it); start-up uses [`Node::ping_within`]. Hidden from the docs.
+    #[doc(hidden)]
     pub async fn ping(&self) -> Result<(), NodeError> {
         let mut conn = self.conn.clone();
         self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
@@ -480,6 +523,7 @@ mod tests {
         assert!(NodeUrl::parse("rediss://:pw@redis.example:6380/0").is_ok());
         assert!(NodeUrl::parse("http://127.0.0.1:6379")
             .unwrap_err()
+            .to_string()
             .contains("not a Redis URL"));
         assert!(NodeUrl::parse("localhost:6379").is_err());
         let url = NodeUrl::parse("redis://user:hunter22@10.0.0.1:6379").unwrap();

@@ -27,7 +27,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeUrl};
+use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -144,6 +144,7 @@ impl<T> Replies<T> {
         self.values().filter(|v| pred(v)).count()
     }
 
+    /// Each node's answer, in pool order (`None`: not waited for).
     pub fn into_answers(self) -> Vec<Option<Result<T, NodeError>>> {
         self.answers
     }
@@ -177,7 +178,7 @@ impl Nodes {
         node_timeout: Duration,
         ca_file: Option<&[u8]>,
         replica: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NodeSetupError> {
         let replica: Arc<str> = Arc::from(replica);
         let members = urls
             .iter()
@@ -192,17 +193,19 @@ impl Nodes {
                     node: Arc::new(node),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, NodeSetupError>>()?;
         Ok(Nodes {
             members,
             stragglers: TaskTracker::new(),
         })
     }
 
+    /// How many nodes.
     pub fn len(&self) -> usize {
         self.members.len()
     }
 
+    /// Whether the pool has no node.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }

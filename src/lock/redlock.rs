@@ -204,7 +204,7 @@ impl Redlock {
         replica: &str,
         config: LockConfig,
         ca_file: Option<&[u8]>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, super::node::NodeSetupError> {
         let nodes = Nodes::connect(urls, config.node_timeout, ca_file, replica)?;
         Ok(Self::over(Arc::new(nodes), replica, config))
     }
@@ -218,6 +218,7 @@ impl Redlock {
         }
     }
 
+    /// How many nodes the lock spans.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }

@@ -13,11 +13,17 @@ pub struct ProcessCollector;
 /// One reading of `/proc/self`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessStats {
+    /// CPU time, user and system.
     pub cpu_seconds: f64,
+    /// Resident set size.
     pub resident_memory_bytes: f64,
+    /// Virtual memory size.
     pub virtual_memory_bytes: f64,
+    /// When the process started (unix time).
     pub start_time_seconds: f64,
+    /// Open file descriptors.
     pub open_fds: f64,
+    /// The limit on them.
     pub max_fds: f64,
 }
 

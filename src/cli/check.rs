@@ -1,0 +1,134 @@
+//! `slotcron check`: the configuration checked, and each job's next slots printed.
+
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use clap::Args;
+
+use super::shared::{load_or_exit, ConfigArg};
+use crate::calendar::{Day, DayFilter, Days};
+use crate::config::{Config, Job};
+use crate::schedule::Slot;
+
+#[derive(Debug, Args)]
+/// `slotcron check`.
+pub struct CheckArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// How many upcoming slots to print per job.
+    #[arg(long, default_value_t = 5)]
+    pub next: usize,
+}
+
+pub(super) fn check(args: &CheckArgs) -> ExitCode {
+    let config = match load_or_exit(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    print!("{}", render_check(&config, args.next));
+    ExitCode::SUCCESS
+}
+
+/// The text `check` prints: the lock, then each job with its next slots in its zone.
+pub fn render_check(config: &Config, next: usize) -> String {
+    let mut out = String::new();
+    let lock = match &config.redis {
+        Some(redis) => {
+            let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
+            format!("redlock over {} node(s): {}", nodes.len(), nodes.join(", "))
+        }
+        None => "standalone (in-process lock, one replica only)".to_owned(),
+    };
+    out.push_str(&format!(
+        "{}: ok, {} job(s), lock: {lock}\n",
+        config.path.display(),
+        config.jobs.len()
+    ));
+    for warning in &config.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    let now = Utc::now();
+    for job in &config.jobs {
+        let target = job
+            .action
+            .target()
+            // A command's argv may hold a value from the environment: scrubbed like the logs.
+            .map(|t| format!(" -> {}", config.scrubber.scrub(&t)))
+            .unwrap_or_default();
+        let days = job
+            .schedule
+            .day_filter()
+            .map(|f| format!(" on {} of calendar {:?}", f.days, f.calendar.name()))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\njob {:?}: {:?} in {}{days}, timeout {}, {}{target}\n",
+            job.name,
+            job.schedule.expression(),
+            job.zone(),
+            humantime::format_duration(job.timeout),
+            job.action.kind(),
+        ));
+        for line in slot_lines(job, now, next) {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    for name in &config.disabled {
+        out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
+    }
+    out
+}
+
+/// A job's next slots, one line each. With a calendar, also the days between them the calendar
+/// skipped (and why), and what makes a kept day notable: a holiday or make-up workday, or a
+/// date past the built-in data, where Monday to Friday is assumed.
+fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
+    let schedule = &job.schedule;
+    let slots = schedule.upcoming(now, next);
+    let Some(filter) = schedule.day_filter() else {
+        return slots.iter().map(|s| s.rfc3339_in(job.zone())).collect();
+    };
+    let mut lines = Vec::new();
+    let mut date = schedule.local_date(Slot::at(now));
+    for slot in slots {
+        let slot_date = schedule.local_date(slot);
+        while date < slot_date {
+            if !filter.keeps(date) && schedule.cron_fires_on(date, now) {
+                lines.push(format!("{date} skipped: {}", filter.calendar.day(date)));
+            }
+            let Some(following) = date.succ_opt() else {
+                break;
+            };
+            date = following;
+        }
+        lines.push(format!(
+            "{}{}",
+            slot.rfc3339_in(job.zone()),
+            day_note(filter, slot_date)
+        ));
+    }
+    lines
+}
+
+/// What `check` says beside a kept slot of a calendar job.
+fn day_note(filter: &DayFilter, date: chrono::NaiveDate) -> String {
+    let calendar = &filter.calendar;
+    let mut note = match (calendar.day(date), filter.days) {
+        (day @ (Day::Holiday(_) | Day::MakeUp(_)), _) => format!("  {day}"),
+        // On a holidays job a plain weekend is the usual kept day: say so, as for the others.
+        (day @ Day::Weekend, Days::Holidays) => format!("  {day}"),
+        (Day::Weekday | Day::Weekend, _) => String::new(),
+    };
+    if let Some(coverage) = calendar
+        .coverage()
+        .filter(|_| calendar.is_beyond_coverage(date))
+    {
+        note.push_str(&format!(
+            "  (past the built-in {} data ({}-{}): Monday to Friday assumed)",
+            coverage.builtin,
+            coverage.first.format("%Y"),
+            coverage.last.format("%Y")
+        ));
+    }
+    note
+}

@@ -1,0 +1,189 @@
+//! `slotcron pause` and `resume`: fleet-wide, kept on the Redis nodes.
+
+use std::process::ExitCode;
+
+use chrono::Utc;
+use clap::Args;
+
+use super::shared::{
+    connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
+    ConfigArg, Offset, EXIT_CONFIG, EXIT_UNAVAILABLE,
+};
+use super::trigger::race_once;
+use crate::config::Config;
+use crate::control::{Control, Pause};
+use crate::race::RaceKind;
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Args)]
+/// `slotcron pause`.
+pub struct PauseArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// The job to pause.
+    pub job: String,
+    /// When the pause ends by itself: an RFC 3339 time (`2026-12-28T09:00:00+08:00`) or a
+    /// duration from now (`2h`, `3d`). Default: until `slotcron resume`.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Why, shown in the logs, the metrics' status page and the ledger.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who pauses (default: $USER@hostname).
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Args)]
+/// `slotcron resume`.
+pub struct ResumeArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// The job to resume.
+    pub job: String,
+    /// Also run the newest slot that fell inside the pause, once across the fleet (by default
+    /// a paused job's slots are not caught up).
+    #[arg(long)]
+    pub catch_up: bool,
+    /// Who resumes (default: $USER@hostname).
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+/// `slotcron pause`: records the pause on a majority of the nodes; every replica honours it
+/// from its next slot.
+pub(super) fn pause(args: &PauseArgs) -> ExitCode {
+    // The runtime is bound first so it is dropped last: the connections close on it.
+    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
+        Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    let until = match args.until.as_deref().map(parse_until).transpose() {
+        Ok(until) => until,
+        Err(message) => {
+            eprintln!("--until: {message}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let pause = Pause {
+        by: args.by.clone().unwrap_or_else(operator),
+        at: Utc::now(),
+        until,
+        reason: args.reason.clone(),
+    };
+    match runtime.block_on(control.pause(&args.job, &pause)) {
+        Ok(()) => {
+            let until = until.map_or("until resumed".to_owned(), |u| format!("until {u}"));
+            println!(
+                "{}: paused on every replica from its next slot, {until} ({})",
+                args.job,
+                config.path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slotcron: {}: the pause did not hold: {e}", args.job);
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+    }
+}
+
+/// `slotcron resume`: ends the pause; with `--catch-up`, also runs the newest slot that fell
+/// inside it, through the race (once across the fleet).
+pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
+    // The runtime is bound first so it is dropped last: the connections close on it.
+    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
+        Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    let by = args.by.clone().unwrap_or_else(operator);
+    let ended = match runtime.block_on(control.resume(&args.job, &by)) {
+        Ok(ended) => ended,
+        Err(e) => {
+            eprintln!("slotcron: {}: the resume did not hold: {e}", args.job);
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
+    };
+    let Some(pause) = ended else {
+        println!("{}: was not paused", args.job);
+        return ExitCode::SUCCESS;
+    };
+    println!(
+        "{}: resumed (paused by {} at {})",
+        args.job, pause.by, pause.at
+    );
+    if !args.catch_up {
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init(log_format);
+    catch_up_pause(&config, &args.job, &pause, &runtime)
+}
+
+/// Runs the newest slot of `job` inside `pause`, as a catch-up through the race.
+fn catch_up_pause(
+    config: &Config,
+    job: &str,
+    pause: &Pause,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
+    let Some(job) = config.jobs.iter().find(|j| j.name == job).cloned() else {
+        return ExitCode::SUCCESS;
+    };
+    let now = Utc::now();
+    let end = pause.until.map_or(now, |u| u.min(now));
+    let newest = job
+        .schedule
+        .upcoming(pause.at, 100_000)
+        .into_iter()
+        .take_while(|s| s.instant() < end)
+        .last();
+    let Some(slot) = newest else {
+        println!("{}: no slot fell inside the pause", job.name);
+        return ExitCode::SUCCESS;
+    };
+    let replica = default_replica_id();
+    race_once(
+        runtime,
+        config,
+        replica,
+        &job,
+        Some(slot),
+        RaceKind::CatchUp,
+    )
+}
+
+/// The configuration, the fleet's control and a runtime, for a job the file schedules.
+fn control_of(
+    path: &std::path::Path,
+    job: &str,
+) -> Result<(tokio::runtime::Runtime, Config, Control), ExitCode> {
+    let config = load_or_exit(path)?;
+    let Some(redis) = &config.redis else {
+        eprintln!(
+            "{}: no [redis] section: pausing is fleet-wide and kept on the Redis nodes (a standalone replica has nothing to share it with)",
+            config.path.display()
+        );
+        return Err(ExitCode::from(EXIT_CONFIG));
+    };
+    if !config.jobs.iter().any(|j| j.name == job) {
+        eprintln!("{}", unknown_job(&config, job));
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    let runtime = runtime()?;
+    let nodes = connect(redis, "control", &runtime)?;
+    let control = Control::redis(nodes, &config.scheduler.key_prefix);
+    Ok((runtime, config, control))
+}
+
+/// `--until`: an RFC 3339 time, or a duration from now.
+fn parse_until(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
+    time_or_offset(text, Offset::Ahead)
+}
+
+/// `$USER@hostname`: who runs the CLI, for the pause record.
+fn operator() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "someone".to_owned());
+    format!("{user}@{}", default_replica_id())
+}

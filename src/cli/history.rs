@@ -1,0 +1,317 @@
+//! `slotcron history`: who ran what, newest first, merged across the Redis nodes; with
+//! `--since` or `--missed`, the slot ledger of the period.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use chrono_tz::Tz;
+use clap::Args;
+use serde::Serialize;
+
+use super::shared::{
+    connect, load_or_exit, runtime, time_or_offset, unknown_job, BadTime, ConfigArg, Offset,
+    UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
+};
+use crate::config::{Config, Job};
+use crate::control::{paused_intervals, Control};
+use crate::history::{History, RunRecord, HISTORY_CAP};
+use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow, RowFate};
+use crate::schedule::Slot;
+
+#[derive(Debug, Args)]
+/// `slotcron history`.
+pub struct HistoryArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// How many runs to print.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// One JSON object per run instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The slot ledger of this period: every scheduled slot, run or not (`done`, `failed`,
+    /// `handed_off`, `skipped`, `paused`, `missed`). A duration back from now (`24h`, `30m`)
+    /// or an RFC 3339 time.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only the gaps: slots no replica ran and no pause covered (implies --since 24h).
+    #[arg(long)]
+    pub missed: bool,
+}
+
+/// One row of `history --json`.
+#[derive(Serialize)]
+struct Row<'a> {
+    #[serde(flatten)]
+    run: &'a RunRecord,
+    slot_local: String,
+    duration_ms: Option<u128>,
+}
+
+/// `slotcron history`: the latest runs, newest first, merged across nodes.
+pub(super) fn history(args: &HistoryArgs) -> ExitCode {
+    let config = match load_or_exit(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(redis) = &config.redis else {
+        eprintln!(
+            "{}: no [redis] section: the run history is kept in Redis (a standalone replica shows its runs on its status page)",
+            config.path.display()
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let jobs = match selected_jobs(&config, args.job.as_deref()) {
+        Ok(jobs) => jobs,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let nodes = match connect(redis, "history", &runtime) {
+        Ok(nodes) => nodes,
+        Err(code) => return code,
+    };
+    let prefix = &config.scheduler.key_prefix;
+    let history = History::Redis {
+        nodes: nodes.clone(),
+        prefix: prefix.clone(),
+    };
+    if args.since.is_some() || args.missed {
+        let control = Control::redis(nodes, prefix);
+        return print_ledger(args, &config, &jobs, &history, &control, &runtime);
+    }
+    print_latest_runs(args, &jobs, &history, &runtime)
+}
+
+/// `history` without `--since`: the latest `--limit` runs of the selected jobs.
+fn print_latest_runs(
+    args: &HistoryArgs,
+    jobs: &[(String, Tz)],
+    history: &History,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
+    let result = runtime.block_on(async {
+        let mut runs = Vec::new();
+        for (name, _) in jobs {
+            runs.extend(history.read(name, args.limit).await?);
+        }
+        anyhow::Ok(runs)
+    });
+    match result {
+        Ok(mut runs) => {
+            runs.sort_by(|a, b| b.slot.cmp(&a.slot).then_with(|| a.job.cmp(&b.job)));
+            runs.truncate(args.limit);
+            print_runs(&runs, jobs, args.json);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slotcron: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+/// Most slots one ledger lists per job: a wider period is refused rather than cut short.
+const LEDGER_MAX_SLOTS: usize = 20_000;
+
+/// `history --since` / `--missed`: the slot ledger of every selected (enabled) job.
+fn print_ledger(
+    args: &HistoryArgs,
+    config: &Config,
+    jobs: &[(String, Tz)],
+    history: &History,
+    control: &Control,
+    runtime: &tokio::runtime::Runtime,
+) -> ExitCode {
+    let since = match parse_since(args.since.as_deref().unwrap_or("24h")) {
+        Ok(since) => since,
+        Err(message) => {
+            eprintln!("--since: {message}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let mut lines = Vec::new();
+    for job in config
+        .jobs
+        .iter()
+        .filter(|j| jobs.iter().any(|(n, _)| *n == j.name))
+    {
+        let settling = job.timeout + config.scheduler.max_clock_skew.max(Duration::from_secs(2));
+        match runtime.block_on(job_ledger(job, since, settling, history, control)) {
+            Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
+            Err(e) => {
+                eprintln!("slotcron: {}: {e:#}", job.name);
+                return ExitCode::from(EXIT_RUNTIME);
+            }
+        }
+    }
+    if args.missed {
+        lines.retain(|(_, e)| e.fate == Fate::Missed);
+    }
+    lines.sort_by(|(a, x), (b, y)| y.slot.cmp(&x.slot).then_with(|| a.name.cmp(&b.name)));
+    print_ledger_lines(&lines, args.json);
+    ExitCode::SUCCESS
+}
+
+/// One job's ledger since `since`.
+/// Slots younger than `settling` may still be running (a run is recorded when it ends).
+async fn job_ledger(
+    job: &Job,
+    since: chrono::DateTime<Utc>,
+    settling: Duration,
+    history: &History,
+    control: &Control,
+) -> anyhow::Result<Vec<Entry>> {
+    let now = Utc::now();
+    // Not before the fleet first scheduled the job: earlier slots were owed to nobody.
+    let since = match crate::watermark::recorded(history, &job.name).await {
+        Some(first) => since.max(first),
+        None => since,
+    };
+    let slots: Vec<Slot> = job
+        .schedule
+        .upcoming(since, LEDGER_MAX_SLOTS + 1)
+        .into_iter()
+        .take_while(|s| s.instant() <= now)
+        .collect();
+    anyhow::ensure!(
+        slots.len() <= LEDGER_MAX_SLOTS,
+        "more than {LEDGER_MAX_SLOTS} slots since {since}: ask for a shorter --since"
+    );
+    let runs = history
+        .read(&job.name, (slots.len() * 3 + 16).min(HISTORY_CAP))
+        .await?;
+    let paused = paused_intervals(&control.log(&job.name).await);
+    let settled_before = now - chrono::Duration::from_std(settling).unwrap_or_default();
+    Ok(ledger(&slots, &runs, &paused, settled_before))
+}
+
+fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
+    if json {
+        for (job, entry) in lines {
+            let (fate, duration) = match &entry.fate {
+                Fate::Run(record) => (RowFate::Run(record), record.duration()),
+                Fate::Paused | Fate::Pending | Fate::Missed => (
+                    RowFate::NoRun {
+                        job: &job.name,
+                        slot: entry.slot.rfc3339_utc(),
+                        outcome: entry.fate.outcome(),
+                    },
+                    None,
+                ),
+            };
+            let row = LedgerRow {
+                fate,
+                slot_local: entry.slot.rfc3339_in(job.zone()),
+                duration_ms: duration.map(|d| d.as_millis()),
+            };
+            println!("{}", serde_json::to_string(&row).unwrap_or_default());
+        }
+        return;
+    }
+    println!(
+        "{:<26} {:<20} {:<10} {:<20} {:<9}  ERROR",
+        "SLOT", "JOB", "OUTCOME", "WINNER", "TRIGGER"
+    );
+    for (job, entry) in lines {
+        let (winner, trigger, error) = match &entry.fate {
+            Fate::Run(r) => (
+                r.replica.as_str(),
+                r.trigger.as_str(),
+                r.error.as_deref().unwrap_or(""),
+            ),
+            Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
+        };
+        println!(
+            "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}",
+            entry.slot.rfc3339_in(job.zone()),
+            job.name,
+            entry.fate.outcome(),
+            winner,
+            trigger
+        );
+    }
+    if lines.is_empty() {
+        println!("(no slots)");
+    }
+}
+
+/// `--since`: a duration back from now, or an RFC 3339 time.
+fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
+    time_or_offset(text, Offset::Back)
+}
+
+/// The jobs to read, with their zones; disabled jobs are shown in the default zone.
+fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)>, UnknownJob> {
+    let all: Vec<(String, Tz)> = config
+        .jobs
+        .iter()
+        .map(|j| (j.name.clone(), j.zone()))
+        .chain(
+            config
+                .disabled
+                .iter()
+                .map(|d| (d.clone(), config.scheduler.timezone)),
+        )
+        .collect();
+    match only {
+        None => Ok(all),
+        Some(name) => match all.into_iter().find(|(n, _)| n == name) {
+            Some(job) => Ok(vec![job]),
+            None => Err(UnknownJob(unknown_job(config, name))),
+        },
+    }
+}
+
+fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
+    let zone = |job: &str| {
+        jobs.iter()
+            .find(|(n, _)| n == job)
+            .map_or(chrono_tz::UTC, |(_, z)| *z)
+    };
+    if json {
+        for run in runs {
+            let row = Row {
+                run,
+                slot_local: run.slot.rfc3339_in(zone(&run.job)),
+                duration_ms: run.duration().map(|d| d.as_millis()),
+            };
+            println!("{}", serde_json::to_string(&row).unwrap_or_default());
+        }
+        return;
+    }
+    println!(
+        "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  ERROR",
+        "SLOT", "JOB", "WINNER", "TRIGGER", "OUTCOME", "DURATION", "ATTEMPTS"
+    );
+    for run in runs {
+        let duration = run
+            .duration()
+            .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
+        println!(
+            "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  {}",
+            run.slot.rfc3339_in(zone(&run.job)),
+            run.job,
+            run.replica,
+            run.trigger,
+            run.outcome,
+            duration,
+            run.attempts,
+            run.error.as_deref().unwrap_or("")
+        );
+    }
+    if runs.is_empty() {
+        println!("(no runs recorded)");
+    }
+}

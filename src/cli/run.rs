@@ -1,0 +1,107 @@
+//! `slotcron run`: the schedule on this replica until a signal stops it; reloads on SIGHUP or
+//! a change of the file.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::shared::{default_replica_id, load_or_exit, runtime, ConfigArg, EXIT_RUNTIME};
+use crate::schedule::SystemClock;
+use crate::replica;
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Args)]
+/// `slotcron run`.
+pub struct RunArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// This replica's name in logs and lock tokens (default: the hostname).
+    #[arg(long, env = "SLOTCRON_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Reload only on SIGHUP, not when the configuration file changes.
+    #[arg(long, env = "SLOTCRON_NO_WATCH")]
+    pub no_watch: bool,
+}
+
+/// `slotcron run`: the schedule on this replica until SIGTERM or SIGINT; exit 1 on an error.
+pub(super) fn run(args: RunArgs, format: LogFormat) -> ExitCode {
+    telemetry::init(format);
+    let config = match load_or_exit(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let replica = args.replica_id.unwrap_or_else(default_replica_id);
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(watch_signals(shutdown.clone()));
+        let watch = (!args.no_watch).then_some(args.config.config.as_path());
+        let reloads = watch_reloads(watch, &shutdown);
+        replica::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "slotcron stopped on an error");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+/// First SIGTERM or SIGINT: graceful shutdown. A second one: exit at once.
+async fn watch_signals(shutdown: CancellationToken) {
+    if wait_for_signal().await.is_err() {
+        tracing::warn!("cannot listen for signals; stop with SIGKILL");
+        return;
+    }
+    tracing::info!("signal received: finishing running slots (send again to exit at once)");
+    shutdown.cancel();
+    if wait_for_signal().await.is_ok() {
+        tracing::warn!("second signal: exiting without waiting");
+        std::process::exit(i32::from(EXIT_RUNTIME));
+    }
+}
+
+/// SIGHUP, or a change of the file's content ([`crate::watch`]), asks for a reload of the
+/// configuration file (`watch`: unless `--no-watch`). A directory that cannot be watched
+/// leaves SIGHUP.
+fn watch_reloads(
+    watch: Option<&std::path::Path>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::sync::mpsc::Receiver<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).ok()?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    if let Some(config) = watch {
+        match crate::watch::watch_config(config, tx.clone(), shutdown.clone()) {
+            Ok(watch) => drop(tokio::spawn(watch)),
+            Err(e) => tracing::warn!(config = %config.display(), error = %e,
+                "cannot watch the configuration file: reload it with SIGHUP"),
+        }
+    }
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            // A reload already pending covers this one too.
+            let _ = tx.try_send(());
+        }
+    });
+    Some(rx)
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! What every command shares: the `--config` argument, loading it once, the one runtime
+//! builder, the pool of nodes a command opens, and the exit codes. The commands import from
+//! here, never from the dispatcher above them.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use clap::Args;
+
+use crate::config::{self, Config, RedisConfig};
+use crate::lock::Nodes;
+
+/// Exit code for a configuration that does not check.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit code for a failure at run time.
+pub const EXIT_RUNTIME: u8 = 1;
+/// `trigger` exit code: another replica (or trigger) already ran this slot.
+pub const EXIT_LOST: u8 = 3;
+/// `trigger` exit code: the lock could not be decided (Redis down or split).
+pub const EXIT_UNAVAILABLE: u8 = 4;
+/// `trigger` exit code: skipped because the job's previous run is still going.
+pub const EXIT_SKIPPED: u8 = 5;
+
+/// `--config`, flattened into every command that reads jobs.toml.
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// Path to jobs.toml.
+    #[arg(
+        long,
+        short = 'c',
+        env = "SLOTCRON_CONFIG",
+        default_value = "jobs.toml"
+    )]
+    pub config: PathBuf,
+}
+
+/// Loads and checks the configuration; on errors prints them all and gives the exit code.
+pub(crate) fn load_or_exit(path: &Path) -> Result<Config, ExitCode> {
+    config::load(path).map_err(|errors| {
+        eprintln!("{errors}");
+        eprintln!(
+            "slotcron: {} error(s) in {}; nothing started",
+            errors.errors.len(),
+            path.display()
+        );
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+/// The one runtime every command runs on; a failure to build it is reported and exits.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|e| {
+        eprintln!("slotcron: cannot start the runtime: {e}");
+        ExitCode::from(EXIT_RUNTIME)
+    })
+}
+
+/// This replica's name when `--replica-id` is not given: the hostname.
+pub(crate) fn default_replica_id() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// The pool of the config's Redis nodes for a CLI command; `name` is its replica id in logs.
+pub(crate) fn connect(
+    redis: &RedisConfig,
+    name: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Arc<Nodes>, ExitCode> {
+    // The nodes' connections are opened on the runtime.
+    let _entered = runtime.enter();
+    Nodes::connect(
+        &redis.nodes,
+        redis.lock.node_timeout,
+        redis.ca.as_deref(),
+        name,
+    )
+    .map(Arc::new)
+    .map_err(|e| {
+        eprintln!("slotcron: {e}");
+        ExitCode::from(EXIT_RUNTIME)
+    })
+}
+
+/// The message for a job name the file does not schedule (disabled, or unknown).
+pub(crate) fn unknown_job(config: &Config, name: &str) -> String {
+    if config.disabled.iter().any(|d| d == name) {
+        return format!(
+            "{}: job {name:?} is disabled (enabled = false)",
+            config.path.display()
+        );
+    }
+    let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
+    format!(
+        "{}: no job named {name:?}; jobs: {}",
+        config.path.display(),
+        names.join(", ")
+    )
+}
+
+/// A job name the file does not schedule; the message lists the jobs it does.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UnknownJob(pub String);
+
+/// Which way a duration given for a time goes from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offset {
+    /// `--since 24h`: a day ago.
+    Back,
+    /// `--until 2h`: two hours from now.
+    Ahead,
+}
+
+/// `--since` or `--until` that is neither a time nor a duration, or one out of reach.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadTime {
+    /// `--since` that does not parse.
+    #[error("{0:?} is neither a duration (24h, 30m) nor an RFC 3339 time")]
+    NotSince(String),
+    /// `--since` before the calendar's start.
+    #[error("{0:?} reaches too far back")]
+    TooFarBack(String),
+    /// `--until` that does not parse.
+    #[error(
+        "{0:?} is neither an RFC 3339 time (2026-12-28T09:00:00+08:00) nor a duration (2h, 3d)"
+    )]
+    NotUntil(String),
+    /// `--until` past the calendar's end.
+    #[error("{0:?} is too far in the future")]
+    TooFarAhead(String),
+}
+
+/// An RFC 3339 time, or a duration from now going `offset`.
+pub(crate) fn time_or_offset(text: &str, offset: Offset) -> Result<DateTime<Utc>, BadTime> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    type Why = fn(String) -> BadTime;
+    let (unparsed, unreachable): (Why, Why) = match offset {
+        Offset::Back => (BadTime::NotSince, BadTime::TooFarBack),
+        Offset::Ahead => (BadTime::NotUntil, BadTime::TooFarAhead),
+    };
+    let span = humantime::parse_duration(text).map_err(|_| unparsed(text.to_owned()))?;
+    let span = chrono::Duration::from_std(span).ok();
+    let now = Utc::now();
+    let at = match offset {
+        Offset::Back => span.and_then(|span| now.checked_sub_signed(span)),
+        Offset::Ahead => span.and_then(|span| now.checked_add_signed(span)),
+    };
+    at.ok_or_else(|| unreachable(text.to_owned()))
+}

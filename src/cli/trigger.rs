@@ -1,0 +1,118 @@
+//! `slotcron trigger JOB`: run a job now, through the same race as scheduled slots (once
+//! across the fleet).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::shared::{
+    default_replica_id, load_or_exit, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
+    EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
+};
+use crate::config::{Config, Job};
+use crate::race::{RaceKind, SlotResult};
+use crate::schedule::{Slot, SystemClock};
+use crate::replica::Replica;
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Args)]
+/// `slotcron trigger`.
+pub struct TriggerArgs {
+    #[command(flatten)]
+    /// Which jobs.toml to read.
+    pub config: ConfigArg,
+    /// This replica's name in logs and lock tokens (default: the hostname).
+    #[arg(long, env = "SLOTCRON_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// The job to run.
+    pub job: String,
+}
+
+/// `slotcron trigger JOB`: races the current second of `JOB` like a scheduled slot.
+pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
+    telemetry::init(format);
+    let config = match load_or_exit(&args.config.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(job) = config.jobs.iter().find(|j| j.name == args.job).cloned() else {
+        eprintln!("{}", unknown_job(&config, &args.job));
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    if config.redis.is_none() {
+        eprintln!(
+            "slotcron: standalone mode: this trigger is not coordinated with a running replica"
+        );
+    }
+    let replica = args.replica_id.unwrap_or_else(default_replica_id);
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    race_once(&runtime, &config, replica, &job, None, RaceKind::Manual)
+}
+
+/// Races `job` once, through the same race as scheduled slots, as `kind`, at `slot` (`None`:
+/// the fleet's current second, so the guard at the race never finds it ahead); reports it.
+pub(super) fn race_once(
+    runtime: &tokio::runtime::Runtime,
+    config: &Config,
+    replica: String,
+    job: &Arc<Job>,
+    slot: Option<Slot>,
+    kind: RaceKind,
+) -> ExitCode {
+    let result = runtime.block_on(async {
+        let replica = Replica::connect(config, replica, Arc::new(SystemClock)).await?;
+        let ctx = replica.context(config);
+        let slot = slot.unwrap_or_else(|| Slot::at(ctx.clock.fleet_now()));
+        anyhow::Ok(ctx.race(job, slot, kind).await)
+    });
+    match result {
+        Ok(result) => report_trigger(&job.name, &result),
+        Err(e) => {
+            eprintln!("slotcron: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
+    let (code, text) = match result {
+        SlotResult::Done { delivery, duration } => (
+            0,
+            format!(
+                "done in {} ms, {} attempt(s)",
+                duration.as_millis(),
+                delivery.attempts
+            ),
+        ),
+        SlotResult::Failed {
+            error, delivery, ..
+        } => (
+            EXIT_RUNTIME,
+            format!("failed (delivery {}): {error}", delivery.as_str()),
+        ),
+        SlotResult::HandedOff { reason, .. } => (
+            EXIT_RUNTIME,
+            format!("not sent from here, handed off to the running replicas: {reason}"),
+        ),
+        SlotResult::Lost { holder } => (
+            EXIT_LOST,
+            format!("already run by {} for this second", holder.replica()),
+        ),
+        SlotResult::Unavailable(why) => (EXIT_UNAVAILABLE, format!("lock unavailable: {why}")),
+        SlotResult::Overlapping { .. } => (
+            EXIT_SKIPPED,
+            "skipped: the previous run is still going".to_owned(),
+        ),
+        SlotResult::Late { .. } => (EXIT_RUNTIME, "skipped: too late".to_owned()),
+        SlotResult::Early { .. } => (
+            EXIT_RUNTIME,
+            "skipped: before its instant on the fleet clock".to_owned(),
+        ),
+    };
+    println!("{job}: {text}");
+    ExitCode::from(code)
+}

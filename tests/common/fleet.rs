@@ -1,0 +1,140 @@
+//! A fleet of in-process replicas over real Redis nodes: the one helper of this harness that
+//! uses the slotcron crate itself (its config parser and its replicas), so fleet tests can give
+//! each replica its own clock and stop them all through one shutdown.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slotcron::config::{self, Config};
+use slotcron::schedule::{SharedClock, SystemClock};
+use slotcron::replica::{self, Replica};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// `text` parsed as jobs.toml with an empty environment; panics with the errors.
+pub fn parse(text: &str) -> Config {
+    let env: HashMap<String, String> = HashMap::new();
+    config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The jobs.toml of a fleet test: one `http` job posting to `{receiver}/hook`, raced over
+/// `nodes`. The defaults are those of the fault tests; each field can be changed.
+pub struct FleetToml<'a> {
+    /// The Redis nodes' URLs.
+    pub nodes: &'a [String],
+    /// The receiver's base URL.
+    pub receiver: &'a str,
+    /// `key_prefix`: a fresh one per test keeps their slots apart.
+    pub prefix: &'a str,
+    /// The job's name.
+    pub job: &'a str,
+    /// The job's cron expression.
+    pub schedule: &'a str,
+    /// The job's timeout.
+    pub timeout: &'a str,
+    /// `[scheduler]` lines beside `key_prefix`.
+    pub scheduler: &'a str,
+    /// `[redis]` lines beside `nodes`.
+    pub redis: &'a str,
+    /// `[[job]]` lines beside name, schedule and timeout.
+    pub job_extra: &'a str,
+}
+
+impl<'a> FleetToml<'a> {
+    /// Job `fault` every second, 2 s timeout, 1 s allowed skew, 150 ms node timeout.
+    pub fn new(nodes: &'a [String], receiver: &'a str, prefix: &'a str) -> Self {
+        FleetToml {
+            nodes,
+            receiver,
+            prefix,
+            job: "fault",
+            schedule: "* * * * * *",
+            timeout: "2s",
+            scheduler: "max_clock_skew = \"1s\"",
+            redis: "node_timeout = \"150ms\"",
+            job_extra: "",
+        }
+    }
+
+    /// The file's text.
+    pub fn render(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format!("{n:?}")).collect();
+        format!(
+            r#"
+            [scheduler]
+            key_prefix = "{prefix}"
+            {scheduler}
+            [redis]
+            nodes = [{nodes}]
+            {redis}
+            [[job]]
+            name = "{job}"
+            schedule = "{schedule}"
+            timeout = "{timeout}"
+            {job_extra}
+            [job.action]
+            type = "http"
+            url = "{receiver}/hook"
+            "#,
+            prefix = self.prefix,
+            scheduler = self.scheduler,
+            nodes = nodes.join(", "),
+            redis = self.redis,
+            job = self.job,
+            schedule = self.schedule,
+            timeout = self.timeout,
+            job_extra = self.job_extra,
+            receiver = self.receiver,
+        )
+    }
+}
+
+/// Replicas of one config running in this process until [`Fleet::stop`].
+pub struct Fleet {
+    shutdown: CancellationToken,
+    runs: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Fleet {
+    /// One replica of `text` per name and clock, each with its own parsed copy of the config.
+    pub async fn start(text: &str, replicas: Vec<(&str, SharedClock)>) -> Fleet {
+        let shutdown = CancellationToken::new();
+        let mut runs = Vec::new();
+        for (name, clock) in replicas {
+            let config = parse(text);
+            let replica = Replica::connect(&config, name.to_owned(), clock)
+                .await
+                .unwrap();
+            runs.push(tokio::spawn(replica::run_replica(
+                replica,
+                config,
+                shutdown.clone(),
+                None,
+            )));
+        }
+        Fleet { shutdown, runs }
+    }
+
+    /// One replica of `text` per name, all on the system clock.
+    pub async fn start_named(text: &str, names: &[&str]) -> Fleet {
+        let system = |name| (name, Arc::new(SystemClock) as SharedClock);
+        Fleet::start(text, names.iter().copied().map(system).collect()).await
+    }
+
+    /// Runs a fleet for `seconds`, then stops it.
+    pub async fn run_for(text: &str, replicas: Vec<(&str, SharedClock)>, seconds: u64) {
+        let fleet = Fleet::start(text, replicas).await;
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        fleet.stop().await;
+    }
+
+    /// Shuts every replica down and waits for each; panics if one stopped on an error.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for run in self.runs {
+            run.await.unwrap().unwrap();
+        }
+    }
+}
