@@ -121,9 +121,10 @@ class Replica:
         return self.proc.poll() is None
 
 
-def write_config(path, nodes, receiver_port, jobs, prefix):
+def write_config(path, nodes, receiver_port, jobs, prefix, candidates):
     lines = [
-        "[scheduler]", f'key_prefix = "{prefix}"', 'max_clock_skew = "2s"', "",
+        "[scheduler]", f'key_prefix = "{prefix}"', 'max_clock_skew = "2s"',
+        f"candidates = {candidates}", "",
         "[redis]", "nodes = [" + ", ".join(f'"redis://127.0.0.1:{n.port}"' for n in nodes) + "]", "",
     ]
     for j in range(jobs):
@@ -161,6 +162,8 @@ def main():
                         help="extra replicas whose HTTP proxy is a closed port (default 2)")
     parser.add_argument("--fault-every", type=float, default=7.0, help="mean seconds between faults")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--candidates", default="2",
+                        help='[scheduler] candidates: a count or \'"all"\' (default 2)')
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "slotcron"))
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -173,7 +176,8 @@ def main():
     nodes = [Node(workdir, i) for i in range(3)]
     time.sleep(0.5)
     config = os.path.join(workdir, "jobs.toml")
-    write_config(config, nodes, receiver.server_address[1], args.jobs, f"soak{os.getpid()}")
+    write_config(config, nodes, receiver.server_address[1], args.jobs, f"soak{os.getpid()}",
+                 args.candidates)
     replicas = [Replica(args.binary, config, f"replica-{i}", workdir) for i in range(args.replicas)]
     dead_proxy = f"http://127.0.0.1:{free_port()}"
     broken_env = dict(os.environ, HTTP_PROXY=dead_proxy, http_proxy=dead_proxy, NO_PROXY="", no_proxy="")
@@ -237,7 +241,7 @@ def main():
     missed = len(expected) - run
     result = {
         "duration_s": args.duration, "replicas": args.replicas, "broken_egress": args.broken_egress,
-        "jobs": args.jobs,
+        "jobs": args.jobs, "candidates": args.candidates,
         "faults": dict(faults), "slots_expected": len(expected), "slots_run": run,
         "slots_duplicated": duplicated, "slots_missed": missed,
         "missed_pct": round(100.0 * missed / max(1, len(expected)), 4),

@@ -41,6 +41,10 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a heartbeat keeps a replica in the live set: the bound within which a replica that
 /// died leaves every view. Three heartbeats, so a replica slowed for a moment stays in.
 pub const MEMBER_TTL: Duration = Duration::from_secs(3);
+/// A member not heard from for this long (its latest heartbeat older than one and a half
+/// periods) is *late*: it may have died. The replicas ranked below it race in its place, so a
+/// dead candidate's slots are covered from this point rather than from its expiry.
+pub const LATE_AFTER: Duration = Duration::from_millis(1500);
 /// Bound on one node's answer to a heartbeat or a leave.
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_millis(500);
 /// The payload prefix of a leave announced on the members channel.
@@ -150,6 +154,14 @@ impl Membership {
         match self {
             Membership::Off => vec![me.to_owned()],
             Membership::Redis(fleet) => fleet.live(),
+        }
+    }
+
+    /// The live replicas (not `me`) whose latest heartbeat is older than [`LATE_AFTER`].
+    pub fn late(&self, me: &str) -> Vec<String> {
+        match self {
+            Membership::Off => Vec::new(),
+            Membership::Redis(fleet) => fleet.late(me),
         }
     }
 
@@ -267,6 +279,20 @@ impl Fleet {
         live.push(self.me.clone());
         live.sort_unstable();
         live
+    }
+
+    fn late(&self, me: &str) -> Vec<String> {
+        let now = Instant::now();
+        let group = lock(&self.group).clone();
+        // `until` is the member's latest heartbeat plus the TTL.
+        let heard_before = MEMBER_TTL.saturating_sub(LATE_AFTER);
+        lock(&self.view)
+            .iter()
+            .filter(|(_, until)| until.saturating_duration_since(now) < heard_before)
+            .filter_map(|(m, _)| m.split_once('/'))
+            .filter(|(g, replica)| *g == group && *replica != me)
+            .map(|(_, replica)| replica.to_owned())
+            .collect()
     }
 
     /// How far the timeline's clock is off the fleet clock, when past the bound.

@@ -354,18 +354,26 @@ impl RaceContext {
 
     /// `jobs` grouped by this replica's rank among each one's candidates for `slot`, first rank
     /// first; a job this replica is not a candidate for is left to the others (logged at debug
-    /// and counted as `standby`). With `candidates = "all"`: one group, unranked.
+    /// and counted as `standby`). A late member (no heartbeat for [`membership::LATE_AFTER`])
+    /// ranked above this replica may have died: this replica moves up one place for it. With
+    /// `candidates = "all"`: one group, unranked.
     pub fn by_rank(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
         let Candidates::Top(k) = self.candidates else {
             return vec![(None, jobs)];
         };
         let live = self.membership.live(&self.replica);
+        let late = self.membership.late(&self.replica);
         self.metrics.fleet_replicas(live.len());
         let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
         for job in jobs {
             let rank = membership::rank(&live, &self.replica, &job.name, slot);
-            if rank <= k.get() {
-                groups.entry(rank).or_default().push(job);
+            let covering = late
+                .iter()
+                .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
+                .count();
+            let place = rank - covering;
+            if place <= k.get() {
+                groups.entry(place).or_default().push(job);
                 continue;
             }
             tracing::debug!(job = %job.name, %slot, replica = %self.replica, outcome = %"standby",

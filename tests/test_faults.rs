@@ -15,8 +15,8 @@ use chrono::Utc;
 use common::fleet::{parse, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
 use slotcron::race::SlotResult;
-use slotcron::schedule::{Slot, SystemClock};
 use slotcron::replica::Replica as SlotcronReplica;
+use slotcron::schedule::{Slot, SystemClock};
 
 /// The fault tests' fleet: job `fault` at `schedule` with `timeout`, the harness' defaults.
 fn fleet_config(

@@ -12,8 +12,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::fleet::{parse, Fleet, FleetToml};
 use common::{write_config, Receiver, RedisCluster, Replica};
-use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use slotcron::replica::Replica as SlotcronReplica;
+use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use tokio_util::sync::CancellationToken;
 
 /// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
@@ -514,7 +514,10 @@ impl StepRun {
     /// The slots (epoch s) the replica raced (won or lost) after it logged its step.
     fn raced_after_step(&self, name: &str) -> std::collections::BTreeSet<i64> {
         let lines = self.replica(name).json_lines();
-        let step = lines.iter().position(|l| l["step_ms"].is_i64()).unwrap_or(lines.len());
+        let step = lines
+            .iter()
+            .position(|l| l["step_ms"].is_i64())
+            .unwrap_or(lines.len());
         lines[step..]
             .iter()
             .filter(|l| l["outcome"] == "won" || l["outcome"] == "lost")
@@ -574,7 +577,11 @@ fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
         let raced = run.raced_after_step(name);
         let owed = run.candidate_slots(name);
         let skipped_over: Vec<&i64> = owed.iter().filter(|s| !raced.contains(s)).collect();
-        assert!(owed.len() >= 4, "{name} is a candidate of {} slots only", owed.len());
+        assert!(
+            owed.len() >= 4,
+            "{name} is a candidate of {} slots only",
+            owed.len()
+        );
         assert!(
             skipped_over.is_empty(),
             "{name} did not race slots it is a candidate of: {skipped_over:?} (raced {raced:?})"

@@ -8,8 +8,8 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::{default_replica_id, load_or_exit, runtime, ConfigArg, EXIT_RUNTIME};
-use crate::schedule::SystemClock;
 use crate::replica;
+use crate::schedule::SystemClock;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]

@@ -12,8 +12,8 @@ use super::shared::{
 };
 use crate::config::{Config, Job};
 use crate::race::{RaceKind, SlotResult};
-use crate::schedule::{Slot, SystemClock};
 use crate::replica::Replica;
+use crate::schedule::{Slot, SystemClock};
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]

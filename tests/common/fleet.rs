@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slotcron::config::{self, Config};
-use slotcron::schedule::{SharedClock, SystemClock};
 use slotcron::replica::{self, Replica};
+use slotcron::schedule::{SharedClock, SystemClock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
