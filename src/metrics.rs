@@ -360,7 +360,7 @@ impl Metrics {
         self.runs.get_or_create(&outcome(job_name, "skipped")).inc();
     }
 
-    /// Counts one outcome of [`crate::race::SlotResult::outcome`] (or `won`): `won`, `lost`,
+    /// Counts one outcome of a slot (the race's or the run's): `won`, `lost`,
     /// `unavailable` and `skipped` (not raced: too late) in `slotcron_races_total`; `done`,
     /// `failed` and `handed_off` in `slotcron_runs_total`, where a run that ended `done` or
     /// `failed` also sets the job's last success or failure time.

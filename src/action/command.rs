@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -157,7 +157,7 @@ pub(crate) struct RawCommand {
 }
 
 /// Checks a `type = "command"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawCommand) -> Option<CommandAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawCommand) -> Option<CommandAction> {
     let argv = match (raw.argv, raw.shell) {
         (Some(argv), None) if !argv.is_empty() => argv,
         (None, Some(script)) => vec!["sh".to_owned(), "-c".to_owned(), script],

@@ -9,7 +9,7 @@ use url::Url;
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use crate::secret::{Secret, SecretUrl};
 use serde_json::json;
 
@@ -139,7 +139,7 @@ pub(crate) struct RawButton {
 }
 
 /// Checks a `type = "dingtalk"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawDingTalk) -> Option<DingTalkAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawDingTalk) -> Option<DingTalkAction> {
     use RawDingTalkMsgType as M;
     let what = format!("msgtype {:?}", dingtalk_name(raw.msgtype));
     let t = raw.msgtype;
@@ -183,11 +183,7 @@ pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawDingTalk) -> Option
     })
 }
 
-fn dingtalk_message(
-    check: &mut ActionCheck<'_, '_>,
-    raw: &RawDingTalk,
-    what: &str,
-) -> Option<Value> {
+fn dingtalk_message(check: &mut impl Check, raw: &RawDingTalk, what: &str) -> Option<Value> {
     let at = json!({
         "atMobiles": raw.at_mobiles.clone().unwrap_or_default(),
         "atUserIds": raw.at_user_ids.clone().unwrap_or_default(),
@@ -221,11 +217,7 @@ fn dingtalk_message(
     }
 }
 
-fn dingtalk_action_card(
-    check: &mut ActionCheck<'_, '_>,
-    raw: &RawDingTalk,
-    what: &str,
-) -> Option<Value> {
+fn dingtalk_action_card(check: &mut impl Check, raw: &RawDingTalk, what: &str) -> Option<Value> {
     let title = check.required(what, "title", raw.title.clone());
     let text = check.required(what, "text", raw.text.clone());
     let mut card = json!({"title": title?, "text": text?});

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use crate::secret::{Secret, SecretUrl};
 
 /// A checked Feishu action; `message` holds `msg_type` and `content` or `card`.
@@ -95,7 +95,7 @@ pub(crate) enum RawFeishuMsgType {
 }
 
 /// Checks a `type = "feishu"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawFeishu) -> Option<FeishuAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawFeishu) -> Option<FeishuAction> {
     use RawFeishuMsgType as M;
     let what = format!(
         "msg_type {:?}",

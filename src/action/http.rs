@@ -6,7 +6,7 @@ use reqwest::Method;
 use super::deliver;
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use crate::secret::{Secret, SecretUrl};
 use serde::Deserialize;
 
@@ -129,7 +129,7 @@ pub(crate) struct RawSuccessJson {
 }
 
 /// Checks a `type = "http"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawHttp) -> Option<HttpAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawHttp) -> Option<HttpAction> {
     let url = check.url(&raw.url, "url");
     let method = method(check, raw.method.as_deref());
     let headers = headers(check, raw.headers);
@@ -161,7 +161,7 @@ pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawHttp) -> Option<Htt
     })
 }
 
-fn method(check: &mut ActionCheck<'_, '_>, raw: Option<&str>) -> Option<Method> {
+fn method(check: &mut impl Check, raw: Option<&str>) -> Option<Method> {
     match raw.unwrap_or("POST").to_ascii_uppercase().as_str() {
         m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") => {
             Method::from_bytes(m.as_bytes()).ok()
@@ -178,7 +178,7 @@ fn method(check: &mut ActionCheck<'_, '_>, raw: Option<&str>) -> Option<Method> 
 
 /// `"200-299"` or `"204"`.
 fn status_range(
-    check: &mut ActionCheck<'_, '_>,
+    check: &mut impl Check,
     raw: Option<&str>,
 ) -> Option<std::ops::RangeInclusive<u16>> {
     let Some(raw) = raw else {
@@ -207,7 +207,7 @@ fn status_range(
 }
 
 fn headers(
-    check: &mut ActionCheck<'_, '_>,
+    check: &mut impl Check,
     raw: std::collections::BTreeMap<String, String>,
 ) -> Option<Vec<(HeaderName, Secret)>> {
     let mut headers = Vec::new();

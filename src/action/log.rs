@@ -3,7 +3,7 @@
 
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use serde::Deserialize;
 
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub(crate) struct RawLog {
 }
 
 /// Checks a `type = "log"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawLog) -> Option<LogAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawLog) -> Option<LogAction> {
     Some(LogAction {
         content: check.content("content", raw.content)?,
     })

@@ -3,6 +3,7 @@
 //! Every action runs against a deadline (the job's timeout, cut short by the lock's validity)
 //! and reports a `Delivery` or an `ActionError` that says why, with secrets scrubbed.
 
+pub mod check;
 pub mod command;
 pub mod deliver;
 pub mod dingtalk;

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use crate::secret::SecretUrl;
 use serde::Deserialize;
 use serde_json::json;
@@ -67,7 +67,7 @@ pub(crate) struct RawSlack {
 }
 
 /// Checks a `type = "slack"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawSlack) -> Option<SlackAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawSlack) -> Option<SlackAction> {
     let webhook = check.url(&raw.webhook, "webhook");
     let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
     let mut message = json!({});

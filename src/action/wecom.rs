@@ -17,7 +17,7 @@ use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
 use super::rate::Budget;
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
-use crate::config::ActionCheck;
+use crate::action::check::Check;
 use crate::secret::SecretUrl;
 
 /// Most bytes of UTF-8 in a text message's content.
@@ -512,7 +512,7 @@ pub(crate) struct RawArticle {
 }
 
 /// Checks a `type = "wecom"` action table; errors go to `check`.
-pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawWecom) -> Option<WecomAction> {
+pub(crate) fn parse(check: &mut impl Check, raw: RawWecom) -> Option<WecomAction> {
     let webhook = check.url(&raw.webhook, "webhook");
     let budget = check.budget(raw.rate.as_deref(), DEFAULT_RATE, &raw.webhook);
     let message = wecom_message(check, &raw);
@@ -524,7 +524,7 @@ pub(crate) fn parse(check: &mut ActionCheck<'_, '_>, raw: RawWecom) -> Option<We
 }
 
 /// `msgtype` and the fields that go with it.
-fn wecom_message(check: &mut ActionCheck<'_, '_>, raw: &RawWecom) -> Option<Message> {
+fn wecom_message(check: &mut impl Check, raw: &RawWecom) -> Option<Message> {
     let what = format!("msgtype {:?}", raw.msgtype.name());
     if !check.unused(&what, &unused_fields(raw)) {
         return None;
@@ -570,7 +570,7 @@ fn unused_fields(raw: &RawWecom) -> [(&'static str, bool); 8] {
 }
 
 /// `file` and `voice`: a file next to jobs.toml, its size checked now as images are.
-fn wecom_media(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Message> {
+fn wecom_media(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<Message> {
     let path = check.required(what, "media_path", raw.media_path.clone())?;
     let path = check.existing_file(&path, "media_path")?;
     let size = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
@@ -585,7 +585,7 @@ fn wecom_media(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> O
     })
 }
 
-fn wecom_text(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Message> {
+fn wecom_text(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<Message> {
     let source = check.required(what, "content", raw.content.clone())?;
     let name = raw.msgtype.name();
     let content = check.content("content", source)?;
@@ -611,7 +611,7 @@ fn wecom_text(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Op
     })
 }
 
-fn wecom_image(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<ImageSource> {
+fn wecom_image(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<ImageSource> {
     match (&raw.image_path, &raw.image_url) {
         (Some(path), None) => {
             let path = check.existing_file(path, "image_path")?;
@@ -639,7 +639,7 @@ fn wecom_image(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> O
     }
 }
 
-fn wecom_news(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Vec<Article>> {
+fn wecom_news(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<Vec<Article>> {
     let articles = check.required(what, "articles", raw.articles.as_ref())?;
     if articles.is_empty() || articles.len() > MAX_ARTICLES {
         check.error(
@@ -670,7 +670,7 @@ fn wecom_news(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Op
     Some(out)
 }
 
-fn wecom_card(check: &mut ActionCheck<'_, '_>, raw: &RawWecom, what: &str) -> Option<Value> {
+fn wecom_card(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<Value> {
     let card = check.required(what, "template_card", raw.template_card.clone())?;
     let card = check.json(card, "template_card")?;
     match card.get("card_type").and_then(Value::as_str) {

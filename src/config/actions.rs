@@ -10,6 +10,7 @@ use url::Url;
 
 use super::raw::RawAction;
 use super::{ConfigError, Loader, Section};
+use crate::action::check::Check;
 use crate::action::rate::{Budget, Rate};
 use crate::action::template::Content;
 use crate::action::{command, dingtalk, feishu, http, log, slack, wecom, Action};
@@ -29,15 +30,6 @@ pub(crate) struct ActionCheck<'l, 'e> {
 }
 
 impl ActionCheck<'_, '_> {
-    /// Records an error on `field` of this action.
-    pub(crate) fn error(&mut self, field: &str, message: impl Into<String>) {
-        self.loader.errors.push(ConfigError::field(
-            self.section.clone(),
-            format!("{}{field}", self.field_prefix),
-            message,
-        ));
-    }
-
     /// The checked action of a raw `[job.action]` (or `[alert.NAME]`) table.
     pub fn action(&mut self, raw: RawAction) -> Option<Action> {
         match raw {
@@ -50,27 +42,18 @@ impl ActionCheck<'_, '_> {
             RawAction::Log(a) => log::parse(self, a).map(Action::Log),
         }
     }
+}
 
-    /// Fails on each field that is set but not used by `what`.
-    pub(crate) fn unused(&mut self, what: &str, fields: &[(&str, bool)]) -> bool {
-        let mut ok = true;
-        for (name, set) in fields {
-            if *set {
-                ok = false;
-                self.error(name, format!("not used by {what}"));
-            }
-        }
-        ok
+impl Check for ActionCheck<'_, '_> {
+    fn error(&mut self, field: &str, message: impl Into<String>) {
+        self.loader.errors.push(ConfigError::field(
+            self.section.clone(),
+            format!("{}{field}", self.field_prefix),
+            message,
+        ));
     }
 
-    pub(crate) fn required<T>(&mut self, what: &str, field: &str, value: Option<T>) -> Option<T> {
-        if value.is_none() {
-            self.error(field, format!("required by {what}"));
-        }
-        value
-    }
-
-    pub(crate) fn content(&mut self, field: &str, source: String) -> Option<Content> {
+    fn content(&mut self, field: &str, source: String) -> Option<Content> {
         match self
             .loader
             .templates
@@ -86,7 +69,7 @@ impl ActionCheck<'_, '_> {
         }
     }
 
-    pub(crate) fn check_json_templates(&mut self, value: Json, field: &str) -> Option<Json> {
+    fn check_json_templates(&mut self, value: Json, field: &str) -> Option<Json> {
         match self.loader.templates.check_json(&value) {
             Ok(()) => Some(value),
             Err(e) => {
@@ -96,18 +79,7 @@ impl ActionCheck<'_, '_> {
         }
     }
 
-    pub(crate) fn json(&mut self, value: Value, field: &str) -> Option<Json> {
-        serde_json::to_value(value)
-            .map_err(|e| self.error(field, format!("cannot be sent as JSON: {e}")))
-            .ok()
-    }
-
-    pub(crate) fn budget(
-        &mut self,
-        raw: Option<&str>,
-        default: &str,
-        webhook: &str,
-    ) -> Option<Budget> {
+    fn budget(&mut self, raw: Option<&str>, default: &str, webhook: &str) -> Option<Budget> {
         let text = raw.unwrap_or(default);
         let checked = text
             .parse::<Rate>()
@@ -127,8 +99,7 @@ impl ActionCheck<'_, '_> {
         }
     }
 
-    /// A file named relative to jobs.toml that must exist now (it is read again at send time).
-    pub(crate) fn existing_file(&mut self, path: &Path, field: &str) -> Option<PathBuf> {
+    fn existing_file(&mut self, path: &Path, field: &str) -> Option<PathBuf> {
         let full = self.config_dir.join(path);
         if full.is_file() {
             return Some(full);
@@ -137,8 +108,7 @@ impl ActionCheck<'_, '_> {
         None
     }
 
-    /// An http(s) URL; its text may hold a key, so the error never repeats it.
-    pub(crate) fn url(&mut self, raw: &str, field: &str) -> Option<SecretUrl> {
+    fn url(&mut self, raw: &str, field: &str) -> Option<SecretUrl> {
         let problem = match Url::parse(raw) {
             Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => {
                 let url = SecretUrl::new(url);

@@ -26,7 +26,6 @@ use crate::action::Action;
 use crate::lock::{LockConfig, NodeUrl};
 use crate::schedule::Schedule;
 use crate::secret::Scrubber;
-pub(crate) use actions::ActionCheck;
 use durations::DurationRange;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
