@@ -21,7 +21,7 @@
 //! does not have a job never counts as its candidate (each group races on its own: more racers
 //! for a moment, never fewer; the lock still gives at most once).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,6 +125,10 @@ pub struct Fleet {
     /// Other members of this replica's group and when each leaves the view unless heard again.
     /// A std mutex: held for a lookup, never across an await.
     view: Mutex<HashMap<String, Instant>>,
+    /// The members whose latest heartbeat was older than [`LATE_AFTER`] at the last read (or
+    /// that a majority no longer listed): judged at the read, so this replica's own pace of
+    /// reading never makes a member look late.
+    late: Mutex<HashSet<String>>,
 }
 
 impl Membership {
@@ -146,6 +150,7 @@ impl Membership {
             off_bound,
             group: Mutex::new(group),
             view: Mutex::default(),
+            late: Mutex::default(),
         }))
     }
 
@@ -206,7 +211,15 @@ impl Membership {
 async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
     let mut logged = Vec::new();
     let mut announced = false;
+    // A fixed rate, not a sleep after each beat: a slow round trip must not stretch the
+    // period, or a live member would look late to the others.
+    let mut period = tokio::time::interval(HEARTBEAT);
+    period.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = period.tick() => {}
+        }
         let off = fleet.off_by();
         if off.is_some() && announced {
             tracing::warn!(replica = %fleet.me, off_ms = off.map(|d| d.as_millis() as u64),
@@ -222,10 +235,6 @@ async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
             tracing::info!(replica = %fleet.me, fleet = live.len(), members = %live.join(","),
                 "fleet view changed");
             logged = live;
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(HEARTBEAT) => {}
         }
     }
     let group = lock(&fleet.group).clone();
@@ -282,14 +291,10 @@ impl Fleet {
     }
 
     fn late(&self, me: &str) -> Vec<String> {
-        let now = Instant::now();
         let group = lock(&self.group).clone();
-        // `until` is the member's latest heartbeat plus the TTL.
-        let heard_before = MEMBER_TTL.saturating_sub(LATE_AFTER);
-        lock(&self.view)
+        lock(&self.late)
             .iter()
-            .filter(|(_, until)| until.saturating_duration_since(now) < heard_before)
-            .filter_map(|(m, _)| m.split_once('/'))
+            .filter_map(|m| m.split_once('/'))
             .filter(|(g, replica)| *g == group && *replica != me)
             .map(|(_, replica)| replica.to_owned())
             .collect()
@@ -324,7 +329,9 @@ impl Fleet {
             .await;
         let read_at = Instant::now();
         let seen = on_a_majority(replies.values(), self.nodes.quorum());
-        merge(&mut lock(&self.view), &seen, now_ms, read_at);
+        let mut view = lock(&self.view);
+        merge(&mut view, &seen, now_ms, read_at);
+        *lock(&self.late) = late_members(&view, &seen, now_ms);
     }
 
     /// Removes this replica's entry of `group` from every node and tells the fleet.
@@ -389,6 +396,26 @@ fn on_a_majority<'a>(
     seen.into_iter()
         .filter(|(_, (nodes, _))| *nodes >= quorum)
         .map(|(member, (_, expires))| (member.to_owned(), expires))
+        .collect()
+}
+
+/// The members of `view` that `seen` (this read's members and expiries, in fleet-clock ms)
+/// shows silent for longer than [`LATE_AFTER`] at `now_ms`, or does not list at all.
+fn late_members(
+    view: &HashMap<String, Instant>,
+    seen: &[(String, i64)],
+    now_ms: i64,
+) -> HashSet<String> {
+    let ttl_ms = MEMBER_TTL.as_millis() as i64;
+    let late_ms = LATE_AFTER.as_millis() as i64;
+    let fresh: HashSet<&str> = seen
+        .iter()
+        .filter(|(_, expires)| now_ms - (expires - ttl_ms) <= late_ms)
+        .map(|(member, _)| member.as_str())
+        .collect();
+    view.keys()
+        .filter(|m| !fresh.contains(m.as_str()))
+        .cloned()
         .collect()
 }
 
@@ -496,6 +523,25 @@ mod tests {
         let c = vec![("g/c".to_owned(), 10)];
         let seen = on_a_majority([&a, &b, &c].into_iter(), 2);
         assert_eq!(seen, vec![("g/a".to_owned(), 12)]);
+    }
+
+    #[test]
+    fn a_member_is_late_when_its_heartbeat_is_old_at_the_read_or_missing() {
+        let t = Instant::now();
+        let view: HashMap<String, Instant> = ["g/fresh", "g/old", "g/gone"]
+            .iter()
+            .map(|m| (m.to_string(), t))
+            .collect();
+        let ttl = MEMBER_TTL.as_millis() as i64;
+        // At 10 s: "fresh" beat 1 s ago, "old" 2 s ago, "gone" is not listed.
+        let seen = vec![
+            ("g/fresh".to_owned(), 9_000 + ttl),
+            ("g/old".to_owned(), 8_000 + ttl),
+        ];
+        let late = late_members(&view, &seen, 10_000);
+        let mut late: Vec<&str> = late.iter().map(String::as_str).collect();
+        late.sort_unstable();
+        assert_eq!(late, vec!["g/gone", "g/old"]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -16,6 +17,16 @@ use common::{redis_query, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 use slotcron::membership::{self, MEMBER_TTL};
 use slotcron::schedule::Slot;
+
+/// The fleets of these tests would share the machine's 2 cores: one at a time, so each
+/// measures its own fleet and not the others'.
+static ONE_FLEET_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_fleet_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_FLEET_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
 
 /// `jobs` http jobs every second (`j00`, `j01`, …) posting to `receiver`, with `extra` in
 /// `[scheduler]`.
@@ -121,6 +132,7 @@ fn logged_view(replica: &Replica) -> Option<Vec<String>> {
 
 #[test]
 fn membership_sees_replicas_join_leave_and_die_within_the_ttl() {
+    let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
@@ -253,6 +265,7 @@ type Racer = (String, u64);
 
 #[test]
 fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
+    let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
@@ -324,6 +337,7 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
 
 #[test]
 fn a_dead_candidates_slots_are_run_by_the_next_rank() {
+    let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
@@ -407,6 +421,7 @@ fn minus(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTree
 /// cost per start, not per slot.
 #[test]
 fn nine_replicas_one_killed_run_each_slot_once_at_a_bounded_redis_cost_and_spread_wins() {
+    let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
