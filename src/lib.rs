@@ -20,6 +20,7 @@
 //! - [`liveness`]: the timeline's watchdog behind `/healthz`.
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
+//! - [`outcome`]: how a slot ended, as its log line and its counter name it.
 //! - [`metrics`]: Prometheus metrics; [`status`]: `/healthz`, `/readyz`, `/metrics`, status page.
 //! - [`action`]: what a winner does: WeCom robot, generic HTTP, log; retries and templates.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
@@ -44,6 +45,7 @@ pub mod lock;
 pub mod manual;
 pub mod membership;
 pub mod metrics;
+pub mod outcome;
 pub mod probe;
 pub mod pubsub;
 pub mod race;
