@@ -535,6 +535,23 @@ mod tests {
     }
 
     #[test]
+    fn a_handoff_and_a_missed_slot_land_in_their_own_series() {
+        let m = Metrics::new();
+        m.slot("standup", Outcome::HandedOff);
+        m.slot("standup", Outcome::Missed);
+        let text = m.encode();
+        for line in [
+            r#"slotcron_runs_total{slotcron_job="standup",outcome="handed_off"} 1"#,
+            r#"slotcron_handoffs_total{slotcron_job="standup"} 1"#,
+            r#"slotcron_missed_slots_total{slotcron_job="standup"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        // A missed slot was never raced nor run here: no outcome series of its own.
+        assert!(!text.contains(r#"outcome="missed""#), "{text}");
+    }
+
+    #[test]
     fn a_declared_job_has_every_series_at_zero() {
         let m = Metrics::new();
         m.declare_job("standup");
