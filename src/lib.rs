@@ -34,7 +34,8 @@
 //!   Each action's table is handed to that action's own parser.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.
 //! - [`calendar`]: workdays and days off (built-in `cn`, .ics files, inline dates) for `days`.
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics; [`outcome`]: how a slot ended, as its log line and its
+//!   counter name it.
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`telemetry`]: log format and filter; [`tls`]: the crypto provider shared by the HTTP and
 //!   Redis clients; [`watch`]: reload when the configuration file changes; [`probe`]:
@@ -54,6 +55,7 @@ pub mod liveness;
 pub mod lock;
 pub mod membership;
 pub mod metrics;
+pub mod outcome;
 pub mod probe;
 pub mod pubsub;
 pub mod race;

@@ -20,6 +20,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::outcome::{Outcome, Tally};
+
 pub use process::{ProcessCollector, ProcessStats};
 
 /// The content type of [`Metrics::encode_openmetrics`].
@@ -84,7 +86,7 @@ fn job(name: &str) -> JobLabels {
     }
 }
 
-fn outcome(name: &str, outcome: &str) -> OutcomeLabels {
+fn outcome_labels(name: &str, outcome: &str) -> OutcomeLabels {
     OutcomeLabels {
         slotcron_job: name.to_owned(),
         outcome: outcome.to_owned(),
@@ -303,10 +305,10 @@ impl Metrics {
         // The guards are dropped at once: only the series' creation matters here.
         let labels = job(name);
         for o in RACE_OUTCOMES {
-            drop(self.races.get_or_create(&outcome(name, o)));
+            drop(self.races.get_or_create(&outcome_labels(name, o)));
         }
         for o in RUN_OUTCOMES {
-            drop(self.runs.get_or_create(&outcome(name, o)));
+            drop(self.runs.get_or_create(&outcome_labels(name, o)));
         }
         drop(self.action_seconds.get_or_create(&labels));
         drop(self.lateness_seconds.get_or_create(&labels));
@@ -317,11 +319,6 @@ impl Metrics {
         drop(self.handoffs.get_or_create(&labels));
         drop(self.missed.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
-    }
-
-    /// A slot no replica ran, found (and won the right to report) by this replica.
-    pub fn missed(&self, job_name: &str) {
-        self.missed.get_or_create(&job(job_name)).inc();
     }
 
     /// How many live replicas this replica ranked its latest slot's candidates among.
@@ -350,33 +347,51 @@ impl Metrics {
         self.clock_last_step_seconds.set(step_ms as f64 / 1000.0);
     }
 
-    /// A slot this replica won and offered to the rest of the fleet.
-    pub fn handoff(&self, job_name: &str) {
-        self.handoffs.get_or_create(&job(job_name)).inc();
-    }
-
-    /// A won slot not run, its previous run still going (`overlap = "skip"`).
-    pub fn run_skipped(&self, job_name: &str) {
-        self.runs.get_or_create(&outcome(job_name, "skipped")).inc();
-    }
-
-    /// Counts one outcome of a slot (the race's or the run's): `won`, `lost`,
-    /// `unavailable` and `skipped` (not raced: too late) in `slotcron_races_total`; `done`,
-    /// `failed` and `handed_off` in `slotcron_runs_total`, where a run that ended `done` or
-    /// `failed` also sets the job's last success or failure time.
-    pub fn slot(&self, job_name: &str, outcome_name: &str) {
-        let labels = outcome(job_name, outcome_name);
-        if RACE_OUTCOMES.contains(&outcome_name) {
-            self.races.get_or_create(&labels).inc();
-            return;
+    /// Counts one slot's `outcome` of job `job_name`, in the family its [`Outcome::tally`]
+    /// names: `slotcron_races_total`, `slotcron_runs_total` (where `done` and `failed` also
+    /// set the job's last success or failure time, and `handed_off` counts a handoff) or
+    /// `slotcron_missed_slots_total`. Called by the one place that logs a slot's line
+    /// (`RaceContext::report`), so the counters and the log lines agree.
+    pub fn slot(&self, job_name: &str, outcome: Outcome) {
+        match outcome.tally() {
+            Tally::Race => {
+                let labels = outcome_labels(job_name, outcome.as_str());
+                self.races.get_or_create(&labels).inc();
+            }
+            Tally::Run => {
+                let labels = outcome_labels(job_name, outcome.as_str());
+                self.runs.get_or_create(&labels).inc();
+                self.run_ended(job_name, outcome);
+            }
+            Tally::Missed => {
+                self.missed.get_or_create(&job(job_name)).inc();
+            }
         }
-        self.runs.get_or_create(&labels).inc();
-        let last = match outcome_name {
-            "done" => &self.last_success,
-            "failed" => &self.last_failure,
-            _ => return,
-        };
-        last.get_or_create(&job(job_name)).set(unix_now());
+    }
+
+    /// What a run's ending sets besides its counter: the job's last success or failure time,
+    /// or (handed off) the job's handoffs.
+    fn run_ended(&self, job_name: &str, outcome: Outcome) {
+        let labels = job(job_name);
+        match outcome {
+            Outcome::Done => {
+                self.last_success.get_or_create(&labels).set(unix_now());
+            }
+            Outcome::Failed => {
+                self.last_failure.get_or_create(&labels).set(unix_now());
+            }
+            Outcome::HandedOff => {
+                self.handoffs.get_or_create(&labels).inc();
+            }
+            Outcome::Overlapped
+            | Outcome::Won
+            | Outcome::Lost
+            | Outcome::Unavailable
+            | Outcome::Skipped
+            | Outcome::Paused
+            | Outcome::Standby
+            | Outcome::Missed => {}
+        }
     }
 
     /// Records one lock decision's latency.
@@ -494,7 +509,7 @@ mod tests {
     #[test]
     fn encodes_counters_and_histograms() {
         let m = Metrics::new();
-        m.slot("standup", "won");
+        m.slot("standup", Outcome::Won);
         m.lock_latency(Duration::from_micros(300));
         m.node_up("127.0.0.1:6379", true);
         let text = m.encode();
@@ -515,16 +530,16 @@ mod tests {
     #[test]
     fn race_and_run_outcomes_are_counted_apart() {
         let m = Metrics::new();
-        m.slot("standup", "won");
-        m.slot("standup", "done");
+        m.slot("standup", Outcome::Won);
+        m.slot("standup", Outcome::Done);
         let text = m.encode();
         assert!(text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="won"} 1"#));
         assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="done"} 1"#));
         assert!(!text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="done"}"#));
         // Late (not raced) and overlapping (won, not run) skips land in different series.
-        m.slot("standup", "skipped");
-        m.slot("standup", "won");
-        m.run_skipped("standup");
+        m.slot("standup", Outcome::Skipped);
+        m.slot("standup", Outcome::Won);
+        m.slot("standup", Outcome::Overlapped);
         let text = m.encode();
         assert!(
             text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="skipped"} 1"#)
@@ -539,6 +554,23 @@ mod tests {
             })
             .expect("last success set");
         assert!(success.parse::<f64>().unwrap() > 1.7e9, "{success}");
+    }
+
+    #[test]
+    fn a_handoff_and_a_missed_slot_land_in_their_own_series() {
+        let m = Metrics::new();
+        m.slot("standup", Outcome::HandedOff);
+        m.slot("standup", Outcome::Missed);
+        let text = m.encode();
+        for line in [
+            r#"slotcron_runs_total{slotcron_job="standup",outcome="handed_off"} 1"#,
+            r#"slotcron_handoffs_total{slotcron_job="standup"} 1"#,
+            r#"slotcron_missed_slots_total{slotcron_job="standup"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        // A missed slot was never raced nor run here: no outcome series of its own.
+        assert!(!text.contains(r#"outcome="missed""#), "{text}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! the fleet (pauses, handoff offers); then runs one generation of the schedule per
 //! configuration ([`crate::scheduler`]'s timeline and, at the first start, the look-back of
 //! [`crate::catch_up`]). Every task is tracked; on shutdown no new slot starts and in-flight
-//! slots finish (each within its job's timeout) before [`run`] returns. A reload swaps the
+//! slots finish (each within its job's timeout) before [`run_with_reload`] returns. A reload swaps the
 //! generation for one built from the new file; slots already racing or running finish on the
 //! old one.
 
@@ -39,10 +39,15 @@ const STARTUP_PING: Duration = Duration::from_secs(2);
 /// What a replica keeps across reloads: its connections, history and metrics.
 #[derive(Clone)]
 pub struct Replica {
+    /// The replica's id (`--replica-id`): its lock tokens and log lines name it.
     pub name: String,
+    /// The lock's connections, opened once: a reload keeps racing on the same nodes.
     pub lock: SlotLock,
+    /// The run history, shared by every generation and the status page.
     pub history: History,
+    /// One registry for the replica's life: counters keep counting across reloads.
     pub metrics: Arc<Metrics>,
+    /// The rate budgets: a reload must not hand a job a fresh budget mid-minute.
     pub budgets: Budgets,
     /// Where slots this replica cannot deliver are offered, and offers are heard.
     pub handoffs: Handoffs,
@@ -50,7 +55,9 @@ pub struct Replica {
     pub control: Control,
     /// The fleet's live replicas, among which each slot's candidates are ranked.
     pub membership: Membership,
+    /// One HTTP client (and connection pool) for every action of every generation.
     pub client: reqwest::Client,
+    /// The clock slots are scheduled and judged on: the fleet clock with `[redis]`.
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
     /// since replicas reloading at different moments would otherwise race on different keys.
@@ -70,59 +77,76 @@ impl Replica {
         name: String,
         clock: SharedClock,
     ) -> anyhow::Result<Self> {
-        let key_prefix = config.scheduler.key_prefix.clone();
+        let client = http_client().context("building the HTTP client")?;
+        match &config.redis {
+            None => Ok(Replica::standalone(config, name, clock, client)),
+            Some(redis) => Replica::fleet(config, redis, name, clock, client).await,
+        }
+    }
+
+    /// A replica without `[redis]`: the lock, history and budgets live in this process.
+    fn standalone(
+        config: &Config,
+        name: String,
+        clock: SharedClock,
+        client: reqwest::Client,
+    ) -> Self {
+        Replica {
+            lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
+            history: History::local(),
+            budgets: Budgets::local(),
+            handoffs: Handoffs::Off,
+            control: Control::Off,
+            membership: Membership::Off,
+            metrics: Arc::new(Metrics::new()),
+            client,
+            clock,
+            key_prefix: config.scheduler.key_prefix.clone(),
+            liveness: Arc::default(),
+            fleet: None,
+            shutdown: CancellationToken::new(),
+            name,
+        }
+    }
+
+    /// A replica of a fleet: every shared state lives on the Redis nodes, and slots are
+    /// scheduled on the fleet clock, measured before the first one.
+    async fn fleet(
+        config: &Config,
+        redis: &config::RedisConfig,
+        name: String,
+        clock: SharedClock,
+        client: reqwest::Client,
+    ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let Some(redis) = &config.redis else {
-            return Ok(Replica {
-                lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
-                history: History::local(),
-                budgets: Budgets::local(),
-                handoffs: Handoffs::Off,
-                control: Control::Off,
-                membership: Membership::Off,
-                metrics,
-                client: http_client().context("building the HTTP client")?,
-                clock,
-                key_prefix,
-                liveness: Arc::default(),
-                fleet: None,
-                shutdown: CancellationToken::new(),
-                name,
-            });
-        };
         let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
             .map_err(anyhow::Error::msg)
             .context("preparing Redis connections")?;
         let lock = Arc::new(lock);
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
+        let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
-        fleet_clock::measure_and_report(
-            &fleet,
-            &nodes,
-            &metrics,
-            config.scheduler.max_clock_skew,
-            &name,
-        )
-        .await;
+        fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;
         let membership = join_the_fleet(config, &nodes, &name, fleet.clone()).await;
+        let prefix = config.scheduler.key_prefix.clone();
         Ok(Replica {
             membership,
             history: History::Redis {
                 nodes: nodes.clone(),
-                prefix: key_prefix.clone(),
+                prefix: prefix.clone(),
             },
             budgets: Budgets::Redis {
                 nodes: nodes.clone(),
-                prefix: key_prefix.clone(),
+                prefix: prefix.clone(),
             },
-            handoffs: Handoffs::redis(nodes.clone(), &key_prefix),
-            control: Control::redis(nodes.clone(), &key_prefix),
+            handoffs: Handoffs::redis(nodes.clone(), &prefix),
+            control: Control::redis(nodes.clone(), &prefix),
             lock: SlotLock::Redlock(lock),
             metrics,
-            client: http_client().context("building the HTTP client")?,
+            client,
             clock: fleet.clone(),
-            key_prefix,
+            key_prefix: prefix,
             liveness: Arc::default(),
             fleet: Some((fleet, nodes)),
             shutdown: CancellationToken::new(),
@@ -186,6 +210,9 @@ fn group_of(config: &Config) -> String {
 }
 
 /// Builds the race context of one replica (lock connections included).
+///
+/// The test seam: tests race single slots on it ([`RaceContext::run_slot`]) without a timeline.
+#[doc(hidden)]
 pub async fn race_context(
     config: &Config,
     replica: String,
@@ -197,6 +224,10 @@ pub async fn race_context(
 }
 
 /// Runs the schedule of `config` as replica `replica` until `shutdown` is cancelled.
+///
+/// The test seam: benches and tests run a replica without reloads; the binary goes through
+/// [`run_with_reload`].
+#[doc(hidden)]
 pub async fn run(
     config: Config,
     replica: String,
@@ -323,10 +354,12 @@ fn listen_to_the_fleet(
     }
 }
 
+/// The current file's `max_clock_skew`: the fleet clock's measurer logs offsets past it.
 fn config_skew(current: &RwLock<Arc<Config>>) -> Duration {
     read(current).scheduler.max_clock_skew
 }
 
+/// The current configuration; a writer that panicked left a whole `Arc`, so poison is ignored.
 fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
     current.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
@@ -396,6 +429,7 @@ async fn wait_for_reload(
     }
 }
 
+/// Warns about the changes a reload does not apply: they would split the fleet mid-flight.
 fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     let nodes = |c: &Config| {
         c.redis
@@ -468,6 +502,7 @@ async fn take_handoffs(
     }
 }
 
+/// Takes one handoff offer: a named task, so a slow handoff run holds up no other offer.
 async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffRequest) {
     ctx.take_over(&job, &offer).await;
 }

@@ -26,6 +26,7 @@ struct Timeline {
 }
 
 impl Timeline {
+    /// Queues each job's first slot after `now`.
     fn new(jobs: Vec<Arc<Job>>, now: DateTime<Utc>, replica: &str) -> Self {
         let mut timeline = Timeline {
             jobs,
@@ -46,6 +47,7 @@ impl Timeline {
         }
     }
 
+    /// The earliest slot queued: the instant the timeline sleeps towards.
     fn next(&self) -> Option<Slot> {
         self.due.peek().map(|Reverse((slot, _))| *slot)
     }
@@ -119,9 +121,11 @@ pub(crate) async fn timeline(
 /// What ended a wait for the next slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
+    /// The slot's instant came, on both clocks.
     Due,
     /// The wall clock stepped (seen by the fleet clock's measurer meanwhile).
     Stepped,
+    /// The generation ended (shutdown or reload): no new slot starts.
     Shutdown,
 }
 
@@ -221,6 +225,7 @@ async fn race_rank(
     }
 }
 
+/// Runs one won slot: a named task (not a closure) so that a slow run holds up nothing else.
 async fn run_won(ctx: Arc<RaceContext>, won: Won) {
     ctx.run(won).await;
 }

@@ -1,9 +1,13 @@
 //! One slot's life on one replica: check it is inside its window on the fleet clock (never
 //! before its instant, not past the start window), race for the lock (jobs due at the
 //! same instant race as one batch), and (for the winner only) hold the job's running lease, run
-//! the action inside the lock's validity, and record the run. Each step logs one line with the
-//! stable fields `job`, `slot`, `replica`, `outcome`.
+//! the action inside the lock's validity, and record the run. Each step's ending is one
+//! [`Outcome`], logged with the stable fields `job`, `slot`, `replica`, `outcome` and counted,
+//! both in one place (`report`).
 
+mod report;
+
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +25,10 @@ use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
 use crate::membership::{self, Candidates, Membership};
 use crate::metrics::Metrics;
+use crate::outcome::Outcome;
 use crate::schedule::{Fence, SharedClock, Slot};
 use crate::secret::Scrubber;
+use report::SlotLine;
 
 /// Slot keys outlive the latest legitimate racer by this much.
 pub const KEY_MARGIN: Duration = Duration::from_secs(5);
@@ -46,7 +52,9 @@ pub const EARLY_WAIT: Duration = Duration::from_secs(1);
 /// Why the guard refused a slot.
 #[derive(Debug, Clone, Copy)]
 enum Outside {
+    /// This long before the slot on the fleet clock.
     Early(Duration),
+    /// This long after the slot, past the start window.
     Late(Duration),
 }
 
@@ -64,6 +72,7 @@ pub enum RaceKind {
 }
 
 impl RaceKind {
+    /// The `trigger` of the slot's log lines and run record.
     fn as_str(self) -> &'static str {
         match self {
             RaceKind::Scheduled => "schedule",
@@ -74,18 +83,32 @@ impl RaceKind {
     }
 }
 
-/// What one replica needs to race and run slots.
+/// What one replica needs to race and run slots, under one configuration: built per
+/// generation ([`crate::replica::Replica::context`]), so a reload never changes it under a
+/// slot already racing or running.
 pub struct RaceContext {
+    /// This replica's id: the lock's token names it, so the losers' lines say who won.
     pub replica: String,
+    /// The Redlock over the nodes (or the in-process lock standalone) the slots are raced on.
     pub lock: SlotLock,
+    /// One HTTP client for every action: its connection pool outlives the slots.
     pub client: reqwest::Client,
+    /// The configuration's message templates, compiled once at load.
     pub templates: Arc<Templates>,
+    /// Removes the configuration's secrets from error texts before they are logged or recorded.
     pub scrubber: Arc<Scrubber>,
+    /// The timeline's clock and the fleet clock the window guard judges slots on.
     pub clock: SharedClock,
+    /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
     pub key_prefix: String,
+    /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
+    /// replica whose clock lags still finds the slot taken.
     pub max_clock_skew: Duration,
+    /// Where each run is recorded: the ledger, catch-up and `slotcron history` read it.
     pub history: History,
+    /// Counts every slot's outcome (where its line is logged) and the races' and runs' timings.
     pub metrics: Arc<Metrics>,
+    /// The fleet-wide rate budgets the actions draw on (a robot's 20 messages a minute).
     pub budgets: crate::action::rate::Budgets,
     /// Where a slot this replica could not deliver is offered to the fleet.
     pub handoffs: Handoffs,
@@ -109,28 +132,43 @@ pub struct RaceContext {
 pub enum SlotResult {
     /// Woke too late to race (paused, overloaded): another replica had the slot.
     Late {
+        /// How long after the slot this replica woke, on the fleet clock.
         late: Duration,
     },
     /// Before the slot's instant on the fleet clock (this replica's clock runs ahead): the
     /// slot belongs to the replicas on time.
     Early {
+        /// How long before the slot this replica's race came, on the fleet clock.
         early: Duration,
     },
+    /// Another replica holds the slot: it runs there.
     Lost {
+        /// The winner's lock token: it names the replica that runs the slot.
         holder: Token,
     },
+    /// No majority of nodes could be reached: the slot does not run here (the error lists
+    /// each node's), told apart from `Lost` so an outage never reads as someone else's win.
     Unavailable(Unavailable),
     /// Won, but the job's previous run is still going (`overlap = "skip"`).
     Overlapping {
+        /// The running lease's holder; `None` when no majority could tell.
         holder: Option<Token>,
     },
+    /// Won and delivered.
     Done {
+        /// What the receiver answered, and after how many attempts.
         delivery: Delivery,
+        /// How long the action took (`duration_ms`).
         duration: Duration,
     },
+    /// Won, and the action failed where no other replica could do better (or the slot was
+    /// handed off as far as it may be): alerted once, by this replica.
     Failed {
+        /// Why, scrubbed of secrets.
         error: String,
+        /// How many sends were tried.
         attempts: u32,
+        /// How long the action took (`duration_ms`).
         duration: Duration,
         /// Whether the receiver may have acted on an attempt.
         delivery: DeliveryState,
@@ -138,24 +176,26 @@ pub enum SlotResult {
     /// Nothing left this replica (its egress failed, or its lock ran out before the first
     /// byte): the slot was offered to the fleet, which runs it at most once more.
     HandedOff {
+        /// Why nothing left this replica, scrubbed: the offer carries it.
         reason: String,
+        /// How many sends were tried here.
         attempts: u32,
+        /// How long this replica tried.
         duration: Duration,
     },
 }
 
 impl SlotResult {
-    /// The `outcome` field of the slot's final log line.
-    pub fn outcome(&self) -> &'static str {
+    /// The outcome of the slot's final log line.
+    pub fn outcome(&self) -> Outcome {
         match self {
-            SlotResult::Late { .. } | SlotResult::Early { .. } | SlotResult::Overlapping { .. } => {
-                "skipped"
-            }
-            SlotResult::Lost { .. } => "lost",
-            SlotResult::Unavailable(_) => "unavailable",
-            SlotResult::Done { .. } => "done",
-            SlotResult::Failed { .. } => "failed",
-            SlotResult::HandedOff { .. } => "handed_off",
+            SlotResult::Late { .. } | SlotResult::Early { .. } => Outcome::Skipped,
+            SlotResult::Overlapping { .. } => Outcome::Overlapped,
+            SlotResult::Lost { .. } => Outcome::Lost,
+            SlotResult::Unavailable(_) => Outcome::Unavailable,
+            SlotResult::Done { .. } => Outcome::Done,
+            SlotResult::Failed { .. } => Outcome::Failed,
+            SlotResult::HandedOff { .. } => Outcome::HandedOff,
         }
     }
 }
@@ -182,11 +222,15 @@ struct Ran {
 /// A slot this replica won: its run is still to do ([`RaceContext::run`]).
 #[derive(Debug)]
 pub struct Won {
+    /// The job won: the run needs its action and timeout.
     pub job: Arc<Job>,
+    /// The slot won: the key, the fence and the history record are the slot's.
     pub slot: Slot,
+    /// The slot's lock: the action must finish inside its validity.
     lease: Lease,
     /// The job's running lease, held while the run goes on (`overlap = "skip"`).
     running: Option<Lease>,
+    /// Why the slot was raced: the run's `trigger`.
     kind: RaceKind,
     /// This run's fencing token: the slot's, plus one on a handoff.
     fence: Fence,
@@ -206,6 +250,36 @@ struct Entry<'a> {
     rank: Option<usize>,
     /// The handoff offer raced for, if any: the run then carries its fence and previous winner.
     offer: Option<&'a HandoffRequest>,
+}
+
+impl Won {
+    /// The win of `entry`'s race; won from a handoff offer, it carries the offer's fence,
+    /// previous winner and the replicas that had the slot before.
+    fn new(entry: Entry<'_>, lease: Lease) -> Self {
+        let Entry {
+            job, slot, offer, ..
+        } = entry;
+        Won {
+            job: job.clone(),
+            slot,
+            lease,
+            running: None,
+            kind: entry.kind,
+            fence: offer.map_or(Fence::new(slot, 0), |o| o.fence(slot)),
+            previous_winner: offer.map(|o| o.previous_winner.clone()),
+            excluded: offer.map(|o| o.excluded.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// The line of this run's ending: its trigger, fence and duration.
+    fn line(&self, outcome: Outcome, message: &'static str, duration: Duration) -> SlotLine<'_> {
+        SlotLine {
+            trigger: Some(self.kind),
+            fence: Some(self.fence.get()),
+            duration_ms: Some(duration.as_millis() as u64),
+            ..SlotLine::new(&self.job.name, self.slot, outcome, message)
+        }
+    }
 }
 
 impl<'a> Entry<'a> {
@@ -243,6 +317,10 @@ impl RaceContext {
     }
 
     /// Races for a scheduled `slot` of `job` and, if won, runs it.
+    ///
+    /// The test seam: tests and benches race one slot without a timeline; the scheduler races
+    /// whole instants through [`RaceContext::claim_many`].
+    #[doc(hidden)]
     pub async fn run_slot(&self, job: &Arc<Job>, slot: Slot) -> SlotResult {
         self.race(job, slot, RaceKind::Scheduled).await
     }
@@ -286,10 +364,16 @@ impl RaceContext {
         let slot = offer.slot()?;
         let late = (self.clock.now() - self.handoff_deadline(job, slot)).to_std();
         if let Ok(late) = late {
-            tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-                trigger = %"handoff", previous_winner = %offer.previous_winner, reason = %"deadline",
-                "the handoff offer came {} ms past the slot's deadline: not taken", late.as_millis());
-            self.metrics.slot(&job.name, "skipped");
+            let message = format!(
+                "the handoff offer came {} ms past the slot's deadline: not taken",
+                late.as_millis()
+            );
+            self.report(SlotLine {
+                trigger: Some(RaceKind::Handoff),
+                previous_winner: Some(&offer.previous_winner),
+                reason: Some("deadline"),
+                ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
+            });
             return Some(SlotResult::Late { late });
         }
         let key = SlotKey::handoff(&self.key_prefix, &job.name, slot, offer.handoff);
@@ -376,9 +460,12 @@ impl RaceContext {
                 groups.entry(place).or_default().push(job);
                 continue;
             }
-            tracing::debug!(job = %job.name, %slot, replica = %self.replica, outcome = %"standby",
-                rank, fleet = live.len(), "not one of the slot's {k} candidates: not racing");
-            self.metrics.slot(&job.name, "standby");
+            let message = format!("not one of the slot's {k} candidates: not racing");
+            self.report(SlotLine {
+                rank: Some(rank),
+                fleet: Some(live.len()),
+                ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
+            });
         }
         groups
             .into_iter()
@@ -401,11 +488,18 @@ impl RaceContext {
                 let pause = self.control.paused(&job.name, slot.instant());
                 self.metrics.paused(&job.name, pause.is_some());
                 let Some(pause) = pause else { return true };
-                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"paused",
-                    paused_by = %pause.by, paused_at = %pause.at.to_rfc3339(),
-                    until = pause.until.map(|u| u.to_rfc3339()), reason = pause.reason.as_deref(),
-                    "the job is paused: slot not raced");
-                self.metrics.slot(&job.name, "paused");
+                self.report(SlotLine {
+                    paused_by: Some(&pause.by),
+                    paused_at: Some(pause.at.to_rfc3339()),
+                    until: pause.until.map(|u| u.to_rfc3339()),
+                    reason: pause.reason.as_deref(),
+                    ..SlotLine::new(
+                        &job.name,
+                        slot,
+                        Outcome::Paused,
+                        "the job is paused: slot not raced",
+                    )
+                });
                 false
             })
             .collect()
@@ -446,20 +540,31 @@ impl RaceContext {
         }
     }
 
+    /// Before the slot on the fleet clock: the slot belongs to the replicas on time.
     fn skip_early(&self, job: &Job, slot: Slot, early: Duration) -> SlotResult {
-        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-            reason = %"early", early_ms = early.as_millis() as u64,
+        let message = format!(
             "{} ms before the slot on the fleet clock (this replica's clock runs ahead): not racing",
-            early.as_millis());
-        self.metrics.slot(&job.name, "skipped");
+            early.as_millis()
+        );
+        self.report(SlotLine {
+            reason: Some("early"),
+            early_ms: Some(early.as_millis() as u64),
+            ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
+        });
         SlotResult::Early { early }
     }
 
+    /// Past the start window: the replicas that were awake had the slot.
     fn skip_late(&self, job: &Job, slot: Slot, late: Duration) -> SlotResult {
-        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-            reason = %"late", late_ms = late.as_millis() as u64,
-            "woke {} ms after the slot, past the start window: not racing", late.as_millis());
-        self.metrics.slot(&job.name, "skipped");
+        let message = format!(
+            "woke {} ms after the slot, past the start window: not racing",
+            late.as_millis()
+        );
+        self.report(SlotLine {
+            reason: Some("late"),
+            late_ms: Some(late.as_millis() as u64),
+            ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
+        });
         SlotResult::Late { late }
     }
 
@@ -467,56 +572,50 @@ impl RaceContext {
     fn settle(&self, entry: Entry<'_>, acquired: Acquire, lock_time: Duration) -> Claim {
         self.metrics.lock_latency(lock_time);
         let Entry {
-            job,
-            slot,
-            kind,
-            rank,
-            offer,
+            job, slot, kind, ..
         } = entry;
-        let previous_winner = offer.map(|o| o.previous_winner.as_str());
+        let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
+            trigger: Some(kind),
+            rank: entry.rank,
+            ..SlotLine::new(&job.name, slot, outcome, message)
+        };
         let settled = match acquired {
             Acquire::Won(lease) => {
-                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"won",
-                    trigger = %kind.as_str(), rank, previous_winner, validity_ms = lease.validity.as_millis() as u64,
-                    lock_us = lock_time.as_micros() as u64, "won the slot");
-                self.metrics.slot(&job.name, "won");
-                return Claim::Won(Won {
-                    job: job.clone(),
-                    slot,
-                    lease,
-                    running: None,
-                    kind,
-                    fence: offer.map_or(Fence::new(slot, 0), |o| o.fence(slot)),
-                    previous_winner: previous_winner.map(str::to_owned),
-                    excluded: offer.map(|o| o.excluded.clone()).unwrap_or_default(),
+                self.report(SlotLine {
+                    previous_winner: entry.offer.map(|o| o.previous_winner.as_str()),
+                    validity_ms: Some(lease.validity.as_millis() as u64),
+                    lock_us: Some(lock_time.as_micros() as u64),
+                    ..line(Outcome::Won, "won the slot".into())
                 });
+                return Claim::Won(Won::new(entry, lease));
             }
             Acquire::Lost { holder } => {
-                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"lost",
-                    trigger = %kind.as_str(), rank, winner = holder.replica(), "lost the slot to {}", holder.replica());
+                let message = format!("lost the slot to {}", holder.replica());
+                self.report(SlotLine {
+                    winner: Some(holder.replica()),
+                    ..line(Outcome::Lost, message.into())
+                });
                 SlotResult::Lost { holder }
             }
             Acquire::Unavailable(why) => {
-                tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"unavailable",
-                    trigger = %kind.as_str(), rank, error = %why, "lock unavailable: the slot does not run here");
+                self.report(SlotLine {
+                    error: Some(&why),
+                    ..line(
+                        Outcome::Unavailable,
+                        "lock unavailable: the slot does not run here".into(),
+                    )
+                });
                 SlotResult::Unavailable(why)
             }
         };
-        self.metrics.slot(&job.name, settled.outcome());
         Claim::Settled(settled)
     }
 
-    /// Runs a won slot (the winner's part) and counts its outcome.
+    /// Runs a won slot (the winner's part): the run; then the running lease is released (so
+    /// the next slot, or the replica taking a handoff, is not held up); then the ending is
+    /// logged and counted (handing the slot off if nothing left this replica) and recorded.
     pub async fn run(&self, won: Won) -> SlotResult {
-        let result = self.run_won(&won).await;
-        self.metrics.slot(&won.job.name, result.outcome());
-        result
-    }
-
-    /// The winner's part: the run; then the running lease is released (so the next slot, or
-    /// the replica taking a handoff, is not held up); then the ending is logged (handing the
-    /// slot off if nothing left this replica) and recorded.
-    async fn run_won(&self, won: &Won) -> SlotResult {
+        let won = &won;
         let mut record = self.start_record(won);
         let ran = self.execute(won, &record).await;
         self.release_running(won).await;
@@ -525,7 +624,7 @@ impl RaceContext {
         self.history.record(&record).await;
         if let SlotResult::Failed { error, .. } = &result {
             // The winner alone sees its failure: one alert per failed slot across the fleet.
-            self.alert(&won.job, won.slot, won.fence, "failed", error)
+            self.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
                 .await;
         }
         result
@@ -539,17 +638,20 @@ impl RaceContext {
         let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
             return;
         };
-        tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"missed",
-            "no replica ran this slot");
-        self.metrics.missed(&job.name);
+        self.report(SlotLine::new(
+            &job.name,
+            slot,
+            Outcome::Missed,
+            "no replica ran this slot",
+        ));
         let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
-        self.alert(job, slot, Fence::new(slot, 0), "missed", why)
+        self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
             .await;
     }
 
     /// Tells the job's `on_failure` alert that `slot` ended `outcome`. The alert's own failure
     /// is logged and goes no further: an alert never alerts about itself.
-    pub async fn alert(&self, job: &Job, slot: Slot, fence: Fence, outcome: &str, error: &str) {
+    pub async fn alert(&self, job: &Job, slot: Slot, fence: Fence, outcome: Outcome, error: &str) {
         let Some(name) = &job.on_failure else { return };
         let Some(action) = self.alerts.get(name) else {
             return;
@@ -563,7 +665,7 @@ impl RaceContext {
             fence,
             deadline,
             valid_until: deadline,
-            about: Some((outcome, error)),
+            about: Some((outcome.as_str(), error)),
             client: &self.client,
             templates: &self.templates,
             budgets: &self.budgets,
@@ -635,8 +737,6 @@ impl RaceContext {
             match self.running_lease(&won.job, won.slot, acquired) {
                 Ok(running) => won.running = Some(running),
                 Err(skipped) => {
-                    // Won, then not run: a run outcome, so races{won} = the sum of runs.
-                    self.metrics.run_skipped(&won.job.name);
                     let mut record = self.start_record(won);
                     finish_record(&mut record, &skipped);
                     skipped_runs.push(record);
@@ -655,16 +755,26 @@ impl RaceContext {
         match acquired {
             Acquire::Won(running) => Ok(running),
             Acquire::Lost { holder } => {
-                tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-                    reason = %"overlap", running_on = holder.replica(),
-                    "the previous run is still going on {}: slot skipped (overlap = \"skip\")", holder.replica());
+                let message = format!(
+                    "the previous run is still going on {}: slot skipped (overlap = \"skip\")",
+                    holder.replica()
+                );
+                self.report(SlotLine {
+                    reason: Some("overlap"),
+                    running_on: Some(holder.replica()),
+                    ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
+                });
                 Err(SlotResult::Overlapping {
                     holder: Some(holder),
                 })
             }
             Acquire::Unavailable(why) => {
-                tracing::warn!(job = %job.name, %slot, replica = %self.replica, outcome = %"skipped",
-                    reason = %"overlap", error = %why, "cannot tell whether the previous run is still going: slot skipped");
+                let message = "cannot tell whether the previous run is still going: slot skipped";
+                self.report(SlotLine {
+                    reason: Some("overlap"),
+                    error: Some(&why),
+                    ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
+                });
                 Err(SlotResult::Overlapping { holder: None })
             }
         }
@@ -705,13 +815,13 @@ impl RaceContext {
     /// Logs how the run ended and counts it; a failure where nothing left this replica is
     /// offered to the fleet instead (once per slot, while its deadline allows).
     async fn conclude(&self, won: &Won, ran: Ran) -> SlotResult {
-        let (job, slot) = (&won.job, won.slot);
-        let duration_ms = ran.duration.as_millis() as u64;
         let failure = match ran.sent {
             Ok(delivery) => {
-                tracing::info!(job = %job.name, %slot, replica = %self.replica, outcome = %"done",
-                    trigger = %won.kind.as_str(), fence = won.fence.get(), duration_ms,
-                    attempts = delivery.attempts, lateness_ms = ran.lateness.as_millis() as u64, "ran the slot");
+                self.report(SlotLine {
+                    attempts: Some(delivery.attempts),
+                    lateness_ms: Some(ran.lateness.as_millis() as u64),
+                    ..won.line(Outcome::Done, "ran the slot", ran.duration)
+                });
                 return SlotResult::Done {
                     delivery,
                     duration: ran.duration,
@@ -726,9 +836,12 @@ impl RaceContext {
             },
             Err(failure) => failure,
         };
-        tracing::error!(job = %job.name, %slot, replica = %self.replica, outcome = %"failed",
-            trigger = %won.kind.as_str(), fence = won.fence.get(), delivery = %failure.delivery.as_str(),
-            duration_ms, attempts = failure.attempts, error = %failure.error, "the slot's action failed");
+        self.report(SlotLine {
+            delivery: Some(failure.delivery.as_str()),
+            attempts: Some(failure.attempts),
+            error: Some(&failure.error),
+            ..won.line(Outcome::Failed, "the slot's action failed", ran.duration)
+        });
         SlotResult::Failed {
             error: failure.error,
             attempts: failure.attempts,
@@ -779,11 +892,15 @@ impl RaceContext {
                 ..failure
             });
         }
-        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %self.replica, outcome = %"handed_off",
-            trigger = %won.kind.as_str(), fence = won.fence.get(), attempts = failure.attempts,
-            duration_ms = duration.as_millis() as u64, reason = %failure.error,
-            "nothing left this replica: the slot is handed off to the fleet");
-        self.metrics.handoff(&won.job.name);
+        self.report(SlotLine {
+            attempts: Some(failure.attempts),
+            reason: Some(&failure.error),
+            ..won.line(
+                Outcome::HandedOff,
+                "nothing left this replica: the slot is handed off to the fleet",
+                duration,
+            )
+        });
         Ok(SlotResult::HandedOff {
             reason: failure.error,
             attempts: failure.attempts,

@@ -1,0 +1,137 @@
+//! How a slot ended on one replica, as its log line's `outcome` field and its metric name it.
+//!
+//! One type for both, so a log line and the counter it feeds cannot disagree: the strings of
+//! [`Outcome::as_str`] are public interface (README, "Logs: who won"; dashboards on
+//! `slotcron_races_total{outcome}` and `slotcron_runs_total{outcome}`). It sits below both
+//! [`crate::race`], which reports outcomes, and [`crate::metrics`], which counts them.
+
+use std::fmt;
+
+/// How a slot ended on this replica: a race's outcome, a won run's, or a missed slot's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// This replica holds the slot's lock and runs it.
+    Won,
+    /// Another replica holds the slot's lock.
+    Lost,
+    /// No majority of Redis nodes answered: the slot does not run here.
+    Unavailable,
+    /// Not raced here: before the slot on the fleet clock, past the start window, or a handoff
+    /// offer past the slot's deadline.
+    Skipped,
+    /// Not raced: the job is paused fleet-wide.
+    Paused,
+    /// Not raced: this replica is not one of the slot's candidates.
+    Standby,
+    /// The winner's run delivered.
+    Done,
+    /// The winner's run did not deliver, and no other replica will try.
+    Failed,
+    /// Nothing left this replica: the slot was offered to the fleet.
+    HandedOff,
+    /// Won, not run: the job's previous run still holds its running lease (`overlap = "skip"`).
+    /// Logged as `skipped` like [`Outcome::Skipped`], but a run outcome, so that
+    /// `races{won}` stays the sum of the runs.
+    Overlapped,
+    /// No replica ran the slot; this replica won the right to report it once for the fleet.
+    Missed,
+}
+
+/// Which family of counters an outcome is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    /// `slotcron_races_total`: how the race for a slot ended (or why it was not raced).
+    Race,
+    /// `slotcron_runs_total`: how a won slot's run ended.
+    Run,
+    /// `slotcron_missed_slots_total`: a slot no replica ran, reported once across the fleet.
+    Missed,
+}
+
+impl Outcome {
+    /// The `outcome` field of the slot's log line and the `outcome` label of its counter.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Won => "won",
+            Outcome::Lost => "lost",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Skipped | Outcome::Overlapped => "skipped",
+            Outcome::Paused => "paused",
+            Outcome::Standby => "standby",
+            Outcome::Done => "done",
+            Outcome::Failed => "failed",
+            Outcome::HandedOff => "handed_off",
+            Outcome::Missed => "missed",
+        }
+    }
+
+    /// The counters this outcome is counted in. No `_` arm: a new outcome must pick one.
+    pub fn tally(self) -> Tally {
+        match self {
+            Outcome::Won
+            | Outcome::Lost
+            | Outcome::Unavailable
+            | Outcome::Skipped
+            | Outcome::Paused
+            | Outcome::Standby => Tally::Race,
+            Outcome::Done | Outcome::Failed | Outcome::HandedOff | Outcome::Overlapped => {
+                Tally::Run
+            }
+            Outcome::Missed => Tally::Missed,
+        }
+    }
+
+    /// The level of the slot's log line: the usual race and run at info, what an operator
+    /// should look at at warn, a failed run at error, and a replica standing by (one line per
+    /// non-candidate replica and slot: the bulk of a large fleet's lines) at debug only.
+    pub fn level(self) -> tracing::Level {
+        match self {
+            Outcome::Won | Outcome::Lost | Outcome::Paused | Outcome::Done => tracing::Level::INFO,
+            Outcome::Unavailable
+            | Outcome::Skipped
+            | Outcome::Overlapped
+            | Outcome::HandedOff
+            | Outcome::Missed => tracing::Level::WARN,
+            Outcome::Failed => tracing::Level::ERROR,
+            Outcome::Standby => tracing::Level::DEBUG,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{RACE_OUTCOMES, RUN_OUTCOMES};
+
+    const ALL: [Outcome; 11] = [
+        Outcome::Won,
+        Outcome::Lost,
+        Outcome::Unavailable,
+        Outcome::Skipped,
+        Outcome::Paused,
+        Outcome::Standby,
+        Outcome::Done,
+        Outcome::Failed,
+        Outcome::HandedOff,
+        Outcome::Overlapped,
+        Outcome::Missed,
+    ];
+
+    #[test]
+    fn every_counted_outcome_is_a_declared_series() {
+        for outcome in ALL {
+            let declared = match outcome.tally() {
+                Tally::Race => RACE_OUTCOMES.as_slice(),
+                Tally::Run => RUN_OUTCOMES.as_slice(),
+                Tally::Missed => continue,
+            };
+            assert!(declared.contains(&outcome.as_str()), "{outcome:?}");
+        }
+    }
+}
