@@ -129,6 +129,10 @@ pub struct Fleet {
     /// that a majority no longer listed): judged at the read, so this replica's own pace of
     /// reading never makes a member look late.
     late: Mutex<HashSet<String>>,
+    /// Held across each write to the nodes (a heartbeat, a leave), so a leave is never
+    /// overtaken by a heartbeat that was already on its way (which would announce the replica
+    /// again after it left).
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Membership {
@@ -151,6 +155,7 @@ impl Membership {
             group: Mutex::new(group),
             view: Mutex::default(),
             late: Mutex::default(),
+            writing: tokio::sync::Mutex::default(),
         }))
     }
 
@@ -174,6 +179,22 @@ impl Membership {
     pub async fn read(&self) {
         if let Membership::Redis(fleet) = self {
             fleet.heartbeat(false).await;
+        }
+    }
+
+    /// Leaves the live set now if this replica's timeline is off the fleet clock past its
+    /// start window (its wall clock just stepped under `clock = "local"`): the heartbeat would
+    /// notice only at its next beat, and its slots meanwhile would go unraced.
+    pub async fn withdraw_if_off(self) {
+        let Membership::Redis(fleet) = self else {
+            return;
+        };
+        if let Some(off) = fleet.off_by() {
+            tracing::warn!(replica = %fleet.me, off_ms = off.as_millis() as u64,
+                "this replica's clock is off the fleet clock past the start window: it leaves the \
+                fleet's candidates until it is back");
+            let group = lock(&fleet.group).clone();
+            fleet.leave(&group).await;
         }
     }
 
@@ -316,6 +337,9 @@ impl Fleet {
     /// One heartbeat on every node (the pool's rule: a suspect node is not waited for):
     /// announces this replica if `announce`, trims the expired, and merges what each node holds.
     async fn heartbeat(&self, announce: bool) {
+        let _writing = self.writing.lock().await;
+        // Judged again under the lock: a step seen meanwhile has made this replica leave.
+        let announce = announce && self.off_by().is_none();
         let now_ms = self.clock.fleet_now().timestamp_millis();
         let ttl_ms = MEMBER_TTL.as_millis() as i64;
         let member = announce.then(|| self.member(&lock(&self.group)));
@@ -336,6 +360,7 @@ impl Fleet {
 
     /// Removes this replica's entry of `group` from every node and tells the fleet.
     async fn leave(&self, group: &str) {
+        let _writing = self.writing.lock().await;
         let member = self.member(group);
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(&self.key).arg(&member);

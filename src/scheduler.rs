@@ -104,18 +104,29 @@ pub(crate) async fn timeline(
         let stepped = fleet
             .as_ref()
             .is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica));
+        if wake == Wake::Due {
+            // Due by the monotonic timer even when the wall clock stepped meanwhile: the race's
+            // guard judges it on the fleet clock, so the slot is still raced on time.
+            race_due(&ctx, &mut timeline, slot, &tracker);
+        }
         if let Some(steps) = steps.as_mut().filter(|_| stepped || wake == Wake::Stepped) {
+            // The stepped clock may now be off the fleet clock past the start window: the
+            // replica leaves the candidates at once, before the others count on it again.
+            tracker.spawn(ctx.membership.clone().withdraw_if_off());
             steps.borrow_and_update();
             timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
-            continue;
         }
-        // A replica that wakes late still races the slots inside the start window (the race
-        // decides); slots older than that belonged to replicas that were awake and are skipped.
-        let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
-        let after = slot.instant().max(ctx.clock.now() - window);
-        let due = timeline.take_due(slot, after, &ctx.replica);
-        tracker.spawn(race_instant(ctx.clone(), due, slot, tracker.clone()));
     }
+}
+
+/// Takes the jobs due at `slot` from the timeline (each queued again at its next slot) and
+/// starts their race. A replica that wakes late still races the slots inside the start
+/// window (the race decides); slots older than that belonged to replicas that were awake.
+fn race_due(ctx: &Arc<RaceContext>, timeline: &mut Timeline, slot: Slot, tracker: &TaskTracker) {
+    let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
+    let after = slot.instant().max(ctx.clock.now() - window);
+    let due = timeline.take_due(slot, after, &ctx.replica);
+    tracker.spawn(race_instant(ctx.clone(), due, slot, tracker.clone()));
 }
 
 /// What ended a wait for the next slot.
