@@ -130,7 +130,7 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// True the first time `request` is seen (the oldest are forgotten past [`SEEN_CAP`]).
+    /// True the first time `request` is seen (the oldest are forgotten past `SEEN_CAP`).
     pub fn first_time(&mut self, request: &HandoffRequest) -> bool {
         let key = (request.job.clone(), request.slot_ms, request.handoff);
         if !self.set.insert(key.clone()) {

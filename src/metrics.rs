@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use crate::outcome::{RACE_OUTCOMES, RUN_OUTCOMES};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,14 +30,6 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of [`Metrics::encode`] (the classic text format, which promtool checks).
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// How a race for a slot ended on this replica (`slotcron_races_total{outcome}`); `paused`:
-/// not raced, the job being paused fleet-wide; `standby`: not raced, this replica not being one
-/// of the slot's candidates (`[scheduler] candidates`).
-pub const RACE_OUTCOMES: [&str; 6] = ["won", "lost", "unavailable", "skipped", "paused", "standby"];
-/// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
-/// still held the running lease (`overlap = "skip"`).
-pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of a series by job and outcome.

@@ -3,7 +3,7 @@
 //! One type for both, so a log line and the counter it feeds cannot disagree: the strings of
 //! [`Outcome::as_str`] are public interface (README, "Logs: who won"; dashboards on
 //! `slotcron_races_total{outcome}` and `slotcron_runs_total{outcome}`). It sits below both
-//! [`crate::race`], which reports outcomes, and [`crate::metrics`], which counts them.
+//! `race`, which reports outcomes, and `metrics`, which counts them.
 
 use std::fmt;
 
@@ -104,10 +104,17 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// How a race for a slot ended on this replica (`slotcron_races_total{outcome}`); `paused`:
+/// not raced, the job being paused fleet-wide; `standby`: not raced, this replica not being one
+/// of the slot's candidates (`[scheduler] candidates`).
+pub const RACE_OUTCOMES: [&str; 6] = ["won", "lost", "unavailable", "skipped", "paused", "standby"];
+/// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
+/// still held the running lease (`overlap = "skip"`).
+pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{RACE_OUTCOMES, RUN_OUTCOMES};
 
     const ALL: [Outcome; 11] = [
         Outcome::Won,

@@ -1,6 +1,6 @@
 //! The command line: `slotcron run`, `check`, `trigger`, `history`, `pause`, `resume`,
 //! `health`, `completions` and `man`. This module only parses the arguments and picks the
-//! command; each command lives in its own file, and what they share in [`shared`] below them.
+//! command; each command lives in its own file, and what they share in `shared` below them.
 
 mod check;
 mod control;
@@ -63,7 +63,7 @@ pub enum Command {
     Pause(PauseArgs),
     /// Resume a paused job on every replica.
     Resume(ResumeArgs),
-    /// Ask the running replica's /healthz (on the config's [http] listen); exit 0 when healthy.
+    /// Ask the running replica's /healthz (on the config's `[http] listen`); exit 0 when healthy.
     Health(HealthArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),

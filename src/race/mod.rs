@@ -84,7 +84,7 @@ impl RaceKind {
 }
 
 /// What one replica needs to race and run slots, under one configuration: built per
-/// generation ([`crate::replica::Replica::context`]), so a reload never changes it under a
+/// generation (`Replica::context` in the `replica` module), so a reload never changes it under a
 /// slot already racing or running.
 pub struct RaceContext {
     /// This replica's id: the lock's token names it, so the losers' lines say who won.

@@ -1,5 +1,5 @@
 //! The replica's HTTP endpoints (`[http] listen`): `/healthz`, `/readyz`, `/metrics` and `/`,
-//! a server-rendered status page readable without JavaScript ([`page`]).
+//! a server-rendered status page readable without JavaScript (`page`).
 //!
 //! What they show comes in [`Sources`], built by whoever starts the server: this module reads
 //! the replica's parts but never the scheduler that owns them.
