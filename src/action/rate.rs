@@ -145,15 +145,25 @@ impl Budgets {
     pub async fn take(&self, budget: &Budget, deadline: Instant) -> Result<Duration, BudgetSpent> {
         let started = Instant::now();
         let mut waited = false;
+        let mut split_retried = false;
         loop {
             let wait = match self.try_take(budget).await {
                 // Admitted at once is no wait, however long the nodes took to answer.
-                None if !waited => return Ok(Duration::ZERO),
-                None => return Ok(started.elapsed()),
-                Some(wait) => wait,
+                Admission::Admitted if !waited => return Ok(Duration::ZERO),
+                Admission::Admitted => return Ok(started.elapsed()),
+                // Some nodes admitted and others refused: another replica asked at the same
+                // moment, and both took their place back. The place is free again: ask once
+                // more after a short random delay instead of waiting a whole window, or two
+                // replicas sending at the same instant would both wait for nothing.
+                Admission::Split(_) if !split_retried => {
+                    split_retried = true;
+                    Duration::from_millis(rand::rng().random_range(5..=60))
+                }
+                Admission::Split(wait) | Admission::Wait(wait) => {
+                    // A little jitter so replicas waiting for the same place do not all ask at once.
+                    wait + Duration::from_millis(rand::rng().random_range(0..=20))
+                }
             };
-            // A little jitter so replicas waiting for the same place do not all ask at once.
-            let wait = wait + Duration::from_millis(rand::rng().random_range(0..=20));
             if Instant::now() + wait >= deadline {
                 return Err(BudgetSpent {
                     rate: budget.rate,
@@ -173,8 +183,8 @@ impl Budgets {
         }
     }
 
-    /// `None` when admitted; else how long to wait before asking again.
-    async fn try_take(&self, budget: &Budget) -> Option<Duration> {
+    /// Whether a place was taken; else how long to wait before asking again.
+    async fn try_take(&self, budget: &Budget) -> Admission {
         match self {
             Budgets::Redis { nodes, prefix } => {
                 take_on_nodes(nodes, &format!("{prefix}:rate:{}", budget.id), budget.rate).await
@@ -191,22 +201,34 @@ impl Budgets {
                 }
                 if sends.len() < budget.rate.limit as usize {
                     sends.push_back(now);
-                    return None;
+                    return Admission::Admitted;
                 }
-                sends.front().map(|oldest| {
+                Admission::Wait(sends.front().map_or(FALLBACK_WAIT, |oldest| {
                     budget
                         .rate
                         .window
                         .saturating_sub(now.duration_since(*oldest))
-                })
+                }))
             }
         }
     }
 }
 
+/// What one request for a place came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Every node that answered admitted it, and they were a majority.
+    Admitted,
+    /// Every answer refused (or too few came): the window is full for this long.
+    Wait(Duration),
+    /// Some nodes admitted and some refused: another sender asked at the same moment (or a
+    /// node lost its window); what was admitted was taken back.
+    Split(Duration),
+}
+
 /// Asks every node for a place; waits for the nodes that are not suspect, and for suspect ones
 /// only while fewer than a majority answered.
-async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Option<Duration> {
+async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Admission {
     let member = format!("{:016x}", rand::rng().random::<u64>());
     // A plain EVAL: the budget path is not hot enough to need EVALSHA's script cache.
     let mut cmd = redis::cmd("EVAL");
@@ -225,7 +247,7 @@ async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Option<Duration>
     let admitted = answers.count(|w| *w == 0);
     let refused_wait = answers.values().copied().filter(|w| *w > 0).max();
     if refused_wait.is_none() && answers.answered() >= quorum {
-        return None;
+        return Admission::Admitted;
     }
     if admitted > 0 || answers.pending() > 0 {
         let mut undo = redis::cmd("ZREM");
@@ -234,7 +256,12 @@ async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Option<Duration>
             .query::<i64>(undo, BUDGET_TIMEOUT, Replies::settled)
             .await;
     }
-    Some(refused_wait.map_or(FALLBACK_WAIT, |ms| Duration::from_millis(ms as u64)))
+    let wait = refused_wait.map_or(FALLBACK_WAIT, |ms| Duration::from_millis(ms as u64));
+    if admitted > 0 {
+        Admission::Split(wait)
+    } else {
+        Admission::Wait(wait)
+    }
 }
 
 #[cfg(test)]
