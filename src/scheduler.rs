@@ -243,25 +243,8 @@ async fn run_won(ctx: Arc<RaceContext>, won: Won) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::path::Path;
-
     use super::*;
-
-    fn jobs(schedules: &[(&str, &str)]) -> Vec<Arc<Job>> {
-        let text: String = schedules
-            .iter()
-            .map(|(name, cron)| {
-                format!(
-                    "[[job]]\nname = \"{name}\"\nschedule = \"{cron}\"\n\
-                     [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
-                )
-            })
-            .collect();
-        crate::config::parse(Path::new("t.toml"), &text, &HashMap::new())
-            .unwrap()
-            .jobs
-    }
+    use crate::config::log_jobs as jobs;
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

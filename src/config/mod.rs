@@ -205,6 +205,23 @@ fn read_error(e: &std::io::Error) -> String {
     }
 }
 
+/// Test jobs: one `log` job per (name, cron), parsed the way a file is (for the unit tests of
+/// the modules that take jobs: the timeline, the look-back).
+#[cfg(test)]
+pub(crate) fn log_jobs(schedules: &[(&str, &str)]) -> Vec<Arc<Job>> {
+    let text: String = schedules
+        .iter()
+        .map(|(name, cron)| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"{cron}\"\n\
+                 [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+            )
+        })
+        .collect();
+    let env: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    parse(Path::new("t.toml"), &text, &env).unwrap().jobs
+}
+
 /// Checks the text of a jobs.toml.
 pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
     let mut loader = Loader::new(env);
