@@ -216,15 +216,10 @@ async fn follow(
     jobs: impl Fn() -> Vec<String>,
     shutdown: CancellationToken,
 ) {
-    loop {
-        let message = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            message = heard.recv() => message,
-        };
+    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         match message {
-            None => return,
-            Some(Heard::Subscribed) => control.refresh(&jobs()).await,
-            Some(Heard::Message(job)) => control.refresh(&[job]).await,
+            Heard::Subscribed => control.refresh(&jobs()).await,
+            Heard::Message(job) => control.refresh(&[job]).await,
         }
     }
 }

@@ -268,19 +268,11 @@ async fn listen_for_leaves(
     mut heard: mpsc::Receiver<Heard>,
     shutdown: CancellationToken,
 ) {
-    loop {
-        let message = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            message = heard.recv() => message,
-        };
-        match message {
-            None => return,
-            Some(Heard::Message(payload)) => {
-                if let Some(member) = payload.strip_prefix(LEFT) {
-                    lock(&fleet.view).remove(member);
-                }
+    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
+        if let Heard::Message(payload) = message {
+            if let Some(member) = payload.strip_prefix(LEFT) {
+                lock(&fleet.view).remove(member);
             }
-            Some(Heard::Subscribed) => {}
         }
     }
 }

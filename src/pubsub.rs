@@ -107,6 +107,18 @@ async fn forward(
     }
 }
 
+/// The next thing a subscription carries, or `None` at shutdown or once every node's
+/// subscriber has stopped: what each reader of a subscription loops on.
+pub async fn next(
+    heard: &mut mpsc::Receiver<Heard>,
+    shutdown: &CancellationToken,
+) -> Option<Heard> {
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        message = heard.recv() => message,
+    }
+}
+
 /// `PUBLISH channel payload` on every node, each bounded by `wait` (a suspect node is not
 /// waited for: the pool's rule). Returns the subscriptions reached per node that answered.
 pub async fn publish_all(

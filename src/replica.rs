@@ -27,7 +27,7 @@ use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
 use crate::membership::{self, Candidates, Membership};
 use crate::metrics::Metrics;
-use crate::pubsub::Heard;
+use crate::pubsub::{self, Heard};
 use crate::race::{RaceContext, MIN_START_WINDOW};
 use crate::schedule::SharedClock;
 use crate::scheduler;
@@ -477,12 +477,7 @@ async fn take_handoffs(
     shutdown: CancellationToken,
 ) {
     let mut seen = Seen::default();
-    loop {
-        let message = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            message = heard.recv() => message,
-        };
-        let Some(message) = message else { return };
+    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         let Heard::Message(payload) = message else {
             continue;
         };
