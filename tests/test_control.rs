@@ -5,11 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{write_config, Receiver, RedisCluster, Replica};
+use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
@@ -63,29 +62,12 @@ fn stop(replicas: &[Replica]) {
     }
 }
 
-/// Runs `slotcron ARGS --config CONFIG`; panics unless it exits 0. Returns stdout.
-fn slotcron(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "slotcron {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The ledger since `since`.
 fn ledger(config: &Path, since: DateTime<Utc>, extra: &[&str]) -> Vec<Value> {
     let since = since.to_rfc3339();
     let mut args = vec!["history", "--json", "--since", &since];
     args.extend_from_slice(extra);
-    slotcron(config, &args)
+    slotcron_cli(config, &args)
         .lines()
         .map(|l| {
             for key in ["\"job\":", "\"slot\":", "\"outcome\":"] {
@@ -120,7 +102,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     let started = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
 
-    let out = slotcron(
+    let out = slotcron_cli(
         &path,
         &["pause", "push", "--reason", "holidays", "--by", "ops"],
     );
@@ -128,7 +110,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     let paused_at = Utc::now();
     std::thread::sleep(Duration::from_secs(5));
     let resumed_at = Utc::now();
-    slotcron(&path, &["resume", "push", "--by", "ops"]);
+    slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     std::thread::sleep(Duration::from_secs(4));
     stop(&replicas);
 

@@ -397,22 +397,6 @@ const FLEET_JOBS: [&str; 12] = [
     "standup-12",
 ];
 
-/// Runs `slotcron ARGS --config CONFIG`; panics unless it exits 0.
-fn slotcron(config: &Path, args: &[&str]) {
-    let out = Command::new(BIN)
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "slotcron {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_strips() {
     let cluster = RedisCluster::start(3);
@@ -463,7 +447,7 @@ fn pause_after_two_runs(replica: &Replica, config: &Path) {
         "paused-report did not run: {:?}",
         replica.lines()
     );
-    slotcron(
+    slotcron_cli(
         config,
         &[
             "pause",

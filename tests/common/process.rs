@@ -338,3 +338,21 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         data = data.get(size + 2..)?;
     }
 }
+
+/// Runs `slotcron ARGS --config CONFIG` to its end (a CLI command: `pause`, `resume`,
+/// `history`…); panics unless it exits 0. Returns its stdout.
+pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slotcron {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
