@@ -76,6 +76,42 @@ fn start(config: &Path, n: usize) -> Vec<Replica> {
     replicas
 }
 
+/// One test's fleet: 3 nodes, a receiver, and `n` replicas (`replica-0`, …) of `jobs` http
+/// jobs at `schedule` with `candidates = 2`, started and each listed on every node.
+struct Run {
+    cluster: RedisCluster,
+    receiver: Receiver,
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    replicas: Vec<Replica>,
+}
+
+impl Run {
+    fn start(prefix: &str, jobs: usize, schedule: &str, n: usize) -> Self {
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let text = fleet_config(
+            &cluster.urls(),
+            &receiver.uri(),
+            prefix,
+            jobs,
+            "candidates = 2",
+        )
+        .replace("* * * * * *", schedule);
+        let path = write_config(dir.path(), &text);
+        let replicas = start(&path, n);
+        until_members(&cluster, prefix, &(0..n).map(replica_name).collect());
+        Run {
+            cluster,
+            receiver,
+            _dir: dir,
+            path,
+            replicas,
+        }
+    }
+}
+
 fn sigterm(replica: &Replica) {
     // SAFETY: kill(2) on a child the test spawned and has not reaped.
     unsafe { libc::kill(replica.pid() as libc::pid_t, libc::SIGTERM) };
@@ -133,21 +169,14 @@ fn logged_view(replica: &Replica) -> Option<Vec<String>> {
 #[test]
 fn membership_sees_replicas_join_leave_and_die_within_the_ttl() {
     let _fleet = one_fleet_at_a_time();
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
     // A job that never fires in the test: only the membership is looked at.
-    let text = fleet_config(
-        &cluster.urls(),
-        &receiver.uri(),
-        "members",
-        1,
-        "candidates = 2",
-    )
-    .replace("* * * * * *", "0 0 0 1 1 *");
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 3);
-    until_members(&cluster, "members", &names(&[0, 1, 2]));
+    let Run {
+        cluster,
+        receiver: _receiver,
+        path,
+        replicas,
+        _dir,
+    } = Run::start("members", 1, "0 0 0 1 1 *", 3);
     let all: Vec<String> = names(&[0, 1, 2]).into_iter().collect();
     for r in &replicas {
         let view = common::wait_until(Duration::from_secs(5), || {
@@ -266,19 +295,13 @@ type Racer = (String, u64);
 #[test]
 fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
     let _fleet = one_fleet_at_a_time();
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = fleet_config(
-        &cluster.urls(),
-        &receiver.uri(),
-        "ranks",
-        6,
-        "candidates = 2",
-    );
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 4);
-    until_members(&cluster, "ranks", &names(&[0, 1, 2, 3]));
+    let Run {
+        cluster: _cluster,
+        receiver,
+        path: _path,
+        replicas,
+        _dir,
+    } = Run::start("ranks", 6, "* * * * * *", 4);
     // Every replica has read the full view once it logged it.
     for r in &replicas {
         common::wait_until(Duration::from_secs(5), || {
@@ -338,19 +361,13 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
 #[test]
 fn a_dead_candidates_slots_are_run_by_the_next_rank() {
     let _fleet = one_fleet_at_a_time();
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = fleet_config(
-        &cluster.urls(),
-        &receiver.uri(),
-        "dead",
-        8,
-        "candidates = 2",
-    );
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 3);
-    until_members(&cluster, "dead", &names(&[0, 1, 2]));
+    let Run {
+        cluster: _cluster,
+        receiver,
+        path: _path,
+        replicas,
+        _dir,
+    } = Run::start("dead", 8, "* * * * * *", 3);
     let from = Utc::now() + chrono::Duration::seconds(1);
     std::thread::sleep(Duration::from_secs(4));
     let killed_at = Utc::now();
@@ -422,19 +439,13 @@ fn minus(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTree
 #[test]
 fn nine_replicas_one_killed_run_each_slot_once_at_a_bounded_redis_cost_and_spread_wins() {
     let _fleet = one_fleet_at_a_time();
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = fleet_config(
-        &cluster.urls(),
-        &receiver.uri(),
-        "nine",
-        50,
-        "candidates = 2",
-    );
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 9);
-    until_members(&cluster, "nine", &(0..9).map(replica_name).collect());
+    let Run {
+        cluster,
+        receiver,
+        path: _path,
+        replicas,
+        _dir,
+    } = Run::start("nine", 50, "* * * * * *", 9);
     std::thread::sleep(Duration::from_secs(8));
     let before = redis_commands(&cluster);
     let from = Utc::now();
