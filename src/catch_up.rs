@@ -158,20 +158,7 @@ mod tests {
     fn ran(job: &Job, slots: impl IntoIterator<Item = DateTime<Utc>>) -> Vec<RunRecord> {
         let mut runs: Vec<RunRecord> = slots
             .into_iter()
-            .map(|t| RunRecord {
-                job: job.name.clone(),
-                slot: Slot::at(t),
-                replica: "r".into(),
-                started: t,
-                finished: Some(t),
-                outcome: crate::history::RunState::Done,
-                error: None,
-                attempts: 1,
-                trigger: "schedule".into(),
-                fence: crate::schedule::Fence::new(Slot::at(t), 0),
-                delivery: None,
-                previous_winner: None,
-            })
+            .map(|t| RunRecord::test(&job.name, Slot::at(t), "r", crate::history::RunState::Done))
             .collect();
         runs.reverse();
         runs

@@ -371,18 +371,18 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
+/// Test records for the modules that read runs (the ledger, catch-up, the status page).
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(slot_s: i64, outcome: RunState, finished: Option<i64>) -> RunRecord {
-        let slot = Slot::at(DateTime::from_timestamp(slot_s, 0).unwrap());
+impl RunRecord {
+    /// `replica` ran `job`'s `slot` to `outcome` in one attempt, starting and ending at the
+    /// slot's instant, scheduled, not handed off.
+    pub(crate) fn test(job: &str, slot: Slot, replica: &str, outcome: RunState) -> Self {
         RunRecord {
-            job: "j".into(),
+            job: job.into(),
             slot,
-            replica: "r".into(),
-            started: DateTime::from_timestamp(slot_s, 0).unwrap(),
-            finished: finished.and_then(|f| DateTime::from_timestamp(f, 0)),
+            replica: replica.into(),
+            started: slot.instant(),
+            finished: Some(slot.instant()),
             outcome,
             error: None,
             attempts: 1,
@@ -390,6 +390,19 @@ mod tests {
             fence: Fence::new(slot, 0),
             delivery: None,
             previous_winner: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(slot_s: i64, outcome: RunState, finished: Option<i64>) -> RunRecord {
+        let slot = Slot::at(DateTime::from_timestamp(slot_s, 0).unwrap());
+        RunRecord {
+            finished: finished.and_then(|f| DateTime::from_timestamp(f, 0)),
+            ..RunRecord::test("j", slot, "r", outcome)
         }
     }
 

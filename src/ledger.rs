@@ -127,18 +127,8 @@ mod tests {
     fn run(slot_s: i64, outcome: RunState, handoff: u8) -> RunRecord {
         let slot = Slot::at(t(slot_s));
         RunRecord {
-            job: "j".into(),
-            slot,
-            replica: format!("r{handoff}"),
-            started: t(slot_s),
-            finished: Some(t(slot_s)),
-            outcome,
-            error: None,
-            attempts: 1,
-            trigger: "schedule".into(),
             fence: Fence::new(slot, handoff),
-            delivery: None,
-            previous_winner: None,
+            ..RunRecord::test("j", slot, &format!("r{handoff}"), outcome)
         }
     }
 

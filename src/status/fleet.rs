@@ -62,25 +62,12 @@ fn percent(part: usize, total: usize) -> u32 {
 mod tests {
     use super::*;
     use crate::history::RunState;
-    use crate::schedule::{Fence, Slot};
+    use crate::schedule::Slot;
     use chrono::DateTime;
 
     fn won_by(replica: &str, s: i64) -> RunRecord {
         let slot = Slot::at(DateTime::from_timestamp(s, 0).unwrap());
-        RunRecord {
-            job: "j".into(),
-            slot,
-            replica: replica.into(),
-            started: slot.instant(),
-            finished: Some(slot.instant()),
-            outcome: RunState::Done,
-            error: None,
-            attempts: 1,
-            trigger: "schedule".into(),
-            fence: Fence::new(slot, 0),
-            delivery: None,
-            previous_winner: None,
-        }
+        RunRecord::test("j", slot, replica, RunState::Done)
     }
 
     #[test]

@@ -343,7 +343,6 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::schedule::Fence;
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -360,18 +359,10 @@ mod tests {
     fn run(slot: &str, outcome: RunState, replica: &str) -> RunRecord {
         let slot = Slot::at(t(slot));
         RunRecord {
-            job: "j".into(),
-            slot,
-            replica: replica.into(),
             started: slot.instant() + chrono::Duration::milliseconds(40),
             finished: Some(slot.instant() + chrono::Duration::milliseconds(140)),
-            outcome,
             error: (outcome == RunState::Failed).then(|| "connection refused".into()),
-            attempts: 1,
-            trigger: "schedule".into(),
-            fence: Fence::new(slot, 0),
-            delivery: None,
-            previous_winner: None,
+            ..RunRecord::test("j", slot, replica, outcome)
         }
     }
 
