@@ -819,6 +819,47 @@ fn logged_outcomes(logs: &Path, from: DateTime<Utc>, to: DateTime<Utc>) -> HashM
     outcomes
 }
 
+/// The counters read around one measured window of whole seconds [from, to).
+struct Window {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    /// Redis commands the nodes ran in the window.
+    calls: u64,
+    /// Redis CPU seconds in the window, summed over the nodes.
+    redis_cpu: f64,
+    /// Each replica's CPU seconds in the window.
+    cpu: Vec<f64>,
+    /// The highest peak RSS (KiB) of the replicas at the window's end.
+    peak_rss: u64,
+}
+
+/// Waits for the next whole second and measures the `seconds` after it. The counters are read
+/// half a second before each end, between two bursts, so they hold the window's slots and
+/// nothing else.
+async fn measure_window(nodes: &[Node], children: &[Child], seconds: i64) -> Window {
+    let before = sleep_to_second(Duration::from_millis(500)).await;
+    let calls_before = redis_calls(nodes);
+    let cpu_before: Vec<f64> = children.iter().map(|c| usage(c.id()).0).collect();
+    let redis_cpu_before = redis_cpu(nodes);
+    let from = before + chrono::Duration::seconds(1);
+    let to = from + chrono::Duration::seconds(seconds);
+    let end = to + chrono::Duration::milliseconds(500);
+    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
+    let usages: Vec<(f64, u64)> = children.iter().map(|c| usage(c.id())).collect();
+    Window {
+        from,
+        to,
+        calls: redis_calls(nodes) - calls_before,
+        redis_cpu: redis_cpu(nodes) - redis_cpu_before,
+        cpu: usages
+            .iter()
+            .zip(&cpu_before)
+            .map(|(u, b)| u.0 - b)
+            .collect(),
+        peak_rss: usages.iter().map(|u| u.1).max().unwrap_or(0),
+    }
+}
+
 async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
     let seconds: i64 = if quick() { 5 } else { 30 };
     // The default `overlap = "skip"` everywhere, and once more at the largest size with
@@ -842,19 +883,14 @@ async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
         std::fs::write(&config, text).unwrap();
         let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        // The window: whole seconds [from, to). Counters are read half a second before
-        // each end, between two bursts, so they hold the window's slots and nothing else.
-        let before = sleep_to_second(Duration::from_millis(500)).await;
-        let calls_before = redis_calls(nodes);
-        let cpu_before: Vec<f64> = children.0.iter().map(|c| usage(c.id()).0).collect();
-        let redis_cpu_before = redis_cpu(nodes);
-        let from = before + chrono::Duration::seconds(1);
-        let to = from + chrono::Duration::seconds(seconds);
-        let end = to + chrono::Duration::milliseconds(500);
-        tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
-        let calls = redis_calls(nodes) - calls_before;
-        let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
-        let usages: Vec<(f64, u64)> = children.0.iter().map(|c| usage(c.id())).collect();
+        let Window {
+            from,
+            to,
+            calls,
+            redis_cpu,
+            cpu,
+            peak_rss,
+        } = measure_window(nodes, &children.0, seconds).await;
         // Late arrivals of the window's last slots, then a graceful stop.
         tokio::time::sleep(Duration::from_secs(2)).await;
         stop(&mut children.0);
@@ -875,13 +911,8 @@ async fn scale(nodes: &[Node], binary: &Path, table: &mut Table) {
         } else {
             percentiles(&mut late).1
         };
-        let cpu = usages
-            .iter()
-            .zip(&cpu_before)
-            .map(|(u, b)| u.0 - b)
-            .sum::<f64>()
-            / replicas as f64;
-        let rss = usages.iter().map(|u| u.1).max().unwrap_or(0);
+        let cpu = cpu.iter().sum::<f64>() / replicas as f64;
+        let rss = peak_rss;
         let outcomes = logged_outcomes(dir.path(), from, to);
         if std::env::var("SLOTCRON_BENCH_KEEP_LOGS").is_ok() {
             eprintln!("peers: replica logs kept in {}", dir.keep().display());
@@ -962,17 +993,9 @@ async fn fleet_run(
     std::fs::write(&config, text).unwrap();
     let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
     tokio::time::sleep(Duration::from_secs(9)).await;
-    let before = sleep_to_second(Duration::from_millis(500)).await;
-    let calls_before = redis_calls(nodes);
-    let cpu_before: f64 = children.0.iter().map(|c| usage(c.id()).0).sum();
-    let redis_cpu_before = redis_cpu(nodes);
-    let from = before + chrono::Duration::seconds(1);
-    let to = from + chrono::Duration::seconds(seconds);
-    let end = to + chrono::Duration::milliseconds(500);
-    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
-    let calls = redis_calls(nodes) - calls_before;
-    let redis_cpu = redis_cpu(nodes) - redis_cpu_before;
-    let cpu: f64 = children.0.iter().map(|c| usage(c.id()).0).sum::<f64>() - cpu_before;
+    let window = measure_window(nodes, &children.0, seconds).await;
+    let (from, to, calls, redis_cpu) = (window.from, window.to, window.calls, window.redis_cpu);
+    let cpu: f64 = window.cpu.iter().sum();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop(&mut children.0);
     let arrivals = arrivals.lock().unwrap();
