@@ -133,6 +133,9 @@ pub struct Fleet {
     /// overtaken by a heartbeat that was already on its way (which would announce the replica
     /// again after it left).
     writing: tokio::sync::Mutex<()>,
+    /// Whether this replica has left the live set because its clock is off: set by whichever
+    /// sees it first (the timeline at a step, or the heartbeat), so it leaves and says so once.
+    withdrawn: std::sync::atomic::AtomicBool,
 }
 
 impl Membership {
@@ -156,6 +159,7 @@ impl Membership {
             view: Mutex::default(),
             late: Mutex::default(),
             writing: tokio::sync::Mutex::default(),
+            withdrawn: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -189,13 +193,7 @@ impl Membership {
         let Membership::Redis(fleet) = self else {
             return;
         };
-        if let Some(off) = fleet.off_by() {
-            tracing::warn!(replica = %fleet.me, off_ms = off.as_millis() as u64,
-                "this replica's clock is off the fleet clock past the start window: it leaves the \
-                fleet's candidates until it is back");
-            let group = lock(&fleet.group).clone();
-            fleet.leave(&group).await;
-        }
+        fleet.withdraw_if_off().await;
     }
 
     /// Moves this replica to the group of a reloaded configuration: its old entry is removed
@@ -231,7 +229,6 @@ impl Membership {
 /// replicas this one ranks among).
 async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
     let mut logged = Vec::new();
-    let mut announced = false;
     // A fixed rate, not a sleep after each beat: a slow round trip must not stretch the
     // period, or a live member would look late to the others.
     let mut period = tokio::time::interval(HEARTBEAT);
@@ -241,16 +238,8 @@ async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => break,
             _ = period.tick() => {}
         }
-        let off = fleet.off_by();
-        if off.is_some() && announced {
-            tracing::warn!(replica = %fleet.me, off_ms = off.map(|d| d.as_millis() as u64),
-                "this replica's clock is off the fleet clock past the start window: it leaves the \
-                fleet's candidates until it is back");
-            let group = lock(&fleet.group).clone();
-            fleet.leave(&group).await;
-        }
-        announced = off.is_none();
-        fleet.heartbeat(announced).await;
+        let off = fleet.withdraw_if_off().await;
+        fleet.heartbeat(!off).await;
         let live = fleet.live();
         if live != logged {
             tracing::info!(replica = %fleet.me, fleet = live.len(), members = %live.join(","),
@@ -311,6 +300,24 @@ impl Fleet {
             .filter(|(g, replica)| *g == group && *replica != me)
             .map(|(_, replica)| replica.to_owned())
             .collect()
+    }
+
+    /// Leaves the live set (once) while the timeline's clock is off the fleet clock past the
+    /// bound; true while it is.
+    async fn withdraw_if_off(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let Some(off) = self.off_by() else {
+            self.withdrawn.store(false, Ordering::Relaxed);
+            return false;
+        };
+        if !self.withdrawn.swap(true, Ordering::Relaxed) {
+            tracing::warn!(replica = %self.me, off_ms = off.as_millis() as u64,
+                "this replica's clock is off the fleet clock past the start window: it leaves the \
+                fleet's candidates until it is back");
+            let group = lock(&self.group).clone();
+            self.leave(&group).await;
+        }
+        true
     }
 
     /// How far the timeline's clock is off the fleet clock, when past the bound.
