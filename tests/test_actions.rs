@@ -6,9 +6,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -447,62 +446,71 @@ async fn generic_http_action() {
     assert_eq!(server.received_requests().await.unwrap().len(), 2);
 }
 
-/// A `MakeWriter` collecting the log output in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-#[tokio::test]
-async fn log_action_runs() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(captured.clone())
-        .finish();
-    // The test runtime is single-threaded, so the slot runs on this thread.
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // Tests on other threads may have cached an event as of interest to no subscriber while
-    // this one was being registered (tracing decides once per call site): decide again now.
-    tracing::callsite::rebuild_interest_cache();
-    let config = config(
-        "type = \"log\"\ncontent = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'",
-        "5s",
-        "unused",
+/// The log action, through the real binary (`slotcron --log-format json trigger`), so the lines
+/// checked are the ones a container writes. In a process of its own, no other test's thread can
+/// race this one's subscriber for tracing's per-call-site interest cache (the in-process version
+/// of this test lost the `done` line that way once in CI).
+#[test]
+fn log_action_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    std::fs::write(
+        &path,
+        "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
+         [job.action]\ntype = \"log\"\n\
+         content = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args([
+            "--log-format",
+            "json",
+            "trigger",
+            "robot",
+            "--replica-id",
+            REPLICA,
+        ])
+        .arg("--config")
+        .arg(&path)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let output = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{output}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let (result, slot) = run(&config).await;
-    assert_eq!(done(result).attempts, 1);
 
-    let output = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let lines: Vec<Value> = output
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    // The log lines are JSON objects; trigger's own summary for the terminal is the one line
+    // that is not.
+    let (json_lines, summary): (Vec<&str>, Vec<&str>) =
+        output.lines().partition(|l| l.starts_with('{'));
+    assert!(
+        matches!(summary.as_slice(), [line] if line.starts_with("robot: done")),
+        "{output}"
+    );
+    let lines: Vec<Value> = json_lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    let message = format!("log of robot at {} by {REPLICA}", slot.rfc3339_utc());
+    let done = lines
+        .iter()
+        .find(|l| l["outcome"] == "done")
+        .unwrap_or_else(|| panic!("no done line in {output}"));
+    assert_eq!(done["job"], "robot");
+    assert_eq!(done["replica"], REPLICA);
+    let slot = done["slot"].as_str().unwrap();
+    let message = format!("log of robot at {slot} by {REPLICA}");
     let line = lines
         .iter()
-        .find(|l| l["fields"]["message"] == json!(message))
+        .find(|l| l["message"] == json!(message))
         .unwrap_or_else(|| panic!("no line {message:?} in {output}"));
-    assert_eq!(line["fields"]["action"], "log");
-    assert_eq!(line["fields"]["job"], "robot");
-    assert_eq!(line["fields"]["replica"], REPLICA);
-    assert!(
-        lines.iter().any(|l| l["fields"]["outcome"] == "done"),
-        "{output}"
+    assert_eq!(line["action"], "log");
+    assert_eq!(line["job"], "robot");
+    assert_eq!(line["replica"], REPLICA);
+    assert_eq!(
+        line["slot"], slot,
+        "the action's line and the outcome name one slot"
     );
 }
