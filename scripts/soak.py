@@ -245,6 +245,8 @@ def main():
         "faults": dict(faults), "slots_expected": len(expected), "slots_run": run,
         "slots_duplicated": duplicated, "slots_missed": missed,
         "missed_pct": round(100.0 * missed / max(1, len(expected)), 4),
+        # The missed slots themselves, to look up in the replicas' logs in the workdir.
+        "missed_slots": sorted(k for k in expected if counts.get(k, 0) == 0)[:20],
         "sends_by_replica": dict(receiver.replicas),
         "handoffs": count_handoffs(workdir),
     }

@@ -12,7 +12,8 @@
 //!   to the race, one batch per candidate rank.
 //! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
-//!   handing the slot off when nothing left this replica; record; one log line per step.
+//!   handing the slot off when nothing left this replica; record; one log line per step. Its
+//!   `candidates` part decides which places race, look first, look out or stand by.
 //! - [`membership`]: the fleet's live replicas (heartbeats) and each slot's candidates.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.

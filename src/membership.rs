@@ -2,9 +2,10 @@
 //!
 //! Racing every slot on every replica costs each slot replicas × nodes `SET`s and rewards the
 //! fastest replica. Instead only the top `k` replicas of a rendezvous hash of (job, slot,
-//! replica) race ([`rank`]); the others do not touch Redis for that slot. Every replica derives
-//! the same ranking from the same live set, and a replica joining or leaving changes the
-//! ranking of only the slots it ranks high in.
+//! replica) race ([`rank`]), the place after them looks out for dead candidates (see
+//! `race/candidates.rs`), and the others do not touch Redis for that slot. Every replica
+//! derives the same ranking from the same live set, and a replica joining or leaving changes
+//! the ranking of only the slots it ranks high in.
 //!
 //! The live set: each replica writes a heartbeat every [`HEARTBEAT`] into the sorted set
 //! `{key_prefix}:members` on every node (member `{group}/{replica}`, score = the fleet clock's

@@ -213,8 +213,9 @@ async fn race_instant(
     }
 }
 
-/// Races one rank's batch after its stagger (the first rank at once); each win runs in a task
-/// of its own. A replica shutting down meanwhile leaves the slot to the higher ranks.
+/// Races one rank's batch after its stagger (the first rank at once; a later place looks
+/// first and leaves the slots it finds held); each win runs in a task of its own. A replica
+/// shutting down meanwhile leaves the slot to the higher ranks.
 async fn race_rank(
     ctx: Arc<RaceContext>,
     jobs: Vec<Arc<Job>>,
@@ -228,6 +229,10 @@ async fn race_rank(
             _ = ctx.shutdown.cancelled() => return,
             _ = tokio::time::sleep(stagger) => {}
         }
+    }
+    let jobs = ctx.unheld(jobs, slot, rank).await;
+    if jobs.is_empty() {
+        return;
     }
     for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled, rank).await {
         if let Claim::Won(won) = claim {

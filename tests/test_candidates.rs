@@ -1,9 +1,9 @@
 //! Candidates (`[scheduler] candidates`): only the top `k` replicas of a rendezvous ranking race
 //! each slot, over a membership view kept by heartbeats on the nodes. Real redis-server nodes,
 //! real replica processes, a real HTTP receiver: membership join and leave, a dead candidate's
-//! slots run by the next rank, every logged rank the one the shared ranking gives, and at fleet
-//! scale (9 replicas, 50 jobs a second, one SIGKILLed) every slot once, the Redis cost per slot
-//! bounded and the wins spread.
+//! slots run by the next rank, two dead candidates' slots run by the lookout, every logged rank
+//! the one the shared ranking gives, and at fleet scale (9 replicas, 50 jobs a second, one
+//! SIGKILLed) every slot once, the Redis cost per slot bounded and the wins spread.
 
 mod common;
 
@@ -341,20 +341,33 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
         moved * 20 <= lines,
         "{moved} of {lines} race lines moved up past a late member"
     );
-    // Only the two candidates raced each slot (and those moved up for a late member).
+    // Only the two candidates raced each slot (and those moved up for a late member), and the
+    // lookout (place 3) when its look found the slot not yet held.
     assert!(racers.len() >= 6 * 6, "only {} slots raced", racers.len());
+    let mut lookout_races = 0;
     for ((job, slot), raced) in &racers {
-        let firsts = raced.iter().filter(|(_, r)| *r == 1).count();
-        let seconds = raced.iter().filter(|(_, r)| *r == 2).count();
+        let at = |rank: u64| raced.iter().filter(|(_, r)| *r == rank).count();
+        let (firsts, seconds, thirds) = (at(1), at(2), at(3));
         assert!(
-            firsts <= 1 && seconds <= 1,
+            firsts <= 1 && seconds <= 1 && thirds <= 1,
             "{job} at {slot} raced by {raced:?}"
         );
+        lookout_races += thirds;
         assert!(
-            raced.len() - firsts - seconds <= moved,
+            raced.len() - firsts - seconds - thirds <= moved,
             "{job} at {slot} raced by {raced:?}"
         );
     }
+    // On a healthy fleet the lookout's look (350 ms after the slot) finds the slot held.
+    println!(
+        "{} slots raced; the lookout raced {lookout_races}; {moved} of {lines} lines moved up",
+        racers.len()
+    );
+    assert!(
+        lookout_races * 10 <= racers.len(),
+        "the lookout raced {lookout_races} of {} slots",
+        racers.len()
+    );
     assert_each_once(&receiver, &expected_slots(6, from, to));
 }
 
@@ -397,6 +410,65 @@ fn a_dead_candidates_slots_are_run_by_the_next_rank() {
     println!(
         "{n} slots, each once; {} won by a second rank after the kill",
         covered.len()
+    );
+}
+
+/// Both candidates of a slot SIGKILLed at once: until the view drops them (the detection bound,
+/// 1.5 to 2.5 s), nobody moves up for them, and the lookout (place 3), finding their slots
+/// free, races and runs them.
+#[test]
+fn the_lookout_runs_the_slots_of_two_candidates_killed_at_once() {
+    let _fleet = one_fleet_at_a_time();
+    let jobs = 24;
+    let Run {
+        cluster: _cluster,
+        receiver,
+        path: _path,
+        replicas,
+        _dir,
+    } = Run::start("lookout", jobs, "* * * * * *", 4);
+    let from = Utc::now() + chrono::Duration::seconds(1);
+    std::thread::sleep(Duration::from_secs(3));
+    // Mid-second, when this second's runs are long done: a kill loses no run in flight.
+    let into_second = Utc::now().timestamp_subsec_millis();
+    std::thread::sleep(Duration::from_millis(u64::from(
+        (1500 - into_second) % 1000,
+    )));
+    let killed_at = Utc::now();
+    replicas[0].kill();
+    replicas[1].kill();
+    std::thread::sleep(MEMBER_TTL + Duration::from_secs(3));
+    let to = Utc::now();
+    std::thread::sleep(Duration::from_secs(2));
+
+    let n = assert_each_once(&receiver, &expected_slots(jobs, from, to));
+    let live: Vec<String> = (0..4).map(replica_name).collect();
+    let dead = ["replica-0", "replica-1"];
+    // The slots both dead replicas ranked first and second in, won after the kill.
+    let both_dead = |l: &Value| {
+        let (job, slot) = (l["job"].as_str().unwrap(), Slot::at(slot_of(l)));
+        let mut top: Vec<&str> = dead
+            .iter()
+            .copied()
+            .filter(|d| membership::rank(&live, d, job, slot) <= 2)
+            .collect();
+        top.sort_unstable();
+        top == dead
+    };
+    let won: Vec<Value> = race_lines(&replicas[2..])
+        .into_iter()
+        .map(|(_, l)| l)
+        .filter(|l| l["outcome"] == "won" && slot_of(l) > killed_at && both_dead(l))
+        .collect();
+    let by_lookout = won.iter().filter(|l| l["rank"] == 3).count();
+    println!(
+        "{n} slots, each once; of the slots whose two candidates were killed, {} won after the \
+         kill, {by_lookout} by the lookout (the rest after the view dropped the dead)",
+        won.len()
+    );
+    assert!(
+        by_lookout > 0,
+        "no slot of the two dead candidates was won by the lookout: {won:?}"
     );
 }
 
@@ -469,9 +541,19 @@ fn nine_replicas_one_killed_run_each_slot_once_at_a_bounded_redis_cost_and_sprea
     }
     let total: usize = wins.values().sum();
     let busiest = wins.values().copied().max().unwrap_or(0) as f64 / total as f64;
+    // Which place won each slot of the window: the first-ranked, unless it was slow or dead.
+    let mut by_place: BTreeMap<u64, usize> = BTreeMap::new();
+    for (_, line) in race_lines(&replicas) {
+        let slot = slot_of(&line);
+        if line["outcome"] == "won" && slot > from && slot < to {
+            *by_place
+                .entry(line["rank"].as_u64().unwrap_or(0))
+                .or_default() += 1;
+        }
+    }
     println!(
         "{slots} slots once; {per_slot:.1} Redis commands per slot over 3 nodes; wins {wins:?}; \
-         busiest share {busiest:.3} (fair 0.111); commands: {calls:?}"
+         busiest share {busiest:.3} (fair 0.111); won by place {by_place:?}; commands: {calls:?}"
     );
     assert!(
         per_slot <= 12.0,

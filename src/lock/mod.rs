@@ -196,6 +196,15 @@ impl SlotLock {
         }
     }
 
+    /// Who holds each of `keys`, by one node's account ([`Redlock::look`]); `None` when no
+    /// node could tell, and always in standalone mode, where this replica is the only racer.
+    pub async fn look(&self, keys: &[SlotKey]) -> Option<Vec<Option<Token>>> {
+        match self {
+            SlotLock::Redlock(lock) => lock.look(keys).await,
+            SlotLock::Local(_) => None,
+        }
+    }
+
     /// Releases `lease` where it is still ours; the number of nodes it was removed from.
     pub async fn release(&self, lease: &Lease) -> usize {
         match self {

@@ -443,6 +443,20 @@ impl Node {
             .map(drop)
     }
 
+    /// Who holds each of `keys` (one `MGET`), bounded by the node timeout: one node's account,
+    /// read before a covering race ([`super::Redlock::look`]).
+    pub async fn holders(&self, keys: &[SlotKey]) -> Result<Vec<Option<Token>>, NodeError> {
+        let mut mget = redis::cmd("MGET");
+        for key in keys {
+            mget.arg(key.as_str());
+        }
+        let values: Vec<Option<String>> = self.query(&mget, self.timeout).await?;
+        Ok(values
+            .into_iter()
+            .map(|v| v.map(Token::from_stored))
+            .collect())
+    }
+
     /// Any command, bounded by `wait` (history, budget and clock calls).
     pub async fn query<T: redis::FromRedisValue>(
         &self,

@@ -287,6 +287,30 @@ impl Nodes {
         replies
     }
 
+    /// `request` to node `i` alone, its outcome recorded in the view: a read that one node can
+    /// answer (the look before a covering race).
+    pub async fn ask_one<T, Fut>(
+        &self,
+        i: usize,
+        request: impl FnOnce(Arc<Node>) -> Fut,
+    ) -> Result<T, NodeError>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let member = &self.members[i];
+        let (_, answer) = observed(i, member.health.clone(), request(member.node.clone())).await;
+        answer
+    }
+
+    /// The first node from `from` on (wrapping) that is not suspect; none when every node is.
+    pub fn first_up(&self, from: usize) -> Option<usize> {
+        let n = self.members.len();
+        (0..n)
+            .map(|offset| (from + offset) % n)
+            .find(|&i| !self.members[i].health.is_suspect())
+    }
+
     /// Sends `cmd` to every node, each bounded by `wait`, gathering answers as [`Self::ask`].
     pub async fn query<T>(
         &self,

@@ -232,6 +232,26 @@ impl Redlock {
         quorum(self.nodes.len())
     }
 
+    /// Who holds each of `keys`, by one node's account: a covering candidate's look before it
+    /// races ([`crate::race`]). The node is this replica's own pick (spreading the looks of a
+    /// fleet over the nodes), or the next one up when the view suspects it. `None` when no
+    /// node is up or the one asked did not answer: the caller races instead.
+    ///
+    /// One node suffices because a look only ever saves a race: a key held there is held by a
+    /// racer of this slot (a loser gives back what it took), and a key missing there (a node
+    /// the winner did not reach, a node restarted empty) only sends the caller to the race,
+    /// which the lock still decides on a majority.
+    pub async fn look(&self, keys: &[SlotKey]) -> Option<Vec<Option<Token>>> {
+        let n = self.nodes.len();
+        let preferred = xxhash_rust::xxh3::xxh3_64(self.replica.as_bytes()) % n as u64;
+        let i = self.nodes.first_up(preferred as usize)?;
+        let keys = keys.to_vec();
+        self.nodes
+            .ask_one(i, |node| async move { node.holders(&keys).await })
+            .await
+            .ok()
+    }
+
     /// Races for `key`; see the module docs for the rules.
     pub async fn acquire(&self, key: &SlotKey, ttl: Duration) -> Acquire {
         let mut race = Race::new(key.clone(), ttl, &self.replica);

@@ -5,6 +5,7 @@
 //! [`Outcome`], logged with the stable fields `job`, `slot`, `replica`, `outcome` and counted,
 //! both in one place (`report`).
 
+mod candidates;
 mod report;
 
 use std::borrow::Cow;
@@ -23,7 +24,7 @@ use crate::control::Control;
 use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
-use crate::membership::{self, Candidates, Membership};
+use crate::membership::{Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::outcome::Outcome;
 use crate::schedule::{Fence, SharedClock, Slot};
@@ -434,51 +435,6 @@ impl RaceContext {
             .collect();
         self.take_running_leases(&mut claims).await;
         claims
-    }
-
-    /// `jobs` grouped by this replica's rank among each one's candidates for `slot`, first rank
-    /// first; a job this replica is not a candidate for is left to the others (logged at debug
-    /// and counted as `standby`). A late member (no heartbeat for [`membership::LATE_AFTER`])
-    /// ranked above this replica may have died: this replica moves up one place for it. With
-    /// `candidates = "all"`: one group, unranked.
-    pub fn by_rank(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
-        let Candidates::Top(k) = self.candidates else {
-            return vec![(None, jobs)];
-        };
-        let live = self.membership.live(&self.replica);
-        let late = self.membership.late(&self.replica);
-        self.metrics.fleet_replicas(live.len());
-        let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
-        for job in jobs {
-            let rank = membership::rank(&live, &self.replica, &job.name, slot);
-            let covering = late
-                .iter()
-                .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
-                .count();
-            let place = rank - covering;
-            if place <= k.get() {
-                groups.entry(place).or_default().push(job);
-                continue;
-            }
-            let message = format!("not one of the slot's {k} candidates: not racing");
-            self.report(SlotLine {
-                rank: Some(rank),
-                fleet: Some(live.len()),
-                ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
-            });
-        }
-        groups
-            .into_iter()
-            .map(|(r, jobs)| (Some(r), jobs))
-            .collect()
-    }
-
-    /// How long a candidate of `rank` waits after the slot before it races, so the first-ranked
-    /// normally wins and the others only cover for it.
-    pub fn stagger(&self, rank: Option<usize>) -> Duration {
-        let behind = rank.map_or(0, |r| r.saturating_sub(1));
-        self.candidate_stagger
-            .saturating_mul(u32::try_from(behind).unwrap_or(u32::MAX))
     }
 
     /// `jobs` less the ones paused at `slot`, each of which logs `paused` and is counted.

@@ -1,0 +1,165 @@
+//! Who races a slot when `[scheduler] candidates = k` (see [`crate::membership`] for the view
+//! and the ranking): the first-ranked replica races at once; the other candidates each wait
+//! one more `candidate_stagger` and look before they race; the place after them, the lookout,
+//! waits a little longer still and looks too; everyone else stands by.
+//!
+//! A look is one `MGET` on one node for the whole batch of jobs due at the instant. A slot
+//! found held is left (logged with its holder), a slot found free is raced through the lock as
+//! usual. So a healthy fleet pays for each slot one race (the first-ranked's) and a look per
+//! covering place, while a slot whose first `k` candidates all died inside the membership's
+//! detection bound is still raced, by the lookout: a miss needs `k + 1` failures inside it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::report::SlotLine;
+use super::{RaceContext, RaceKind};
+use crate::config::Job;
+use crate::lock::{SlotKey, Token};
+use crate::membership::{self, Candidates};
+use crate::outcome::Outcome;
+use crate::schedule::Slot;
+
+/// How much longer than the last candidate the lookout waits before it looks. The candidates'
+/// races (each answer bounded by the node timeout) have normally ended by then; when the nodes
+/// are slow, the lookout's look finds the slot free, its race loses, and that costs one race.
+pub const LOOKOUT_AFTER: Duration = Duration::from_millis(250);
+
+impl RaceContext {
+    /// `jobs` grouped by this replica's place among each one's candidates for `slot`, first
+    /// place first: the `k` candidates, then the lookout (place `k + 1`). A job for which this
+    /// replica is neither is left to the others (logged at debug and counted as `standby`). A
+    /// late member (no heartbeat for [`membership::LATE_AFTER`]) ranked above this replica may
+    /// have died: this replica moves up one place for it. With `candidates = "all"`: one group,
+    /// unranked.
+    pub fn by_rank(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
+        let Candidates::Top(k) = self.candidates else {
+            return vec![(None, jobs)];
+        };
+        let live = self.membership.live(&self.replica);
+        let late = self.membership.late(&self.replica);
+        self.metrics.fleet_replicas(live.len());
+        let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
+        for job in jobs {
+            let rank = membership::rank(&live, &self.replica, &job.name, slot);
+            let covering = late
+                .iter()
+                .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
+                .count();
+            let place = rank - covering;
+            if place <= k.get() + 1 {
+                groups.entry(place).or_default().push(job);
+                continue;
+            }
+            let message = format!("not one of the slot's {k} candidates: not racing");
+            self.report(SlotLine {
+                rank: Some(rank),
+                fleet: Some(live.len()),
+                ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
+            });
+        }
+        groups
+            .into_iter()
+            .map(|(r, jobs)| (Some(r), jobs))
+            .collect()
+    }
+
+    /// How long the replica at place `rank` waits after the slot before it races ([`stagger`]).
+    pub fn stagger(&self, rank: Option<usize>) -> Duration {
+        stagger(self.candidates, self.candidate_stagger, rank)
+    }
+
+    /// Of `jobs`, the ones the replica at place `rank` should race at `slot`. The first place
+    /// races them all; any later place first looks ([`crate::lock::SlotLock::look`]) and leaves
+    /// the slots it finds held: a candidate logs each as `lost` to the holder, the lookout as
+    /// `standby`. When the look cannot be made, every slot is raced.
+    pub async fn unheld(
+        &self,
+        jobs: Vec<Arc<Job>>,
+        slot: Slot,
+        rank: Option<usize>,
+    ) -> Vec<Arc<Job>> {
+        if rank.is_none_or(|r| r <= 1) {
+            return jobs;
+        }
+        let keys: Vec<SlotKey> = jobs
+            .iter()
+            .map(|job| SlotKey::new(&self.key_prefix, &job.name, slot))
+            .collect();
+        let Some(holders) = self.lock.look(&keys).await else {
+            return jobs;
+        };
+        jobs.into_iter()
+            .zip(holders)
+            .filter(|(job, holder)| match holder {
+                Some(holder) => {
+                    self.report_held(job, slot, rank, holder);
+                    false
+                }
+                None => true,
+            })
+            .map(|(job, _)| job)
+            .collect()
+    }
+
+    /// Logs a slot a look found held by `holder`: `lost` for a candidate (as a race it would
+    /// have lost), `standby` for the lookout (which only stands in for dead candidates).
+    fn report_held(&self, job: &Job, slot: Slot, rank: Option<usize>, holder: &Token) {
+        let winner = holder.replica();
+        let (outcome, message) = if is_lookout(self.candidates, rank) {
+            let message = format!("lookout: {winner} has the slot: not racing");
+            (Outcome::Standby, message)
+        } else {
+            (Outcome::Lost, format!("lost the slot to {winner}"))
+        };
+        self.report(SlotLine {
+            trigger: Some(RaceKind::Scheduled),
+            rank,
+            winner: Some(winner),
+            ..SlotLine::new(&job.name, slot, outcome, message)
+        });
+    }
+}
+
+/// How long the replica at place `rank` waits after the slot before it races: one `per_rank`
+/// for each place ahead of it, so the first-ranked normally wins and the others only cover for
+/// it; the lookout waits [`LOOKOUT_AFTER`] more.
+fn stagger(candidates: Candidates, per_rank: Duration, rank: Option<usize>) -> Duration {
+    let behind = rank.map_or(0, |r| r.saturating_sub(1));
+    let wait = per_rank.saturating_mul(u32::try_from(behind).unwrap_or(u32::MAX));
+    if is_lookout(candidates, rank) {
+        wait + LOOKOUT_AFTER
+    } else {
+        wait
+    }
+}
+
+/// Whether place `rank` is the lookout's: the one after the `k` candidates.
+fn is_lookout(candidates: Candidates, rank: Option<usize>) -> bool {
+    matches!((candidates, rank), (Candidates::Top(k), Some(r)) if r > k.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lookout_waits_past_the_last_candidate() {
+        let per_rank = Duration::from_millis(50);
+        let two = Candidates::Top(2.try_into().unwrap());
+        assert_eq!(stagger(two, per_rank, Some(1)), Duration::ZERO);
+        assert_eq!(stagger(two, per_rank, Some(2)), per_rank);
+        assert_eq!(
+            stagger(two, per_rank, Some(3)),
+            2 * per_rank + LOOKOUT_AFTER
+        );
+        assert!(!is_lookout(two, Some(2)));
+        assert!(is_lookout(two, Some(3)));
+        assert!(
+            !is_lookout(Candidates::All, None),
+            "with candidates = all nobody looks out"
+        );
+        assert_eq!(stagger(Candidates::All, per_rank, None), Duration::ZERO);
+    }
+}
