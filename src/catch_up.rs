@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::sync::Semaphore;
 
 use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
 use crate::control::{covered, paused_intervals, PausedSpan};
@@ -19,13 +20,26 @@ use crate::watermark;
 const MISSED_LOOKBACK: Duration = Duration::from_secs(3600);
 /// Most missed slots of one job a starting replica reports one by one (counted and alerted).
 const MAX_MISSED_ALERTS: usize = 20;
+/// How many jobs' look-backs read the nodes at once on one replica. Every job's look-back
+/// starts together, so without a bound a replica with a thousand jobs sends each node a
+/// thousand watermark writes at start and a thousand history reads a job timeout later, all at
+/// one instant and queued ahead of the races: measured at 1000 jobs × 5 replicas, that burst
+/// timed the races and the running leases' releases out, and thousands of slots were skipped.
+/// A few at a time keep the nodes' queues short; the look-back takes longer, the races don't.
+pub const LOOK_BACKS_AT_ONCE: usize = 4;
+
+/// The turns of one replica's look-backs at the nodes ([`LOOK_BACKS_AT_ONCE`] at a time).
+pub(crate) fn turns() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(LOOK_BACKS_AT_ONCE))
+}
 
 /// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
-pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>) {
+/// Each read of the nodes waits for its turn in `turns`.
+pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
     if job.catch_up.is_some() {
-        catch_up(ctx.clone(), job.clone()).await;
+        catch_up(ctx.clone(), job.clone(), &turns).await;
     }
-    report_missed(ctx, job).await;
+    report_missed(ctx, job, &turns).await;
 }
 
 /// Reports the slots of `job` no replica ran while this one was down: those of the last
@@ -33,9 +47,15 @@ pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>) {
 /// no pause. For each, the replicas starting now race once more (key `…:{slot}:missed`), so the
 /// slot is counted (`slotcron_missed_slots_total`) and alerted (`on_failure`) once across the
 /// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged.
-async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>) {
+async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
     let started = ctx.clock.fleet_now();
-    let Ok(watermark) = watermark::first_seen(&ctx.history, &job.name, started).await else {
+    let watermark = {
+        let Ok(_turn) = turns.acquire().await else {
+            return;
+        };
+        watermark::first_seen(&ctx.history, &job.name, started).await
+    };
+    let Ok(watermark) = watermark else {
         return;
     };
     // The slots just before the start may still be running elsewhere (a run is recorded when it
@@ -47,6 +67,9 @@ async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>) {
     }
     let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
     let floor = (started - lookback).max(watermark);
+    let Ok(_turn) = turns.acquire().await else {
+        return;
+    };
     let Ok(runs) = ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await else {
         return;
     };
@@ -75,8 +98,11 @@ async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>) {
 /// runs nothing), with no run record. `latest` runs the newest of them, `all` each, oldest
 /// first. They go through the same race, so replicas starting together still run each once.
 /// Judged on the fleet clock, like the race.
-async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
+async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
     let Some(catch_up) = job.catch_up else { return };
+    let Ok(turn) = turns.acquire().await else {
+        return;
+    };
     let now = ctx.clock.fleet_now();
     let watermark = match watermark::first_seen(&ctx.history, &job.name, now).await {
         Ok(watermark) => watermark,
@@ -99,6 +125,7 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
     // A slot the job was paused at was not missed: it is caught up only by `resume --catch-up`.
     let paused = paused_intervals(&ctx.control.log(&job.name).await);
     let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
+    drop(turn);
     for slot in missed {
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
         ctx.race(&job, slot, RaceKind::CatchUp).await;
@@ -107,7 +134,10 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>) {
 
 /// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
 /// schedules it, so the next start catches up what it misses after this.
-pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>) {
+pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+    let Ok(_turn) = turns.acquire().await else {
+        return;
+    };
     if let Err(e) = watermark::first_seen(&ctx.history, &job.name, ctx.clock.fleet_now()).await {
         tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
             "the job's watermark could not be recorded; the next start records it");
