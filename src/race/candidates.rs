@@ -90,17 +90,14 @@ impl RaceContext {
         let Some(holders) = self.lock.look(&keys).await else {
             return jobs;
         };
-        jobs.into_iter()
-            .zip(holders)
-            .filter(|(job, holder)| match holder {
-                Some(holder) => {
-                    self.report_held(job, slot, rank, holder);
-                    false
-                }
-                None => true,
-            })
-            .map(|(job, _)| job)
-            .collect()
+        let mut free = Vec::with_capacity(jobs.len());
+        for (job, holder) in jobs.into_iter().zip(holders) {
+            match holder {
+                Some(holder) => self.report_held(&job, slot, rank, &holder),
+                None => free.push(job),
+            }
+        }
+        free
     }
 
     /// Logs a slot a look found held by `holder`: `lost` for a candidate (as a race it would
