@@ -246,7 +246,8 @@ pub async fn run_with_reload(
     shutdown: CancellationToken,
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
-    for warning in &config.warnings {
+    let stagger = crate::race::stagger_warning(&config.scheduler);
+    for warning in config.warnings.iter().chain(&stagger) {
         tracing::warn!(replica = %replica, "{warning}");
     }
     let replica = Replica::connect(&config, replica, clock).await?;

@@ -45,7 +45,8 @@ pub fn render_check(config: &Config, next: usize) -> String {
         config.path.display(),
         config.jobs.len()
     ));
-    for warning in &config.warnings {
+    let stagger = crate::race::stagger_warning(&config.scheduler);
+    for warning in config.warnings.iter().chain(&stagger) {
         out.push_str(&format!("warning: {warning}\n"));
     }
     let now = Utc::now();

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{RaceContext, RaceKind};
-use crate::config::Job;
+use super::{RaceContext, RaceKind, MIN_START_WINDOW};
+use crate::config::{Job, SchedulerConfig};
 use crate::lock::{SlotKey, Token};
 use crate::membership::{self, Candidates};
 use crate::outcome::Outcome;
@@ -119,6 +119,33 @@ impl RaceContext {
     }
 }
 
+/// The warning for a `[scheduler]` whose lookout would wait past the start window: it would
+/// skip every slot it should stand in for as late, so a miss would again need only
+/// `candidates` failures. `slotcron check` prints it and a starting replica logs it.
+pub fn stagger_warning(scheduler: &SchedulerConfig) -> Option<String> {
+    let Candidates::Top(k) = scheduler.candidates else {
+        return None;
+    };
+    let window = scheduler.max_clock_skew.max(MIN_START_WINDOW);
+    let lookout = stagger(
+        scheduler.candidates,
+        scheduler.candidate_stagger,
+        Some(k.get() + 1),
+    );
+    (lookout >= window).then(|| {
+        format!(
+            "[scheduler] candidates = {k} with candidate_stagger = {}: the lookout (place {}) \
+             would race {} after each slot, past the start window of {} (the larger of \
+             max_clock_skew and 2s), so it could not stand in for dead candidates; lower \
+             candidate_stagger or candidates, or raise max_clock_skew",
+            humantime::format_duration(scheduler.candidate_stagger),
+            k.get() + 1,
+            humantime::format_duration(lookout),
+            humantime::format_duration(window),
+        )
+    })
+}
+
 /// How long the replica at place `rank` waits after the slot before it races: one `per_rank`
 /// for each place ahead of it, so the first-ranked normally wins and the others only cover for
 /// it; the lookout waits [`LOOKOUT_AFTER`] more.
@@ -158,5 +185,40 @@ mod tests {
             "with candidates = all nobody looks out"
         );
         assert_eq!(stagger(Candidates::All, per_rank, None), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lookout_past_the_start_window_is_warned_about() {
+        // Through the real parser, as `slotcron check` and a starting replica see it.
+        let scheduler = |candidates: &str, per_rank_ms: u64, skew_s: u64| {
+            let text = format!(
+                "[scheduler]\ncandidates = {candidates}\ncandidate_stagger = \"{per_rank_ms}ms\"\n\
+                 max_clock_skew = \"{skew_s}s\"\n[[job]]\nname = \"j\"\nschedule = \"* * * * * *\"\n\
+                 [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+            );
+            let env = std::collections::HashMap::new();
+            crate::config::parse(std::path::Path::new("t.toml"), &text, &env)
+                .unwrap()
+                .scheduler
+        };
+        assert_eq!(
+            stagger_warning(&scheduler("2", 50, 2)),
+            None,
+            "the defaults"
+        );
+        let warning = stagger_warning(&scheduler("2", 1000, 2)).expect("2.25s is past 2s");
+        assert!(
+            warning.contains("candidate_stagger = 1s")
+                && warning.contains("would race 2s 250ms")
+                && warning.contains("start window of 2s"),
+            "{warning}"
+        );
+        assert_eq!(
+            stagger_warning(&scheduler("2", 1000, 5)),
+            None,
+            "a 5 s window"
+        );
+        let all = scheduler("\"all\"", 1000, 2);
+        assert_eq!(stagger_warning(&all), None, "nobody looks out");
     }
 }

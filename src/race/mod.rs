@@ -8,6 +8,8 @@
 mod candidates;
 mod report;
 
+pub use candidates::stagger_warning;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
