@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{RaceContext, RaceKind, MIN_START_WINDOW};
+use super::{Entry, RaceContext, RaceKind, MIN_START_WINDOW};
 use crate::config::{Job, SchedulerConfig};
 use crate::lock::{SlotKey, Token};
 use crate::membership::{self, Candidates};
@@ -100,21 +100,24 @@ impl RaceContext {
         free
     }
 
-    /// Logs a slot a look found held by `holder`: `lost` for a candidate (as a race it would
+    /// Logs a slot a look found held by `holder`: `lost` for a candidate (as the race it would
     /// have lost), `standby` for the lookout (which only stands in for dead candidates).
-    fn report_held(&self, job: &Job, slot: Slot, rank: Option<usize>, holder: &Token) {
+    fn report_held(&self, job: &Arc<Job>, slot: Slot, rank: Option<usize>, holder: &Token) {
+        if !is_lookout(self.candidates, rank) {
+            let entry = Entry {
+                rank,
+                ..Entry::new(job, slot, RaceKind::Scheduled)
+            };
+            self.report_lost(entry, holder);
+            return;
+        }
         let winner = holder.replica();
-        let (outcome, message) = if is_lookout(self.candidates, rank) {
-            let message = format!("lookout: {winner} has the slot: not racing");
-            (Outcome::Standby, message)
-        } else {
-            (Outcome::Lost, format!("lost the slot to {winner}"))
-        };
+        let message = format!("lookout: {winner} has the slot: not racing");
         self.report(SlotLine {
             trigger: Some(RaceKind::Scheduled),
             rank,
             winner: Some(winner),
-            ..SlotLine::new(&job.name, slot, outcome, message)
+            ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
         });
     }
 }

@@ -548,11 +548,7 @@ impl RaceContext {
                 return Claim::Won(Won::new(entry, lease));
             }
             Acquire::Lost { holder } => {
-                let message = format!("lost the slot to {}", holder.replica());
-                self.report(SlotLine {
-                    winner: Some(holder.replica()),
-                    ..line(Outcome::Lost, message.into())
-                });
+                self.report_lost(entry, &holder);
                 SlotResult::Lost { holder }
             }
             Acquire::Unavailable(why) => {
@@ -567,6 +563,18 @@ impl RaceContext {
             }
         };
         Claim::Settled(settled)
+    }
+
+    /// Logs `entry`'s slot as lost to `holder`: after a race, or after a look that found the
+    /// slot held ([`RaceContext::unheld`]), so both read the same.
+    fn report_lost(&self, entry: Entry<'_>, holder: &Token) {
+        let message = format!("lost the slot to {}", holder.replica());
+        self.report(SlotLine {
+            trigger: Some(entry.kind),
+            rank: entry.rank,
+            winner: Some(holder.replica()),
+            ..SlotLine::new(&entry.job.name, entry.slot, Outcome::Lost, message)
+        });
     }
 
     /// Runs a won slot (the winner's part): the run; then the running lease is released (so
