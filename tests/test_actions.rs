@@ -453,33 +453,22 @@ async fn generic_http_action() {
 #[test]
 fn log_action_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("jobs.toml");
-    std::fs::write(
-        &path,
+    let path = common::write_config(
+        dir.path(),
         "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
          [job.action]\ntype = \"log\"\n\
          content = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args([
+    );
+    let output = common::slotcron_cli(
+        &path,
+        &[
             "--log-format",
             "json",
             "trigger",
             "robot",
             "--replica-id",
             REPLICA,
-        ])
-        .arg("--config")
-        .arg(&path)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let output = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{output}{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
 
     // The log lines are JSON objects; trigger's own summary for the terminal is the one line

@@ -340,12 +340,14 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Runs `slotcron ARGS --config CONFIG` to its end (a CLI command: `pause`, `resume`,
-/// `history`…); panics unless it exits 0. Returns its stdout.
+/// `history`, `trigger`…); panics unless it exits 0. Returns its stdout. The caller's
+/// `RUST_LOG` is not passed on, so the log lines a test reads are the default `info` ones.
 pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
         .args(args)
         .arg("--config")
         .arg(config)
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     assert!(
