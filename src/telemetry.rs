@@ -38,9 +38,23 @@ fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
     terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// The filter from `RUST_LOG` (default `info`). The file watcher's crate logs every inotify event
+/// of the configuration's directory at `trace`; when the log itself is written into that
+/// directory, each of those lines is a new event: a loop that wrote hundreds of MB in seconds.
+/// So `notify` stays at `debug` unless `RUST_LOG` names it.
+fn filter(rust_log: Option<&str>) -> EnvFilter {
+    let filter = rust_log
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    if rust_log.is_some_and(|v| v.contains("notify")) {
+        return filter;
+    }
+    filter.add_directive("notify=debug".parse().expect("a valid directive"))
+}
+
 /// Installs the global subscriber, writing to stdout. `RUST_LOG` overrides the default `info`.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = colour(
         std::io::IsTerminal::is_terminal(&std::io::stdout()),
         std::env::var_os("NO_COLOR"),
@@ -72,5 +86,15 @@ mod tests {
         assert!(colour(true, Some("".into())), "an empty NO_COLOR is unset");
         assert!(!colour(true, Some("1".into())));
         assert!(!colour(false, None), "never colours into a pipe");
+    }
+
+    #[test]
+    fn notify_stays_at_debug_unless_rust_log_names_it() {
+        assert_eq!(filter(Some("trace")).to_string(), "notify=debug,trace");
+        assert_eq!(filter(None).to_string(), "notify=debug,info");
+        assert_eq!(
+            filter(Some("info,notify=trace")).to_string(),
+            "notify=trace,info"
+        );
     }
 }

@@ -105,3 +105,46 @@ fn a_change_elsewhere_in_the_directory_does_not_reload() {
         .count();
     assert_eq!(reloads, 1, "{:?}", r.lines());
 }
+
+/// A replica logging at `trace` into a file in its configuration's directory (a common sidecar or
+/// `kubectl logs`-less setup). Every log write is an inotify event in the watched directory: a
+/// watcher that woke (and logged) for each one fed itself, hundreds of MB in seconds. The watcher
+/// must wake only for the configuration file (and a ConfigMap's `..data` swap), so the log grows
+/// by what the schedule itself writes.
+#[test]
+fn trace_logs_written_beside_the_config_do_not_feed_the_watcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    std::fs::write(&path, job("quiet")).unwrap();
+    let log_path = dir.path().join("slotcron.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .args(["--replica-id", "quiet", "--log-format", "json"])
+        .env("RUST_LOG", "trace")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let runs = text.lines().filter(|l| l.contains("ran the slot")).count();
+    let wakes = text
+        .lines()
+        .filter(|l| l.contains("the configuration's directory changed"))
+        .count();
+    // Four seconds of a job every second at trace is a few hundred lines; the feedback loop
+    // wrote millions.
+    let head: String = text.chars().take(4000).collect();
+    assert!(runs >= 2, "the schedule did not run: {head}");
+    assert_eq!(wakes, 0, "the watcher woke for its own log file");
+    assert!(
+        text.len() < 2_000_000,
+        "{} bytes of log in 4 s, {} lines",
+        text.len(),
+        text.lines().count()
+    );
+}
