@@ -123,16 +123,9 @@ fn copy_parts(args: &str) -> (Vec<&str>, Vec<&str>, &str) {
 }
 
 fn env_value(stage: &[Instruction], key: &str) -> Option<String> {
-    stage
-        .iter()
-        .filter(|i| i.name == "ENV")
-        .flat_map(|i| {
-            i.args
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_owned))
+    env_pairs(stage)
+        .into_iter()
+        .find_map(|(k, v)| (k == key).then_some(v))
 }
 
 /// Target paths Cargo.toml declares explicitly or by name ([[bench]] name = "x" → benches/x.rs):
@@ -876,15 +869,235 @@ fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
             "{needed} in .dockerignore: {ignored:?}"
         );
     }
-    // Nothing the build stage copies is ignored.
-    for copied in [
-        "Cargo.toml",
-        "Cargo.lock",
-        ".cargo",
-        "src",
-        "benches",
-        "jobs.toml",
-    ] {
+    // Nothing the Dockerfile copies from the context is ignored (the build replay copies from
+    // the repository, so it would not notice).
+    let text = read("deploy/Dockerfile");
+    let copies = instructions(&text);
+    let copied = copies
+        .iter()
+        .filter(|i| i.name == "COPY" && !i.args.contains("--from"))
+        .flat_map(|i| copy_parts(&i.args).1);
+    for copied in copied {
+        let copied = copied.trim_end_matches('/');
         assert!(!ignored.iter().any(|i| i == copied), "{copied} is ignored");
     }
+}
+
+// ---------------------------------------------------------------------------
+// The image's build stage, replayed without a container engine
+// ---------------------------------------------------------------------------
+
+/// Where the replayed build keeps its target directory: under the repository's `target/`, so
+/// the dependencies compiled by one run are reused by the next (and by CI's second run).
+fn replay_target_dir() -> PathBuf {
+    repo().join("target/dockerfile-replay")
+}
+
+/// A path of the image's filesystem, inside the temp dir that stands in for its root.
+fn in_root(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// `COPY` of one context path (file or directory) to `dest`, as Docker does it: a directory's
+/// contents go into `dest`; a file goes into `dest` when it names a directory (`./`, `x/`).
+fn copy_into(source: &Path, dest: &Path, dest_is_dir: bool) {
+    if source.is_dir() {
+        std::fs::create_dir_all(dest).unwrap();
+        for entry in std::fs::read_dir(source).unwrap() {
+            let entry = entry.unwrap();
+            copy_into(&entry.path(), &dest.join(entry.file_name()), false);
+        }
+        return;
+    }
+    let target = if dest_is_dir {
+        dest.join(source.file_name().unwrap())
+    } else {
+        dest.to_path_buf()
+    };
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(source, &target).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+}
+
+/// `ENV` key=value pairs of a stage.
+fn env_pairs(stage: &[Instruction]) -> Vec<(String, String)> {
+    stage
+        .iter()
+        .filter(|i| i.name == "ENV")
+        .flat_map(|i| {
+            i.args
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// The build stage's instructions run in `root` (its WORKDIR inside it): COPY from the context,
+/// RUN through `sh -c`. Returns the WORKDIR, where `target/` would be in the image.
+///
+/// The Dockerfile builds `--release` with fat LTO and one codegen unit (minutes on two cores);
+/// the replay overrides those through `CARGO_PROFILE_RELEASE_*` to a fast unoptimised build.
+/// That proves the same thing: the profile changes how rustc generates code, never which files
+/// Cargo and rustc read (manifest, lock file under `--locked`, `.cargo/config.toml`, the
+/// sources, what `include_str!` embeds), so a file the image lacks fails both builds alike.
+fn replay_build_stage(stage: &[Instruction], root: &Path) -> PathBuf {
+    let mut workdir = root.to_path_buf();
+    for i in stage {
+        match i.name.as_str() {
+            "WORKDIR" => {
+                workdir = in_root(root, &i.args);
+                std::fs::create_dir_all(&workdir).unwrap();
+            }
+            "COPY" => {
+                let (_, sources, dest) = copy_parts(&i.args);
+                let to_dir = dest.ends_with('/') || dest == "." || sources.len() > 1;
+                for s in sources {
+                    copy_into(&repo().join(s), &workdir.join(dest), to_dir);
+                }
+            }
+            "RUN" => run_step(&i.args, &workdir, &env_pairs(stage)),
+            _ => {}
+        }
+    }
+    workdir
+}
+
+fn run_step(script: &str, workdir: &Path, env: &[(String, String)]) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(workdir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("CARGO_TARGET_DIR", replay_target_dir())
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "RUN {script}\nfailed in the replayed build stage:\n{}",
+        output_text(&out)
+    );
+}
+
+/// A command that runs as `uid`:`gid` with exactly `groups` as supplementary groups, as the
+/// container runtime starts a process (the tests run as root, so they can drop to it).
+fn as_user(program: &Path, uid: u32, gid: u32, groups: &[u32]) -> Command {
+    use std::os::unix::process::CommandExt;
+    let groups: Vec<libc::gid_t> = groups.to_vec();
+    let mut cmd = Command::new(program);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Whether this process can switch users (root); outside CI a non-root run skips, saying so.
+fn can_drop_privileges() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        !common::tools::in_ci(),
+        "the deploy tests run as root in CI"
+    );
+    eprintln!("SKIPPED: not root, so the binary cannot be run as the image's user");
+    false
+}
+
+/// Makes a temp dir (0700 from tempfile) traversable by the unprivileged user.
+fn world_traversable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn image_user(runtime: &[Instruction]) -> u32 {
+    let user = &runtime
+        .iter()
+        .rev()
+        .find(|i| i.name == "USER")
+        .unwrap()
+        .args;
+    user.split(':').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks_as_uid_10001() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let text = read("deploy/Dockerfile");
+    let stages = stages(&text);
+    let (build, runtime) = (&stages[0], stages.last().unwrap());
+    let build_root = tempfile::tempdir().unwrap();
+    let workdir = replay_build_stage(build, build_root.path());
+
+    // The runtime stage's files, in a stand-in root the unprivileged user can read.
+    let image = tempfile::tempdir().unwrap();
+    world_traversable(image.path());
+    for i in runtime.iter().filter(|i| i.name == "COPY") {
+        let (flags, sources, dest) = copy_parts(&i.args);
+        let source = match flags.iter().any(|f| f.starts_with("--from=")) {
+            // The build stage's target/ is the replay's CARGO_TARGET_DIR.
+            true => {
+                let inside = Path::new(sources[0]).strip_prefix("/").unwrap();
+                let built = in_root(build_root.path(), sources[0]);
+                let relative = built
+                    .strip_prefix(workdir.join("target"))
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "{} is not under the build stage's target/",
+                            inside.display()
+                        )
+                    });
+                replay_target_dir().join(relative)
+            }
+            false => repo().join(sources[0]),
+        };
+        copy_into(&source, &in_root(image.path(), dest), dest.ends_with('/'));
+    }
+    let uid = image_user(runtime);
+    assert_eq!(uid, 10001);
+    // The image's environment, its SLOTCRON_CONFIG pointing into the stand-in root.
+    let config = in_root(
+        image.path(),
+        &env_value(runtime, "SLOTCRON_CONFIG").unwrap(),
+    );
+    let out = as_user(
+        &in_root(image.path(), "/usr/local/bin/slotcron"),
+        uid,
+        uid,
+        &[],
+    )
+    .arg("check")
+    .env_clear()
+    .envs(env_pairs(runtime))
+    .env("SLOTCRON_CONFIG", &config)
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the replayed image's slotcron check, as uid {uid}:\n{}",
+        output_text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": ok, "),
+        "{}",
+        output_text(&out)
+    );
 }
