@@ -1101,3 +1101,255 @@ fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks
         output_text(&out)
     );
 }
+
+// ---------------------------------------------------------------------------
+// Secrets as the kubelet writes them, read by the container's user
+// ---------------------------------------------------------------------------
+
+/// The identity a container's process runs with: the container's securityContext over the
+/// pod's; `fsGroup` joins the supplementary groups (the kubelet adds it).
+#[derive(Debug)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+fn run_as(pod: &Value, container: &Value) -> RunAs {
+    let field = |key: &str| {
+        container["securityContext"][key]
+            .as_u64()
+            .or(pod["securityContext"][key].as_u64())
+            .map(|v| u32::try_from(v).unwrap())
+    };
+    let fs_group = pod["securityContext"]["fsGroup"].as_u64();
+    let supplemental = pod["securityContext"]["supplementalGroups"].as_sequence();
+    let groups = fs_group
+        .into_iter()
+        .chain(supplemental.into_iter().flatten().filter_map(Value::as_u64))
+        .map(|g| u32::try_from(g).unwrap())
+        .collect();
+    RunAs {
+        // The images' USER is numeric and runAsNonRoot needs runAsUser; 0 (root) otherwise.
+        uid: field("runAsUser").unwrap_or(0),
+        gid: field("runAsGroup").unwrap_or(0),
+        groups,
+    }
+}
+
+/// Owner, group and mode of a file the kubelet writes into a secret volume: owned by root; the
+/// mode is the item's `mode`, else `defaultMode`, else 0644; with a pod `fsGroup` the files'
+/// group becomes it and, the volume being read-only, the group gets read on top of the mode
+/// (`SetVolumeOwnership` in kubernetes pkg/volume/volume_linux.go; kubernetes #57923, #81089).
+#[derive(Debug, Clone, Copy)]
+struct KubeletFile {
+    gid: u32,
+    mode: u32,
+}
+
+fn secret_files(pod: &Value, secret: &Value) -> Vec<(String, KubeletFile)> {
+    let default = secret["defaultMode"].as_u64().unwrap_or(0o644);
+    let fs_group = pod["securityContext"]["fsGroup"].as_u64();
+    let file = |mode: u64| KubeletFile {
+        gid: fs_group.map_or(0, |g| u32::try_from(g).unwrap()),
+        mode: u32::try_from(mode | fs_group.map_or(0, |_| 0o440)).unwrap(),
+    };
+    match secret["items"].as_sequence() {
+        Some(items) => items
+            .iter()
+            .map(|i| {
+                let path = str_of(&i["path"], "items path").to_owned();
+                (path, file(i["mode"].as_u64().unwrap_or(default)))
+            })
+            .collect(),
+        // No items: one file per key of the Secret, which the manifests do not create.
+        None => vec![("*".to_owned(), file(default))],
+    }
+}
+
+fn can_read(who: &RunAs, file: KubeletFile) -> bool {
+    let in_group = who.gid == file.gid || who.groups.contains(&file.gid);
+    who.uid == 0
+        || file.mode & 0o004 != 0
+        // Owned by root: the owner bits count only for uid 0, handled above.
+        || (in_group && file.mode & 0o040 != 0)
+}
+
+/// Every (workload, container, secret file) of the rendered manifests, with who runs it.
+fn mounted_secrets(docs: &[Value]) -> Vec<(String, RunAs, String, KubeletFile)> {
+    let mut out = Vec::new();
+    for doc in docs {
+        let pod = &doc["spec"]["template"]["spec"];
+        let Some(containers) = pod["containers"].as_sequence() else {
+            continue;
+        };
+        let volumes = pod["volumes"].as_sequence().cloned().unwrap_or_default();
+        for c in containers {
+            for m in c["volumeMounts"].as_sequence().into_iter().flatten() {
+                let Some(v) = volumes.iter().find(|v| v["name"] == m["name"]) else {
+                    continue;
+                };
+                if !v["secret"].is_mapping() {
+                    continue;
+                }
+                let name = format!(
+                    "{}/{}",
+                    str_of(&doc["metadata"]["name"], "name"),
+                    str_of(&c["name"], "name")
+                );
+                let mount = str_of(&m["mountPath"], "mountPath");
+                for (path, file) in secret_files(pod, &v["secret"]) {
+                    out.push((
+                        name.clone(),
+                        run_as(pod, c),
+                        format!("{mount}/{path}"),
+                        file,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_starts_on_one() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let secrets = mounted_secrets(&docs);
+    assert!(!secrets.is_empty(), "the webhook Secret is mounted");
+    for (container, who, path, file) in &secrets {
+        assert!(
+            can_read(who, *file),
+            "{container} runs as {who:?} but the kubelet writes {path} as root:{} mode {:04o}",
+            file.gid,
+            file.mode
+        );
+    }
+    if !can_drop_privileges() {
+        return;
+    }
+    // The webhook file with exactly that ownership and mode, read by slotcron as that user.
+    let (_, who, path, file) = secrets
+        .iter()
+        .find(|(c, ..)| c == "slotcron/slotcron")
+        .expect("slotcron mounts the webhook Secret");
+    let dir = tempfile::tempdir().unwrap();
+    world_traversable(dir.path());
+    let mount = Path::new(path).parent().unwrap();
+    let webhook = dir.path().join("webhook");
+    std::fs::write(
+        &webhook,
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&webhook, Some(0), Some(file.gid)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&webhook, std::fs::Permissions::from_mode(file.mode)).unwrap();
+    let configmap = named(&docs, "ConfigMap", "slotcron-jobs");
+    let jobs = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").replace(
+        &mount.display().to_string(),
+        &dir.path().display().to_string(),
+    );
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(&config, jobs).unwrap();
+    let out = as_user(Path::new(BIN), who.uid, who.gid, &who.groups)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slotcron as {who:?}, webhook root:{} {:04o}:\n{}",
+        file.gid,
+        file.mode,
+        output_text(&out)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Every jobs.toml under deploy/: `slotcron check` passes with its variables and files set
+// ---------------------------------------------------------------------------
+
+/// The jobs files under deploy/ (the compose demo's, the Kubernetes ConfigMap's).
+fn deploy_jobs_files() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![repo().join("deploy")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The `${NAME}` variables a jobs file reads.
+fn variables(text: &str) -> BTreeSet<String> {
+    text.split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn every_jobs_toml_under_deploy_passes_check_with_its_variables_and_secret_files_set() {
+    let files = deploy_jobs_files();
+    assert!(files.len() >= 2, "{files:?}");
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("webhook"),
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+    )
+    .unwrap();
+    for path in files {
+        // Files the manifests mount from the Secret are read from the temp dir instead.
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "/run/secrets/slotcron",
+            &secrets.path().display().to_string(),
+        );
+        let local = secrets.path().join("jobs.toml");
+        std::fs::write(&local, &text).unwrap();
+        let mut check = Command::new(BIN);
+        check.args(["check", "--config"]).arg(&local);
+        for name in variables(&text) {
+            check.env(
+                name,
+                "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+            );
+        }
+        let out = check.output().unwrap();
+        assert!(
+            out.status.success(),
+            "slotcron check {}:\n{}",
+            path.display(),
+            output_text(&out)
+        );
+    }
+}
+
+#[test]
+fn kubernetes_example_has_a_job_that_fires_at_least_once_a_minute() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let mount = PathBuf::from("/run/secrets/slotcron");
+    let (config, _) = configmap_config(&docs, &mount);
+    let now = chrono::Utc::now();
+    let frequent = config.jobs.iter().find(|job| {
+        let slots = job.schedule.upcoming(now, 10);
+        slots.len() == 10
+            && slots
+                .windows(2)
+                .all(|w| w[1].instant() - w[0].instant() <= chrono::TimeDelta::seconds(60))
+    });
+    let job = frequent.expect("a job whose slots are at most a minute apart");
+    assert!(
+        matches!(job.action, Action::Log(_)),
+        "the demo job only logs: {:?}",
+        job.action.kind()
+    );
+}
