@@ -520,6 +520,42 @@ fn man_prints_a_roff_page_naming_every_command() {
     }
 }
 
+#[test]
+fn man_dir_writes_every_page_the_top_page_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = output(slotcron().arg("man").arg("--dir").arg(dir.path()));
+    assert_eq!(code, Some(0), "{err}");
+    let top = std::fs::read_to_string(dir.path().join("slotcron.1")).unwrap();
+    // The SUBCOMMANDS section names each page as slotcron\-X(1).
+    let named: Vec<String> = top
+        .lines()
+        .filter_map(|l| l.strip_prefix("slotcron\\-")?.strip_suffix("(1)"))
+        .map(|verb| format!("slotcron-{verb}.1"))
+        .collect();
+    assert!(named.len() >= 9, "{top}");
+    for page in &named {
+        let text = std::fs::read_to_string(dir.path().join(page))
+            .unwrap_or_else(|e| panic!("slotcron.1 names {page}, which --dir did not write: {e}"));
+        assert!(text.contains(".TH slotcron"), "{page}: {text}");
+    }
+    let (_, printed, _) = output(slotcron().arg("man"));
+    assert_eq!(printed, top, "the printed page is the one --dir writes");
+}
+
+#[test]
+fn man_and_completions_end_quietly_with_0_on_a_closed_pipe() {
+    for args in [&["man"][..], &["completions", "bash"]] {
+        // The reading end closed before the child writes: every write gets EPIPE, as with
+        // `slotcron man | head` once head has its lines.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = slotcron().args(args).stdout(writer).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "slotcron {args:?}: {err}");
+        assert!(err.is_empty(), "slotcron {args:?} on a closed pipe: {err}");
+    }
+}
+
 /// `slotcron run` for 1.5 s on a pseudo-terminal (util-linux `script`), with `env` added.
 fn run_on_a_terminal(config: &Path, env: &[(&str, &str)]) -> String {
     let command = format!(
