@@ -556,6 +556,39 @@ fn man_and_completions_end_quietly_with_0_on_a_closed_pipe() {
     }
 }
 
+#[test]
+fn start_up_config_errors_are_json_lines_under_log_format_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[[job]]\nname = \"j\"\nschedule = \"0 61 9 * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+    );
+    for verb in ["run", "trigger"] {
+        let mut cmd = slotcron();
+        cmd.args([verb, "--log-format", "json", "--config"])
+            .arg(&config);
+        if verb == "trigger" {
+            cmd.arg("j");
+        }
+        let (code, _, err) = output(&mut cmd);
+        assert_eq!(code, Some(2), "{verb}: {err}");
+        let lines: Vec<serde_json::Value> = err
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("{verb}: not a JSON line ({e}): {l}"))
+            })
+            .collect();
+        assert!(
+            lines.iter().any(|l| l["level"] == "ERROR"
+                && l["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("job \"j\", field \"schedule\""))),
+            "{verb}: {err}"
+        );
+    }
+}
+
 /// `slotcron run` for 1.5 s on a pseudo-terminal (util-linux `script`), with `env` added.
 fn run_on_a_terminal(config: &Path, env: &[(&str, &str)]) -> String {
     let command = format!(
