@@ -470,9 +470,14 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
 /// The manifests as `kubectl apply -k deploy/kubernetes` would send them (`None`: no kubectl,
 /// outside CI).
 fn kustomized() -> Option<String> {
+    kustomize("deploy/kubernetes")
+}
+
+/// `kubectl kustomize dir` (`None`: no kubectl, outside CI).
+fn kustomize(dir: &str) -> Option<String> {
     let kubectl = tool("kubectl")?;
     let out = Command::new(kubectl)
-        .args(["kustomize", "deploy/kubernetes"])
+        .args(["kustomize", dir])
         .current_dir(repo())
         .output()
         .unwrap();
@@ -1351,5 +1356,111 @@ fn kubernetes_example_has_a_job_that_fires_at_least_once_a_minute() {
         matches!(job.action, Action::Log(_)),
         "the demo job only logs: {:?}",
         job.action.kind()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The Prometheus Operator component (deploy/monitoring), rendered with the fleet
+// ---------------------------------------------------------------------------
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces to `-`, punctuation dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn readme_anchors() -> BTreeSet<String> {
+    read("README.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| heading_anchor(h.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every alert of the rule groups: each links a README section, and one fires on no replica.
+fn assert_alerts_have_runbooks(groups: &Value) {
+    let anchors = readme_anchors();
+    let alerts: Vec<&Value> = groups
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .filter(|r| r["alert"].is_string())
+        .collect();
+    for alert in &alerts {
+        let url = str_of(&alert["annotations"]["runbook_url"], "runbook_url");
+        let (_, anchor) = url.split_once("README.md#").expect("a README anchor");
+        assert!(anchors.contains(anchor), "{url}: no such README heading");
+    }
+    assert!(
+        alerts
+            .iter()
+            .any(|a| str_of(&a["expr"], "expr").contains("absent(slotcron_build_info)")),
+        "an alert for no replica up"
+    );
+}
+
+#[test]
+fn monitoring_component_renders_with_kustomize_and_agrees_with_the_fleet_and_alerts_yml() {
+    let Some(base) = kustomized() else { return };
+    assert!(
+        of_kind(&documents(&base), "ServiceMonitor").is_empty(),
+        "the base stays free of CRD kinds (kubernetes-validate knows none)"
+    );
+    let Some(text) = kustomize("deploy/kubernetes-monitored") else {
+        return;
+    };
+    let docs = documents(&text);
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert_eq!(
+            named(&docs, kind, "slotcron")["metadata"]["namespace"].as_str(),
+            Some("slotcron"),
+            "{kind}"
+        );
+    }
+
+    // The ServiceMonitor finds the Service and names one of its ports.
+    let monitor = &named(&docs, "ServiceMonitor", "slotcron")["spec"];
+    let service = named(&docs, "Service", "slotcron");
+    for (k, v) in monitor["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&service["metadata"]["labels"][k], v, "Service label {k:?}");
+    }
+    let port = &monitor["endpoints"][0]["port"];
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| &p["name"] == port),
+        "the ServiceMonitor's port {port:?}"
+    );
+    assert_eq!(monitor["endpoints"][0]["path"].as_str(), Some("/metrics"));
+
+    // The PrometheusRule carries exactly the rules promtool checks and unit-tests.
+    let rule = named(&docs, "PrometheusRule", "slotcron");
+    assert_eq!(
+        rule["spec"],
+        yaml("deploy/prometheus/alerts.yml"),
+        "deploy/monitoring/prometheusrule.yaml differs from deploy/prometheus/alerts.yml"
+    );
+    assert_alerts_have_runbooks(&rule["spec"]["groups"]);
+
+    // The dashboard, for Grafana's sidecar.
+    let dashboard = named(&docs, "ConfigMap", "slotcron-grafana-dashboard");
+    assert_eq!(
+        dashboard["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    assert_eq!(
+        str_of(&dashboard["data"]["slotcron-dashboard.json"], "dashboard"),
+        read("deploy/monitoring/slotcron-dashboard.json")
     );
 }
