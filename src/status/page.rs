@@ -263,6 +263,7 @@ mod tests {
             config,
             frame: &frame,
             wanted,
+            open: &[],
             nodes: &[],
             live: &[],
             reads,
@@ -280,6 +281,49 @@ mod tests {
                 pause: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_runs_toggle_flips_its_job_and_keeps_the_filter_and_the_other_open_tables() {
+        let config = crate::config::parse(
+            Path::new("t.toml"),
+            "[[job]]\nname = \"a\"\nschedule = \"0 * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        let frame = Frame {
+            now: chrono::Utc::now(),
+            zone: chrono_tz::UTC,
+        };
+        let open = open_runs(Some("a, b,,"));
+        assert_eq!(open, ["a", "b"]);
+        let page = Page {
+            replica: "r",
+            config: &config,
+            frame: &frame,
+            wanted: Some("x y"),
+            open: &open,
+            nodes: &[],
+            live: &[],
+            reads: &[],
+            views: &[],
+        };
+        let href = |job| toggle(&page, job).get_attr("href").unwrap().to_string();
+        assert_eq!(
+            href("a"),
+            "/?job=x+y&runs=b#job-a",
+            "closes a, keeps b open"
+        );
+        assert_eq!(href("c"), "/?job=x+y&runs=a%2Cb%2Cc#job-c", "opens c too");
+        let page = Page {
+            wanted: None,
+            open: &[],
+            ..page
+        };
+        assert_eq!(
+            toggle(&page, "a").get_attr("href").unwrap().to_string(),
+            "/?runs=a#job-a"
+        );
     }
 
     #[test]
