@@ -159,7 +159,8 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         "no 3 done runs and 1 failed run within 15 s"
     );
     let fetched_at = Utc::now();
-    let page = http_get(port, "/").expect("the status page answers");
+    // Both jobs' tables of last runs open, as their "show the last runs" links leave them.
+    let page = http_get(port, "/?runs=standup-demo,flaky-push").expect("the status page answers");
     assert_eq!(page.status, 200);
     assert!(page
         .header("content-type")
@@ -317,7 +318,7 @@ fn in_a_browser(port: u16, replica: &str) {
     if !have_chromium() {
         return;
     }
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("http://127.0.0.1:{port}/?runs=standup-demo");
     let png_bytes = screenshot(&url, (1200, 900), "status-page.png");
     assert_eq!(check_colours(&png_bytes), (1200, 900), "the window size");
 
