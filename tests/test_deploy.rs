@@ -1041,6 +1041,29 @@ fn image_user(runtime: &[Instruction]) -> u32 {
     user.split(':').next().unwrap().parse().unwrap()
 }
 
+/// The runtime stage's files in a stand-in root the unprivileged user can read: its `COPY`
+/// lines, the one `--from` the build stage taken from the replay's target directory.
+fn image_root(runtime: &[Instruction], build_root: &Path, workdir: &Path) -> tempfile::TempDir {
+    let image = tempfile::tempdir().unwrap();
+    world_traversable(image.path());
+    for i in runtime.iter().filter(|i| i.name == "COPY") {
+        let (flags, sources, dest) = copy_parts(&i.args);
+        let source = match flags.iter().any(|f| f.starts_with("--from=")) {
+            // The build stage's target/ is the replay's CARGO_TARGET_DIR.
+            true => {
+                let built = in_root(build_root, sources[0]);
+                let relative = built
+                    .strip_prefix(workdir.join("target"))
+                    .unwrap_or_else(|_| panic!("{}: not the build stage's target/", sources[0]));
+                replay_target_dir().join(relative)
+            }
+            false => repo().join(sources[0]),
+        };
+        copy_into(&source, &in_root(image.path(), dest), dest.ends_with('/'));
+    }
+    image
+}
+
 #[test]
 fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks_as_uid_10001() {
     if !can_drop_privileges() {
@@ -1052,30 +1075,7 @@ fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks
     let build_root = tempfile::tempdir().unwrap();
     let workdir = replay_build_stage(build, build_root.path());
 
-    // The runtime stage's files, in a stand-in root the unprivileged user can read.
-    let image = tempfile::tempdir().unwrap();
-    world_traversable(image.path());
-    for i in runtime.iter().filter(|i| i.name == "COPY") {
-        let (flags, sources, dest) = copy_parts(&i.args);
-        let source = match flags.iter().any(|f| f.starts_with("--from=")) {
-            // The build stage's target/ is the replay's CARGO_TARGET_DIR.
-            true => {
-                let inside = Path::new(sources[0]).strip_prefix("/").unwrap();
-                let built = in_root(build_root.path(), sources[0]);
-                let relative = built
-                    .strip_prefix(workdir.join("target"))
-                    .unwrap_or_else(|_| {
-                        panic!(
-                            "{} is not under the build stage's target/",
-                            inside.display()
-                        )
-                    });
-                replay_target_dir().join(relative)
-            }
-            false => repo().join(sources[0]),
-        };
-        copy_into(&source, &in_root(image.path(), dest), dest.ends_with('/'));
-    }
+    let image = image_root(runtime, build_root.path(), &workdir);
     let uid = image_user(runtime);
     assert_eq!(uid, 10001);
     // The image's environment, its SLOTCRON_CONFIG pointing into the stand-in root.
@@ -1217,31 +1217,12 @@ fn mounted_secrets(docs: &[Value]) -> Vec<(String, RunAs, String, KubeletFile)> 
     out
 }
 
-#[test]
-fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_starts_on_one() {
-    let Some(text) = kustomized() else { return };
-    let docs = documents(&text);
-    let secrets = mounted_secrets(&docs);
-    assert!(!secrets.is_empty(), "the webhook Secret is mounted");
-    for (container, who, path, file) in &secrets {
-        assert!(
-            can_read(who, *file),
-            "{container} runs as {who:?} but the kubelet writes {path} as root:{} mode {:04o}",
-            file.gid,
-            file.mode
-        );
-    }
-    if !can_drop_privileges() {
-        return;
-    }
-    // The webhook file with exactly that ownership and mode, read by slotcron as that user.
-    let (_, who, path, file) = secrets
-        .iter()
-        .find(|(c, ..)| c == "slotcron/slotcron")
-        .expect("slotcron mounts the webhook Secret");
+/// `slotcron check` on the ConfigMap's jobs.toml, run as `who`, its webhook file made as the
+/// kubelet makes `path`: owned by root, group and mode as in `file`.
+fn check_as_on_a_kubelet_secret(docs: &[Value], who: &RunAs, path: &Path, file: KubeletFile) {
     let dir = tempfile::tempdir().unwrap();
     world_traversable(dir.path());
-    let mount = Path::new(path).parent().unwrap();
+    let mount = path.parent().unwrap();
     let webhook = dir.path().join("webhook");
     std::fs::write(
         &webhook,
@@ -1251,7 +1232,7 @@ fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_sta
     std::os::unix::fs::chown(&webhook, Some(0), Some(file.gid)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&webhook, std::fs::Permissions::from_mode(file.mode)).unwrap();
-    let configmap = named(&docs, "ConfigMap", "slotcron-jobs");
+    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
     let jobs = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").replace(
         &mount.display().to_string(),
         &dir.path().display().to_string(),
@@ -1270,6 +1251,30 @@ fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_sta
         file.mode,
         output_text(&out)
     );
+}
+
+#[test]
+fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_starts_on_one() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let secrets = mounted_secrets(&docs);
+    assert!(!secrets.is_empty(), "the webhook Secret is mounted");
+    for (container, who, path, file) in &secrets {
+        assert!(
+            can_read(who, *file),
+            "{container} runs as {who:?} but the kubelet writes {path} as root:{} mode {:04o}",
+            file.gid,
+            file.mode
+        );
+    }
+    if !can_drop_privileges() {
+        return;
+    }
+    let (_, who, path, file) = secrets
+        .iter()
+        .find(|(c, ..)| c == "slotcron/slotcron")
+        .expect("slotcron mounts the webhook Secret");
+    check_as_on_a_kubelet_secret(&docs, who, Path::new(path), *file);
 }
 
 // ---------------------------------------------------------------------------
@@ -1408,6 +1413,25 @@ fn assert_alerts_have_runbooks(groups: &Value) {
     );
 }
 
+/// The ServiceMonitor selects the slotcron Service by its labels and names one of its ports.
+fn assert_service_monitor_finds_the_service(docs: &[Value]) {
+    let monitor = &named(docs, "ServiceMonitor", "slotcron")["spec"];
+    let service = named(docs, "Service", "slotcron");
+    for (k, v) in monitor["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&service["metadata"]["labels"][k], v, "Service label {k:?}");
+    }
+    let port = &monitor["endpoints"][0]["port"];
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| &p["name"] == port),
+        "the ServiceMonitor's port {port:?}"
+    );
+    assert_eq!(monitor["endpoints"][0]["path"].as_str(), Some("/metrics"));
+}
+
 #[test]
 fn monitoring_component_renders_with_kustomize_and_agrees_with_the_fleet_and_alerts_yml() {
     let Some(base) = kustomized() else { return };
@@ -1427,22 +1451,7 @@ fn monitoring_component_renders_with_kustomize_and_agrees_with_the_fleet_and_ale
         );
     }
 
-    // The ServiceMonitor finds the Service and names one of its ports.
-    let monitor = &named(&docs, "ServiceMonitor", "slotcron")["spec"];
-    let service = named(&docs, "Service", "slotcron");
-    for (k, v) in monitor["selector"]["matchLabels"].as_mapping().unwrap() {
-        assert_eq!(&service["metadata"]["labels"][k], v, "Service label {k:?}");
-    }
-    let port = &monitor["endpoints"][0]["port"];
-    assert!(
-        service["spec"]["ports"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .any(|p| &p["name"] == port),
-        "the ServiceMonitor's port {port:?}"
-    );
-    assert_eq!(monitor["endpoints"][0]["path"].as_str(), Some("/metrics"));
+    assert_service_monitor_finds_the_service(&docs);
 
     // The PrometheusRule carries exactly the rules promtool checks and unit-tests.
     let rule = named(&docs, "PrometheusRule", "slotcron");

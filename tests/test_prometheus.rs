@@ -376,14 +376,8 @@ fn metric_names(promql: &str) -> BTreeSet<String> {
     names
 }
 
-#[test]
-fn grafana_dashboard_queries_pass_promtool_and_name_only_metrics_a_live_replica_serves() {
-    let Some(promtool) = tool("promtool") else {
-        return;
-    };
-    let queries = dashboard_queries();
-    assert!(queries.len() >= 10, "{queries:?}");
-    // promtool parses each query as a recording rule's expression.
+/// promtool parses each query, as a recording rule's expression.
+fn promtool_parses(promtool: &Path, queries: &[(String, String)]) {
     let rules: Vec<String> = queries
         .iter()
         .enumerate()
@@ -404,11 +398,21 @@ fn grafana_dashboard_queries_pass_promtool_and_name_only_metrics_a_live_replica_
         ),
     )
     .unwrap();
-    let (code, text) = run_with_stdin(&promtool, &["check", "rules", file.to_str().unwrap()], "");
+    let (code, text) = run_with_stdin(promtool, &["check", "rules", file.to_str().unwrap()], "");
     assert_eq!(
         code, 0,
         "promtool check rules on the dashboard's queries:\n{text}"
     );
+}
+
+#[test]
+fn grafana_dashboard_queries_pass_promtool_and_name_only_metrics_a_live_replica_serves() {
+    let Some(promtool) = tool("promtool") else {
+        return;
+    };
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 10, "{queries:?}");
+    promtool_parses(&promtool, &queries);
 
     // The names they select, against what a live replica with three Redis nodes serves.
     let live = LiveReplica::start("dashboard");
