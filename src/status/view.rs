@@ -127,7 +127,7 @@ pub struct JobView {
     pub strip: Vec<Cell>,
     /// `None` before its first run ended.
     pub chart: Option<Chart>,
-    /// Its last runs, newest first, for the collapsed table.
+    /// Its last runs, newest first, for the table its "show the last runs" link opens.
     pub runs: Vec<RunView>,
     /// Why its runs could not be read (the strip and chart are then empty, not all missed).
     pub history_error: Option<String>,
