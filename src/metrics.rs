@@ -55,6 +55,31 @@ pub struct NodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+/// How a reload of the configuration file ended (`slotcron_config_reloads_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadResult {
+    /// The new file checked and now drives the schedule.
+    Applied,
+    /// The new file did not check; the running schedule is kept.
+    Rejected,
+}
+
+impl ReloadResult {
+    const ALL: [ReloadResult; 2] = [ReloadResult::Applied, ReloadResult::Rejected];
+
+    fn label(self) -> &'static str {
+        match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Rejected => "rejected",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
 }
@@ -120,6 +145,9 @@ pub struct Metrics {
     /// The live replicas this replica ranks candidates among (itself included).
     fleet_replicas: Gauge,
     build_info: Family<BuildLabels, Gauge>,
+    /// Reloads of the file by result: a rejected one keeps the old schedule, which only this
+    /// counter (and the log) tells an operator about.
+    config_reloads: Family<ReloadLabels, Counter>,
     /// Registry holds clones of the handles above; a mutex because encoding borrows it.
     registry: Mutex<Registry>,
 }
@@ -154,6 +182,7 @@ impl Metrics {
             clock_last_step_seconds: Gauge::default(),
             fleet_replicas: Gauge::default(),
             build_info: Family::default(),
+            config_reloads: Family::default(),
             registry: Mutex::new(Registry::default()),
         };
         metrics
@@ -172,6 +201,7 @@ impl Metrics {
         let r = root.sub_registry_with_prefix("slotcron");
         self.register_job_series(r);
         self.register_replica_series(r);
+        self.register_reloads(r);
     }
 
     /// The series labelled by job: its runs, then its state.
@@ -459,6 +489,31 @@ impl Metrics {
     /// OpenMetrics (curl, promtool, older scrapers) reads.
     pub fn encode(&self) -> String {
         openmetrics_to_text(&self.encode_openmetrics())
+    }
+}
+
+impl Metrics {
+    /// `slotcron_config_reloads_total{result}`, both results present from the first scrape.
+    fn register_reloads(&self, r: &mut Registry) {
+        for result in ReloadResult::ALL {
+            drop(self.config_reloads.get_or_create(&ReloadLabels {
+                result: result.label(),
+            }));
+        }
+        r.register(
+            "config_reloads",
+            "Reloads of the configuration file, by result (applied; rejected: invalid, the running schedule kept)",
+            self.config_reloads.clone(),
+        );
+    }
+
+    /// Counts one reload of the configuration file that ended with `result`.
+    pub fn config_reload(&self, result: ReloadResult) {
+        self.config_reloads
+            .get_or_create(&ReloadLabels {
+                result: result.label(),
+            })
+            .inc();
     }
 }
 

@@ -26,7 +26,7 @@ use crate::history::History;
 use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
 use crate::membership::{self, Candidates, Membership};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReloadResult};
 use crate::pubsub::{self, Heard};
 use crate::race::{RaceContext, MIN_START_WINDOW};
 use crate::schedule::SharedClock;
@@ -276,7 +276,7 @@ pub async fn run_replica(
         let generation = shutdown.child_token();
         start_generation(&replica, &config, &tracker, &generation, first);
         first = false;
-        let next = wait_for_reload(&shutdown, &mut reloads, &config).await;
+        let next = wait_for_reload(&replica, &shutdown, &mut reloads, &config).await;
         generation.cancel();
         let Some(new) = next else { break };
         replica.membership.regroup(group_of(&new)).await;
@@ -374,8 +374,11 @@ fn start_generation(
     first: bool,
 ) {
     let ctx = Arc::new(replica.context(config));
-    tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
-        config = %config.path.display(), "slotcron started");
+    // Once per process: a reload says `reloaded` instead (wait_for_reload).
+    if first {
+        tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
+            config = %config.path.display(), "slotcron started");
+    }
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
@@ -403,6 +406,7 @@ fn start_generation(
 
 /// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
 async fn wait_for_reload(
+    replica: &Replica,
     shutdown: &CancellationToken,
     reloads: &mut Option<mpsc::Receiver<()>>,
     old: &Config,
@@ -421,16 +425,30 @@ async fn wait_for_reload(
                     *reloads = None;
                     continue;
                 }
-                match config::load(&old.path) {
-                    Ok(new) => {
-                        warn_about_restart_only_changes(old, &new);
-                        tracing::info!(config = %new.path.display(), jobs = new.jobs.len(), "reloaded the configuration");
-                        return Some(new);
-                    }
-                    Err(errors) => tracing::error!(error = %errors,
-                        "reload rejected: the new file is invalid; the running schedule is kept"),
+                if let Some(new) = reload(replica, old) {
+                    return Some(new);
                 }
             }
+        }
+    }
+}
+
+/// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors
+/// (the running schedule is kept); either way counted in `slotcron_config_reloads_total`.
+fn reload(replica: &Replica, old: &Config) -> Option<Config> {
+    match config::load(&old.path) {
+        Ok(new) => {
+            warn_about_restart_only_changes(old, &new);
+            replica.metrics.config_reload(ReloadResult::Applied);
+            tracing::info!(replica = %replica.name, config = %new.path.display(),
+                jobs = new.jobs.len(), "reloaded");
+            Some(new)
+        }
+        Err(errors) => {
+            replica.metrics.config_reload(ReloadResult::Rejected);
+            tracing::error!(replica = %replica.name, config = %old.path.display(),
+                error = %errors, "reload rejected");
+            None
         }
     }
 }

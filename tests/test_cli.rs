@@ -520,6 +520,75 @@ fn man_prints_a_roff_page_naming_every_command() {
     }
 }
 
+#[test]
+fn man_dir_writes_every_page_the_top_page_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = output(slotcron().arg("man").arg("--dir").arg(dir.path()));
+    assert_eq!(code, Some(0), "{err}");
+    let top = std::fs::read_to_string(dir.path().join("slotcron.1")).unwrap();
+    // The SUBCOMMANDS section names each page as slotcron\-X(1).
+    let named: Vec<String> = top
+        .lines()
+        .filter_map(|l| l.strip_prefix("slotcron\\-")?.strip_suffix("(1)"))
+        .map(|verb| format!("slotcron-{verb}.1"))
+        .collect();
+    assert!(named.len() >= 9, "{top}");
+    for page in &named {
+        let text = std::fs::read_to_string(dir.path().join(page))
+            .unwrap_or_else(|e| panic!("slotcron.1 names {page}, which --dir did not write: {e}"));
+        assert!(text.contains(".TH slotcron"), "{page}: {text}");
+    }
+    let (_, printed, _) = output(slotcron().arg("man"));
+    assert_eq!(printed, top, "the printed page is the one --dir writes");
+}
+
+#[test]
+fn man_and_completions_end_quietly_with_0_on_a_closed_pipe() {
+    for args in [&["man"][..], &["completions", "bash"]] {
+        // The reading end closed before the child writes: every write gets EPIPE, as with
+        // `slotcron man | head` once head has its lines.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = slotcron().args(args).stdout(writer).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "slotcron {args:?}: {err}");
+        assert!(err.is_empty(), "slotcron {args:?} on a closed pipe: {err}");
+    }
+}
+
+#[test]
+fn start_up_config_errors_are_json_lines_under_log_format_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[[job]]\nname = \"j\"\nschedule = \"0 61 9 * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+    );
+    for verb in ["run", "trigger"] {
+        let mut cmd = slotcron();
+        cmd.args([verb, "--log-format", "json", "--config"])
+            .arg(&config);
+        if verb == "trigger" {
+            cmd.arg("j");
+        }
+        let (code, _, err) = output(&mut cmd);
+        assert_eq!(code, Some(2), "{verb}: {err}");
+        let lines: Vec<serde_json::Value> = err
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("{verb}: not a JSON line ({e}): {l}"))
+            })
+            .collect();
+        assert!(
+            lines.iter().any(|l| l["level"] == "ERROR"
+                && l["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("job \"j\", field \"schedule\""))),
+            "{verb}: {err}"
+        );
+    }
+}
+
 /// `slotcron run` for 1.5 s on a pseudo-terminal (util-linux `script`), with `env` added.
 fn run_on_a_terminal(config: &Path, env: &[(&str, &str)]) -> String {
     let command = format!(

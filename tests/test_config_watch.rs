@@ -53,9 +53,7 @@ fn a_configmap_style_symlink_swap_reloads_the_config() {
 
     publish(dir.path(), "..2026_11_23_10_05_00.2", &job("after"));
     std::fs::remove_dir_all(dir.path().join("..2026_11_23_10_00_00.1")).unwrap();
-    let reloaded = r.wait_for_json(Duration::from_secs(5), |l| {
-        l["message"] == "reloaded the configuration"
-    });
+    let reloaded = r.wait_for_json(Duration::from_secs(5), |l| l["message"] == "reloaded");
     assert!(reloaded.is_some(), "no reload: {:?}", r.lines());
     wait_for_runs(&r, "after");
     // The old job stops: at most the slot racing during the swap runs after it.
@@ -101,7 +99,7 @@ fn a_change_elsewhere_in_the_directory_does_not_reload() {
     let reloads = r
         .json_lines()
         .iter()
-        .filter(|l| l["message"] == "reloaded the configuration")
+        .filter(|l| l["message"] == "reloaded")
         .count();
     assert_eq!(reloads, 1, "{:?}", r.lines());
 }
@@ -147,4 +145,57 @@ fn trace_logs_written_beside_the_config_do_not_feed_the_watcher() {
         text.len(),
         text.lines().count()
     );
+
+/// The `slotcron_config_reloads_total` samples on the replica's /metrics, by result.
+fn reloads_counted(port: u16) -> Option<(String, String)> {
+    let body = common::http_get(port, "/metrics")?.body;
+    let sample = |result: &str| {
+        let series = format!("slotcron_config_reloads_total{{result=\"{result}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()).map(str::to_owned))
+    };
+    Some((sample("applied")?, sample("rejected")?))
+}
+
+#[test]
+fn a_rejected_reload_is_logged_as_such_and_counted_and_a_reload_never_says_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    let port = common::free_port();
+    let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    std::fs::write(&path, format!("{http}{}", job("first"))).unwrap();
+    let r = Replica::run(&path, "reloader", &[]);
+    wait_for_runs(&r, "first");
+    assert_eq!(reloads_counted(port), Some(("0".into(), "0".into())));
+
+    // A cron that does not parse: rejected, with the error naming the job and field.
+    std::fs::write(
+        &path,
+        format!("{http}{}", job("first").replace("* * * * * *", "nope")),
+    )
+    .unwrap();
+    let rejected = r.wait_for_json(Duration::from_secs(5), |l| {
+        l["message"] == "reload rejected"
+    });
+    let rejected = rejected.unwrap_or_else(|| panic!("{:?}", r.lines()));
+    let error = rejected["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("job \"first\", field \"schedule\""),
+        "{rejected}"
+    );
+    assert_eq!(rejected["level"], "ERROR", "{rejected}");
+    let counted = common::wait_until(Duration::from_secs(2), || {
+        reloads_counted(port).filter(|c| c.1 == "1")
+    });
+    assert_eq!(counted, Some(("0".into(), "1".into())));
+
+    std::fs::write(&path, format!("{http}{}", job("second"))).unwrap();
+    wait_for_runs(&r, "second");
+    assert_eq!(reloads_counted(port), Some(("1".into(), "1".into())));
+    let started = r
+        .json_lines()
+        .iter()
+        .filter(|l| l["message"] == "slotcron started")
+        .count();
+    assert_eq!(started, 1, "a reload is not a start: {:?}", r.lines());
 }

@@ -123,16 +123,9 @@ fn copy_parts(args: &str) -> (Vec<&str>, Vec<&str>, &str) {
 }
 
 fn env_value(stage: &[Instruction], key: &str) -> Option<String> {
-    stage
-        .iter()
-        .filter(|i| i.name == "ENV")
-        .flat_map(|i| {
-            i.args
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_owned))
+    env_pairs(stage)
+        .into_iter()
+        .find_map(|(k, v)| (k == key).then_some(v))
 }
 
 /// Target paths Cargo.toml declares explicitly or by name ([[bench]] name = "x" → benches/x.rs):
@@ -477,9 +470,14 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
 /// The manifests as `kubectl apply -k deploy/kubernetes` would send them (`None`: no kubectl,
 /// outside CI).
 fn kustomized() -> Option<String> {
+    kustomize("deploy/kubernetes")
+}
+
+/// `kubectl kustomize dir` (`None`: no kubectl, outside CI).
+fn kustomize(dir: &str) -> Option<String> {
     let kubectl = tool("kubectl")?;
     let out = Command::new(kubectl)
-        .args(["kustomize", "deploy/kubernetes"])
+        .args(["kustomize", dir])
         .current_dir(repo())
         .output()
         .unwrap();
@@ -876,15 +874,602 @@ fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
             "{needed} in .dockerignore: {ignored:?}"
         );
     }
-    // Nothing the build stage copies is ignored.
-    for copied in [
-        "Cargo.toml",
-        "Cargo.lock",
-        ".cargo",
-        "src",
-        "benches",
-        "jobs.toml",
-    ] {
+    // Nothing the Dockerfile copies from the context is ignored (the build replay copies from
+    // the repository, so it would not notice).
+    let text = read("deploy/Dockerfile");
+    let copies = instructions(&text);
+    let copied = copies
+        .iter()
+        .filter(|i| i.name == "COPY" && !i.args.contains("--from"))
+        .flat_map(|i| copy_parts(&i.args).1);
+    for copied in copied {
+        let copied = copied.trim_end_matches('/');
         assert!(!ignored.iter().any(|i| i == copied), "{copied} is ignored");
     }
+}
+
+// ---------------------------------------------------------------------------
+// The image's build stage, replayed without a container engine
+// ---------------------------------------------------------------------------
+
+/// Where the replayed build keeps its target directory: under the repository's `target/`, so
+/// the dependencies compiled by one run are reused by the next (and by CI's second run).
+fn replay_target_dir() -> PathBuf {
+    repo().join("target/dockerfile-replay")
+}
+
+/// A path of the image's filesystem, inside the temp dir that stands in for its root.
+fn in_root(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// `COPY` of one context path (file or directory) to `dest`, as Docker does it: a directory's
+/// contents go into `dest`; a file goes into `dest` when it names a directory (`./`, `x/`).
+fn copy_into(source: &Path, dest: &Path, dest_is_dir: bool) {
+    if source.is_dir() {
+        std::fs::create_dir_all(dest).unwrap();
+        for entry in std::fs::read_dir(source).unwrap() {
+            let entry = entry.unwrap();
+            copy_into(&entry.path(), &dest.join(entry.file_name()), false);
+        }
+        return;
+    }
+    let target = if dest_is_dir {
+        dest.join(source.file_name().unwrap())
+    } else {
+        dest.to_path_buf()
+    };
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::copy(source, &target).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+}
+
+/// `ENV` key=value pairs of a stage.
+fn env_pairs(stage: &[Instruction]) -> Vec<(String, String)> {
+    stage
+        .iter()
+        .filter(|i| i.name == "ENV")
+        .flat_map(|i| {
+            i.args
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// The build stage's instructions run in `root` (its WORKDIR inside it): COPY from the context,
+/// RUN through `sh -c`. Returns the WORKDIR, where `target/` would be in the image.
+///
+/// The Dockerfile builds `--release` with fat LTO and one codegen unit (minutes on two cores);
+/// the replay overrides those through `CARGO_PROFILE_RELEASE_*` to a fast unoptimised build.
+/// That proves the same thing: the profile changes how rustc generates code, never which files
+/// Cargo and rustc read (manifest, lock file under `--locked`, `.cargo/config.toml`, the
+/// sources, what `include_str!` embeds), so a file the image lacks fails both builds alike.
+fn replay_build_stage(stage: &[Instruction], root: &Path) -> PathBuf {
+    let mut workdir = root.to_path_buf();
+    for i in stage {
+        match i.name.as_str() {
+            "WORKDIR" => {
+                workdir = in_root(root, &i.args);
+                std::fs::create_dir_all(&workdir).unwrap();
+            }
+            "COPY" => {
+                let (_, sources, dest) = copy_parts(&i.args);
+                let to_dir = dest.ends_with('/') || dest == "." || sources.len() > 1;
+                for s in sources {
+                    copy_into(&repo().join(s), &workdir.join(dest), to_dir);
+                }
+            }
+            "RUN" => run_step(&i.args, &workdir, &env_pairs(stage)),
+            _ => {}
+        }
+    }
+    workdir
+}
+
+fn run_step(script: &str, workdir: &Path, env: &[(String, String)]) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(workdir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("CARGO_TARGET_DIR", replay_target_dir())
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "RUN {script}\nfailed in the replayed build stage:\n{}",
+        output_text(&out)
+    );
+}
+
+/// A command that runs as `uid`:`gid` with exactly `groups` as supplementary groups, as the
+/// container runtime starts a process (the tests run as root, so they can drop to it).
+fn as_user(program: &Path, uid: u32, gid: u32, groups: &[u32]) -> Command {
+    use std::os::unix::process::CommandExt;
+    let groups: Vec<libc::gid_t> = groups.to_vec();
+    let mut cmd = Command::new(program);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Whether this process can switch users (root); outside CI a non-root run skips, saying so.
+fn can_drop_privileges() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        !common::tools::in_ci(),
+        "the deploy tests run as root in CI"
+    );
+    eprintln!("SKIPPED: not root, so the binary cannot be run as the image's user");
+    false
+}
+
+/// Makes a temp dir (0700 from tempfile) traversable by the unprivileged user.
+fn world_traversable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn image_user(runtime: &[Instruction]) -> u32 {
+    let user = &runtime
+        .iter()
+        .rev()
+        .find(|i| i.name == "USER")
+        .unwrap()
+        .args;
+    user.split(':').next().unwrap().parse().unwrap()
+}
+
+/// The runtime stage's files in a stand-in root the unprivileged user can read: its `COPY`
+/// lines, the one `--from` the build stage taken from the replay's target directory.
+fn image_root(runtime: &[Instruction], build_root: &Path, workdir: &Path) -> tempfile::TempDir {
+    let image = tempfile::tempdir().unwrap();
+    world_traversable(image.path());
+    for i in runtime.iter().filter(|i| i.name == "COPY") {
+        let (flags, sources, dest) = copy_parts(&i.args);
+        let source = match flags.iter().any(|f| f.starts_with("--from=")) {
+            // The build stage's target/ is the replay's CARGO_TARGET_DIR.
+            true => {
+                let built = in_root(build_root, sources[0]);
+                let relative = built
+                    .strip_prefix(workdir.join("target"))
+                    .unwrap_or_else(|_| panic!("{}: not the build stage's target/", sources[0]));
+                replay_target_dir().join(relative)
+            }
+            false => repo().join(sources[0]),
+        };
+        copy_into(&source, &in_root(image.path(), dest), dest.ends_with('/'));
+    }
+    image
+}
+
+#[test]
+fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks_as_uid_10001() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let text = read("deploy/Dockerfile");
+    let stages = stages(&text);
+    let (build, runtime) = (&stages[0], stages.last().unwrap());
+    let build_root = tempfile::tempdir().unwrap();
+    let workdir = replay_build_stage(build, build_root.path());
+
+    let image = image_root(runtime, build_root.path(), &workdir);
+    let uid = image_user(runtime);
+    assert_eq!(uid, 10001);
+    // The image's environment, its SLOTCRON_CONFIG pointing into the stand-in root.
+    let config = in_root(
+        image.path(),
+        &env_value(runtime, "SLOTCRON_CONFIG").unwrap(),
+    );
+    let out = as_user(
+        &in_root(image.path(), "/usr/local/bin/slotcron"),
+        uid,
+        uid,
+        &[],
+    )
+    .arg("check")
+    .env_clear()
+    .envs(env_pairs(runtime))
+    .env("SLOTCRON_CONFIG", &config)
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the replayed image's slotcron check, as uid {uid}:\n{}",
+        output_text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": ok, "),
+        "{}",
+        output_text(&out)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Secrets as the kubelet writes them, read by the container's user
+// ---------------------------------------------------------------------------
+
+/// The identity a container's process runs with: the container's securityContext over the
+/// pod's; `fsGroup` joins the supplementary groups (the kubelet adds it).
+#[derive(Debug)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+fn run_as(pod: &Value, container: &Value) -> RunAs {
+    let field = |key: &str| {
+        container["securityContext"][key]
+            .as_u64()
+            .or(pod["securityContext"][key].as_u64())
+            .map(|v| u32::try_from(v).unwrap())
+    };
+    let fs_group = pod["securityContext"]["fsGroup"].as_u64();
+    let supplemental = pod["securityContext"]["supplementalGroups"].as_sequence();
+    let groups = fs_group
+        .into_iter()
+        .chain(supplemental.into_iter().flatten().filter_map(Value::as_u64))
+        .map(|g| u32::try_from(g).unwrap())
+        .collect();
+    RunAs {
+        // The images' USER is numeric and runAsNonRoot needs runAsUser; 0 (root) otherwise.
+        uid: field("runAsUser").unwrap_or(0),
+        gid: field("runAsGroup").unwrap_or(0),
+        groups,
+    }
+}
+
+/// Owner, group and mode of a file the kubelet writes into a secret volume: owned by root; the
+/// mode is the item's `mode`, else `defaultMode`, else 0644; with a pod `fsGroup` the files'
+/// group becomes it and, the volume being read-only, the group gets read on top of the mode
+/// (`SetVolumeOwnership` in kubernetes pkg/volume/volume_linux.go; kubernetes #57923, #81089).
+#[derive(Debug, Clone, Copy)]
+struct KubeletFile {
+    gid: u32,
+    mode: u32,
+}
+
+fn secret_files(pod: &Value, secret: &Value) -> Vec<(String, KubeletFile)> {
+    let default = secret["defaultMode"].as_u64().unwrap_or(0o644);
+    let fs_group = pod["securityContext"]["fsGroup"].as_u64();
+    let file = |mode: u64| KubeletFile {
+        gid: fs_group.map_or(0, |g| u32::try_from(g).unwrap()),
+        mode: u32::try_from(mode | fs_group.map_or(0, |_| 0o440)).unwrap(),
+    };
+    match secret["items"].as_sequence() {
+        Some(items) => items
+            .iter()
+            .map(|i| {
+                let path = str_of(&i["path"], "items path").to_owned();
+                (path, file(i["mode"].as_u64().unwrap_or(default)))
+            })
+            .collect(),
+        // No items: one file per key of the Secret, which the manifests do not create.
+        None => vec![("*".to_owned(), file(default))],
+    }
+}
+
+fn can_read(who: &RunAs, file: KubeletFile) -> bool {
+    let in_group = who.gid == file.gid || who.groups.contains(&file.gid);
+    who.uid == 0
+        || file.mode & 0o004 != 0
+        // Owned by root: the owner bits count only for uid 0, handled above.
+        || (in_group && file.mode & 0o040 != 0)
+}
+
+/// Every (workload, container, secret file) of the rendered manifests, with who runs it.
+fn mounted_secrets(docs: &[Value]) -> Vec<(String, RunAs, String, KubeletFile)> {
+    let mut out = Vec::new();
+    for doc in docs {
+        let pod = &doc["spec"]["template"]["spec"];
+        let Some(containers) = pod["containers"].as_sequence() else {
+            continue;
+        };
+        let volumes = pod["volumes"].as_sequence().cloned().unwrap_or_default();
+        for c in containers {
+            for m in c["volumeMounts"].as_sequence().into_iter().flatten() {
+                let Some(v) = volumes.iter().find(|v| v["name"] == m["name"]) else {
+                    continue;
+                };
+                if !v["secret"].is_mapping() {
+                    continue;
+                }
+                let name = format!(
+                    "{}/{}",
+                    str_of(&doc["metadata"]["name"], "name"),
+                    str_of(&c["name"], "name")
+                );
+                let mount = str_of(&m["mountPath"], "mountPath");
+                for (path, file) in secret_files(pod, &v["secret"]) {
+                    out.push((
+                        name.clone(),
+                        run_as(pod, c),
+                        format!("{mount}/{path}"),
+                        file,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `slotcron check` on the ConfigMap's jobs.toml, run as `who`, its webhook file made as the
+/// kubelet makes `path`: owned by root, group and mode as in `file`.
+fn check_as_on_a_kubelet_secret(docs: &[Value], who: &RunAs, path: &Path, file: KubeletFile) {
+    let dir = tempfile::tempdir().unwrap();
+    world_traversable(dir.path());
+    let mount = path.parent().unwrap();
+    let webhook = dir.path().join("webhook");
+    std::fs::write(
+        &webhook,
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&webhook, Some(0), Some(file.gid)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&webhook, std::fs::Permissions::from_mode(file.mode)).unwrap();
+    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
+    let jobs = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").replace(
+        &mount.display().to_string(),
+        &dir.path().display().to_string(),
+    );
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(&config, jobs).unwrap();
+    let out = as_user(Path::new(BIN), who.uid, who.gid, &who.groups)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "slotcron as {who:?}, webhook root:{} {:04o}:\n{}",
+        file.gid,
+        file.mode,
+        output_text(&out)
+    );
+}
+
+#[test]
+fn every_container_can_read_the_secret_files_the_kubelet_writes_and_slotcron_starts_on_one() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let secrets = mounted_secrets(&docs);
+    assert!(!secrets.is_empty(), "the webhook Secret is mounted");
+    for (container, who, path, file) in &secrets {
+        assert!(
+            can_read(who, *file),
+            "{container} runs as {who:?} but the kubelet writes {path} as root:{} mode {:04o}",
+            file.gid,
+            file.mode
+        );
+    }
+    if !can_drop_privileges() {
+        return;
+    }
+    let (_, who, path, file) = secrets
+        .iter()
+        .find(|(c, ..)| c == "slotcron/slotcron")
+        .expect("slotcron mounts the webhook Secret");
+    check_as_on_a_kubelet_secret(&docs, who, Path::new(path), *file);
+}
+
+// ---------------------------------------------------------------------------
+// Every jobs.toml under deploy/: `slotcron check` passes with its variables and files set
+// ---------------------------------------------------------------------------
+
+/// The jobs files under deploy/ (the compose demo's, the Kubernetes ConfigMap's).
+fn deploy_jobs_files() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![repo().join("deploy")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The `${NAME}` variables a jobs file reads.
+fn variables(text: &str) -> BTreeSet<String> {
+    text.split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn every_jobs_toml_under_deploy_passes_check_with_its_variables_and_secret_files_set() {
+    let files = deploy_jobs_files();
+    assert!(files.len() >= 2, "{files:?}");
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("webhook"),
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+    )
+    .unwrap();
+    for path in files {
+        // Files the manifests mount from the Secret are read from the temp dir instead.
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "/run/secrets/slotcron",
+            &secrets.path().display().to_string(),
+        );
+        let local = secrets.path().join("jobs.toml");
+        std::fs::write(&local, &text).unwrap();
+        let mut check = Command::new(BIN);
+        check.args(["check", "--config"]).arg(&local);
+        for name in variables(&text) {
+            check.env(
+                name,
+                "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
+            );
+        }
+        let out = check.output().unwrap();
+        assert!(
+            out.status.success(),
+            "slotcron check {}:\n{}",
+            path.display(),
+            output_text(&out)
+        );
+    }
+}
+
+#[test]
+fn kubernetes_example_has_a_job_that_fires_at_least_once_a_minute() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let mount = PathBuf::from("/run/secrets/slotcron");
+    let (config, _) = configmap_config(&docs, &mount);
+    let now = chrono::Utc::now();
+    let frequent = config.jobs.iter().find(|job| {
+        let slots = job.schedule.upcoming(now, 10);
+        slots.len() == 10
+            && slots
+                .windows(2)
+                .all(|w| w[1].instant() - w[0].instant() <= chrono::TimeDelta::seconds(60))
+    });
+    let job = frequent.expect("a job whose slots are at most a minute apart");
+    assert!(
+        matches!(job.action, Action::Log(_)),
+        "the demo job only logs: {:?}",
+        job.action.kind()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The Prometheus Operator component (deploy/monitoring), rendered with the fleet
+// ---------------------------------------------------------------------------
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces to `-`, punctuation dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn readme_anchors() -> BTreeSet<String> {
+    read("README.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| heading_anchor(h.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every alert of the rule groups: each links a README section, and one fires on no replica.
+fn assert_alerts_have_runbooks(groups: &Value) {
+    let anchors = readme_anchors();
+    let alerts: Vec<&Value> = groups
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .filter(|r| r["alert"].is_string())
+        .collect();
+    for alert in &alerts {
+        let url = str_of(&alert["annotations"]["runbook_url"], "runbook_url");
+        let (_, anchor) = url.split_once("README.md#").expect("a README anchor");
+        assert!(anchors.contains(anchor), "{url}: no such README heading");
+    }
+    assert!(
+        alerts
+            .iter()
+            .any(|a| str_of(&a["expr"], "expr").contains("absent(slotcron_build_info)")),
+        "an alert for no replica up"
+    );
+}
+
+/// The ServiceMonitor selects the slotcron Service by its labels and names one of its ports.
+fn assert_service_monitor_finds_the_service(docs: &[Value]) {
+    let monitor = &named(docs, "ServiceMonitor", "slotcron")["spec"];
+    let service = named(docs, "Service", "slotcron");
+    for (k, v) in monitor["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&service["metadata"]["labels"][k], v, "Service label {k:?}");
+    }
+    let port = &monitor["endpoints"][0]["port"];
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| &p["name"] == port),
+        "the ServiceMonitor's port {port:?}"
+    );
+    assert_eq!(monitor["endpoints"][0]["path"].as_str(), Some("/metrics"));
+}
+
+#[test]
+fn monitoring_component_renders_with_kustomize_and_agrees_with_the_fleet_and_alerts_yml() {
+    let Some(base) = kustomized() else { return };
+    assert!(
+        of_kind(&documents(&base), "ServiceMonitor").is_empty(),
+        "the base stays free of CRD kinds (kubernetes-validate knows none)"
+    );
+    let Some(text) = kustomize("deploy/kubernetes-monitored") else {
+        return;
+    };
+    let docs = documents(&text);
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert_eq!(
+            named(&docs, kind, "slotcron")["metadata"]["namespace"].as_str(),
+            Some("slotcron"),
+            "{kind}"
+        );
+    }
+
+    assert_service_monitor_finds_the_service(&docs);
+
+    // The PrometheusRule carries exactly the rules promtool checks and unit-tests.
+    let rule = named(&docs, "PrometheusRule", "slotcron");
+    assert_eq!(
+        rule["spec"],
+        yaml("deploy/prometheus/alerts.yml"),
+        "deploy/monitoring/prometheusrule.yaml differs from deploy/prometheus/alerts.yml"
+    );
+    assert_alerts_have_runbooks(&rule["spec"]["groups"]);
+
+    // The dashboard, for Grafana's sidecar.
+    let dashboard = named(&docs, "ConfigMap", "slotcron-grafana-dashboard");
+    assert_eq!(
+        dashboard["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    assert_eq!(
+        str_of(&dashboard["data"]["slotcron-dashboard.json"], "dashboard"),
+        read("deploy/monitoring/slotcron-dashboard.json")
+    );
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -42,6 +43,35 @@ fn started(r: &Replica) {
     );
 }
 
+/// One replica of [`config`] on three Redis nodes, started, with its `[http]` port.
+struct LiveReplica {
+    port: u16,
+    receiver: Receiver,
+    // Field order is drop order: the replica stops before its nodes and its config's dir.
+    _replica: Replica,
+    _cluster: RedisCluster,
+    _dir: tempfile::TempDir,
+}
+
+impl LiveReplica {
+    fn start(name: &str) -> Self {
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = write_config(dir.path(), &config(&cluster, &receiver, port));
+        let replica = Replica::run(config, name, &[]);
+        started(&replica);
+        LiveReplica {
+            port,
+            receiver,
+            _replica: replica,
+            _cluster: cluster,
+            _dir: dir,
+        }
+    }
+}
+
 /// Runs `tool args` with `stdin` fed in; (exit code, stdout + stderr).
 fn run_with_stdin(tool: &Path, args: &[&str], stdin: &str) -> (i32, String) {
     use std::io::Write;
@@ -72,17 +102,9 @@ fn promtool_check_metrics_on_a_live_replica_prints_nothing() {
     let Some(promtool) = tool("promtool") else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let r = Replica::run(
-        write_config(dir.path(), &config(&cluster, &receiver, port)),
-        "promlint",
-        &[],
-    );
-    started(&r);
-    receiver.wait_for(2, Duration::from_secs(10));
+    let live = LiveReplica::start("promlint");
+    live.receiver.wait_for(2, Duration::from_secs(10));
+    let port = live.port;
     let reply = http_get(port, "/metrics").expect("/metrics answers");
     assert_eq!(reply.status, 200);
     assert_eq!(
@@ -272,4 +294,144 @@ fn a_real_prometheus_scrapes_two_replicas_and_queries_by_slotcron_job() {
     let firing = query(prom_port, r#"ALERTS{alertstate="firing"}"#);
     assert!(firing.is_empty(), "{firing:?}");
     drop(replicas);
+}
+
+// ---------------------------------------------------------------------------
+// The Grafana dashboard (deploy/monitoring/slotcron-dashboard.json)
+// ---------------------------------------------------------------------------
+
+/// Every panel query of the dashboard, Grafana's interval variables given a value.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = repo().join("deploy/monitoring/slotcron-dashboard.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let promql = expr
+                .replace("$__rate_interval", "5m")
+                .replace("$__interval", "1m");
+            assert!(!promql.contains('$'), "an unknown variable in {expr}");
+            queries.push((panel["title"].as_str().unwrap().to_owned(), promql));
+        }
+    }
+    queries
+}
+
+/// PromQL words that are not metric names.
+const PROMQL_WORDS: &[&str] = &[
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "group", "bool", "and", "or", "unless", "offset",
+];
+
+/// PromQL words followed by a list of label names, `by (slotcron_job, le)`.
+const LABEL_LIST_WORDS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+/// The metric names a PromQL expression selects: identifiers that are neither a function
+/// (followed by `(`), a keyword, nor inside a label matcher, a range or a label list.
+fn metric_names(promql: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let chars: Vec<char> = promql.chars().collect();
+    let mut i = 0;
+    let mut skip_list = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '{' || c == '[' || (c == '(' && skip_list) {
+            let close = match c {
+                '{' => '}',
+                '[' => ']',
+                _ => ')',
+            };
+            i += chars[i..].iter().position(|&d| d == close).unwrap() + 1;
+            skip_list = false;
+            continue;
+        }
+        if !(c.is_ascii_alphabetic() || c == '_') {
+            if !c.is_whitespace() {
+                skip_list = false;
+            }
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len()
+            && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+        {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        let next = chars[i..].iter().find(|c| !c.is_whitespace());
+        skip_list = LABEL_LIST_WORDS.contains(&word.as_str());
+        if next != Some(&'(') && !skip_list && !PROMQL_WORDS.contains(&word.as_str()) {
+            names.insert(word);
+        }
+    }
+    names
+}
+
+/// promtool parses each query, as a recording rule's expression.
+fn promtool_parses(promtool: &Path, queries: &[(String, String)]) {
+    let rules: Vec<String> = queries
+        .iter()
+        .enumerate()
+        .map(|(n, (_, q))| {
+            format!(
+                "      - record: dashboard:query{n}\n        expr: {}\n",
+                serde_json::to_string(q).unwrap()
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dashboard.rules.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "groups:\n  - name: dashboard\n    rules:\n{}",
+            rules.concat()
+        ),
+    )
+    .unwrap();
+    let (code, text) = run_with_stdin(promtool, &["check", "rules", file.to_str().unwrap()], "");
+    assert_eq!(
+        code, 0,
+        "promtool check rules on the dashboard's queries:\n{text}"
+    );
+}
+
+#[test]
+fn grafana_dashboard_queries_pass_promtool_and_name_only_metrics_a_live_replica_serves() {
+    let Some(promtool) = tool("promtool") else {
+        return;
+    };
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 10, "{queries:?}");
+    promtool_parses(&promtool, &queries);
+
+    // The names they select, against what a live replica with three Redis nodes serves.
+    let live = LiveReplica::start("dashboard");
+    let body = http_get(live.port, "/metrics")
+        .expect("/metrics answers")
+        .body;
+    let served: BTreeSet<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    for (title, promql) in &queries {
+        let names = metric_names(promql);
+        assert!(!names.is_empty(), "{title}: no metric in {promql}");
+        for name in names {
+            assert!(
+                served.contains(name.as_str()),
+                "{title}: {name} is not on /metrics ({promql})"
+            );
+        }
+    }
 }

@@ -159,7 +159,8 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         "no 3 done runs and 1 failed run within 15 s"
     );
     let fetched_at = Utc::now();
-    let page = http_get(port, "/").expect("the status page answers");
+    // Both jobs' tables of last runs open, as their "show the last runs" links leave them.
+    let page = http_get(port, "/?runs=standup-demo,flaky-push").expect("the status page answers");
     assert_eq!(page.status, 200);
     assert!(page
         .header("content-type")
@@ -317,7 +318,7 @@ fn in_a_browser(port: u16, replica: &str) {
     if !have_chromium() {
         return;
     }
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("http://127.0.0.1:{port}/?runs=standup-demo");
     let png_bytes = screenshot(&url, (1200, 900), "status-page.png");
     assert_eq!(check_colours(&png_bytes), (1200, 900), "the window size");
 
@@ -420,12 +421,72 @@ fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_s
     assert_eq!(page.status, 200);
     check_fleet_page(&page.body);
     check_filter(port);
+    let opened = check_open_runs(port);
     if have_chromium() {
         let url = format!("http://127.0.0.1:{port}/");
         check_fleet_page(&dump_dom(&url));
         let png = screenshot(&url, (1280, 2000), "status-page-fleet.png");
         assert_eq!(check_colours(&png), (1280, 2000));
+        check_open_runs_survive_a_refresh(port, &opened);
     }
+}
+
+/// The jobs whose table of last runs is open in `html`.
+fn open_tables(html: &str) -> Vec<&'static str> {
+    FLEET_JOBS
+        .into_iter()
+        .filter(|job| job_section(html, job).contains(r#"<table class="runs">"#))
+        .collect()
+}
+
+/// The link that shows (or hides) `job`'s last runs, as the page wrote it.
+fn toggle_href(html: &str, job: &str) -> String {
+    let section = job_section(html, job);
+    let link = between(section, r#"<p class="toggle"><a href=""#, "\"").expect("the toggle link");
+    unescape(link)
+}
+
+/// No table is open at first; following the page's own links opens broken-push's, then also
+/// standup-01's (the first stays open), and the refresh reloads that same address. Returns the
+/// path with both open.
+fn check_open_runs(port: u16) -> String {
+    let page = http_get(port, "/").unwrap().body;
+    assert_eq!(open_tables(&page), Vec::<&str>::new(), "closed at first");
+    assert!(
+        page.contains(r#"<meta http-equiv="refresh" content="10">"#),
+        "a refresh to this same address"
+    );
+    let first = toggle_href(&page, "broken-push");
+    let page = http_get(port, &first).unwrap().body;
+    assert_eq!(open_tables(&page), ["broken-push"], "{first}");
+    let runs = job_section(&page, "broken-push");
+    assert!(runs.contains("500"), "the error in its table: {runs}");
+    let both = toggle_href(&page, "standup-01");
+    let page = http_get(port, &both).unwrap().body;
+    assert_eq!(open_tables(&page), ["standup-01", "broken-push"], "{both}");
+    let closed = toggle_href(&page, "broken-push");
+    let page = http_get(port, &closed).unwrap().body;
+    assert_eq!(open_tables(&page), ["standup-01"], "{closed}");
+    both
+}
+
+/// In a browser, past the page's 10 s refresh (virtual time): both tables are still open, and
+/// the screenshot (target/status-page-open-runs.png) shows them with the error in the overview.
+fn check_open_runs_survive_a_refresh(port: u16, path: &str) {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let dom = chromium(
+        &url,
+        &[
+            "--virtual-time-budget=12000".to_owned(),
+            "--dump-dom".to_owned(),
+        ],
+    )
+    .join("\n");
+    assert_eq!(open_tables(&dom), ["standup-01", "broken-push"], "{url}");
+    // Without the fragment: headless chromium paints nothing when it scrolls to an anchor.
+    let top = url.split('#').next().unwrap();
+    let png = screenshot(top, (1280, 1400), "status-page-open-runs.png");
+    assert_eq!(check_colours(&png), (1280, 1400));
 }
 
 /// The replica's log lines of `job` with `outcome`.
@@ -484,6 +545,10 @@ fn check_fleet_page(html: &str) {
     assert_eq!(rows.len(), 12, "one row per job: {rows:?}");
     assert_eq!(rows[0][0], "broken-push", "the failing job first: {rows:?}");
     assert!(rows[0][1].starts_with("failed"), "{rows:?}");
+    assert!(
+        rows[0][1].contains("500"),
+        "the failure's error in the overview's text, not only a tooltip: {rows:?}"
+    );
     assert_eq!(rows[1][0], "paused-report", "then the paused one: {rows:?}");
     assert!(
         rows[1][4].starts_with("paused by ops") && rows[1][4].contains("quarterly freeze"),

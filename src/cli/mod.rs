@@ -19,7 +19,7 @@ use crate::telemetry::LogFormat;
 
 pub use check::{render_check, CheckArgs};
 pub use control::{PauseArgs, ResumeArgs};
-pub use docs::CompletionsArgs;
+pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;
 pub use history::HistoryArgs;
 pub use run::RunArgs;
@@ -67,8 +67,9 @@ pub enum Command {
     Health(HealthArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
-    /// Print the man page (roff): slotcron man > slotcron.1
-    Man,
+    /// Print the man page (roff): slotcron man > slotcron.1; with --dir DIR, write one page per
+    /// command there.
+    Man(ManArgs),
 }
 
 /// Parses the command line and runs it.
@@ -84,6 +85,6 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => control::resume(&args, cli.log_format),
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
-        Command::Man => docs::man(Cli::command()),
+        Command::Man(args) => docs::man(&args, Cli::command()),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::shared::{default_replica_id, load_or_exit, runtime, ConfigArg, EXIT_RUNTIME};
+use super::shared::{default_replica_id, load_or_exit_as, runtime, ConfigArg, EXIT_RUNTIME};
 use crate::replica;
 use crate::schedule::SystemClock;
 use crate::telemetry::{self, LogFormat};
@@ -29,7 +29,7 @@ pub struct RunArgs {
 /// `slotcron run`: the schedule on this replica until SIGTERM or SIGINT; exit 1 on an error.
 pub(super) fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     telemetry::init(format);
-    let config = match load_or_exit(&args.config.config) {
+    let config = match load_or_exit_as(&args.config.config, format) {
         Ok(config) => config,
         Err(code) => return code,
     };

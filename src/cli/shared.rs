@@ -11,6 +11,7 @@ use clap::Args;
 
 use crate::config::{self, Config, RedisConfig};
 use crate::lock::Nodes;
+use crate::telemetry::LogFormat;
 
 /// Exit code for a configuration that does not check.
 pub const EXIT_CONFIG: u8 = 2;
@@ -38,14 +39,40 @@ pub struct ConfigArg {
 
 /// Loads and checks the configuration; on errors prints them all and gives the exit code.
 pub(crate) fn load_or_exit(path: &Path) -> Result<Config, ExitCode> {
+    load_or_exit_as(path, LogFormat::Text)
+}
+
+/// [`load_or_exit`] for a command that logs in `format`: under `json` each error is one JSON
+/// object a line on stderr (a container's log pipeline parses every line of it), shaped like
+/// the log's own lines (`timestamp`, `level`, `message`, `config`, `error`).
+pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, ExitCode> {
     config::load(path).map_err(|errors| {
-        eprintln!("{errors}");
-        eprintln!(
+        let summary = format!(
             "slotcron: {} error(s) in {}; nothing started",
             errors.errors.len(),
             path.display()
         );
+        match format {
+            LogFormat::Text => eprintln!("{errors}\n{summary}"),
+            LogFormat::Json => {
+                for line in errors.to_string().lines() {
+                    eprintln!("{}", json_error(path, "configuration error", line));
+                }
+                eprintln!("{}", json_error(path, "nothing started", &summary));
+            }
+        }
         ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+/// One start-up error as a JSON log line.
+fn json_error(path: &Path, message: &str, error: &str) -> serde_json::Value {
+    serde_json::json!({
+        "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "level": "ERROR",
+        "message": message,
+        "config": path.display().to_string(),
+        "error": error,
     })
 }
 

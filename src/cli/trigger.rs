@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::shared::{
-    default_replica_id, load_or_exit, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
+    default_replica_id, load_or_exit_as, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
     EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
 };
 use crate::config::{Config, Job};
@@ -32,7 +32,7 @@ pub struct TriggerArgs {
 /// `slotcron trigger JOB`: races the current second of `JOB` like a scheduled slot.
 pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
     telemetry::init(format);
-    let config = match load_or_exit(&args.config.config) {
+    let config = match load_or_exit_as(&args.config.config, format) {
         Ok(config) => config,
         Err(code) => return code,
     };

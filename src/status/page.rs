@@ -38,10 +38,13 @@ const OUTCOMES: [&str; 8] = [
 /// Least time a slot may go unrecorded before it counts as missed (as `history --since`).
 const MIN_SETTLING: Duration = Duration::from_secs(2);
 
-/// The page's one parameter: `job`, a job's name or part of one (case-insensitive).
+/// The page's parameters: `job`, a job's name or part of one (case-insensitive), and `runs`,
+/// the jobs whose table of last runs is open (comma-separated names). Both live in the
+/// address, so the page's 10 s refresh, which reloads it, keeps what the user opened.
 #[derive(Debug, Default, Deserialize)]
 pub struct Filter {
     job: Option<String>,
+    runs: Option<String>,
 }
 
 /// Renders the page; 404 (with the page and the list of jobs) when the filter matches none.
@@ -70,6 +73,7 @@ pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) 
         config: &config,
         frame: &frame,
         wanted,
+        open: &open_runs(filter.runs.as_deref()),
         nodes: &nodes,
         live: &sources.membership.live(&sources.name),
         reads: &reads,
@@ -152,6 +156,8 @@ struct Page<'a> {
     config: &'a Config,
     frame: &'a Frame,
     wanted: Option<&'a str>,
+    /// The jobs whose table of last runs is open.
+    open: &'a [String],
     nodes: &'a [(String, bool)],
     /// The replicas of the membership view (this one alone without membership).
     live: &'a [String],
@@ -176,11 +182,49 @@ fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
         unknown => page.wanted.is_some() && page.views.is_empty(),
         job_names => page.config.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
         jobs => page.views,
+        toggles => page.views.iter().map(|v| toggle(page, &v.name)).collect::<Vec<_>>(),
         wins => shares.iter().map(|s| s.wins).sum::<usize>(),
         fleet => shares,
         strip_slots => STRIP_SLOTS,
         outcomes => OUTCOMES,
     })
+}
+
+/// `runs=a,b` as names.
+fn open_runs(runs: Option<&str>) -> Vec<String> {
+    runs.into_iter()
+        .flat_map(|r| r.split(','))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether `job`'s table of last runs is open, and the address that flips it while keeping the
+/// filter and the other open tables (a link, not `<details>`: the page has no script to carry
+/// an element's state across its refresh).
+fn toggle(page: &Page<'_>, job: &str) -> minijinja::Value {
+    let open = page.open.iter().any(|n| n == job);
+    let runs: Vec<&str> = page
+        .open
+        .iter()
+        .map(String::as_str)
+        .filter(|n| *n != job)
+        .chain((!open).then_some(job))
+        .collect();
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(wanted) = page.wanted {
+        query.append_pair("job", wanted);
+    }
+    if !runs.is_empty() {
+        query.append_pair("runs", &runs.join(","));
+    }
+    let query = query.finish();
+    let href = match query.is_empty() {
+        true => format!("/#job-{job}"),
+        false => format!("/?{query}#job-{job}"),
+    };
+    context! { open => open, href => href }
 }
 
 /// The page's template: placement only; every number and word is computed in Rust.
@@ -219,6 +263,7 @@ mod tests {
             config,
             frame: &frame,
             wanted,
+            open: &[],
             nodes: &[],
             live: &[],
             reads,
@@ -236,6 +281,49 @@ mod tests {
                 pause: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_runs_toggle_flips_its_job_and_keeps_the_filter_and_the_other_open_tables() {
+        let config = crate::config::parse(
+            Path::new("t.toml"),
+            "[[job]]\nname = \"a\"\nschedule = \"0 * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        let frame = Frame {
+            now: chrono::Utc::now(),
+            zone: chrono_tz::UTC,
+        };
+        let open = open_runs(Some("a, b,,"));
+        assert_eq!(open, ["a", "b"]);
+        let page = Page {
+            replica: "r",
+            config: &config,
+            frame: &frame,
+            wanted: Some("x y"),
+            open: &open,
+            nodes: &[],
+            live: &[],
+            reads: &[],
+            views: &[],
+        };
+        let href = |job| toggle(&page, job).get_attr("href").unwrap().to_string();
+        assert_eq!(
+            href("a"),
+            "/?job=x+y&runs=b#job-a",
+            "closes a, keeps b open"
+        );
+        assert_eq!(href("c"), "/?job=x+y&runs=a%2Cb%2Cc#job-c", "opens c too");
+        let page = Page {
+            wanted: None,
+            open: &[],
+            ..page
+        };
+        assert_eq!(
+            toggle(&page, "a").get_attr("href").unwrap().to_string(),
+            "/?runs=a#job-a"
+        );
     }
 
     #[test]

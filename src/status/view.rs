@@ -73,6 +73,9 @@ pub struct Cell {
     pub title: String,
     /// The slot's time (the last outcome shows how long ago it was).
     pub slot: Moment,
+    /// The run's error, shown in the overview as text: a tooltip needs a mouse and a steady
+    /// hand on a page that refreshes every 10 s.
+    pub error: Option<String>,
 }
 
 /// The pause in force, as the overview shows it.
@@ -124,7 +127,7 @@ pub struct JobView {
     pub strip: Vec<Cell>,
     /// `None` before its first run ended.
     pub chart: Option<Chart>,
-    /// Its last runs, newest first, for the collapsed table.
+    /// Its last runs, newest first, for the table its "show the last runs" link opens.
     pub runs: Vec<RunView>,
     /// Why its runs could not be read (the strip and chart are then empty, not all missed).
     pub history_error: Option<String>,
@@ -230,10 +233,15 @@ fn cell(entry: &Entry, frame: &Frame) -> Cell {
             title.push_str(&format!(" · {error}"));
         }
     }
+    let error = match &entry.fate {
+        Fate::Run(run) => run.error.clone(),
+        _ => None,
+    };
     Cell {
         outcome: entry.fate.outcome(),
         title,
         slot,
+        error,
     }
 }
 
