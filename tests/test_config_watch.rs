@@ -145,6 +145,7 @@ fn trace_logs_written_beside_the_config_do_not_feed_the_watcher() {
         text.len(),
         text.lines().count()
     );
+}
 
 /// The `slotcron_config_reloads_total` samples on the replica's /metrics, by result.
 fn reloads_counted(port: u16) -> Option<(String, String)> {
