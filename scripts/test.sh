@@ -55,14 +55,16 @@ apt_install_pkg() {
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$1"
 }
 
+# Through this script a missing tool fails the test that needs it instead of skipping it
+# (tests/common/tools.rs, `in_ci`): a check that did not run must not pass.
+export SLOTCRON_REQUIRE_TOOLS=1
+
 apt_install redis-server redis-server
 apt_install faketime faketime
-
-# Chromium renders the status page in tests/test_status_page.rs. Optional: where it cannot be
-# installed that test says so and skips.
-if ! command -v chromium >/dev/null 2>&1; then
-    ( apt_install chromium chromium ) || echo "scripts/test.sh: chromium could not be installed; the status page browser test will be skipped"
-fi
+# openssl makes the TLS tests' certificates (tests/test_security.rs).
+apt_install openssl openssl
+# Chromium renders the status page in tests/test_status_page.rs.
+apt_install chromium chromium
 
 # The ecosystem's own checkers (tests/test_prometheus.rs, tests/test_deploy.rs): Debian's
 # prometheus package brings the server and promtool; the Kubernetes and Dockerfile checkers come

@@ -2,9 +2,12 @@
 //! timeout costs each replica one timeout, once: 5 replica processes, 3 real nodes, a WeCom text
 //! job every second with a rate budget, and a local receiver speaking WeCom's answer that
 //! timestamps each arrival. Each test checks: no slot missed or doubled; the slots from 2 s after
-//! the fault until it ends arrive with lateness p99 under 60 ms; each replica logs the node's
-//! change of state once; after the fault ends the node is healthy again within a second and a
-//! key won after that is on all three nodes.
+//! the fault until it ends arrive with lateness p50 under 40 ms and p99 under 100 ms (see
+//! `LATENESS_P99_MS` for why not the 60 ms, which BENCHMARKS.md measures on a release
+//! build); each replica whose view the fault touches logs the node's change of state once each
+//! way (and the others never); after the fault ends that node is healthy again within a second;
+//! and it takes keys again: at least one slot won after that has its key on all three nodes (not
+//! every one: see the end of `a_broken_node_costs_one_timeout_once`).
 
 mod common;
 
@@ -20,10 +23,11 @@ const REPLICAS: usize = 5;
 const FAULT: Duration = Duration::from_secs(14);
 /// Slots this long after the fault starts are measured: the first timeouts teach the replicas.
 const SETTLE: Duration = Duration::from_secs(2);
-/// The bound on the lateness p99 of those slots is 60 ms. On this shared 2-core machine,
-/// loaded by other builds, 5 debug-build replicas measured p99 24 to 30 ms during the fault in
-/// most runs, but a replica that wakes 40 ms late (the load, with Redis healthy) tops a p99 of
-/// 12 slots: the bound has 40 ms of headroom. BENCHMARKS.md has the release-build numbers.
+/// The bound on the lateness p99 of those slots. The target is 60 ms; on this shared
+/// 2-core machine, loaded by other builds, 5 debug-build replicas measured p99 24 to 30 ms during
+/// the fault in most runs, but a replica that wakes 40 ms late (the load, with Redis healthy)
+/// tops a p99 of 12 slots: the test asserts 60 ms plus those 40 ms of headroom, and prints what
+/// it measured. BENCHMARKS.md has the release-build numbers against the 60 ms.
 const LATENESS_P99_MS: f64 = 100.0;
 /// Their median stays below one node timeout (50 ms): a fleet that still waited for the broken
 /// node on every slot would be above it.

@@ -303,15 +303,44 @@ async fn a_restarted_node_is_used_again_after_reconnecting() {
     assert!(on_all, "the restarted node never took a key again");
 }
 
+/// A node holding the key as another type answers with an error reply: the lock counts it as
+/// a failed node (not as ours, not as another holder). With the two other nodes up it is won on
+/// them; with one of them down too, only one node answered and the lock says so, naming the
+/// wrong-type node among the failed ones as a node that answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_type_on_one_node_counts_as_a_failed_node() {
     let cluster = RedisCluster::start(3);
-    let k = key("wrong-type");
-    redis_cmd(&cluster[0].url(), &["RPUSH", k.as_str(), "x"]).unwrap();
-    assert!(matches!(
-        lock(&cluster.urls(), "r", 0).acquire(&k, TTL).await,
-        Acquire::Won(_)
-    ));
+    let wrong_type = |job: &str| {
+        let k = key(job);
+        redis_cmd(&cluster[0].url(), &["RPUSH", k.as_str(), "x"]).unwrap();
+        k
+    };
+    let won = lock(&cluster.urls(), "r", 0)
+        .acquire(&wrong_type("wrong-type"), TTL)
+        .await;
+    assert!(matches!(won, Acquire::Won(_)), "{won:?}");
+    cluster[2].kill();
+    let result = lock(&cluster.urls(), "r", 0)
+        .acquire(&wrong_type("wrong-type-one-down"), TTL)
+        .await;
+    let Acquire::Unavailable(u) = result else {
+        panic!("one good node of three must not decide: {result:?}")
+    };
+    let needed = quorum(3);
+    assert_eq!(
+        u.reason,
+        UnavailableReason::NoQuorum {
+            answered: 1,
+            needed
+        }
+    );
+    let port = cluster[0].port().to_string();
+    let failed = u.errors.iter().find(|e| e.node.ends_with(&port));
+    assert!(
+        failed.is_some_and(|e| e.node_answered()),
+        "the wrong-type node is not counted as a failed node that answered: {u}"
+    );
+    assert_eq!(u.errors.len(), 2, "{u}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

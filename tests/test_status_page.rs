@@ -241,6 +241,10 @@ fn have_chromium() -> bool {
     if Path::new(CHROMIUM).exists() {
         return true;
     }
+    assert!(
+        !tools::in_ci(),
+        "{CHROMIUM} is not installed: scripts/test.sh installs Debian's chromium package"
+    );
     // Written past the test harness's output capture, so it shows in every run's log.
     let _ = writeln!(
         std::io::stderr(),

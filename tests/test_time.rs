@@ -81,28 +81,6 @@ fn fleet_config(nodes: &[String], receiver: &str, prefix: &str, clock: &str) -> 
     .render()
 }
 
-/// Watches `receiver` for `seconds`, stamping each new request with its arrival: returns each
-/// request's slot (X-Slotcron-Slot) and how many ms after the slot it arrived (±20 ms).
-async fn stamp_arrivals(receiver: &Receiver, seconds: u64) -> Vec<(String, i64)> {
-    let mut stamped = Vec::new();
-    let end = tokio::time::Instant::now() + Duration::from_secs(seconds);
-    while tokio::time::Instant::now() < end {
-        for r in receiver.received().iter().skip(stamped.len()) {
-            let slot = r
-                .headers
-                .get("x-slotcron-slot")
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_owned();
-            let slot_time: DateTime<Utc> = slot.parse().unwrap();
-            stamped.push((slot, (Utc::now() - slot_time).num_milliseconds()));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stamped
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
     let cluster = RedisCluster::start(3);
@@ -156,6 +134,12 @@ fn header(request: &wiremock::Request, name: &str) -> String {
         .to_owned()
 }
 
+/// Never early means 0 ms early: each request arrives at the receiver, whose clock is the true
+/// one (the nodes' `TIME` comes from the same machine clock), at or after its slot's instant.
+/// The only leeway is the measurement's, and it runs the lenient way: the receiver stamps a
+/// request when it has read it, after the replica sent it, so a send early by less than one
+/// local round trip (well under a millisecond) would still pass. Lateness gets an honest bound
+/// for a loaded 2-core machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_replica_never_fires_early_with_either_clock() {
     let cluster = RedisCluster::start(3);
@@ -172,13 +156,24 @@ async fn a_fast_replica_never_fires_early_with_either_clock() {
         let receiver = Receiver::start();
         let prefix = format!("fast-{clock}");
         let text = fleet_config(&cluster.urls(), &receiver.uri(), &prefix, clock);
-        let (_, arrivals) = tokio::join!(
-            Fleet::run_for(&text, vec![("fast", fast())], seconds),
-            stamp_arrivals(&receiver, seconds)
-        );
+        Fleet::run_for(&text, vec![("fast", fast())], seconds).await;
+        let arrivals: Vec<(String, i64)> = receiver
+            .received_at()
+            .iter()
+            .map(|(request, arrived)| {
+                let slot = header(request, "x-slotcron-slot");
+                let at: DateTime<Utc> = slot.parse().unwrap();
+                (slot, (*arrived - at).num_microseconds().unwrap())
+            })
+            .collect();
+        eprintln!("clock = {clock}: µs after the slot: {arrivals:?}");
         assert!(arrivals.len() >= 2, "clock = {clock}: {arrivals:?}");
         assert!(
-            arrivals.iter().all(|(_, ms)| (-300..1_000).contains(ms)),
+            arrivals.iter().all(|(_, us)| *us >= 0),
+            "clock = {clock}: a 5 s fast replica fired early: {arrivals:?}"
+        );
+        assert!(
+            arrivals.iter().all(|(_, us)| *us < 1_000_000),
             "clock = {clock}: a 5 s fast replica should fire at the slot: {arrivals:?}"
         );
     }

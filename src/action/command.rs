@@ -149,6 +149,8 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
 
 // --- Checking the `[job.action]` table (at load) ---
 
+/// `type = "command"` as written: `argv` and `shell` both optional here so that `parse` can
+/// say "give either" in one error instead of serde's two.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCommand {

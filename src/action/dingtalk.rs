@@ -99,6 +99,8 @@ pub fn classify(answer: &Answer) -> Verdict {
 /// The robot's documented rate limit, the default `rate`.
 const DEFAULT_RATE: &str = "20/min";
 
+/// `type = "dingtalk"` as written: one flat table for every `msgtype`; `parse` checks that only
+/// the chosen type's fields are set, naming any other.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDingTalk {
@@ -119,6 +121,7 @@ pub(crate) struct RawDingTalk {
     pub(crate) rate: Option<String>,
 }
 
+/// `msgtype` as DingTalk spells it (`actionCard` in camel case, hence the renames).
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RawDingTalkMsgType {
     #[serde(rename = "text")]
@@ -131,6 +134,7 @@ pub(crate) enum RawDingTalkMsgType {
     ActionCard,
 }
 
+/// One button of an `actionCard`, as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawButton {

@@ -74,6 +74,8 @@ pub fn classify(answer: &Answer) -> Verdict {
 /// The robot's documented rate limit, the default `rate`.
 const DEFAULT_RATE: &str = "100/min";
 
+/// `type = "feishu"` as written: one flat table for every `msg_type`; `parse` checks that only
+/// the chosen type's field is set, and turns `post`/`card` into the JSON it sends, once.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFeishu {
@@ -86,6 +88,7 @@ pub(crate) struct RawFeishu {
     pub(crate) rate: Option<String>,
 }
 
+/// `msg_type` as Feishu spells it; `parse` pairs it with the one field it needs.
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum RawFeishuMsgType {

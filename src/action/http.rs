@@ -107,6 +107,8 @@ fn json_pointer(dotted: &str) -> String {
 
 // --- Checking the `[job.action]` table (at load) ---
 
+/// `type = "http"` as written: method, status range and headers stay strings here so that
+/// `parse` checks each and names the key at fault.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHttp {
@@ -121,6 +123,8 @@ pub(crate) struct RawHttp {
     pub(crate) retry_uncertain: Option<bool>,
 }
 
+/// `success_json = { field, equals }` as written: the answer counts as delivered only when the
+/// JSON `field` of the reply equals `equals`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSuccessJson {

@@ -57,6 +57,7 @@ pub fn classify(answer: &Answer) -> Verdict {
 /// The robot's documented rate limit, the default `rate`.
 const DEFAULT_RATE: &str = "1/s";
 
+/// `type = "slack"` as written: `text`, `blocks` or both; `parse` builds the JSON body once.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSlack {

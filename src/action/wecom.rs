@@ -486,6 +486,9 @@ fn errcode_verdict<T>(errcode: i64, errmsg: &str, ok: T) -> Verdict<T> {
 /// The robot's documented rate limit, the default `rate`.
 const DEFAULT_RATE: &str = "20/min";
 
+/// `type = "wecom"` as written: one flat table for every `msgtype`, as WeCom's own docs lay the
+/// fields out; `parse` checks that only the fields of the chosen `msgtype` are set (naming any
+/// other) and checks the files it names (present, within WeCom's size limits) at load.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawWecom {
@@ -502,6 +505,7 @@ pub(crate) struct RawWecom {
     pub(crate) rate: Option<String>,
 }
 
+/// One `articles` entry of a `news` message, as written; checked like the other URLs.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawArticle {

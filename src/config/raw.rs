@@ -15,18 +15,26 @@ use crate::action::log::RawLog;
 use crate::action::slack::RawSlack;
 use crate::action::wecom::RawWecom;
 
+/// `[scheduler]` as written: every key optional (the table itself may be absent, hence
+/// `Default`), so the checker can apply each default in one place and bound each duration
+/// with an error that names the key.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawScheduler {
+    /// The default zone of every job's schedule: an IANA name, checked against chrono-tz.
     pub timezone: Option<String>,
+    /// The first part of every Redis key: checked non-empty and free of whitespace.
     pub key_prefix: Option<String>,
+    /// How far the replicas' clocks may disagree; bounded by the checker.
     #[serde(default, with = "humantime_serde")]
     pub max_clock_skew: Option<Duration>,
+    /// Which clock slots are scheduled on.
     pub clock: Option<RawClockMode>,
     /// The `[alert.NAME]` every job without its own `on_failure` uses.
     pub on_failure: Option<String>,
     /// How many replicas race each slot: a count, or `"all"`.
     pub candidates: Option<RawCandidates>,
+    /// How much later each further candidate joins the race; bounded by the checker.
     #[serde(default, with = "humantime_serde")]
     pub candidate_stagger: Option<Duration>,
 }
@@ -35,52 +43,86 @@ pub struct RawScheduler {
 #[derive(Debug, Deserialize, Clone)]
 #[serde(untagged)]
 pub enum RawCandidates {
+    /// A number as written (signed, so that `0` and `-1` reach the checker and get its error).
     Count(i64),
+    /// A word: only `"all"` passes the checker.
     Word(String),
 }
 
+/// `clock = "redis" | "local"` as spelled in the file. Kept apart from [`super::ClockMode`] so
+/// the domain type carries no serde spelling, and an absent key gets its default (`redis`) in
+/// the checker, with the other defaults.
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawClockMode {
+    /// Schedule on the fleet clock (the Redis nodes' `TIME`).
     Redis,
+    /// Schedule on this replica's wall clock.
     Local,
 }
 
+/// `[redis]` as written: the node URLs stay strings here so the checker can parse each one and
+/// name the entry at fault (and warn about an even count); the lock's tuning is optional, its
+/// defaults applied by the checker.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
+    /// `redis://` or `rediss://` URLs, one per independent node.
     pub nodes: Vec<String>,
+    /// Bound on one node's answer in a race.
     #[serde(default, with = "humantime_serde")]
     pub node_timeout: Option<Duration>,
+    /// Extra attempts after a split vote.
     pub retry_count: Option<u32>,
+    /// Upper bound of the random delay between attempts.
     #[serde(default, with = "humantime_serde")]
     pub retry_delay: Option<Duration>,
+    /// The CA that signs `rediss://` nodes' certificates, relative to the config's directory.
     pub ca_file: Option<std::path::PathBuf>,
 }
 
+/// One `[[job]]` as written: the cron, zone, calendar and alert stay strings here because
+/// checking them needs the rest of the file (the scheduler's zone, the `[calendar.NAME]` and
+/// `[alert.NAME]` tables) and an error that names the job.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawJob {
+    /// The job's name: unique, part of its Redis keys.
     pub name: String,
+    /// A 5- or 6-field cron expression.
     pub schedule: String,
+    /// The job's zone, over `[scheduler] timezone`.
     pub timezone: Option<String>,
+    /// How long one run may take.
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
+    /// `false`: the job is checked but not scheduled.
     pub enabled: Option<bool>,
+    /// What a slot does while the previous run still goes on.
     pub overlap: Option<RawOverlap>,
+    /// How far back a starting replica looks for missed slots.
     #[serde(default, with = "humantime_serde")]
     pub catch_up: Option<Duration>,
+    /// Which of the missed slots it runs.
     pub catch_up_policy: Option<RawCatchUpPolicy>,
+    /// The `[calendar.NAME]` whose days filter the schedule.
     pub calendar: Option<String>,
+    /// Which of that calendar's days the job runs on.
     pub days: Option<RawDays>,
+    /// The `[alert.NAME]` told when a slot fails.
     pub on_failure: Option<String>,
+    /// `[job.action]`, by its `type`.
     pub action: RawAction,
 }
 
+/// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into
+/// [`crate::calendar::Days`] only together with a `calendar` (days without one is an error).
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawDays {
+    /// The calendar's working days.
     Workdays,
+    /// The calendar's days off.
     Holidays,
 }
 
@@ -88,43 +130,68 @@ pub enum RawDays {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCalendar {
+    /// The name of a built-in data set (`cn`).
     pub builtin: Option<String>,
+    /// An .ics file, relative to the config's directory.
     pub ics: Option<PathBuf>,
     /// Dates as strings or TOML dates; checked one by one so an error names the entry.
     #[serde(default)]
     pub holidays: Vec<toml::Value>,
+    /// Working days over the others (a weekend made a working day), read like `holidays`.
     #[serde(default)]
     pub workdays: Vec<toml::Value>,
 }
 
+/// `overlap = "skip" | "allow"` as spelled in the file. Kept apart from [`super::Overlap`] so
+/// the domain type carries no serde spelling and the default (`skip`) is the checker's.
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawOverlap {
+    /// A slot due while the previous run goes on is skipped.
     Skip,
+    /// It runs anyway.
     Allow,
 }
 
+/// `catch_up_policy = "latest" | "all"` as spelled in the file. Kept apart from
+/// [`super::CatchUpPolicy`] so the domain type carries no serde spelling and the default
+/// (`latest`) is the checker's.
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawCatchUpPolicy {
+    /// Only the most recent missed slot runs.
     Latest,
+    /// Every missed slot in the window runs.
     All,
 }
 
+/// `[http]` as written: `listen` stays a string so a bad address gets the checker's error,
+/// which names the key and shows the expected form, instead of serde's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHttpServer {
+    /// Address and port of the metrics, health and status endpoints (`0.0.0.0:9090`).
     pub listen: String,
 }
 
+/// `[job.action]` as written, chosen by its `type`: each variant is the action module's own raw
+/// table, so every action keeps its keys and their checks beside its code, and an unknown
+/// `type` or a key of another type is serde's error naming the job.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum RawAction {
+    /// `type = "wecom"`: a WeCom group robot.
     Wecom(RawWecom),
+    /// `type = "dingtalk"`: a DingTalk custom robot.
     DingTalk(RawDingTalk),
+    /// `type = "feishu"`: a Feishu (Lark) custom bot.
     Feishu(RawFeishu),
+    /// `type = "slack"`: a Slack incoming webhook.
     Slack(RawSlack),
+    /// `type = "http"`: any HTTP request.
     Http(RawHttp),
+    /// `type = "command"`: a local command.
     Command(RawCommand),
+    /// `type = "log"`: a log line only.
     Log(RawLog),
 }

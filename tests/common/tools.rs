@@ -9,9 +9,14 @@ pub fn tools_venv() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools-venv")
 }
 
-/// Whether this run is CI's (`CI=true`), where a missing tool is a failure, not a skip.
+/// Whether a missing tool is a failure, not a skip: in CI (`CI=true`), and in every run of the
+/// README's test command, `bash scripts/test.sh`, which installs the tools and exports
+/// `SLOTCRON_REQUIRE_TOOLS=1` so that a check that could not run fails instead of passing. A bare
+/// `cargo test` outside CI still skips (saying so), for a quick run on a machine without them.
 pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+    let set =
+        |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    set("CI") || set("SLOTCRON_REQUIRE_TOOLS")
 }
 
 /// The tool `name`, or `None` (with the reason printed) outside CI when it is not installed.
