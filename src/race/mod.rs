@@ -23,6 +23,7 @@ use crate::action::template::Templates;
 use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
 use crate::control::Control;
+use crate::fleet_clock::FleetClock;
 use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
@@ -59,6 +60,8 @@ enum Outside {
     Early(Duration),
     /// This long after the slot, past the start window.
     Late(Duration),
+    /// The fleet clock was never measured: no slot is judged on a guess.
+    Unmeasured,
 }
 
 /// Why a slot is being raced.
@@ -102,6 +105,9 @@ pub struct RaceContext {
     pub scrubber: Arc<Scrubber>,
     /// The timeline's clock and the fleet clock the window guard judges slots on.
     pub clock: SharedClock,
+    /// The fleet clock behind `clock` with `[redis]`: measured again before each race, so a
+    /// freeze since the last measurement is seen before a stale slot is raced.
+    pub fleet: Option<Arc<FleetClock>>,
     /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
     pub key_prefix: String,
     /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
@@ -144,6 +150,8 @@ pub enum SlotResult {
         /// How long before the slot this replica's race came, on the fleet clock.
         early: Duration,
     },
+    /// The fleet clock was never measured (no Redis node answered `TIME`): not raced.
+    Unmeasured,
     /// Another replica holds the slot: it runs there.
     Lost {
         /// The winner's lock token: it names the replica that runs the slot.
@@ -192,7 +200,9 @@ impl SlotResult {
     /// The outcome of the slot's final log line.
     pub fn outcome(&self) -> Outcome {
         match self {
-            SlotResult::Late { .. } | SlotResult::Early { .. } => Outcome::Skipped,
+            SlotResult::Late { .. } | SlotResult::Early { .. } | SlotResult::Unmeasured => {
+                Outcome::Skipped
+            }
             SlotResult::Overlapping { .. } => Outcome::Overlapped,
             SlotResult::Lost { .. } => Outcome::Lost,
             SlotResult::Unavailable(_) => Outcome::Unavailable,
@@ -319,6 +329,23 @@ impl RaceContext {
         job.timeout + self.max_clock_skew + self.start_window() + KEY_MARGIN
     }
 
+    /// How late (on the fleet clock) a scheduled slot may still be raced: its start window, and
+    /// never past its key's `ttl` less [`KEY_MARGIN`], after which the winner's key may have
+    /// expired and a second win would run the slot twice. (The start window is below that
+    /// bound by construction; this keeps it so whatever the window becomes.)
+    pub fn latest_start(&self, ttl: Duration) -> Duration {
+        self.start_window().min(ttl.saturating_sub(KEY_MARGIN))
+    }
+
+    /// Waits until the fleet clock has been measured once (at once without `[redis]`); false
+    /// when the replica shuts down first.
+    pub async fn until_measured(&self) -> bool {
+        match &self.fleet {
+            Some(fleet) => fleet.until_measured(&self.shutdown).await,
+            None => true,
+        }
+    }
+
     /// Races for a scheduled `slot` of `job` and, if won, runs it.
     ///
     /// The test seam: tests and benches race one slot without a timeline; the scheduler races
@@ -338,7 +365,7 @@ impl RaceContext {
 
     /// Races for `slot` of `job`: logs the outcome; a win is still to run.
     pub async fn claim(&self, job: &Arc<Job>, slot: Slot, kind: RaceKind) -> Claim {
-        if let Some(outside) = self.outside_window(slot, kind).await {
+        if let Some(outside) = self.outside_window(slot, kind, self.key_ttl(job)).await {
             return Claim::Settled(self.skip(job, slot, outside));
         }
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
@@ -365,6 +392,11 @@ impl RaceContext {
             return None;
         }
         let slot = offer.slot()?;
+        if !self.clock.measured() {
+            tracing::debug!(job = %job.name, replica = %self.replica,
+                "handoff offer not taken: the fleet clock is not measured yet");
+            return None;
+        }
         let late = (self.clock.now() - self.handoff_deadline(job, slot)).to_std();
         if let Ok(late) = late {
             let message = format!(
@@ -406,7 +438,9 @@ impl RaceContext {
         kind: RaceKind,
         rank: Option<usize>,
     ) -> Vec<Claim> {
-        if let Some(outside) = self.outside_window(slot, kind).await {
+        let ttl = jobs.iter().map(|job| self.key_ttl(job)).min();
+        let ttl = ttl.unwrap_or_default();
+        if let Some(outside) = self.outside_window(slot, kind, ttl).await {
             return jobs
                 .iter()
                 .map(|job| Claim::Settled(self.skip(job, slot, outside)))
@@ -465,10 +499,17 @@ impl RaceContext {
 
     /// The guard before every race, on the fleet clock (not the timeline's): a replica never
     /// races a slot before its instant, whatever its timeline says (a fast or stepped wall
-    /// clock under `clock = "local"`, a re-measured fleet offset). A slot up to [`EARLY_WAIT`]
-    /// ahead is waited for; one further ahead is skipped as early. A scheduled slot past the
-    /// start window is skipped as late.
-    async fn outside_window(&self, slot: Slot, kind: RaceKind) -> Option<Outside> {
+    /// clock under `clock = "local"`, a re-measured fleet offset). The fleet clock is measured
+    /// again first ([`FleetClock::verify`]), and a clock never measured races nothing. A slot
+    /// up to [`EARLY_WAIT`] ahead is waited for; one further ahead is skipped as early. A
+    /// scheduled slot past [`RaceContext::latest_start`] (for keys of `ttl`) is skipped as late.
+    async fn outside_window(&self, slot: Slot, kind: RaceKind, ttl: Duration) -> Option<Outside> {
+        if let (Some(fleet), Some(nodes)) = (&self.fleet, self.lock.nodes()) {
+            fleet.verify(nodes, &self.metrics, &self.replica).await;
+        }
+        if !self.clock.measured() {
+            return Some(Outside::Unmeasured);
+        }
         let ahead = |now: DateTime<Utc>| {
             (slot.instant() - now)
                 .to_std()
@@ -487,7 +528,8 @@ impl RaceContext {
         let late = (self.clock.fleet_now() - slot.instant())
             .to_std()
             .unwrap_or_default();
-        (kind == RaceKind::Scheduled && late > self.start_window()).then_some(Outside::Late(late))
+        (kind == RaceKind::Scheduled && late > self.latest_start(ttl))
+            .then_some(Outside::Late(late))
     }
 
     /// Logs and counts a slot the guard refused.
@@ -495,7 +537,22 @@ impl RaceContext {
         match outside {
             Outside::Late(late) => self.skip_late(job, slot, late),
             Outside::Early(early) => self.skip_early(job, slot, early),
+            Outside::Unmeasured => self.skip_unmeasured(job, slot),
         }
+    }
+
+    /// The fleet clock was never measured: the slot belongs to the replicas that measured it.
+    fn skip_unmeasured(&self, job: &Job, slot: Slot) -> SlotResult {
+        self.report(SlotLine {
+            reason: Some("unmeasured"),
+            ..SlotLine::new(
+                &job.name,
+                slot,
+                Outcome::Skipped,
+                "the fleet clock is not measured yet (no Redis node answered TIME): not racing",
+            )
+        });
+        SlotResult::Unmeasured
     }
 
     /// Before the slot on the fleet clock: the slot belongs to the replicas on time.
@@ -986,6 +1043,7 @@ fn finish_record(record: &mut RunRecord, result: &SlotResult) {
         }
         SlotResult::Late { .. }
         | SlotResult::Early { .. }
+        | SlotResult::Unmeasured
         | SlotResult::Lost { .. }
         | SlotResult::Unavailable(_) => {}
     }
