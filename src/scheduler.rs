@@ -96,15 +96,9 @@ pub(crate) async fn timeline(
         handover,
         hand_on,
     } = generation;
-    let measured = match &fleet {
-        Some(f) => f.until_measured(&shutdown).await,
-        None => true,
-    };
-    let from = armed_from(ctx.clock.now(), handover).await;
-    if !measured {
-        let _ = hand_on.send(from);
+    let Some(from) = armed_from(&ctx, fleet.as_deref(), &shutdown, handover).await else {
         return;
-    }
+    };
     let mut rearms = fleet.as_ref().map(|f| f.rearms());
     let mut timeline = Timeline::new(jobs.clone(), from, &ctx.replica);
     while let Some(slot) = timeline.next() {
@@ -151,17 +145,28 @@ pub(crate) struct Generation {
     pub hand_on: oneshot::Sender<DateTime<Utc>>,
 }
 
-/// The instant a new timeline arms after: `now`, or just before the slot the previous
-/// generation was waiting for, when that is earlier (a reload at the slot's instant hands the
-/// slot over instead of dropping it; the race's guard still judges it on the fleet clock).
+/// The instant a new timeline arms after, once the fleet clock has been measured (`None`:
+/// shutdown came first; nothing is armed or handed on, so the next generation arms from its
+/// own "now"): the clock's time, or just before the slot the previous generation was waiting
+/// for when that is earlier (a reload at the slot's instant hands the slot over instead of
+/// dropping it; the race's guard still judges it on the fleet clock).
 async fn armed_from(
-    now: DateTime<Utc>,
+    ctx: &RaceContext,
+    fleet: Option<&FleetClock>,
+    shutdown: &CancellationToken,
     handover: Option<oneshot::Receiver<DateTime<Utc>>>,
-) -> DateTime<Utc> {
-    let Some(handover) = handover else {
-        return now;
+) -> Option<DateTime<Utc>> {
+    if let Some(fleet) = fleet {
+        if !fleet.until_measured(shutdown).await {
+            return None;
+        }
+    }
+    let pending = match handover {
+        Some(handover) => handover.await.ok(),
+        None => None,
     };
-    handover.await.map_or(now, |pending| pending.min(now))
+    let now = ctx.clock.now();
+    Some(pending.map_or(now, |pending| pending.min(now)))
 }
 
 /// After a wake: a step of the wall clock is reported, and a wake that came more than
