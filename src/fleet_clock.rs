@@ -452,6 +452,27 @@ mod tests {
     }
 
     #[test]
+    fn a_new_fleet_clock_is_unmeasured_and_only_a_move_past_the_bound_is_a_jump() {
+        let fleet = FleetClock::new(Arc::new(SteppedClock::default()), true);
+        assert!(
+            !fleet.measured(),
+            "the wall clock's guess is not a measurement"
+        );
+        let ms = chrono::Duration::milliseconds;
+        let again = |moved| Measurement::Again {
+            offset: ms(0),
+            moved,
+        };
+        assert_eq!(again(ms(-35_000)).jump(), Some(ms(-35_000)));
+        assert_eq!(again(ms(1_200)).jump(), Some(ms(1_200)));
+        assert_eq!(again(ms(400)).jump(), None, "round trips differ");
+        let first = Measurement::First {
+            offset: ms(-35_000),
+        };
+        assert_eq!(first.jump(), None, "the first measurement replaces a guess");
+    }
+
+    #[test]
     fn median_of_samples_takes_the_lower_middle_of_an_even_count() {
         assert_eq!(lower_median(vec![]), None);
         assert_eq!(lower_median(vec![5]), Some(5));

@@ -234,3 +234,61 @@ fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
         replicas[2].lines()
     );
 }
+
+/// While no node answers `TIME`, `/readyz` says not ready and why, and the replica logs that it
+/// races nothing; once the nodes answer, it is ready within the retry period and says so.
+#[test]
+fn readyz_is_not_ready_until_the_fleet_clock_is_measured() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxies: Vec<FaultyProxy> = cluster
+        .iter()
+        .map(|n| FaultyProxy::start(n.addr()))
+        .collect();
+    for p in &proxies {
+        p.set_refuse(true);
+    }
+    let urls: Vec<String> = proxies.iter().map(FaultyProxy::redis_url).collect();
+    let port = common::free_port();
+    let text = tick_config(&urls, &receiver.uri(), "ready")
+        + &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let replica = Replica::run(write_config(dir.path(), &text), "cold", &[]);
+    let unready = common::wait_until(Duration::from_secs(10), || {
+        common::http_get(port, "/readyz").filter(|r| r.status == 503)
+    });
+    let unready =
+        unready.unwrap_or_else(|| panic!("/readyz never said not ready: {:?}", replica.lines()));
+    assert!(
+        unready.body.contains("fleet clock is not measured"),
+        "{}",
+        unready.body
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        receiver.count(),
+        0,
+        "a slot was sent on an unmeasured clock"
+    );
+    for p in &proxies {
+        p.set_refuse(false);
+    }
+    let opened = std::time::Instant::now();
+    let ready = common::wait_until(Duration::from_secs(10), || {
+        common::http_get(port, "/readyz").filter(|r| r.status == 200)
+    });
+    assert!(
+        ready.is_some(),
+        "/readyz never became ready: {:?}",
+        replica.lines()
+    );
+    eprintln!(
+        "ready {} ms after the nodes opened",
+        opened.elapsed().as_millis()
+    );
+    let lines = replica.lines();
+    assert!(
+        lines.iter().any(|l| l.contains("racing slots from now")),
+        "{lines:?}"
+    );
+}
