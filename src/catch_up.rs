@@ -36,6 +36,10 @@ pub(crate) fn turns() -> Arc<Semaphore> {
 /// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
 /// Each read of the nodes waits for its turn in `turns`.
 pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+    // The look-back reads "now" on the fleet clock: never on an unmeasured guess.
+    if !ctx.until_measured().await {
+        return;
+    }
     if job.catch_up.is_some() {
         catch_up(ctx.clone(), job.clone(), &turns).await;
     }
@@ -135,6 +139,9 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
 /// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
 /// schedules it, so the next start catches up what it misses after this.
 pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+    if !ctx.until_measured().await {
+        return;
+    }
     let Ok(_turn) = turns.acquire().await else {
         return;
     };

@@ -9,14 +9,22 @@
 //! than [`STEP_BOUND`] since the last look is a step, logged and counted; with
 //! `clock = "local"` (scheduling on the wall clock) the timeline is rebuilt from the stepped
 //! time. The offset is logged when it exceeds half of `max_clock_skew` and exported as a metric.
+//!
+//! The fleet clock defends itself. It is never trusted before one measurement has succeeded:
+//! until then the replica races nothing, `/readyz` says not ready, and the measurer retries
+//! every [`MEASURE_RETRY`]. And time may jump where neither local clock can see it (a VM
+//! frozen and resumed, whose monotonic clock stood still too): every scheduled race measures
+//! again first (one `TIME` per node per instant), as does the measurer when a timeline wake
+//! comes later than it slept for; a measurement that moves the fleet's time by more than
+//! [`JUMP_BOUND`] is a jump, logged and counted like a step, and the timeline is re-armed.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +35,13 @@ use crate::schedule::{Clock, SharedClock};
 
 /// How often the offset is measured again.
 pub const MEASURE_EVERY: Duration = Duration::from_secs(60);
+/// How often a replica whose fleet clock was never measured tries again: it races nothing
+/// until one measurement succeeds, so a cold start of the cluster costs seconds, not a minute.
+pub const MEASURE_RETRY: Duration = Duration::from_secs(1);
+/// A measurement that moves the fleet's time by more than this against the last one is a
+/// jump (a freeze the monotonic clock did not see). Two honest measurements differ by their
+/// round trips (each bounded by half a second) and the nodes' slewing: far below a second.
+pub const JUMP_BOUND: Duration = Duration::from_secs(1);
 /// Bound on one node's `TIME`.
 const TIME_TIMEOUT: Duration = Duration::from_millis(500);
 /// A wall clock that moved this much more (or less) than the monotonic clock since the last
@@ -48,8 +63,45 @@ pub struct FleetClock {
     /// The wall clock's time at `base` as of the last look, in µs since the epoch. A mutex so a
     /// look compares and re-anchors as one (two tasks look: the timeline and the measurer).
     wall_at_base_us: Mutex<i64>,
-    /// Counts the steps seen: a timeline scheduling on the wall clock rebuilds on a change.
-    steps: watch::Sender<u64>,
+    /// Whether one measurement has succeeded: before it, `fleet_at_base_us` is only the wall
+    /// clock's guess and no slot is raced on it.
+    measured: watch::Sender<bool>,
+    /// Counts the re-arms asked of the timeline: a jump of the fleet clock, or a step of the
+    /// wall clock when slots are scheduled on it.
+    rearms: watch::Sender<u64>,
+    /// Wakes the measurer at once: a step of the wall clock, a timeline wake that came late.
+    remeasure: Notify,
+    /// Set when the first measurement failed, so its success is logged as the end of the wait.
+    waited: AtomicBool,
+}
+
+/// What one measurement found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measurement {
+    /// No node answered `TIME`: the previous measurement, if any, stays.
+    NoAnswer,
+    /// The first successful measurement: the wall clock's guess is replaced.
+    First {
+        /// Fleet time minus this replica's wall clock.
+        offset: chrono::Duration,
+    },
+    /// A later one, which moved the fleet's time by `moved` against the last.
+    Again {
+        /// Fleet time minus this replica's wall clock.
+        offset: chrono::Duration,
+        /// How far the fleet's time moved: beyond [`JUMP_BOUND`], a jump.
+        moved: chrono::Duration,
+    },
+}
+
+impl Measurement {
+    /// The jump this measurement revealed, if it moved the fleet's time past [`JUMP_BOUND`].
+    pub fn jump(self) -> Option<chrono::Duration> {
+        let Measurement::Again { moved, .. } = self else {
+            return None;
+        };
+        (moved.abs() > chrono::Duration::from_std(JUMP_BOUND).ok()?).then_some(moved)
+    }
 }
 
 impl fmt::Debug for FleetClock {
@@ -70,6 +122,10 @@ impl Clock for FleetClock {
         }
     }
 
+    fn measured(&self) -> bool {
+        *self.measured.borrow()
+    }
+
     fn fleet_now(&self) -> DateTime<Utc> {
         let us = self.fleet_at_base_us.load(Ordering::Relaxed) + self.elapsed_us();
         DateTime::from_timestamp_micros(us).unwrap_or_else(|| self.local.now())
@@ -87,7 +143,10 @@ impl FleetClock {
             base,
             fleet_at_base_us: AtomicI64::new(wall),
             wall_at_base_us: Mutex::new(wall),
-            steps: watch::Sender::new(0),
+            measured: watch::Sender::new(false),
+            rearms: watch::Sender::new(0),
+            remeasure: Notify::new(),
+            waited: AtomicBool::new(false),
         })
     }
 
@@ -101,9 +160,25 @@ impl FleetClock {
         !self.apply
     }
 
-    /// Changes on every step seen.
-    pub fn steps(&self) -> watch::Receiver<u64> {
-        self.steps.subscribe()
+    /// Changes whenever the timeline must be re-armed: a jump of the fleet clock, or a step of
+    /// the wall clock when slots are scheduled on it (`clock = "local"`).
+    pub fn rearms(&self) -> watch::Receiver<u64> {
+        self.rearms.subscribe()
+    }
+
+    /// Waits until one measurement has succeeded; false if `shutdown` came first.
+    pub async fn until_measured(&self, shutdown: &CancellationToken) -> bool {
+        let mut measured = self.measured.subscribe();
+        tokio::select! {
+            ok = measured.wait_for(|m| *m) => ok.is_ok(),
+            _ = shutdown.cancelled() => false,
+        }
+    }
+
+    /// Asks the measurer to measure at once (a timeline wake came later than it slept for: the
+    /// process or its VM may have been frozen).
+    pub fn suspect(&self) {
+        self.remeasure.notify_one();
     }
 
     fn elapsed_us(&self) -> i64 {
@@ -111,20 +186,29 @@ impl FleetClock {
     }
 
     /// Measures the fleet's time against `nodes` (those that are not suspect; the suspect ones
-    /// too when no other answers) and keeps it; returns the offset (fleet minus wall). `None`
-    /// when no node answered (the previous measurement stays).
-    pub async fn measure(&self, nodes: &Nodes) -> Option<chrono::Duration> {
+    /// too when no other answers) and keeps it. Waits for a majority's answers at most (or
+    /// every node that is not suspect), so a hung node does not hold up the race that asks.
+    pub async fn measure(&self, nodes: &Nodes) -> Measurement {
         let base = self.base;
+        let quorum = nodes.quorum();
         let replies = nodes
             .ask(
                 move |node| sample(base, node),
-                |r| r.settled() && r.answered() > 0,
+                move |r| r.answered() >= quorum || (r.settled() && r.answered() > 0),
             )
             .await;
-        let fleet_at_base = median(replies.values().flatten().copied().collect())?;
-        self.fleet_at_base_us
-            .store(fleet_at_base, Ordering::Relaxed);
-        Some(self.offset())
+        let Some(fleet_at_base) = lower_median(replies.values().flatten().copied().collect())
+        else {
+            return Measurement::NoAnswer;
+        };
+        // A swap: of two measurements at once, only one sees the move (and reports a jump).
+        let before = self.fleet_at_base_us.swap(fleet_at_base, Ordering::Relaxed);
+        let offset = self.offset();
+        if !self.measured.send_replace(true) {
+            return Measurement::First { offset };
+        }
+        let moved = chrono::Duration::microseconds(fleet_at_base - before);
+        Measurement::Again { offset, moved }
     }
 
     /// How far the wall clock stepped since the last look, when more than [`STEP_BOUND`].
@@ -163,8 +247,36 @@ impl FleetClock {
             if step_ms > 0 { "forward" } else { "back" },
             step_ms.abs()
         );
-        self.steps.send_modify(|n| *n += 1);
+        self.remeasure.notify_one();
+        if !self.apply {
+            self.rearms.send_modify(|n| *n += 1);
+        }
         true
+    }
+
+    /// Logs and counts a jump of the fleet's time (like a step) and re-arms the timeline.
+    pub fn report_jump(&self, jump: chrono::Duration, metrics: &Metrics, replica: &str) {
+        let jump_ms = jump.num_milliseconds();
+        metrics.clock_step(jump_ms);
+        tracing::warn!(
+            replica,
+            jump_ms,
+            "the fleet clock jumped {} by {} ms against the Redis nodes' TIME (a frozen or \
+             resumed VM or process: the monotonic clock did not see it); re-measured, \
+             re-arming the timeline; slots past their start window are not raced",
+            if jump_ms > 0 { "forward" } else { "back" },
+            jump_ms.abs()
+        );
+        self.rearms.send_modify(|n| *n += 1);
+    }
+
+    /// Measures again before a race and reports a jump it reveals: a slot is then judged on
+    /// the nodes' time, even when this process was frozen since the last measurement.
+    pub async fn verify(&self, nodes: &Nodes, metrics: &Metrics, replica: &str) {
+        let measured = self.measure(nodes).await;
+        if let Some(jump) = measured.jump() {
+            self.report_jump(jump, metrics, replica);
+        }
     }
 }
 
@@ -184,21 +296,20 @@ async fn sample(base: Instant, node: Arc<Node>) -> Result<Option<i64>, NodeError
     }))
 }
 
-fn median(mut samples: Vec<i64>) -> Option<i64> {
+/// The median of `samples`, the lower of the two middle ones when they are even: with one node
+/// down and another's host clock off, the fleet clock errs late, never early (the average of
+/// two would move it by half the bad node's error either way).
+fn lower_median(mut samples: Vec<i64>) -> Option<i64> {
     if samples.is_empty() {
         return None;
     }
     samples.sort_unstable();
-    let mid = samples.len() / 2;
-    Some(if samples.len().is_multiple_of(2) {
-        (samples[mid - 1] + samples[mid]) / 2
-    } else {
-        samples[mid]
-    })
+    samples.get((samples.len() - 1) / 2).copied()
 }
 
-/// Measures every [`MEASURE_EVERY`], and at once after a step of the wall clock, until
-/// shutdown, logging large offsets and steps.
+/// Measures every [`MEASURE_EVERY`] (every [`MEASURE_RETRY`] until the first measurement
+/// succeeds), and at once after a step of the wall clock or a late timeline wake, until
+/// shutdown, logging large offsets, steps and jumps.
 pub async fn keep_measuring(
     clock: Arc<FleetClock>,
     nodes: Arc<Nodes>,
@@ -207,21 +318,25 @@ pub async fn keep_measuring(
     replica: String,
     shutdown: CancellationToken,
 ) {
-    let mut steps = clock.steps();
     loop {
+        let period = if clock.measured() {
+            MEASURE_EVERY
+        } else {
+            MEASURE_RETRY
+        };
         tokio::select! {
-            _ = tokio::time::sleep(MEASURE_EVERY) => {}
+            _ = tokio::time::sleep(period) => {}
             // A step may also be the monotonic clock standing still (a VM suspended and
             // resumed): the fleet's time is measured again at once rather than within a minute.
-            Ok(()) = steps.changed() => {}
+            _ = clock.remeasure.notified() => {}
             _ = shutdown.cancelled() => return,
         }
         measure_and_report(&clock, &nodes, &metrics, max_skew, &replica).await;
-        steps.borrow_and_update();
     }
 }
 
-/// One measurement, reported in the log (when large) and in the metrics.
+/// One measurement, reported in the log (when large, or a jump, or the end of a wait for the
+/// first) and in the metrics.
 pub async fn measure_and_report(
     clock: &FleetClock,
     nodes: &Nodes,
@@ -230,13 +345,51 @@ pub async fn measure_and_report(
     replica: &str,
 ) {
     clock.report_step(metrics, replica);
-    let Some(offset) = clock.measure(nodes).await else {
+    let measured = clock.measure(nodes).await;
+    let offset = match measured {
+        Measurement::NoAnswer => return report_no_answer(clock, replica),
+        Measurement::First { offset } | Measurement::Again { offset, .. } => offset,
+    };
+    if let Some(jump) = measured.jump() {
+        clock.report_jump(jump, metrics, replica);
+    }
+    if matches!(measured, Measurement::First { .. }) && clock.waited.load(Ordering::Relaxed) {
+        tracing::info!(
+            replica,
+            "fleet clock measured: a Redis node answered TIME; racing slots from now"
+        );
+    }
+    report_offset(clock, offset, metrics, max_skew, replica);
+}
+
+/// No node answered `TIME`: before the first measurement the replica races nothing (said
+/// once, then at debug on each retry); after it the last offset is kept.
+fn report_no_answer(clock: &FleetClock, replica: &str) {
+    if clock.measured() {
         tracing::warn!(
             replica,
             "fleet clock: no Redis node answered TIME; keeping the last offset"
         );
-        return;
-    };
+    } else if !clock.waited.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            replica,
+            retry_ms = MEASURE_RETRY.as_millis() as u64,
+            "fleet clock not measured: no Redis node answered TIME; racing no slot and not ready \
+             until one does (this replica's own clock is not trusted); retrying every second"
+        );
+    } else {
+        tracing::debug!(replica, "fleet clock: still no Redis node answered TIME");
+    }
+}
+
+/// Logs the offset (a warning past half of `max_clock_skew`) and exports it.
+fn report_offset(
+    clock: &FleetClock,
+    offset: chrono::Duration,
+    metrics: &Metrics,
+    max_skew: Duration,
+    replica: &str,
+) {
     // The metric is this replica's clock minus the fleet's, the sign people expect.
     let local_minus_fleet_ms = -offset.num_milliseconds();
     metrics.clock_offset(local_minus_fleet_ms);
@@ -299,10 +452,34 @@ mod tests {
     }
 
     #[test]
-    fn median_of_samples() {
-        assert_eq!(median(vec![]), None);
-        assert_eq!(median(vec![5]), Some(5));
-        assert_eq!(median(vec![9, 1, 5]), Some(5));
-        assert_eq!(median(vec![1, 3, 5, 100]), Some(4));
+    fn a_new_fleet_clock_is_unmeasured_and_only_a_move_past_the_bound_is_a_jump() {
+        let fleet = FleetClock::new(Arc::new(SteppedClock::default()), true);
+        assert!(
+            !fleet.measured(),
+            "the wall clock's guess is not a measurement"
+        );
+        let ms = chrono::Duration::milliseconds;
+        let again = |moved| Measurement::Again {
+            offset: ms(0),
+            moved,
+        };
+        assert_eq!(again(ms(-35_000)).jump(), Some(ms(-35_000)));
+        assert_eq!(again(ms(1_200)).jump(), Some(ms(1_200)));
+        assert_eq!(again(ms(400)).jump(), None, "round trips differ");
+        let first = Measurement::First {
+            offset: ms(-35_000),
+        };
+        assert_eq!(first.jump(), None, "the first measurement replaces a guess");
+    }
+
+    #[test]
+    fn median_of_samples_takes_the_lower_middle_of_an_even_count() {
+        assert_eq!(lower_median(vec![]), None);
+        assert_eq!(lower_median(vec![5]), Some(5));
+        assert_eq!(lower_median(vec![9, 1, 5]), Some(5));
+        assert_eq!(lower_median(vec![1, 3, 5, 100]), Some(3));
+        // One node down, one host clock 20 s ahead: the fleet clock stays on the good node's
+        // time (the average would put it 10 s ahead, firing slots 10 s early).
+        assert_eq!(lower_median(vec![20_000_000, 0]), Some(0));
     }
 }

@@ -13,8 +13,10 @@
 //! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
 //! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
 //!   handing the slot off when nothing left this replica; record; one log line per step. Its
+//!   `guard` part keeps every race inside the slot's window on the fleet clock; its
 //!   `candidates` part decides which places race, look first, look out or stand by.
-//! - [`membership`]: the fleet's live replicas (heartbeats) and each slot's candidates.
+//! - [`membership`]: the fleet's live replicas (heartbeats), grouped by their jobs' definitions,
+//!   and each slot's candidates.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
 //! - [`status`]: `/healthz`, `/readyz`, `/metrics` and the status page (overview, charts,
@@ -30,7 +32,8 @@
 //! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
 //!   Redlock over it, and the standalone in-process lock.
 //! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
-//!   steps of the wall clock seen and reported.
+//!   never trusted before it is measured; steps of the wall clock, and jumps (a freeze neither
+//!   local clock saw) against the nodes' time, seen and reported.
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //!   Each action's table is handed to that action's own parser.
 //! - [`schedule`]: slots (the scheduled instants) from cron + IANA zone; the wall-clock seam.

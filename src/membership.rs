@@ -17,12 +17,16 @@
 //! `{key_prefix}:members`, so the others rank without it at once; a replica that dies leaves
 //! every view within [`MEMBER_TTL`] (plus the clocks' skew under `clock = "local"`).
 //!
-//! The group: a hash of the job names in the replica's configuration. Replicas rank only among
-//! members of their own group, so during a rollout that adds or removes jobs, a replica that
-//! does not have a job never counts as its candidate (each group races on its own: more racers
-//! for a moment, never fewer; the lock still gives at most once).
+//! The group: a hash of each job's name and slot-defining definition (cron, zone, `days` and
+//! the calendar's dates; a disabled job is absent) in the replica's configuration. Replicas
+//! rank only among members of their own group, so during a rollout that adds, removes or
+//! reschedules a job, a slot is ranked only among replicas that have it: each group races the
+//! slots it has (a slot both have is raced by both groups, more racers for a moment, and the
+//! lock still gives it once), and no slot waits on a replica that does not schedule it. Each
+//! group publishes its card ([`GroupCard`]); a replica that sees members of another group reads
+//! theirs once and says at info which jobs they define differently, with both hashes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::Job;
 use crate::lock::node::{Node, NodeError};
 use crate::lock::nodes::{Nodes, Replies};
 use crate::pubsub::{self, Heard};
@@ -90,15 +95,77 @@ pub fn rank(live: &[String], me: &str, job: &str, slot: Slot) -> usize {
         .count()
 }
 
-/// The group of a configuration: replicas rank only among replicas with the same job names.
-pub fn group<'a>(job_names: impl IntoIterator<Item = &'a str>) -> String {
-    let mut names: Vec<&str> = job_names.into_iter().collect();
-    names.sort_unstable();
-    format!(
-        "{:016x}",
-        xxhash_rust::xxh3::xxh3_64(names.join("\n").as_bytes())
-    )
+/// What a replica publishes about its configuration beside its heartbeat entry
+/// (`{group}/{replica}` in `{key_prefix}:members`): the wire format of the group's card, the
+/// JSON value of `{key_prefix}:group:{group}`. Fields may be added beside `jobs`: readers
+/// ignore the ones they do not know, and only `jobs` makes the group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupCard {
+    /// Each job's name and the hash of its definition ([`definition_hash`]).
+    pub jobs: BTreeMap<String, String>,
 }
+
+/// How long a group's card is kept on the nodes, and how often a member writes it again: a
+/// group no replica runs any more leaves no key behind for long.
+const CARD_TTL: Duration = Duration::from_secs(120);
+const CARD_EVERY: Duration = Duration::from_secs(30);
+
+/// The hash of a job's slot-defining definition ([`crate::schedule::Schedule::definition`]):
+/// the same on every replica and version (xxh3 is specified).
+pub fn definition_hash(job: &Job) -> String {
+    let definition = job.schedule.definition();
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(definition.as_bytes()))
+}
+
+/// A configuration's group: its card, and the id members of the group share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    id: String,
+    card: GroupCard,
+}
+
+impl Group {
+    /// The group of a configuration's (enabled) jobs.
+    pub fn of(jobs: &[Arc<Job>]) -> Self {
+        let jobs = jobs
+            .iter()
+            .map(|job| (job.name.clone(), definition_hash(job)))
+            .collect();
+        Group::from_card(GroupCard { jobs })
+    }
+
+    /// The group whose card is `card`: its id hashes the jobs' names and definitions, in
+    /// name order.
+    pub fn from_card(card: GroupCard) -> Self {
+        let text: Vec<String> = card.jobs.iter().map(|(n, h)| format!("{n}\t{h}")).collect();
+        let id = format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(text.join("\n").as_bytes())
+        );
+        Group { id, card }
+    }
+
+    /// The id in the members' entries.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The jobs on which `theirs` differs from this group: (job, our hash, their hash), a
+    /// hash `None` where that side does not have the job.
+    pub fn differences<'a>(&'a self, theirs: &'a GroupCard) -> Vec<Difference<'a>> {
+        let names: std::collections::BTreeSet<&String> =
+            self.card.jobs.keys().chain(theirs.jobs.keys()).collect();
+        names
+            .into_iter()
+            .map(|job| (job.as_str(), self.card.jobs.get(job), theirs.jobs.get(job)))
+            .filter(|(_, ours, theirs)| ours != theirs)
+            .map(|(job, ours, theirs)| (job, ours.map(String::as_str), theirs.map(String::as_str)))
+            .collect()
+    }
+}
+
+/// A job two groups define differently: (job, our hash, their hash); `None` where absent.
+pub type Difference<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
 
 /// The fleet as this replica sees it (see the module doc); `Off` in standalone mode or with
 /// `candidates = "all"`, where the live set is this replica alone.
@@ -121,8 +188,15 @@ pub struct Fleet {
     /// fall outside their start window (the race's guard would skip them): past it, the
     /// replica withdraws from the live set, so the others do not count on it.
     off_bound: Duration,
-    /// This replica's group; swapped on a reload that changes the job names.
-    group: Mutex<String>,
+    /// This replica's group; swapped on a reload that changes a job's name or definition.
+    group: Mutex<Group>,
+    /// `{key_prefix}:group:`, the prefix of the groups' cards.
+    card_prefix: String,
+    /// When this replica last wrote its group's card (`None`: not since it joined the group).
+    card_written: Mutex<Option<Instant>>,
+    /// The other groups whose cards this replica has compared with its own since it joined
+    /// its group: each difference is said once.
+    compared: Mutex<HashSet<String>>,
     /// Other members of this replica's group and when each leaves the view unless heard again.
     /// A std mutex: held for a lookup, never across an await.
     view: Mutex<HashMap<String, Instant>>,
@@ -146,13 +220,14 @@ impl Membership {
         prefix: &str,
         me: &str,
         clock: SharedClock,
-        group: String,
+        group: Group,
         off_bound: Duration,
     ) -> Self {
         Membership::Redis(Arc::new(Fleet {
             nodes,
             key: format!("{prefix}:members"),
             channel: format!("{prefix}:members"),
+            card_prefix: format!("{prefix}:group:"),
             me: me.to_owned(),
             clock,
             off_bound,
@@ -161,6 +236,8 @@ impl Membership {
             late: Mutex::default(),
             writing: tokio::sync::Mutex::default(),
             withdrawn: std::sync::atomic::AtomicBool::new(false),
+            card_written: Mutex::default(),
+            compared: Mutex::default(),
         }))
     }
 
@@ -199,14 +276,16 @@ impl Membership {
 
     /// Moves this replica to the group of a reloaded configuration: its old entry is removed
     /// (and its leaving announced) so the old group stops counting it.
-    pub async fn regroup(&self, group: String) {
+    pub async fn regroup(&self, group: Group) {
         let Membership::Redis(fleet) = self else {
             return;
         };
         let old = std::mem::replace(&mut *lock(&fleet.group), group.clone());
-        if old != group {
+        if old.id != group.id {
             fleet.view_clear();
-            fleet.leave(&old).await;
+            *lock(&fleet.card_written) = None;
+            lock(&fleet.compared).clear();
+            fleet.leave(&old.id).await;
             fleet.heartbeat(true).await;
         }
     }
@@ -241,6 +320,7 @@ async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
         }
         let off = fleet.withdraw_if_off().await;
         fleet.heartbeat(!off).await;
+        fleet.compare_groups().await;
         let live = fleet.live();
         if live != logged {
             tracing::info!(replica = %fleet.me, fleet = live.len(), members = %live.join(","),
@@ -248,7 +328,7 @@ async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
             logged = live;
         }
     }
-    let group = lock(&fleet.group).clone();
+    let group = lock(&fleet.group).id.clone();
     fleet.leave(&group).await;
 }
 
@@ -280,7 +360,7 @@ impl Fleet {
         let now = Instant::now();
         let mut view = lock(&self.view);
         view.retain(|_, until| *until > now);
-        let group = lock(&self.group).clone();
+        let group = lock(&self.group).id.clone();
         let mut live: Vec<String> = view
             .keys()
             .filter_map(|m| m.split_once('/'))
@@ -294,7 +374,7 @@ impl Fleet {
     }
 
     fn late(&self, me: &str) -> Vec<String> {
-        let group = lock(&self.group).clone();
+        let group = lock(&self.group).id.clone();
         lock(&self.late)
             .iter()
             .filter_map(|m| m.split_once('/'))
@@ -315,7 +395,7 @@ impl Fleet {
             tracing::warn!(replica = %self.me, off_ms = off.as_millis() as u64,
                 "this replica's clock is off the fleet clock past the start window: it leaves the \
                 fleet's candidates until it is back");
-            let group = lock(&self.group).clone();
+            let group = lock(&self.group).id.clone();
             self.leave(&group).await;
         }
         true
@@ -334,22 +414,102 @@ impl Fleet {
         lock(&self.view).clear();
     }
 
+    /// The group's card key and JSON when it was not written for [`CARD_EVERY`] (marked
+    /// written: a heartbeat that fails is followed by another within a second, and the card
+    /// outlives several misses).
+    fn card_due(&self) -> Option<(String, String)> {
+        let mut written = lock(&self.card_written);
+        if written.is_some_and(|at| at.elapsed() < CARD_EVERY) {
+            return None;
+        }
+        *written = Some(Instant::now());
+        let group = lock(&self.group);
+        let json = serde_json::to_string(&group.card).ok()?;
+        Some((format!("{}{}", self.card_prefix, group.id), json))
+    }
+
+    /// The members of other groups in the view, by group, leaving out the groups already
+    /// compared.
+    fn uncompared_groups(&self) -> BTreeMap<String, Vec<String>> {
+        let mine = lock(&self.group).id.clone();
+        let compared = lock(&self.compared).clone();
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (group, replica) in lock(&self.view).keys().filter_map(|m| m.split_once('/')) {
+            if group != mine && !compared.contains(group) {
+                groups
+                    .entry(group.to_owned())
+                    .or_default()
+                    .push(replica.to_owned());
+            }
+        }
+        groups
+    }
+
+    /// Reads the card of each group newly seen in the view and says at info, once per group
+    /// (again after a regroup), which jobs its members define differently from this replica.
+    async fn compare_groups(&self) {
+        for (id, mut replicas) in self.uncompared_groups() {
+            replicas.sort_unstable();
+            let members = replicas.join(",");
+            let card = self.read_card(&id).await;
+            lock(&self.compared).insert(id.clone());
+            let Some(card) = card else {
+                tracing::info!(replica = %self.me, group = %id, members = %members,
+                    "members of another group publish no card (an older version, or it just \
+                    expired): they rank their slots among themselves");
+                continue;
+            };
+            let mine = lock(&self.group).clone();
+            for (job, ours, theirs) in mine.differences(&card) {
+                tracing::info!(replica = %self.me, job, ours = ours.unwrap_or("absent"),
+                    theirs = theirs.unwrap_or("absent"), group = %id, members = %members,
+                    "members define this job differently (a rollout?): each side ranks the \
+                    slots it has among the replicas that have them; a slot both have is still \
+                    run once");
+            }
+        }
+    }
+
+    /// The card of group `id`, from the first node that has it.
+    async fn read_card(&self, id: &str) -> Option<GroupCard> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(format!("{}{id}", self.card_prefix));
+        let replies = self
+            .nodes
+            .query::<Option<String>>(cmd, MEMBERSHIP_TIMEOUT, Replies::settled)
+            .await;
+        let card = replies
+            .values()
+            .flatten()
+            .find_map(|json| serde_json::from_str(json).ok());
+        card
+    }
+
     /// One heartbeat on every node (the pool's rule: a suspect node is not waited for):
     /// announces this replica if `announce`, trims the expired, and merges what each node holds.
     async fn heartbeat(&self, announce: bool) {
+        // Scores are fleet-clock times: a guess from an unmeasured clock (a fast one) would
+        // trim every other member, so nothing is written or read before it is measured.
+        if !self.clock.measured() {
+            return;
+        }
         let _writing = self.writing.lock().await;
         // Judged again under the lock: a step seen meanwhile has made this replica leave.
         let announce = announce && self.off_by().is_none();
         let now_ms = self.clock.fleet_now().timestamp_millis();
         let ttl_ms = MEMBER_TTL.as_millis() as i64;
-        let member = announce.then(|| self.member(&lock(&self.group)));
-        let key = self.key.clone();
+        let member = announce.then(|| self.member(&lock(&self.group).id));
+        let card = announce.then(|| self.card_due()).flatten();
+        let beat = Arc::new(Beat {
+            key: self.key.clone(),
+            member,
+            card,
+            now_ms,
+            ttl_ms,
+        });
         let replies = self
             .nodes
-            .ask(
-                |node| refresh(node, key.clone(), member.clone(), now_ms, ttl_ms),
-                Replies::settled,
-            )
+            .ask(|node| refresh(node, beat.clone()), Replies::settled)
             .await;
         let read_at = Instant::now();
         let seen = on_a_majority(replies.values(), self.nodes.quorum());
@@ -372,30 +532,45 @@ impl Fleet {
     }
 }
 
-/// One node's part of a heartbeat: one pipeline of plain commands (no script), so a heartbeat
-/// costs each node three commands.
-async fn refresh(
-    node: Arc<Node>,
+/// One heartbeat's writes and read, the same for every node.
+struct Beat {
+    /// `{key_prefix}:members`.
     key: String,
+    /// This replica's entry, when it announces itself.
     member: Option<String>,
+    /// The group's card key and JSON, when it is due to be written again.
+    card: Option<(String, String)>,
     now_ms: i64,
     ttl_ms: i64,
-) -> Result<Vec<(String, i64)>, NodeError> {
+}
+
+/// One node's part of a heartbeat: one pipeline of plain commands (no script), so a heartbeat
+/// costs each node three commands (four when the group's card is written again).
+async fn refresh(node: Arc<Node>, beat: Arc<Beat>) -> Result<Vec<(String, i64)>, NodeError> {
     let mut pipe = redis::pipe();
-    if let Some(member) = &member {
+    if let Some(member) = &beat.member {
         pipe.cmd("ZADD")
-            .arg(&key)
-            .arg(now_ms + ttl_ms)
+            .arg(&beat.key)
+            .arg(beat.now_ms + beat.ttl_ms)
             .arg(member)
             .ignore();
     }
+    if let Some((key, card)) = &beat.card {
+        let ttl_ms = CARD_TTL.as_millis() as u64;
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(card)
+            .arg("PX")
+            .arg(ttl_ms)
+            .ignore();
+    }
     pipe.cmd("ZREMRANGEBYSCORE")
-        .arg(&key)
+        .arg(&beat.key)
         .arg("-inf")
-        .arg(now_ms)
+        .arg(beat.now_ms)
         .ignore();
     pipe.cmd("ZRANGE")
-        .arg(&key)
+        .arg(&beat.key)
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES");
@@ -535,10 +710,41 @@ mod tests {
         }
     }
 
+    fn card(jobs: &[(&str, &str)]) -> GroupCard {
+        let jobs = jobs
+            .iter()
+            .map(|(n, h)| (n.to_string(), h.to_string()))
+            .collect();
+        GroupCard { jobs }
+    }
+
     #[test]
-    fn the_group_depends_on_the_job_names_only_not_their_order() {
-        assert_eq!(group(["a", "b"]), group(["b", "a"]));
-        assert_ne!(group(["a", "b"]), group(["a"]));
+    fn the_group_depends_on_the_jobs_definitions_not_their_order() {
+        let ab = Group::from_card(card(&[("a", "1"), ("b", "2")]));
+        assert_eq!(ab, Group::from_card(card(&[("b", "2"), ("a", "1")])));
+        assert_ne!(ab.id(), Group::from_card(card(&[("a", "1")])).id());
+        let moved = card(&[("a", "1"), ("b", "3")]);
+        assert_ne!(ab.id(), Group::from_card(moved.clone()).id());
+        assert_eq!(ab.differences(&moved), vec![("b", Some("2"), Some("3"))]);
+        let without = card(&[("a", "1")]);
+        assert_eq!(ab.differences(&without), vec![("b", Some("2"), None)]);
+    }
+
+    #[test]
+    fn a_job_moved_to_another_time_or_zone_has_another_definition() {
+        let job = |cron: &str, zone: &str| {
+            let text = format!(
+                "[[job]]\nname = \"j\"\nschedule = \"{cron}\"\ntimezone = \"{zone}\"\n\
+                 [job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+            );
+            let env = std::collections::HashMap::new();
+            let config = crate::config::parse(std::path::Path::new("t.toml"), &text, &env);
+            definition_hash(&config.unwrap().jobs[0])
+        };
+        let standup = job("0 30 9 * * *", "Asia/Shanghai");
+        assert_eq!(standup, job("0 30 9 * * *", "Asia/Shanghai"));
+        assert_ne!(standup, job("0 0 10 * * *", "Asia/Shanghai"));
+        assert_ne!(standup, job("0 30 9 * * *", "Europe/Berlin"));
     }
 
     #[test]

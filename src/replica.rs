@@ -25,7 +25,7 @@ use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
 use crate::liveness::Liveness;
 use crate::lock::{LocalLock, Nodes, Redlock, SlotLock};
-use crate::membership::{self, Candidates, Membership};
+use crate::membership::{Candidates, Group, Membership};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::pubsub::{self, Heard};
 use crate::race::{RaceContext, MIN_START_WINDOW};
@@ -163,6 +163,7 @@ impl Replica {
             templates: config.templates.clone(),
             scrubber: config.scrubber.clone(),
             clock: self.clock.clone(),
+            fleet: self.fleet.as_ref().map(|(clock, _)| clock.clone()),
             key_prefix: self.key_prefix.clone(),
             max_clock_skew: config.scheduler.max_clock_skew,
             history: self.history.clone(),
@@ -204,9 +205,9 @@ async fn join_the_fleet(
     membership
 }
 
-/// The membership group of `config`: its job names.
-fn group_of(config: &Config) -> String {
-    membership::group(config.jobs.iter().map(|j| j.name.as_str()))
+/// The membership group of `config`: its jobs' names and definitions.
+fn group_of(config: &Config) -> Group {
+    Group::of(&config.jobs)
 }
 
 /// Builds the race context of one replica (lock connections included).
@@ -271,10 +272,18 @@ pub async fn run_replica(
     listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;
+    let mut handover = None;
     loop {
         let config = read(&current);
         let generation = shutdown.child_token();
-        start_generation(&replica, &config, &tracker, &generation, first);
+        let (hand_on, next_handover) = tokio::sync::oneshot::channel();
+        let ties = scheduler::Generation {
+            fleet: replica.fleet.as_ref().map(|(clock, _)| clock.clone()),
+            shutdown: generation.clone(),
+            handover: handover.replace(next_handover),
+            hand_on,
+        };
+        start_generation(&replica, &config, &tracker, ties, first);
         first = false;
         let next = wait_for_reload(&replica, &shutdown, &mut reloads, &config).await;
         generation.cancel();
@@ -365,12 +374,13 @@ fn read(current: &RwLock<Arc<Config>>) -> Arc<Config> {
     current.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Starts the timeline of `config`'s jobs (and, on the first start, the catch-up of missed slots).
+/// Starts the timeline of `config`'s jobs (and, on the first start, the catch-up of missed
+/// slots); `generation` ties it to its cancellation and to the timelines before and after.
 fn start_generation(
     replica: &Replica,
     config: &Config,
     tracker: &TaskTracker,
-    generation: &CancellationToken,
+    generation: scheduler::Generation,
     first: bool,
 ) {
     let ctx = Arc::new(replica.context(config));
@@ -398,9 +408,8 @@ fn start_generation(
         ctx,
         replica.liveness.clone(),
         config.jobs.clone(),
-        replica.fleet.as_ref().map(|(clock, _)| clock.clone()),
+        generation,
         tracker.clone(),
-        generation.clone(),
     ));
 }
 

@@ -253,6 +253,19 @@ impl Schedule {
         Ok(schedule)
     }
 
+    /// The schedule as text that changes exactly when its slots may: the cron expression, the
+    /// zone, and the day filter's days and dates. Replicas hash it to tell whether they have
+    /// the same slots of a job ([`crate::membership`]).
+    pub fn definition(&self) -> String {
+        let days = self.days.as_ref().map(DayFilter::definition);
+        format!(
+            "cron={} zone={} {}",
+            self.expression,
+            self.zone,
+            days.as_deref().unwrap_or("days=all")
+        )
+    }
+
     /// The schedule's zone.
     pub fn zone(&self) -> Tz {
         self.zone
@@ -492,6 +505,12 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// (standalone mode, simulations) is its own fleet time.
     fn fleet_now(&self) -> DateTime<Utc> {
         self.now()
+    }
+
+    /// Whether this clock may be raced on: a fleet clock is not until the nodes' time has been
+    /// measured once (its own wall clock is only a guess). Other clocks always may.
+    fn measured(&self) -> bool {
+        true
     }
 }
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
-use crate::fleet_clock::FleetClock;
+use crate::fleet_clock::{FleetClock, JUMP_BOUND};
 use crate::liveness::Liveness;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
 use crate::schedule::Slot;
@@ -72,50 +72,110 @@ impl Timeline {
 /// Sleeps until the next instant any job is due and starts one race for every job due then,
 /// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
 /// jobs on the same second cost each Redis node one request from this replica, not a
-/// thousand (BENCHMARKS.md, scale). Each wake looks for a step of the wall clock (reported by
-/// the fleet clock); scheduling on the wall clock (`clock = "local"`), a step rebuilds the
-/// timeline from the stepped time, so a step back does not leave it asleep for slots that
-/// already passed and a step forward does not race the skipped-over slots one by one.
+/// thousand (BENCHMARKS.md, scale). Nothing is armed before the fleet clock is measured. Each
+/// wake looks for a step of the wall clock and for a wake later than planned (a freeze: the
+/// fleet clock measures again); the timeline is re-armed from the clock's time when the fleet
+/// clock jumps, and (scheduling on the wall clock, `clock = "local"`) when the wall clock
+/// steps, so a step back does not leave it asleep for slots that already passed and a step
+/// forward does not race the skipped-over slots one by one.
 ///
-/// Each sleep and wake is reported to `liveness`, so `/healthz` fails when a wake is overdue.
+/// `handover` is the previous generation's (a reload, a regroup): the instant it was waiting
+/// for when it ended, which this one races rather than starting after "now". On shutdown this
+/// one sends its own on `hand_on`. Each sleep and wake is reported to `liveness`, so
+/// `/healthz` fails when a wake is overdue.
 pub(crate) async fn timeline(
     ctx: Arc<RaceContext>,
     liveness: Arc<Liveness>,
     jobs: Vec<Arc<Job>>,
-    fleet: Option<Arc<FleetClock>>,
+    generation: Generation,
     tracker: TaskTracker,
-    shutdown: CancellationToken,
 ) {
-    let mut steps = fleet
-        .as_ref()
-        .filter(|f| f.schedules_on_wall())
-        .map(|f| f.steps());
-    let mut timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
+    let Generation {
+        fleet,
+        shutdown,
+        handover,
+        hand_on,
+    } = generation;
+    let Some(from) = armed_from(&ctx, fleet.as_deref(), &shutdown, handover).await else {
+        return;
+    };
+    let mut rearms = fleet.as_ref().map(|f| f.rearms());
+    let mut timeline = Timeline::new(jobs.clone(), from, &ctx.replica);
     while let Some(slot) = timeline.next() {
         let wait = (slot.instant() - ctx.clock.now())
             .to_std()
             .unwrap_or_default();
-        liveness.sleeping_until(tokio::time::Instant::now() + wait);
-        let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, steps.as_mut()).await;
+        let deadline = tokio::time::Instant::now() + wait;
+        liveness.sleeping_until(deadline);
+        let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, rearms.as_mut()).await;
         if wake == Wake::Shutdown {
+            let _ = hand_on.send(slot.instant() - chrono::Duration::microseconds(1));
             return;
         }
         liveness.woke();
-        let stepped = fleet
-            .as_ref()
-            .is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica));
+        if let Some(f) = &fleet {
+            look_for_a_freeze(f, &ctx, deadline);
+        }
         if wake == Wake::Due {
             // Due by the monotonic timer even when the wall clock stepped meanwhile: the race's
             // guard judges it on the fleet clock, so the slot is still raced on time.
             race_due(&ctx, &mut timeline, slot, &tracker);
         }
-        if let Some(steps) = steps.as_mut().filter(|_| stepped || wake == Wake::Stepped) {
+        let rearm =
+            |r: &&mut watch::Receiver<u64>| wake == Wake::Rearm || r.has_changed().unwrap_or(false);
+        if let Some(rearms) = rearms.as_mut().filter(rearm) {
             // The stepped clock may now be off the fleet clock past the start window: the
             // replica leaves the candidates at once, before the others count on it again.
             tracker.spawn(ctx.membership.clone().withdraw_if_off());
-            steps.borrow_and_update();
+            rearms.borrow_and_update();
             timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
         }
+    }
+}
+
+/// What ties one generation's timeline to the replica and to the generations before and after.
+pub(crate) struct Generation {
+    /// The fleet clock with `[redis]`: measured before anything is armed; re-arms on jumps.
+    pub fleet: Option<Arc<FleetClock>>,
+    /// Cancelled when this generation ends (a reload, shutdown).
+    pub shutdown: CancellationToken,
+    /// The previous generation's pending instant, if there was one.
+    pub handover: Option<oneshot::Receiver<DateTime<Utc>>>,
+    /// Where this generation leaves its pending instant when it ends.
+    pub hand_on: oneshot::Sender<DateTime<Utc>>,
+}
+
+/// The instant a new timeline arms after, once the fleet clock has been measured (`None`:
+/// shutdown came first; nothing is armed or handed on, so the next generation arms from its
+/// own "now"): the clock's time, or just before the slot the previous generation was waiting
+/// for when that is earlier (a reload at the slot's instant hands the slot over instead of
+/// dropping it; the race's guard still judges it on the fleet clock).
+async fn armed_from(
+    ctx: &RaceContext,
+    fleet: Option<&FleetClock>,
+    shutdown: &CancellationToken,
+    handover: Option<oneshot::Receiver<DateTime<Utc>>>,
+) -> Option<DateTime<Utc>> {
+    if let Some(fleet) = fleet {
+        if !fleet.until_measured(shutdown).await {
+            return None;
+        }
+    }
+    let pending = match handover {
+        Some(handover) => handover.await.ok(),
+        None => None,
+    };
+    let now = ctx.clock.now();
+    Some(pending.map_or(now, |pending| pending.min(now)))
+}
+
+/// After a wake: a step of the wall clock is reported, and a wake that came more than
+/// [`JUMP_BOUND`] after `deadline` (the process or its VM stood still) has the fleet clock
+/// measured again at once.
+fn look_for_a_freeze(fleet: &FleetClock, ctx: &RaceContext, deadline: tokio::time::Instant) {
+    fleet.report_step(&ctx.metrics, &ctx.replica);
+    if tokio::time::Instant::now().saturating_duration_since(deadline) > JUMP_BOUND {
+        fleet.suspect();
     }
 }
 
@@ -134,14 +194,16 @@ fn race_due(ctx: &Arc<RaceContext>, timeline: &mut Timeline, slot: Slot, tracker
 enum Wake {
     /// The slot's instant came, on both clocks.
     Due,
-    /// The wall clock stepped (seen by the fleet clock's measurer meanwhile).
-    Stepped,
+    /// The timeline must be re-armed: the fleet clock jumped, or the wall clock stepped
+    /// under `clock = "local"`.
+    Rearm,
     /// The generation ended (shutdown or reload): no new slot starts.
     Shutdown,
 }
 
-/// Sleeps until `slot` is due ([`until_due`]), the wall clock steps under `clock = "local"`
-/// (seen after each timer, or announced on `steps` by the measurer), or shutdown.
+/// Sleeps until `slot` is due ([`until_due`]), a re-arm is announced on `rearms` (a jump of
+/// the fleet clock; a step of the wall clock under `clock = "local"`, also seen after each
+/// timer), or shutdown.
 ///
 /// Timers run on the monotonic clock; the remaining gap is measured again after each, so a
 /// clock stepped back meanwhile never starts a slot before its instant.
@@ -150,10 +212,10 @@ async fn wait_until_due(
     slot: Slot,
     fleet: Option<&FleetClock>,
     shutdown: &CancellationToken,
-    steps: Option<&mut watch::Receiver<u64>>,
+    rearms: Option<&mut watch::Receiver<u64>>,
 ) -> Wake {
     let stepped = async {
-        let announced = match steps {
+        let announced = match rearms {
             Some(rx) => rx.changed().await.is_ok(),
             None => false,
         };
@@ -174,12 +236,12 @@ async fn wait_until_due(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled() => return Wake::Shutdown,
-            _ = &mut stepped => return Wake::Stepped,
+            _ = &mut stepped => return Wake::Rearm,
         }
         // Between two timers, a step moves a wall-clock timeline's deadline.
         if fleet.is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica) && f.schedules_on_wall())
         {
-            return Wake::Stepped;
+            return Wake::Rearm;
         }
     }
 }

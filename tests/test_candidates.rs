@@ -566,3 +566,101 @@ fn nine_replicas_one_killed_run_each_slot_once_at_a_bounded_redis_cost_and_sprea
         "the busiest replica won {busiest:.3} of the slots: {wins:?}"
     );
 }
+
+/// A rolling update that moves a job's time, half done: four replicas still run `j00` every
+/// 2 s, one already every second (same name). Each ranks a slot among the replicas that have
+/// it (the group is the jobs' definitions, not their names): the odd seconds, which only the
+/// new replica has, are all raced (by it), and the even ones, which both have, once.
+#[test]
+fn a_rollout_that_moves_a_job_runs_every_slot_of_either_schedule_once() {
+    let _fleet = one_fleet_at_a_time();
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // The default candidates (2); the same job, each side's schedule.
+    let text = |schedule| {
+        fleet_config(&cluster.urls(), &receiver.uri(), "rollout", 1, "")
+            .replace("* * * * * *", schedule)
+    };
+    let old = write_config(old_dir.path(), &text("*/2 * * * * *"));
+    let new = write_config(new_dir.path(), &text("* * * * * *"));
+    let mut replicas = start(&old, 4);
+    replicas.push(Replica::run(
+        &new,
+        &replica_name(4),
+        &[("RUST_LOG", "info")],
+    ));
+    until_members(&cluster, "rollout", &(0..5).map(replica_name).collect());
+    let from = Utc::now();
+    std::thread::sleep(Duration::from_secs(40));
+    let to = Utc::now() - chrono::Duration::seconds(1);
+    std::thread::sleep(Duration::from_secs(2));
+    let n = assert_each_once(&receiver, &expected_slots(1, from, to));
+    let noticed = replicas[4]
+        .json_lines()
+        .into_iter()
+        .find(|l| l["job"] == "j00" && l["ours"].is_string() && l["theirs"].is_string());
+    let noticed = noticed.unwrap_or_else(|| {
+        panic!(
+            "the new replica did not say the others define j00 differently: {:?}",
+            replicas[4].lines()
+        )
+    });
+    println!("{n} slots (odd and even seconds) each once over 40 s; logged: {noticed}");
+}
+
+/// Reloads that change the job set (a regroup: the replica leaves its old group and joins the
+/// new one, a round trip to the nodes each) arriving at a slot's instant, ten times: the
+/// timeline ending hands its pending slot to the next one, so no slot is dropped or doubled.
+#[test]
+fn a_reload_and_regroup_at_a_slots_instant_hand_the_slot_over() {
+    let _fleet = one_fleet_at_a_time();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(reloads_at_the_instants());
+}
+
+async fn reloads_at_the_instants() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let one = fleet_config(&cluster.urls(), &receiver.uri(), "handover", 1, "");
+    let spare = "[[job]]\nname = \"spare\"\nschedule = \"0 0 0 1 1 *\"\n\
+                 [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
+    let two = format!("{one}{spare}");
+    let path = write_config(dir.path(), &one);
+    let config = slotcron::config::load(&path).unwrap();
+    let clock: slotcron::schedule::SharedClock =
+        std::sync::Arc::new(slotcron::schedule::SystemClock);
+    let replica = slotcron::replica::Replica::connect(&config, "solo".into(), clock)
+        .await
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (reload, reloads) = tokio::sync::mpsc::channel(1);
+    let run = tokio::spawn(slotcron::replica::run_replica(
+        replica,
+        config,
+        shutdown.clone(),
+        Some(reloads),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let from = Utc::now();
+    for i in 0..10 {
+        // 2 ms before the next whole second: the regroup's round trips straddle the instant.
+        let next = (Utc::now().timestamp_millis() / 1000 + 1) * 1000;
+        let wait = next - 2 - Utc::now().timestamp_millis();
+        std::thread::sleep(Duration::from_millis(wait.max(0) as u64));
+        write_config(dir.path(), if i % 2 == 0 { &two } else { &one });
+        reload.try_send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let to = Utc::now() - chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    let n = assert_each_once(&receiver, &expected_slots(1, from, to));
+    println!("{n} slots each once across 10 reloads at their instants");
+}

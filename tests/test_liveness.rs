@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::tools::in_ci;
+use common::tools::libfaketime;
 use common::{free_port, http_get, wait_until, write_config, Replica};
 
 /// A standalone replica's config: one log job on `schedule`, the HTTP endpoints on `port`.
@@ -23,26 +23,6 @@ fn config(port: u16, schedule: &str) -> String {
          [[job]]\nname = \"tick\"\nschedule = \"{schedule}\"\n\
          [job.action]\ntype = \"log\"\ncontent = \"tick\"\n"
     )
-}
-
-/// libfaketime's multithreaded library (Debian's `faketime` package, which scripts/test.sh
-/// installs).
-fn libfaketime() -> Option<PathBuf> {
-    let found = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
-        .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")])
-        .find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            !in_ci(),
-            "libfaketime is missing: scripts/test.sh installs faketime"
-        );
-        eprintln!("SKIPPED: libfaketime is not installed (bash scripts/test.sh installs it)");
-    }
-    found
 }
 
 fn started(r: &Replica) {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::fleet::{parse, Fleet, FleetToml};
+use common::tools::{libfaketime, set_offset};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use slotcron::replica::Replica as SlotcronReplica;
 use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
@@ -262,17 +263,6 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
     }
 }
 
-/// libfaketime's multithreaded library (Debian's `faketime` package), if installed.
-fn libfaketime() -> Option<std::path::PathBuf> {
-    let dirs = std::fs::read_dir("/usr/lib").ok()?;
-    dirs.flatten()
-        .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
-        .chain([std::path::PathBuf::from(
-            "/usr/lib/faketime/libfaketimeMT.so.1",
-        )])
-        .find(|p| p.exists())
-}
-
 /// A replica process whose wall clock is shifted by libfaketime (`offset` like "+8s"), preloaded
 /// directly (not through the `faketime` wrapper) so signals reach slotcron itself.
 fn faked_replica(lib: &Path, offset: &str, config: &Path, name: &str) -> Replica {
@@ -300,9 +290,6 @@ fn plain_replica(config: &Path, name: &str) -> Replica {
 #[test]
 fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
     let Some(lib) = libfaketime() else {
-        eprintln!(
-            "SKIPPED: libfaketime is not installed (scripts/test.sh installs Debian's faketime)"
-        );
         return;
     };
     let cluster = RedisCluster::start(3);
@@ -367,14 +354,6 @@ fn stepped_replica(lib: &Path, offset_file: &Path, config: &Path, name: &str) ->
         ])
         .arg(config);
     Replica::spawn_cmd(name, cmd)
-}
-
-/// Steps a [`stepped_replica`]'s clock to `offset` from true time ("+90s", "-90s"); written
-/// beside and renamed, so the process never reads half a file.
-fn set_offset(offset_file: &Path, offset: &str) {
-    let tmp = offset_file.with_extension("tmp");
-    std::fs::write(&tmp, format!("{offset}\n")).unwrap();
-    std::fs::rename(&tmp, offset_file).unwrap();
 }
 
 /// What a step scenario saw: each request's slot and arrival (true time), when the clocks
@@ -552,9 +531,6 @@ impl StepRun {
 #[test]
 fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
     let Some(lib) = libfaketime() else {
-        eprintln!(
-            "SKIPPED: libfaketime is not installed (scripts/test.sh installs Debian's faketime)"
-        );
         return;
     };
     let run = step_scenario(&lib, "redis");
@@ -592,9 +568,6 @@ fn a_wall_clock_step_of_90s_either_way_changes_nothing_on_the_fleet_clock() {
 #[test]
 fn a_wall_clock_step_of_90s_either_way_under_clock_local_never_fires_early_or_twice() {
     let Some(lib) = libfaketime() else {
-        eprintln!(
-            "SKIPPED: libfaketime is not installed (scripts/test.sh installs Debian's faketime)"
-        );
         return;
     };
     let run = step_scenario(&lib, "local");

@@ -207,6 +207,25 @@ pub struct DayFilter {
 }
 
 impl DayFilter {
+    /// The filter as text that changes exactly when the days it keeps change: `days` and the
+    /// calendar's listed dates (not their reasons, which change no slot). Replicas hash it to
+    /// tell whether they schedule a job alike.
+    pub fn definition(&self) -> String {
+        let dates = |listed: &BTreeMap<NaiveDate, Reason>| {
+            listed
+                .keys()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "days={} off={} make_up={}",
+            self.days,
+            dates(&self.calendar.days_off),
+            dates(&self.calendar.make_up)
+        )
+    }
+
     /// Whether the job runs on `date` (a date in the job's zone).
     pub fn keeps(&self, date: NaiveDate) -> bool {
         let workday = self.calendar.day(date).is_workday();

@@ -112,6 +112,10 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             EXIT_RUNTIME,
             "skipped: before its instant on the fleet clock".to_owned(),
         ),
+        SlotResult::Unmeasured => (
+            EXIT_RUNTIME,
+            "skipped: the fleet clock is not measured (no Redis node answered TIME)".to_owned(),
+        ),
     };
     println!("{job}: {text}");
     ExitCode::from(code)

@@ -1,21 +1,23 @@
 //! One slot's life on one replica: check it is inside its window on the fleet clock (never
-//! before its instant, not past the start window), race for the lock (jobs due at the
+//! before its instant, not past the start window, never on an unmeasured clock: `guard`), race for the lock (jobs due at the
 //! same instant race as one batch), and (for the winner only) hold the job's running lease, run
 //! the action inside the lock's validity, and record the run. Each step's ending is one
 //! [`Outcome`], logged with the stable fields `job`, `slot`, `replica`, `outcome` and counted,
 //! both in one place (`report`).
 
 mod candidates;
+mod guard;
 mod report;
 
 pub use candidates::stagger_warning;
+pub use guard::EARLY_WAIT;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +25,7 @@ use crate::action::template::Templates;
 use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
 use crate::control::Control;
+use crate::fleet_clock::FleetClock;
 use crate::handoff::{HandoffRequest, Handoffs};
 use crate::history::{History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
@@ -47,19 +50,6 @@ pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
-
-/// A slot at most this far ahead of the fleet clock is waited for at the race (a re-measured
-/// offset, a timer's jitter); further ahead it is skipped as early.
-pub const EARLY_WAIT: Duration = Duration::from_secs(1);
-
-/// Why the guard refused a slot.
-#[derive(Debug, Clone, Copy)]
-enum Outside {
-    /// This long before the slot on the fleet clock.
-    Early(Duration),
-    /// This long after the slot, past the start window.
-    Late(Duration),
-}
 
 /// Why a slot is being raced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +92,9 @@ pub struct RaceContext {
     pub scrubber: Arc<Scrubber>,
     /// The timeline's clock and the fleet clock the window guard judges slots on.
     pub clock: SharedClock,
+    /// The fleet clock behind `clock` with `[redis]`: measured again before each race, so a
+    /// freeze since the last measurement is seen before a stale slot is raced.
+    pub fleet: Option<Arc<FleetClock>>,
     /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
     pub key_prefix: String,
     /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
@@ -144,6 +137,8 @@ pub enum SlotResult {
         /// How long before the slot this replica's race came, on the fleet clock.
         early: Duration,
     },
+    /// The fleet clock was never measured (no Redis node answered `TIME`): not raced.
+    Unmeasured,
     /// Another replica holds the slot: it runs there.
     Lost {
         /// The winner's lock token: it names the replica that runs the slot.
@@ -192,7 +187,9 @@ impl SlotResult {
     /// The outcome of the slot's final log line.
     pub fn outcome(&self) -> Outcome {
         match self {
-            SlotResult::Late { .. } | SlotResult::Early { .. } => Outcome::Skipped,
+            SlotResult::Late { .. } | SlotResult::Early { .. } | SlotResult::Unmeasured => {
+                Outcome::Skipped
+            }
             SlotResult::Overlapping { .. } => Outcome::Overlapped,
             SlotResult::Lost { .. } => Outcome::Lost,
             SlotResult::Unavailable(_) => Outcome::Unavailable,
@@ -338,7 +335,7 @@ impl RaceContext {
 
     /// Races for `slot` of `job`: logs the outcome; a win is still to run.
     pub async fn claim(&self, job: &Arc<Job>, slot: Slot, kind: RaceKind) -> Claim {
-        if let Some(outside) = self.outside_window(slot, kind).await {
+        if let Some(outside) = self.outside_window(slot, kind, self.key_ttl(job)).await {
             return Claim::Settled(self.skip(job, slot, outside));
         }
         let key = SlotKey::new(&self.key_prefix, &job.name, slot);
@@ -365,6 +362,11 @@ impl RaceContext {
             return None;
         }
         let slot = offer.slot()?;
+        if !self.clock.measured() {
+            tracing::debug!(job = %job.name, replica = %self.replica,
+                "handoff offer not taken: the fleet clock is not measured yet");
+            return None;
+        }
         let late = (self.clock.now() - self.handoff_deadline(job, slot)).to_std();
         if let Ok(late) = late {
             let message = format!(
@@ -406,7 +408,9 @@ impl RaceContext {
         kind: RaceKind,
         rank: Option<usize>,
     ) -> Vec<Claim> {
-        if let Some(outside) = self.outside_window(slot, kind).await {
+        let ttl = jobs.iter().map(|job| self.key_ttl(job)).min();
+        let ttl = ttl.unwrap_or_default();
+        if let Some(outside) = self.outside_window(slot, kind, ttl).await {
             return jobs
                 .iter()
                 .map(|job| Claim::Settled(self.skip(job, slot, outside)))
@@ -461,69 +465,6 @@ impl RaceContext {
                 false
             })
             .collect()
-    }
-
-    /// The guard before every race, on the fleet clock (not the timeline's): a replica never
-    /// races a slot before its instant, whatever its timeline says (a fast or stepped wall
-    /// clock under `clock = "local"`, a re-measured fleet offset). A slot up to [`EARLY_WAIT`]
-    /// ahead is waited for; one further ahead is skipped as early. A scheduled slot past the
-    /// start window is skipped as late.
-    async fn outside_window(&self, slot: Slot, kind: RaceKind) -> Option<Outside> {
-        let ahead = |now: DateTime<Utc>| {
-            (slot.instant() - now)
-                .to_std()
-                .ok()
-                .filter(|d| !d.is_zero())
-        };
-        if let Some(early) = ahead(self.clock.fleet_now()) {
-            if early > EARLY_WAIT {
-                return Some(Outside::Early(early));
-            }
-            tokio::time::sleep(early).await;
-            if let Some(early) = ahead(self.clock.fleet_now()) {
-                return Some(Outside::Early(early));
-            }
-        }
-        let late = (self.clock.fleet_now() - slot.instant())
-            .to_std()
-            .unwrap_or_default();
-        (kind == RaceKind::Scheduled && late > self.start_window()).then_some(Outside::Late(late))
-    }
-
-    /// Logs and counts a slot the guard refused.
-    fn skip(&self, job: &Job, slot: Slot, outside: Outside) -> SlotResult {
-        match outside {
-            Outside::Late(late) => self.skip_late(job, slot, late),
-            Outside::Early(early) => self.skip_early(job, slot, early),
-        }
-    }
-
-    /// Before the slot on the fleet clock: the slot belongs to the replicas on time.
-    fn skip_early(&self, job: &Job, slot: Slot, early: Duration) -> SlotResult {
-        let message = format!(
-            "{} ms before the slot on the fleet clock (this replica's clock runs ahead): not racing",
-            early.as_millis()
-        );
-        self.report(SlotLine {
-            reason: Some("early"),
-            early_ms: Some(early.as_millis() as u64),
-            ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
-        });
-        SlotResult::Early { early }
-    }
-
-    /// Past the start window: the replicas that were awake had the slot.
-    fn skip_late(&self, job: &Job, slot: Slot, late: Duration) -> SlotResult {
-        let message = format!(
-            "woke {} ms after the slot, past the start window: not racing",
-            late.as_millis()
-        );
-        self.report(SlotLine {
-            reason: Some("late"),
-            late_ms: Some(late.as_millis() as u64),
-            ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
-        });
-        SlotResult::Late { late }
     }
 
     /// Logs a race's outcome (the line that names the winner) and counts it.
@@ -986,6 +927,7 @@ fn finish_record(record: &mut RunRecord, result: &SlotResult) {
         }
         SlotResult::Late { .. }
         | SlotResult::Early { .. }
+        | SlotResult::Unmeasured
         | SlotResult::Lost { .. }
         | SlotResult::Unavailable(_) => {}
     }

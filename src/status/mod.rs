@@ -136,6 +136,10 @@ async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
 }
 
 async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
+    if !state.clock.measured() {
+        let why = "not ready: the fleet clock is not measured yet (no Redis node answered TIME)\n";
+        return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+    }
     let nodes = probe(&state.lock).await;
     if nodes.is_empty() {
         return (StatusCode::OK, "ready: standalone\n").into_response();

@@ -41,3 +41,31 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     eprintln!("SKIPPED: {name} is not installed (bash scripts/test.sh installs it)");
     None
 }
+
+/// libfaketime's multithreaded library (Debian's `faketime` package), or `None` (with the
+/// reason printed) outside CI when it is not installed; in CI its absence fails the test.
+pub fn libfaketime() -> Option<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
+        .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")])
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            !in_ci(),
+            "libfaketime is not installed: scripts/test.sh installs Debian's faketime"
+        );
+        eprintln!("SKIPPED: libfaketime is not installed (scripts/test.sh installs it)");
+    }
+    found
+}
+
+/// Sets a libfaketime offset file (`FAKETIME_TIMESTAMP_FILE`) to `offset` ("+0", "-90s"):
+/// written beside and renamed, so a process reading it never reads half a file.
+pub fn set_offset(offset_file: &Path, offset: &str) {
+    let tmp = offset_file.with_extension("tmp");
+    std::fs::write(&tmp, format!("{offset}\n")).unwrap();
+    std::fs::rename(&tmp, offset_file).unwrap();
+}

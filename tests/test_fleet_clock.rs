@@ -1,0 +1,294 @@
+//! The fleet clock defends itself, on real processes over real Redis nodes: a replica never
+//! races on its own clock before the nodes' `TIME` has been measured (a cold start whose
+//! connections are refused at first), and a freeze that neither local clock sees (a VM paused
+//! and resumed) is caught against the nodes' time before a stale slot is raced.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::fleet::FleetToml;
+use common::tools::{libfaketime, set_offset};
+use common::{write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+
+/// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
+/// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.
+fn tick_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    FleetToml {
+        job: "tick",
+        timeout: "5s",
+        scheduler: "",
+        redis: "node_timeout = \"500ms\"",
+        ..FleetToml::new(nodes, receiver, prefix)
+    }
+    .render()
+}
+
+/// A replica process under libfaketime with `env` (the offset and which clocks it fakes).
+fn faked(lib: &Path, config: &Path, name: &str, env: &[(&str, &str)]) -> Replica {
+    let preload = lib.to_string_lossy().into_owned();
+    let mut all = vec![("LD_PRELOAD", preload.as_str())];
+    all.extend_from_slice(env);
+    Replica::run(config, name, &all)
+}
+
+fn wait_started(replicas: &[&Replica]) {
+    for r in replicas {
+        let up = r.wait_for_line(Duration::from_secs(15), |l| l.contains("slotcron started"));
+        assert!(up.is_some(), "a replica did not start: {:?}", r.lines());
+    }
+}
+
+fn stop(replicas: &mut [Replica]) {
+    for r in replicas {
+        r.terminate();
+        let stopped = r.wait_timeout(Duration::from_secs(15));
+        assert!(
+            stopped.is_some_and(|s| s.success()),
+            "a replica did not stop"
+        );
+    }
+}
+
+/// A request's slot and its arrival (true time).
+type Arrival = (DateTime<Utc>, DateTime<Utc>);
+
+/// Each request's slot and its arrival, and the slots that arrived more than once.
+fn arrivals(receiver: &Receiver) -> (Vec<Arrival>, BTreeMap<String, usize>) {
+    let arrived = receiver
+        .received_at()
+        .into_iter()
+        .map(|(request, at)| {
+            let slot = request.headers["x-slotcron-slot"].to_str().unwrap();
+            (slot.parse().unwrap(), at)
+        })
+        .collect();
+    (arrived, receiver.duplicate_keys())
+}
+
+/// Asserts no arrival before its slot or `max_late` or more after it (of those arriving after
+/// `from`), and none twice; prints the spread.
+fn assert_on_time_once(
+    arrived: &[Arrival],
+    duplicates: &BTreeMap<String, usize>,
+    from: DateTime<Utc>,
+    max_late: chrono::Duration,
+) {
+    let judged: Vec<i64> = arrived
+        .iter()
+        .filter(|(_, at)| *at >= from)
+        .map(|(slot, at)| (*at - *slot).num_milliseconds())
+        .collect();
+    let (min, max) = judged
+        .iter()
+        .fold((i64::MAX, i64::MIN), |(lo, hi), l| (lo.min(*l), hi.max(*l)));
+    eprintln!(
+        "{} requests ({} judged); slot to arrival {min} to {max} ms; duplicated {duplicates:?}",
+        arrived.len(),
+        judged.len()
+    );
+    assert!(judged.len() >= 15, "too few slots ran: {}", judged.len());
+    for (slot, at) in arrived.iter().filter(|(_, at)| *at >= from) {
+        let late = *at - *slot;
+        assert!(
+            late >= chrono::Duration::zero(),
+            "slot {slot} arrived {late} early"
+        );
+        assert!(late < max_late, "slot {slot} arrived {late} late");
+    }
+    assert!(duplicates.is_empty(), "slots run twice: {duplicates:?}");
+}
+
+/// The slot lines (`won` or `lost`) a replica logged: it did race once measured.
+fn raced(replica: &Replica) -> usize {
+    replica
+        .json_lines()
+        .iter()
+        .filter(|l| l["outcome"] == "won" || l["outcome"] == "lost")
+        .count()
+}
+
+#[test]
+fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_late_or_twice() {
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let (direct_dir, proxied_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let direct = write_config(
+        direct_dir.path(),
+        &tick_config(&cluster.urls(), &receiver.uri(), "cold"),
+    );
+    // A forwarder that opens late: every connection to every node is refused for 4 s.
+    let proxies: Vec<FaultyProxy> = cluster
+        .iter()
+        .map(|n| FaultyProxy::start(n.addr()))
+        .collect();
+    let proxied_urls: Vec<String> = proxies.iter().map(FaultyProxy::redis_url).collect();
+    let proxied = write_config(
+        proxied_dir.path(),
+        &tick_config(&proxied_urls, &receiver.uri(), "cold"),
+    );
+    let mut replicas = vec![
+        Replica::run(&direct, "true-1", &[]),
+        Replica::run(&direct, "true-2", &[]),
+    ];
+    wait_started(&replicas.iter().collect::<Vec<_>>());
+    // Long enough that the slow replica's slots (35 s back) have keys that already expired.
+    std::thread::sleep(Duration::from_secs(38));
+    for p in &proxies {
+        p.set_refuse(true);
+    }
+    let joined_at = Utc::now();
+    let wall = [("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+    replicas.push(faked(
+        &lib,
+        &proxied,
+        "fast-3s",
+        &[("FAKETIME", "+3s"), wall[0]],
+    ));
+    replicas.push(faked(
+        &lib,
+        &proxied,
+        "slow-35s",
+        &[("FAKETIME", "-35s"), wall[0]],
+    ));
+    std::thread::sleep(Duration::from_secs(4));
+    for p in &proxies {
+        p.set_refuse(false);
+    }
+    std::thread::sleep(Duration::from_secs(18));
+    stop(&mut replicas);
+    let (arrived, duplicates) = arrivals(&receiver);
+    assert_on_time_once(
+        &arrived,
+        &duplicates,
+        joined_at,
+        chrono::Duration::seconds(10),
+    );
+    for skewed in &replicas[2..] {
+        let lines = skewed.lines();
+        assert!(
+            lines.iter().any(|l| l.contains("fleet clock not measured")),
+            "the wait for the first measurement was not logged: {lines:?}"
+        );
+        assert!(
+            raced(skewed) > 0,
+            "a skewed replica never raced once measured: {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_stale() {
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &tick_config(&cluster.urls(), &receiver.uri(), "freeze"),
+    );
+    let offset = dir.path().join("frozen.offset");
+    set_offset(&offset, "+0");
+    let offset_file = offset.to_string_lossy().into_owned();
+    // Both clocks faked (no FAKETIME_DONT_FAKE_MONOTONIC): they agree, so no step is seen.
+    let env = [
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.as_str()),
+        ("FAKETIME_NO_CACHE", "1"),
+    ];
+    let mut replicas = vec![
+        Replica::run(&path, "awake-1", &[]),
+        Replica::run(&path, "awake-2", &[]),
+        faked(&lib, &path, "frozen", &env),
+    ];
+    wait_started(&replicas.iter().collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(6));
+    replicas[2].pause();
+    std::thread::sleep(Duration::from_secs(35));
+    // Resumed as a restored VM is: its clocks read as when it stopped.
+    set_offset(&offset, "-35s");
+    replicas[2].resume();
+    let resumed_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(22));
+    stop(&mut replicas);
+    let (arrived, duplicates) = arrivals(&receiver);
+    assert_on_time_once(
+        &arrived,
+        &duplicates,
+        resumed_at,
+        chrono::Duration::seconds(10),
+    );
+    let lines = replicas[2].json_lines();
+    let jump = lines.iter().find_map(|l| l["jump_ms"].as_i64());
+    eprintln!("the frozen replica logged a jump of {jump:?} ms");
+    assert!(
+        jump.is_some_and(|j| (30_000..40_000).contains(&j)),
+        "the frozen replica did not log its 35 s jump: {:?}",
+        replicas[2].lines()
+    );
+}
+
+/// While no node answers `TIME`, `/readyz` says not ready and why, and the replica logs that it
+/// races nothing; once the nodes answer, it is ready within the retry period and says so.
+#[test]
+fn readyz_is_not_ready_until_the_fleet_clock_is_measured() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxies: Vec<FaultyProxy> = cluster
+        .iter()
+        .map(|n| FaultyProxy::start(n.addr()))
+        .collect();
+    for p in &proxies {
+        p.set_refuse(true);
+    }
+    let urls: Vec<String> = proxies.iter().map(FaultyProxy::redis_url).collect();
+    let port = common::free_port();
+    let text = tick_config(&urls, &receiver.uri(), "ready")
+        + &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let replica = Replica::run(write_config(dir.path(), &text), "cold", &[]);
+    let unready = common::wait_until(Duration::from_secs(10), || {
+        common::http_get(port, "/readyz").filter(|r| r.status == 503)
+    });
+    let unready =
+        unready.unwrap_or_else(|| panic!("/readyz never said not ready: {:?}", replica.lines()));
+    assert!(
+        unready.body.contains("fleet clock is not measured"),
+        "{}",
+        unready.body
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        receiver.count(),
+        0,
+        "a slot was sent on an unmeasured clock"
+    );
+    for p in &proxies {
+        p.set_refuse(false);
+    }
+    let opened = std::time::Instant::now();
+    let ready = common::wait_until(Duration::from_secs(10), || {
+        common::http_get(port, "/readyz").filter(|r| r.status == 200)
+    });
+    assert!(
+        ready.is_some(),
+        "/readyz never became ready: {:?}",
+        replica.lines()
+    );
+    eprintln!(
+        "ready {} ms after the nodes opened",
+        opened.elapsed().as_millis()
+    );
+    let lines = replica.lines();
+    assert!(
+        lines.iter().any(|l| l.contains("racing slots from now")),
+        "{lines:?}"
+    );
+}
