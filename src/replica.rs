@@ -268,6 +268,10 @@ pub async fn run_replica(
     if let Some(http) = http {
         serve_status(&replica, &current, http.listen, &tracker, &shutdown).await?;
     }
+    // Before the first slot, so a paused job is honoured from it (the subscriptions' own reads
+    // run concurrently with the timeline).
+    let names: Vec<String> = read(&current).jobs.iter().map(|j| j.name.clone()).collect();
+    replica.control.refresh(&names).await;
     listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;

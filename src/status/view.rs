@@ -484,7 +484,11 @@ mod tests {
         let v = view(&reads(Vec::new(), None), "2026-01-01T00:02:30Z");
         assert!(v.strip.is_empty() && v.last.is_none() && v.chart.is_none());
         let mut r = reads(Vec::new(), None);
-        r.runs = Err(HistoryUnavailable("connection refused".into()));
+        r.runs = Err(HistoryUnavailable {
+            answered: 0,
+            needed: 2,
+            errors: "connection refused".into(),
+        });
         r.watermark = Some(t("2026-01-01T00:00:00Z"));
         let v = view(&r, "2026-01-01T00:02:30Z");
         assert!(v.strip.is_empty());
