@@ -206,6 +206,12 @@ impl RunRecord {
         })
     }
 
+    /// What tells one run from another: its fence, its start (to the millisecond, as stored)
+    /// and its replica. Two runs of one slot under one fence mean the slot ran twice.
+    fn run_id(&self) -> (Fence, i64, &str) {
+        (self.fence, self.started.timestamp_millis(), &self.replica)
+    }
+
     /// Of two records of the same slot, the one that says more: an end beats a start.
     fn supersedes(&self, other: &RunRecord) -> bool {
         (self.finished.is_some(), self.finished, self.started)
@@ -261,6 +267,42 @@ impl History {
                 let mut runs = runs.lock().unwrap_or_else(|p| p.into_inner());
                 runs.push_front(record.clone());
                 runs.truncate(HISTORY_CAP);
+            }
+        }
+    }
+
+    /// Records `record` like [`Self::record`] and returns, in the same round trip, the newest
+    /// `look` entries of its job's stream on every node that took it (unmerged): the winner
+    /// looks for another run of its slot under the same fence, which only a failed lock allows.
+    pub async fn record_and_read(&self, record: &RunRecord, look: usize) -> Vec<RunRecord> {
+        match self {
+            History::Redis { nodes, prefix } => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(RECORD_AND_READ_SCRIPT)
+                    .arg(1)
+                    .arg(stream_key(prefix, &record.job))
+                    .arg(HISTORY_CAP)
+                    .arg(look);
+                for (k, v) in record.fields() {
+                    cmd.arg(k).arg(v);
+                }
+                let replies = nodes
+                    .query::<Value>(cmd, HISTORY_TIMEOUT, Replies::settled)
+                    .await;
+                for e in replies.errors() {
+                    tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
+                }
+                replies
+                    .into_answers()
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .flat_map(parse_entries)
+                    .collect()
+            }
+            History::Local(_) => {
+                self.record(record).await;
+                self.read(&record.job, look).await.unwrap_or_default()
             }
         }
     }
@@ -335,6 +377,11 @@ impl History {
     }
 }
 
+/// Appends a record (`ARGV[3..]`, field-value pairs) to the stream `KEYS[1]`, capped at
+/// `ARGV[1]`, and returns the stream's newest `ARGV[2]` entries.
+const RECORD_AND_READ_SCRIPT: &str = "redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', \
+    unpack(ARGV, 3)) return redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[2])";
+
 /// Records copied onto a node restarted empty ([`History::repair`]).
 pub const REPAIR_RECORDS: usize = 400;
 
@@ -406,9 +453,10 @@ async fn read_nodes(
 /// `handed_off` and the taker's), and a slot run twice under the same fence (two nodes
 /// restarted empty, a clock fault) has two as well, which [`duplicates`] names.
 pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
-    let mut by_run: BTreeMap<(Fence, DateTime<Utc>, String), RunRecord> = BTreeMap::new();
+    let mut by_run: BTreeMap<(Fence, i64, String), RunRecord> = BTreeMap::new();
     for record in records {
-        let run = (record.fence, record.started, record.replica.clone());
+        let (fence, started, replica) = record.run_id();
+        let run = (fence, started, replica.to_owned());
         match by_run.get(&run) {
             Some(existing) if !record.supersedes(existing) => {}
             _ => {
@@ -419,14 +467,17 @@ pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
     by_run.into_values().rev().collect()
 }
 
+/// Another run in `runs` than `run` under the same fence: `run`'s slot ran twice.
+pub fn other_run<'a>(run: &RunRecord, runs: &'a [RunRecord]) -> Option<&'a RunRecord> {
+    runs.iter()
+        .find(|o| o.fence == run.fence && o.run_id() != run.run_id())
+}
+
 /// The runs in `runs` that share their fence with another run: a slot the lock let run twice.
 /// Each such run is named (so a slot run twice gives two), in the order given.
 pub fn duplicates(runs: &[RunRecord]) -> Vec<&RunRecord> {
     runs.iter()
-        .filter(|r| {
-            runs.iter()
-                .any(|o| o.fence == r.fence && (o.replica != r.replica || o.started != r.started))
-        })
+        .filter(|r| other_run(r, runs).is_some())
         .collect()
 }
 

@@ -405,3 +405,148 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
         .count();
     assert!(after >= 1, "the job did not run again after the resume");
 }
+
+/// A slot made to run twice: a winner runs it, then two of the three nodes restart empty (the
+/// Redlock assumption broken) and a late replica wins it again. Both runs are kept: listed
+/// twice in `history` and in the ledger, each flagged `duplicate`, counted once in
+/// `slotcron_duplicate_runs_total` and alerted once through `on_failure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
+    let cluster = RedisCluster::start(3);
+    let target = Receiver::start();
+    let alerts = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "twice");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    let job = config.jobs[0].clone();
+    let connect = |name: &'static str| {
+        let config = common::fleet::parse(&text);
+        async move {
+            slotcron::replica::Replica::connect(
+                &config,
+                name.to_owned(),
+                std::sync::Arc::new(slotcron::schedule::SystemClock),
+            )
+            .await
+            .unwrap()
+            .context(&config)
+        }
+    };
+    let winner = connect("winner").await;
+    let late = connect("late").await;
+    let slot = slotcron::schedule::Slot::at(Utc::now());
+    let first = winner.run_slot(&job, slot).await;
+    assert!(
+        matches!(first, slotcron::race::SlotResult::Done { .. }),
+        "{first:?}"
+    );
+    cluster[0].restart();
+    cluster[1].restart();
+    let second = late.run_slot(&job, slot).await;
+    assert!(
+        matches!(second, slotcron::race::SlotResult::Done { .. }),
+        "{second:?}"
+    );
+    assert_eq!(target.count(), 2, "the fault must make the slot run twice");
+
+    let slot_utc = slot.rfc3339_utc();
+    let listed = |args: &[&str]| -> Vec<Value> {
+        slotcron_cli(&path, args)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["slot"] == slot_utc.as_str())
+            .collect()
+    };
+    for rows in [
+        listed(&["history", "--json"]),
+        listed(&["history", "--json", "--since", "1m"]),
+    ] {
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert!(rows.iter().all(|r| r["duplicate"] == true), "{rows:?}");
+        let mut by: Vec<&str> = rows
+            .iter()
+            .map(|r| r["replica"].as_str().unwrap())
+            .collect();
+        by.sort_unstable();
+        assert_eq!(by, ["late", "winner"]);
+    }
+    let counted = [&winner, &late]
+        .iter()
+        .map(|r| {
+            let text = r.metrics.encode();
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(r#"slotcron_duplicate_runs_total{slotcron_job="push"} "#)
+                })
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        })
+        .sum::<u64>();
+    assert_eq!(counted, 1);
+    let by_slot = alerts_by_slot(&alerts);
+    let about = by_slot.get(&slot_utc).cloned().unwrap_or_default();
+    assert_eq!(about.len(), 1, "{by_slot:?}");
+    assert!(
+        about[0].starts_with(&format!("push {slot_utc} duplicate: the slot ran twice")),
+        "{about:?}"
+    );
+}
+
+/// The whole seconds strictly inside `(from, to)`.
+fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    (from.timestamp() + 1..to.timestamp())
+        .filter_map(|s| DateTime::from_timestamp(s, 0))
+        .collect()
+}
+
+/// The issue's ledger case: a pause of 5 s, a resume, every replica stopped for 5 s. A few
+/// seconds after the restart the ledger already calls the downtime's slots `missed` (their
+/// start windows closed and no node holds their keys), although the job's timeout (30 s) has
+/// not passed, keeps the paused ones `paused`, and lists no slot twice.
+#[test]
+fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "prompt")
+        .replace(r#"timeout = "3s""#, r#"timeout = "30s""#);
+    let path = write_config(dir.path(), &text);
+    let replicas = start(&path, 3);
+    std::thread::sleep(Duration::from_secs(3));
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    let paused_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
+    let resumed_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(2));
+    stop(&replicas);
+    let down_from = Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let down_to = Utc::now();
+    let replicas = start(&path, 3);
+    std::thread::sleep(Duration::from_secs(3));
+    let rows = ledger(&path, Utc::now() - chrono::Duration::minutes(2), &[]);
+    stop(&replicas);
+
+    let outcome_at = |t: DateTime<Utc>| -> Vec<&str> {
+        rows.iter()
+            .filter(|r| at(r) == t)
+            .map(|r| r["outcome"].as_str().unwrap())
+            .collect()
+    };
+    let down = seconds_between(down_from, down_to);
+    assert!(down.len() >= 3, "{down:?}");
+    for t in &down {
+        assert_eq!(outcome_at(*t), ["missed"], "{t}: {rows:?}");
+    }
+    let paused = seconds_between(paused_at + chrono::Duration::seconds(1), resumed_at);
+    assert!(paused.len() >= 3, "{paused:?}");
+    for t in &paused {
+        assert_eq!(outcome_at(*t), ["paused"], "{t}: {rows:?}");
+    }
+    let mut slots: Vec<DateTime<Utc>> = rows.iter().map(at).collect();
+    let listed = slots.len();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), listed, "a slot listed twice: {rows:?}");
+}

@@ -44,6 +44,11 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:{}:missed", slot.epoch_ms()))
     }
 
+    /// The key the replicas that find a slot ran twice race for, so it is reported once.
+    pub fn duplicate(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:duplicate", slot.epoch_ms()))
+    }
+
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).
     pub fn running(prefix: &str, job: &str) -> Self {
         SlotKey(format!("{prefix}:{job}:running"))

@@ -24,7 +24,7 @@ use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
 use crate::control::Control;
 use crate::handoff::{HandoffRequest, Handoffs};
-use crate::history::{History, RunRecord, RunState};
+use crate::history::{other_run, History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
 use crate::membership::{Candidates, Membership};
 use crate::metrics::Metrics;
@@ -42,6 +42,9 @@ pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.
 pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
+/// History entries a winner reads back beside its own record, looking for another run of its
+/// slot under the same fence (a late run of a slot is within a few entries of the first).
+const DUPLICATE_LOOK: usize = 16;
 /// How long an alert may take, retries included.
 pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
@@ -587,7 +590,10 @@ impl RaceContext {
         self.release_running(won).await;
         let result = self.conclude(won, ran).await;
         finish_record(&mut record, &result);
-        self.history.record(&record).await;
+        let recent = self.history.record_and_read(&record, DUPLICATE_LOOK).await;
+        if let Some(other) = other_run(&record, &recent) {
+            self.report_duplicate(&won.job, &record, other).await;
+        }
         if let SlotResult::Failed { error, .. } = &result {
             // The winner alone sees its failure: one alert per failed slot across the fleet.
             self.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
@@ -612,6 +618,31 @@ impl RaceContext {
         ));
         let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
         self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
+            .await;
+    }
+
+    /// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
+    /// beside it): the runs that find it race for its `duplicate` key, and the winner logs
+    /// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
+    async fn report_duplicate(&self, job: &Job, run: &RunRecord, other: &RunRecord) {
+        let key = SlotKey::duplicate(&self.key_prefix, &job.name, run.slot);
+        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
+            return;
+        };
+        let why = format!(
+            "the slot ran twice under fence {}: by {} (started {}) and by {} (started {})",
+            run.fence.get(),
+            other.replica,
+            other.started.to_rfc3339(),
+            run.replica,
+            run.started.to_rfc3339()
+        );
+        self.report(SlotLine {
+            winner: Some(&other.replica),
+            fence: Some(run.fence.get()),
+            ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
+        });
+        self.alert(job, run.slot, run.fence, Outcome::Duplicate, &why)
             .await;
     }
 

@@ -197,7 +197,13 @@ fn strip(
         .take_while(|s| since.is_some_and(|since| s.instant() >= since))
         .collect();
     slots.reverse();
-    let mut entries = ledger(&slots, runs, &reads.paused, frame.now - settling);
+    // The page reads no slot keys: its young slots stay pending (the CLI's ledger reads them).
+    let now = crate::ledger::Now {
+        settled_before: frame.now - settling,
+        window_closed_before: None,
+        held: Default::default(),
+    };
+    let mut entries = ledger(&slots, runs, &reads.paused, &now);
     // Newest first, and within a slot its last run first: the first entry is the slot's fate.
     entries.dedup_by_key(|e| e.slot);
     entries.iter().rev().map(|e| cell(e, frame)).collect()
@@ -229,6 +235,9 @@ fn cell(entry: &Entry, frame: &Frame) -> Cell {
         if let Some(error) = &run.error {
             title.push_str(&format!(" · {error}"));
         }
+    }
+    if entry.duplicate {
+        title.push_str(" · DUPLICATE: the slot ran twice");
     }
     Cell {
         outcome: entry.fate.outcome(),
