@@ -550,3 +550,62 @@ fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
     slots.dedup();
     assert_eq!(slots.len(), listed, "a slot listed twice: {rows:?}");
 }
+
+/// A handoff offered while the only replica that has the job is the broken one: the other
+/// replica (same prefix, another job) hears the offer but cannot take it. The offerer waits
+/// for a claim, claims the offer itself when none came, and ends the slot `failed` with one
+/// alert, never a silent `handed_off`.
+#[test]
+fn a_handoff_no_replica_can_take_fails_with_one_alert() {
+    let cluster = RedisCluster::start(3);
+    let alerts = Receiver::start();
+    let refused = format!("http://127.0.0.1:{}", common::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let with_job = write_config(
+        dir.path(),
+        &alerting_config(&cluster.urls(), &refused, &alerts.uri(), "untaken"),
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let without_job = write_config(
+        other_dir.path(),
+        &config(&cluster.urls(), &alerts.uri(), "untaken")
+            .replace(r#"name = "push""#, r#"name = "other""#)
+            .replace(r#"schedule = "* * * * * *""#, r#"schedule = "0 0 0 1 1 *""#),
+    );
+    let replicas = vec![
+        Replica::run(&with_job, "broken", &[]),
+        Replica::run(&without_job, "bystander", &[]),
+    ];
+    for r in &replicas {
+        let started = r.wait_for_json(Duration::from_secs(20), |l| {
+            l["message"] == "slotcron started"
+        });
+        assert!(started.is_some(), "{}: {:?}", r.name(), r.lines());
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    stop(&replicas);
+
+    let ended: Vec<Value> = replicas[0]
+        .json_lines()
+        .into_iter()
+        .filter(|l| ["failed", "handed_off"].contains(&l["outcome"].as_str().unwrap_or("")))
+        .collect();
+    assert!(ended.len() >= 3, "{ended:?}");
+    let handed: Vec<&Value> = ended
+        .iter()
+        .filter(|l| l["outcome"] == "handed_off")
+        .collect();
+    assert!(handed.is_empty(), "handed off with no taker: {handed:?}");
+    let by_slot = alerts_by_slot(&alerts);
+    for line in &ended {
+        let slot = line["slot"].as_str().unwrap();
+        let about = by_slot.get(slot).cloned().unwrap_or_default();
+        assert_eq!(about.len(), 1, "{slot}: {about:?}");
+        assert!(
+            about[0].starts_with(&format!("push {slot} failed: "))
+                && about[0].contains("no replica took the handoff offer"),
+            "{about:?}"
+        );
+    }
+    assert_eq!(by_slot.len(), ended.len(), "{by_slot:?}");
+}

@@ -42,6 +42,10 @@ pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.
 pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
+/// How long an offerer waits for a taker to claim its handoff offer before claiming the
+/// offer's key itself: a taker claims within milliseconds of the offer; the wait covers a
+/// loaded replica. Past it the slot is `failed` and alerted, and no taker can take it later.
+pub const HANDOFF_CLAIM_WAIT: Duration = Duration::from_secs(2);
 /// History entries a winner reads back beside its own record, looking for another run of its
 /// slot under the same fence (a late run of a slot is within a few entries of the first).
 const DUPLICATE_LOOK: usize = 16;
@@ -207,7 +211,7 @@ impl SlotResult {
 }
 
 /// Why a run did not deliver, scrubbed, with what the receiver may have seen.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SendFailure {
     error: String,
     attempts: u32,
@@ -858,40 +862,34 @@ impl RaceContext {
         }
     }
 
-    /// Offers the slot to the fleet. `HandedOff` when another replica heard the offer; the
-    /// failure back (its error saying so) when none did.
+    /// Offers the slot to the fleet. `HandedOff` once a taker has claimed the offer (holds its
+    /// handoff key); the failure back, its error saying so, when no replica subscribed or none
+    /// claimed it in time ([`HANDOFF_CLAIM_WAIT`]).
     async fn hand_off(
         &self,
         won: &Won,
         failure: SendFailure,
         duration: Duration,
     ) -> Result<SlotResult, SendFailure> {
-        let mut excluded = won.excluded.clone();
-        excluded.push(self.replica.clone());
-        let offer = HandoffRequest {
-            job: won.job.name.clone(),
-            slot_ms: won.slot.epoch_ms(),
-            handoff: won.fence.handoff() + 1,
-            previous_winner: self.replica.clone(),
-            excluded,
-            reason: failure.error.clone(),
-        };
+        let offer = self.offer_of(won, &failure);
         let heard = self
             .handoffs
             .offer(&offer, !self.shutdown.is_cancelled())
             .await;
+        let unclaimed = |why: String| SendFailure {
+            error: format!("{}; {why}", failure.error),
+            ..failure.clone()
+        };
         if heard == 0 {
-            return Err(SendFailure {
-                error: format!(
-                    "{}; no replica that has not had the slot heard the handoff offer",
-                    failure.error
-                ),
-                ..failure
-            });
+            return Err(unclaimed(
+                "no replica that has not had the slot heard the handoff offer".into(),
+            ));
         }
+        let taker = self.claimed_by(won, &offer).await.map_err(unclaimed)?;
         self.report(SlotLine {
             attempts: Some(failure.attempts),
             reason: Some(&failure.error),
+            winner: Some(&taker),
             ..won.line(
                 Outcome::HandedOff,
                 "nothing left this replica: the slot is handed off to the fleet",
@@ -903,6 +901,41 @@ impl RaceContext {
             attempts: failure.attempts,
             duration,
         })
+    }
+
+    /// The offer of `won`'s slot to every replica that has not had it.
+    fn offer_of(&self, won: &Won, failure: &SendFailure) -> HandoffRequest {
+        let mut excluded = won.excluded.clone();
+        excluded.push(self.replica.clone());
+        HandoffRequest {
+            job: won.job.name.clone(),
+            slot_ms: won.slot.epoch_ms(),
+            handoff: won.fence.handoff() + 1,
+            previous_winner: self.replica.clone(),
+            excluded,
+            reason: failure.error.clone(),
+        }
+    }
+
+    /// Who claimed `offer`: after [`HANDOFF_CLAIM_WAIT`] (cut to the slot's deadline) the
+    /// offerer races for the offer's key itself. Losing names the taker; winning means no
+    /// replica took the offer, and none can any more (the error says which).
+    async fn claimed_by(&self, won: &Won, offer: &HandoffRequest) -> Result<String, String> {
+        let left = (self.handoff_deadline(&won.job, won.slot) - self.clock.now())
+            .to_std()
+            .unwrap_or_default();
+        tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
+        let key = SlotKey::handoff(&self.key_prefix, &won.job.name, won.slot, offer.handoff);
+        match self.lock.acquire(&key, self.key_ttl(&won.job)).await {
+            Acquire::Lost { holder } => Ok(holder.replica().to_owned()),
+            Acquire::Won(_) => Err(format!(
+                "no replica took the handoff offer within {} ms",
+                HANDOFF_CLAIM_WAIT.min(left).as_millis()
+            )),
+            Acquire::Unavailable(why) => Err(format!(
+                "whether a replica took the handoff offer is unknown: {why}"
+            )),
+        }
     }
 
     /// Drives `run`; if it is still going after [`START_RECORD_DELAY`], records its start
