@@ -609,3 +609,90 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
     }
     assert_eq!(by_slot.len(), ended.len(), "{by_slot:?}");
 }
+
+/// SIGTERM while a replica catches up (`catch_up_policy = "all"`, each run 1 s at the
+/// receiver): the run in flight finishes, and no further caught-up slot starts.
+#[test]
+fn catch_up_starts_no_slot_after_sigterm() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "catchstop").replace(
+        r#"timeout = "3s""#,
+        "timeout = \"3s\"\n        catch_up = \"1m\"\n        catch_up_policy = \"all\"",
+    );
+    let path = write_config(dir.path(), &text);
+    // A first start records the watermark; then 6 s with no replica up.
+    stop(&start(&path, 1));
+    std::thread::sleep(Duration::from_secs(6));
+    receiver.set_delay(Duration::from_secs(1));
+    let replica = Replica::run(&path, "catcher", &[]);
+    let caught_up = |l: &Value| l["trigger"] == "catch_up" && l["outcome"] == "won";
+    assert!(
+        replica
+            .wait_for_json(Duration::from_secs(20), caught_up)
+            .is_some(),
+        "{:?}",
+        replica.lines()
+    );
+    replica.terminate();
+    let sigterm = Utc::now();
+    assert!(replica.wait_timeout(Duration::from_secs(20)).is_some());
+
+    let started_after: Vec<Value> = replica
+        .json_lines()
+        .into_iter()
+        .filter(|l| caught_up(l))
+        .filter(|l| {
+            let at: DateTime<Utc> = l["timestamp"].as_str().unwrap().parse().unwrap();
+            at > sigterm + chrono::Duration::milliseconds(200)
+        })
+        .collect();
+    assert!(
+        started_after.is_empty(),
+        "started after SIGTERM: {started_after:?}"
+    );
+    let stopped = replica
+        .json_lines()
+        .into_iter()
+        .any(|l| l["message"] == "catch-up stopped at shutdown: the slots left are not started");
+    assert!(stopped, "{:?}", replica.lines());
+}
+
+/// `resume --catch-up` runs the newest slot inside the pause only if the history has no run of
+/// it: here that slot was run (raced as the pause was taken) and its key has expired since, so
+/// the race alone would run it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_catch_up_does_not_run_a_slot_that_ran() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "resumecatch");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    let job = config.jobs[0].clone();
+    let ctx = slotcron::replica::Replica::connect(
+        &config,
+        "early".to_owned(),
+        std::sync::Arc::new(slotcron::schedule::SystemClock),
+    )
+    .await
+    .unwrap()
+    .context(&config);
+    // The pause's newest slot is `slot`: it ends half a second after it.
+    let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 2, 0).unwrap();
+    let until = (slot_at + chrono::Duration::milliseconds(500)).to_rfc3339();
+    slotcron_cli(&path, &["pause", "push", "--by", "ops", "--until", &until]);
+    tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
+    let slot = slotcron::schedule::Slot::at(slot_at);
+    let ran = ctx.run_slot(&job, slot).await;
+    assert!(
+        matches!(ran, slotcron::race::SlotResult::Done { .. }),
+        "{ran:?}"
+    );
+    // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let out = slotcron_cli(&path, &["resume", "push", "--by", "ops", "--catch-up"]);
+    assert!(out.contains("already ran"), "{out}");
+    assert_eq!(receiver.count(), 1, "{out}");
+}
