@@ -446,13 +446,19 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
             .as_ref()
             .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
     };
-    if nodes(old) != nodes(new)
-        || old.scheduler.key_prefix != new.scheduler.key_prefix
-        || old.http != new.http
+    if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix {
+        tracing::warn!(
+            "[redis] nodes or key_prefix changed: this takes effect at the next restart, and \
+            while a rollout restarts replicas one by one, the replicas on the old nodes or prefix \
+            and those on the new one race apart, so every slot runs twice until the rollout \
+            ends; to avoid it, stop every replica, then start them all with the new file"
+        );
+    }
+    if old.http != new.http
         || (old.scheduler.candidates == Candidates::All)
             != (new.scheduler.candidates == Candidates::All)
     {
-        tracing::warn!("changes to [redis], [http], key_prefix and between candidates = \"all\" and a count take effect at the next restart");
+        tracing::warn!("changes to [http] and between candidates = \"all\" and a count take effect at the next restart");
     }
 }
 

@@ -397,6 +397,11 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
         during.len() >= 40,
         "the ledger lost the pause's slots: {rows:?}"
     );
+    println!(
+        "rolling empty restart: {} slots of the pause, {} sent, all `paused` in the ledger",
+        during.len(),
+        sent.len()
+    );
     let after = receiver
         .received()
         .iter()
@@ -544,6 +549,12 @@ fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
     for t in &paused {
         assert_eq!(outcome_at(*t), ["paused"], "{t}: {rows:?}");
     }
+    println!(
+        "ledger after a 5 s downtime: {} seconds `missed`, {} `paused`, {} rows",
+        down.len(),
+        paused.len(),
+        rows.len()
+    );
     let mut slots: Vec<DateTime<Utc>> = rows.iter().map(at).collect();
     let listed = slots.len();
     slots.sort_unstable();
