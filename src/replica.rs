@@ -20,6 +20,7 @@ use crate::action::rate::Budgets;
 use crate::catch_up;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::control::Control;
+use crate::destinations;
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
@@ -342,6 +343,7 @@ fn listen_to_the_fleet(
         ));
     }
     replica.membership.spawn(tracker, shutdown);
+    compare_destinations(replica, current, tracker, shutdown);
     let names = current.clone();
     replica.control.watch(
         move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
@@ -357,6 +359,33 @@ fn listen_to_the_fleet(
             shutdown.clone(),
         ));
     }
+}
+
+/// Compares where this replica's jobs send with the other replicas on its prefix (see
+/// [`destinations`]); nothing in standalone mode.
+fn compare_destinations(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    let Some((_, nodes)) = &replica.fleet else {
+        return;
+    };
+    let config = current.clone();
+    tracker.spawn(destinations::keep_comparing(
+        nodes.clone(),
+        replica.key_prefix.clone(),
+        replica.name.clone(),
+        move || {
+            let config = read(&config);
+            destinations::Own {
+                jobs: destinations::fingerprints(&config),
+                after: config.scheduler.destination_conflict_after,
+            }
+        },
+        shutdown.clone(),
+    ));
 }
 
 /// The current file's `max_clock_skew`: the fleet clock's measurer logs offsets past it.

@@ -707,3 +707,55 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     assert!(out.contains("already ran"), "{out}");
     assert_eq!(receiver.count(), 1, "{out}");
 }
+
+/// Two deployments on one prefix: production (two replicas) and staging (one), both with a job
+/// `push` sent to different receivers. Past `destination_conflict_after` (2 s here; 10 min by
+/// default, longer than a rollout) each replica logs an error naming the other deployment's
+/// replica, the job and the prefix; replicas that send the job to the same place stay quiet.
+#[test]
+fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
+    let cluster = RedisCluster::start(3);
+    let production = Receiver::start();
+    let staging = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let with = |receiver: &Receiver, name: &str| {
+        let text = config(&cluster.urls(), &receiver.uri(), "shared").replace(
+            "max_clock_skew = \"1s\"",
+            "max_clock_skew = \"1s\"\n        destination_conflict_after = \"2s\"",
+        );
+        write_config(dir.path().join(name), &text)
+    };
+    std::fs::create_dir_all(dir.path().join("prod")).unwrap();
+    std::fs::create_dir_all(dir.path().join("staging")).unwrap();
+    let (prod, stag) = (with(&production, "prod"), with(&staging, "staging"));
+    let replicas = vec![
+        Replica::run(&prod, "prod-1", &[]),
+        Replica::run(&prod, "prod-2", &[]),
+        Replica::run(&stag, "staging-1", &[]),
+    ];
+    let conflict = |l: &Value| l["level"] == "ERROR" && l.get("other_replica").is_some();
+    for r in &replicas {
+        let found = r.wait_for_json(Duration::from_secs(30), conflict);
+        assert!(found.is_some(), "{}: {:?}", r.name(), r.lines());
+    }
+    stop(&replicas);
+
+    let named = |r: &Replica| -> Vec<String> {
+        let mut others: Vec<String> = r
+            .json_lines()
+            .into_iter()
+            .filter(|l| conflict(l))
+            .inspect(|l| {
+                assert_eq!(l["job"], "push");
+                assert_eq!(l["key_prefix"], "shared");
+            })
+            .map(|l| l["other_replica"].as_str().unwrap().to_owned())
+            .collect();
+        others.sort_unstable();
+        others.dedup();
+        others
+    };
+    assert_eq!(named(&replicas[0]), ["staging-1"]);
+    assert_eq!(named(&replicas[1]), ["staging-1"]);
+    assert_eq!(named(&replicas[2]), ["prod-1", "prod-2"]);
+}
