@@ -759,3 +759,60 @@ fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
     assert_eq!(named(&replicas[1]), ["staging-1"]);
     assert_eq!(named(&replicas[2]), ["prod-1", "prod-2"]);
 }
+
+/// A pause read that reaches fewer than a majority keeps the last known state: with two of 3
+/// nodes hung (SIGSTOP), the third restarts empty, so every replica's resubscription reads
+/// the pause from that one empty node alone. The pause must still hold once the hung nodes
+/// answer again (no refresh comes then: their connections never broke).
+#[test]
+fn a_pause_read_without_a_majority_keeps_the_last_state() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &config(&cluster.urls(), &receiver.uri(), "minority"),
+    );
+    let replicas = start(&path, 3);
+    std::thread::sleep(Duration::from_secs(2));
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    let paused_at = Utc::now();
+    cluster[1].pause();
+    cluster[2].pause();
+    cluster[0].restart();
+    std::thread::sleep(Duration::from_secs(4));
+    cluster[1].resume();
+    cluster[2].resume();
+    let resumed_nodes = Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    stop(&replicas);
+
+    let sent: Vec<DateTime<Utc>> = receiver
+        .received()
+        .iter()
+        .map(slot_time)
+        .filter(|s| *s > paused_at + chrono::Duration::seconds(1))
+        .collect();
+    assert!(sent.is_empty(), "sent while paused: {sent:?}");
+    let kept = replicas.iter().any(|r| {
+        r.json_lines().iter().any(|l| {
+            l["message"]
+                == "pause state not read from a majority of Redis nodes: keeping the last known state"
+        })
+    });
+    assert!(kept, "no replica said it kept the last state");
+    let paused_after = replicas
+        .iter()
+        .flat_map(|r| r.json_lines())
+        .filter(|l| l["outcome"] == "paused")
+        .filter(|l| {
+            l["slot"]
+                .as_str()
+                .is_some_and(|s| s > resumed_nodes.to_rfc3339().as_str())
+        })
+        .count();
+    assert!(
+        paused_after >= 3,
+        "{paused_after} paused lines after the nodes came back"
+    );
+}
