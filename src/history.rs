@@ -271,9 +271,10 @@ impl History {
         }
     }
 
-    /// Records `record` like [`Self::record`] and returns, in the same round trip, the newest
-    /// `look` entries of its job's stream on every node that took it (unmerged): the winner
-    /// looks for another run of its slot under the same fence, which only a failed lock allows.
+    /// Records `record` like [`Self::record`] and returns, in the same round trip, the records
+    /// among the newest `look` entries of its job's stream that share its fence, from every node
+    /// that took it (unmerged): the winner looks for another run of its slot under the same
+    /// fence, which only a failed lock allows.
     pub async fn record_and_read(&self, record: &RunRecord, look: usize) -> Vec<RunRecord> {
         match self {
             History::Redis { nodes, prefix } => {
@@ -282,7 +283,8 @@ impl History {
                     .arg(1)
                     .arg(stream_key(prefix, &record.job))
                     .arg(HISTORY_CAP)
-                    .arg(look);
+                    .arg(look)
+                    .arg(record.fence.get());
                 for (k, v) in record.fields() {
                     cmd.arg(k).arg(v);
                 }
@@ -377,10 +379,19 @@ impl History {
     }
 }
 
-/// Appends a record (`ARGV[3..]`, field-value pairs) to the stream `KEYS[1]`, capped at
-/// `ARGV[1]`, and returns the stream's newest `ARGV[2]` entries.
-const RECORD_AND_READ_SCRIPT: &str = "redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', \
-    unpack(ARGV, 3)) return redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[2])";
+/// Appends a record (`ARGV[4..]`, field-value pairs) to the stream `KEYS[1]`, capped at
+/// `ARGV[1]`, and returns those of the stream's newest `ARGV[2]` entries whose fence is
+/// `ARGV[3]` (the record's own among them): the answer stays a record or two per run.
+const RECORD_AND_READ_SCRIPT: &str = "
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 4))
+local found = {}
+for _, entry in ipairs(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[2])) do
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'fence' and fields[i + 1] == ARGV[3] then table.insert(found, entry) end
+  end
+end
+return found";
 
 /// Records copied onto a node restarted empty ([`History::repair`]).
 pub const REPAIR_RECORDS: usize = 400;

@@ -112,6 +112,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     let resumed_at = Utc::now();
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     std::thread::sleep(Duration::from_secs(4));
+    let stopping = Utc::now();
     stop(&replicas);
 
     // Within one slot of the pause nothing more was sent, until the resume.
@@ -145,7 +146,11 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
         .filter(|r| r["outcome"] == "paused" && at(r) > paused_at + one_slot && at(r) < resumed_at)
         .count();
     assert!(paused_rows >= 3, "{rows:?}");
-    let missed: Vec<_> = rows.iter().filter(|r| r["outcome"] == "missed").collect();
+    // The slots after every replica stopped were missed indeed (and are listed so at once).
+    let missed: Vec<_> = rows
+        .iter()
+        .filter(|r| r["outcome"] == "missed" && at(r) < stopping - one_slot)
+        .collect();
     assert!(missed.is_empty(), "{missed:?}");
 }
 

@@ -46,9 +46,10 @@ pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
 /// offer's key itself: a taker claims within milliseconds of the offer; the wait covers a
 /// loaded replica. Past it the slot is `failed` and alerted, and no taker can take it later.
 pub const HANDOFF_CLAIM_WAIT: Duration = Duration::from_secs(2);
-/// History entries a winner reads back beside its own record, looking for another run of its
-/// slot under the same fence (a late run of a slot is within a few entries of the first).
-const DUPLICATE_LOOK: usize = 16;
+/// History entries a winner looks through beside its own record (on the node, which returns
+/// only those under its fence), for another run of its slot: a late run of a slot is within
+/// its start window of the first, a few entries back even for a job every second.
+const DUPLICATE_LOOK: usize = 64;
 /// How long an alert may take, retries included.
 pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
