@@ -106,6 +106,10 @@ pub struct Lease {
     pub validity: Duration,
     /// Until when the lock is this replica's.
     pub valid_until: Instant,
+    /// Some node held another replica's token when this replica won: a racer of a split vote,
+    /// or a holder that a majority of nodes restarted empty forgot (then the slot may run
+    /// twice, and the winner looks for the other run in the history).
+    pub contested: bool,
 }
 
 /// Why the lock could not be decided.

@@ -595,10 +595,7 @@ impl RaceContext {
         self.release_running(won).await;
         let result = self.conclude(won, ran).await;
         finish_record(&mut record, &result);
-        let recent = self.history.record_and_read(&record, DUPLICATE_LOOK).await;
-        if let Some(other) = other_run(&record, &recent) {
-            self.report_duplicate(&won.job, &record, other).await;
-        }
+        self.record_end(won, &record).await;
         if let SlotResult::Failed { error, .. } = &result {
             // The winner alone sees its failure: one alert per failed slot across the fleet.
             self.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
@@ -624,6 +621,19 @@ impl RaceContext {
         let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
         self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
             .await;
+    }
+
+    /// Records the run's end. A win some node refused (it held another replica's token) may be
+    /// a second run of the slot: then the record's write also reads back the records under its
+    /// fence, and another run found there is reported. An uncontested win costs one write.
+    async fn record_end(&self, won: &Won, record: &RunRecord) {
+        if !won.lease.contested {
+            return self.history.record(record).await;
+        }
+        let recent = self.history.record_and_read(record, DUPLICATE_LOOK).await;
+        if let Some(other) = other_run(record, &recent) {
+            self.report_duplicate(&won.job, record, other).await;
+        }
     }
 
     /// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
