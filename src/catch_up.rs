@@ -130,7 +130,14 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
     let paused = paused_intervals(&ctx.control.log(&job.name).await);
     let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
     drop(turn);
-    for slot in missed {
+    let total = missed.len();
+    for (started, slot) in missed.into_iter().enumerate() {
+        // No new slot starts after SIGTERM, caught-up ones included.
+        if ctx.shutdown.is_cancelled() {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, left = total - started,
+                "catch-up stopped at shutdown: the slots left are not started");
+            return;
+        }
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
         ctx.race(&job, slot, RaceKind::CatchUp).await;
     }

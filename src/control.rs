@@ -1,12 +1,21 @@
 //! Fleet-wide control of jobs at run time: pause and resume, without a redeploy.
 //!
 //! A pause is a record on the Redis nodes (`{key_prefix}:{job}:paused`, JSON: who, when, until,
-//! why), written to every node and counted like a lock: it holds once a majority has it. Every
-//! change is also appended to the job's pause log (`{key_prefix}:pauses:{job}`, a capped stream
-//! the slot ledger reads to tell paused slots from missed ones) and announced on
+//! why), written to every node and counted like a lock: it holds once a majority has it, and a
+//! read finds it held when any node of an answering majority holds it (a resume is kept under the
+//! same key as a tombstone, so the newest change wins and a node that missed a resume cannot bring
+//! the pause back). A read that reaches fewer than a majority keeps the last known state and says
+//! so. Every change is also appended to the job's pause log (`{key_prefix}:pauses:{job}`, a
+//! capped stream the slot ledger reads to tell paused slots from missed ones) and announced on
 //! `{key_prefix}:control`, so every replica re-reads that job's state at once instead of asking
 //! Redis before each slot. A replica whose subscription was down reads every job again when it
 //! comes back.
+//!
+//! None of this state expires, so a node restarted empty would lose it for good: each read
+//! writes the newest change back onto the answering nodes that lack it, and when a node's
+//! subscription reopens (it may have come back empty) every job's pause log, watermark and run
+//! history is repaired onto it too ([`Control::repair`]). A rolling empty restart of every node,
+//! one at a time, so loses nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -19,8 +28,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::history::History;
 use crate::lock::nodes::{Nodes, Replies};
 use crate::pubsub::{self, Heard};
+use crate::watermark;
 
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -59,6 +70,38 @@ pub enum PauseEvent {
         by: String,
         /// When.
         at: DateTime<Utc>,
+    },
+}
+
+impl PauseEvent {
+    /// When the change was made.
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            PauseEvent::Paused(p) => p.at,
+            PauseEvent::Resumed { at, .. } => *at,
+        }
+    }
+
+    /// A pause key's value: the last change (records written before resumes were kept as
+    /// tombstones hold a bare pause).
+    fn parse_record(text: &str) -> Option<Self> {
+        serde_json::from_str(text)
+            .ok()
+            .or_else(|| serde_json::from_str(text).ok().map(PauseEvent::Paused))
+    }
+}
+
+/// What a read of a job's pause found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PauseState {
+    /// The newest change an answering majority knows of is this pause (one node is enough).
+    Held(Pause),
+    /// A majority answered and none holds a pause newer than its resume.
+    NotHeld,
+    /// Fewer than a majority answered: nothing can be said.
+    Unknown {
+        /// Nodes that answered.
+        answered: usize,
     },
 }
 
@@ -124,19 +167,24 @@ impl Control {
         Ok(())
     }
 
-    /// Resumes `job` fleet-wide. Returns the pause it ended, if one was recorded.
+    /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority. Returns the
+    /// pause it ended, if one held.
     pub async fn resume(&self, job: &str, by: &str) -> Result<Option<Pause>, NoMajority> {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(None);
         };
-        let ended = read_pause(nodes, prefix, job).await;
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(pause_key(prefix, job));
-        majority(nodes, cmd).await?;
+        let ended = match read_pause(nodes, prefix, job).await {
+            PauseState::Held(pause) => Some(pause),
+            PauseState::NotHeld | PauseState::Unknown { .. } => None,
+        };
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
             at: Utc::now(),
         };
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(pause_key(prefix, job))
+            .arg(serde_json::to_string(&event).unwrap_or_default());
+        majority(nodes, cmd).await?;
         self.changed(job, &event).await;
         Ok(ended)
     }
@@ -146,21 +194,18 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return;
         };
-        let mut xadd = redis::cmd("XADD");
-        xadd.arg(log_key(prefix, job))
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(PAUSE_LOG_CAP)
-            .arg("*")
-            .arg("event")
-            .arg(serde_json::to_string(event).unwrap_or_default());
         nodes
-            .query::<Value>(xadd, CONTROL_TIMEOUT, Replies::settled)
+            .query::<Value>(
+                xadd_log(prefix, job, event),
+                CONTROL_TIMEOUT,
+                Replies::settled,
+            )
             .await;
         pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
     }
 
-    /// Reads the pause state of every job in `jobs` into what this replica knows.
+    /// Reads the pause state of every job in `jobs` into what this replica knows; a job whose
+    /// state a majority did not answer keeps its last known state (logged).
     pub async fn refresh(&self, jobs: &[String]) {
         let Control::Redis {
             nodes,
@@ -171,12 +216,41 @@ impl Control {
             return;
         };
         for job in jobs {
-            let pause = read_pause(nodes, prefix, job).await;
+            let state = read_pause(nodes, prefix, job).await;
             let mut known = known.write().unwrap_or_else(|p| p.into_inner());
-            match pause {
-                Some(pause) => known.insert(job.clone(), pause),
-                None => known.remove(job),
-            };
+            match state {
+                PauseState::Held(pause) => {
+                    known.insert(job.clone(), pause);
+                }
+                PauseState::NotHeld => {
+                    known.remove(job);
+                }
+                PauseState::Unknown { answered } => tracing::warn!(
+                    job = %job,
+                    answered,
+                    needed = nodes.quorum(),
+                    paused = known.contains_key(job),
+                    "pause state not read from a majority of Redis nodes: keeping the last known state"
+                ),
+            }
+        }
+    }
+
+    /// Writes the fleet state of every job in `jobs` that does not expire (pause log,
+    /// watermark, run history) back onto the nodes that lost it: after a node's subscription
+    /// reopened, since the node may have come back empty.
+    pub async fn repair(&self, jobs: &[String]) {
+        let Control::Redis { nodes, prefix, .. } = self else {
+            return;
+        };
+        let history = History::Redis {
+            nodes: nodes.clone(),
+            prefix: prefix.clone(),
+        };
+        for job in jobs {
+            repair_log(nodes, prefix, job).await;
+            watermark::repair(&history, job).await;
+            history.repair(job).await;
         }
     }
 
@@ -218,7 +292,13 @@ async fn follow(
 ) {
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         match message {
-            Heard::Subscribed => control.refresh(&jobs()).await,
+            Heard::Subscribed { again } => {
+                let jobs = jobs();
+                control.refresh(&jobs).await;
+                if again {
+                    control.repair(&jobs).await;
+                }
+            }
             Heard::Message(job) => control.refresh(&[job]).await,
         }
     }
@@ -256,22 +336,117 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
     })
 }
 
-/// The pause a majority of the nodes hold for `job` (the newest, if they disagree).
-async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> Option<Pause> {
+/// `job`'s pause state, read like a lock: held when any node of an answering majority holds
+/// a pause newer than every resume seen. The newest change is written back onto the nodes that
+/// answered without it (read-repair), so a node restarted empty holds it again.
+async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> PauseState {
     let mut cmd = redis::cmd("GET");
     cmd.arg(pause_key(prefix, job));
     let replies = nodes
         .query::<Option<String>>(cmd, CONTROL_TIMEOUT, Replies::settled)
         .await;
-    let held: Vec<Pause> = replies
-        .values()
-        .flatten()
-        .filter_map(|text| serde_json::from_str(text).ok())
+    let answered = replies.answered();
+    let held: Vec<Option<PauseEvent>> = replies
+        .answers()
+        .iter()
+        .map(|a| match a {
+            Some(Ok(Some(text))) => PauseEvent::parse_record(text),
+            _ => None,
+        })
         .collect();
-    if held.len() < nodes.quorum() {
-        return None;
+    let newest = held.iter().flatten().max_by_key(|e| e.at()).cloned();
+    if let Some(newest) = &newest {
+        let stale: Vec<bool> = (0..held.len())
+            .map(|i| {
+                matches!(replies.answers()[i], Some(Ok(_))) && held[i].as_ref() != Some(newest)
+            })
+            .collect();
+        write_back(nodes, &pause_key(prefix, job), newest, &stale).await;
     }
-    held.into_iter().max_by_key(|p| p.at)
+    if answered < nodes.quorum() {
+        return PauseState::Unknown { answered };
+    }
+    match newest {
+        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause),
+        Some(PauseEvent::Resumed { .. }) | None => PauseState::NotHeld,
+    }
+}
+
+/// Sets `key` to `event` on the nodes `stale` marks (best effort: the next read tries again).
+async fn write_back(nodes: &Nodes, key: &str, event: &PauseEvent, stale: &[bool]) {
+    if !stale.contains(&true) {
+        return;
+    }
+    let stale_nodes: Vec<&str> = nodes
+        .iter()
+        .zip(stale)
+        .filter(|(_, s)| **s)
+        .map(|(n, _)| n.address())
+        .collect();
+    tracing::info!(key, nodes = ?stale_nodes, "pause state repaired onto nodes that lacked it");
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key)
+        .arg(serde_json::to_string(event).unwrap_or_default());
+    let cmd = Arc::new(cmd);
+    let targets: Vec<String> = stale_nodes.iter().map(|a| (*a).to_owned()).collect();
+    nodes
+        .ask_some(
+            |node| targets.iter().any(|t| t == node.address()),
+            |node| {
+                let cmd = cmd.clone();
+                async move { node.query::<Value>(&cmd, CONTROL_TIMEOUT).await }
+            },
+            Replies::settled,
+        )
+        .await;
+}
+
+/// Appends to each node that answered the pause-log entries it lacks (a node restarted empty
+/// lacks them all), so the ledger keeps telling paused slots from missed ones.
+async fn repair_log(nodes: &Nodes, prefix: &str, job: &str) {
+    let mut cmd = redis::cmd("XRANGE");
+    cmd.arg(log_key(prefix, job)).arg("-").arg("+");
+    let reads = nodes
+        .query::<LogEntries>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    let per_node: Vec<Option<Vec<PauseEvent>>> = reads
+        .answers()
+        .iter()
+        .map(|a| match a {
+            Some(Ok(entries)) => Some(merge_log(vec![entries.clone()])),
+            _ => None,
+        })
+        .collect();
+    let all = merge_log(reads.values().cloned().collect());
+    for (i, held) in per_node.iter().enumerate() {
+        let Some(held) = held else { continue };
+        for event in all.iter().filter(|e| !held.contains(e)) {
+            tracing::info!(
+                job,
+                node = i,
+                "pause log entry repaired onto a node that lacked it"
+            );
+            let cmd = xadd_log(prefix, job, event);
+            let _ = nodes
+                .ask_one(i, |node| async move {
+                    node.query::<Value>(&cmd, CONTROL_TIMEOUT).await
+                })
+                .await;
+        }
+    }
+}
+
+/// The `XADD` of `event` to `job`'s pause log.
+fn xadd_log(prefix: &str, job: &str, event: &PauseEvent) -> redis::Cmd {
+    let mut xadd = redis::cmd("XADD");
+    xadd.arg(log_key(prefix, job))
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(PAUSE_LOG_CAP)
+        .arg("*")
+        .arg("event")
+        .arg(serde_json::to_string(event).unwrap_or_default());
+    xadd
 }
 
 /// One node's pause-log entries as `XRANGE` answers them: (id, [(field, value)]).
@@ -293,10 +468,7 @@ fn merge_log(nodes: Vec<LogEntries>) -> Vec<PauseEvent> {
             }
         }
     }
-    events.sort_by_key(|e| match e {
-        PauseEvent::Paused(p) => p.at,
-        PauseEvent::Resumed { at, .. } => *at,
-    });
+    events.sort_by_key(PauseEvent::at);
     events
 }
 

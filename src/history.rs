@@ -206,6 +206,12 @@ impl RunRecord {
         })
     }
 
+    /// What tells one run from another: its fence, its start (to the millisecond, as stored)
+    /// and its replica. Two runs of one slot under one fence mean the slot ran twice.
+    fn run_id(&self) -> (Fence, i64, &str) {
+        (self.fence, self.started.timestamp_millis(), &self.replica)
+    }
+
     /// Of two records of the same slot, the one that says more: an end beats a start.
     fn supersedes(&self, other: &RunRecord) -> bool {
         (self.finished.is_some(), self.finished, self.started)
@@ -227,13 +233,17 @@ pub enum History {
     Local(Arc<Mutex<VecDeque<RunRecord>>>),
 }
 
-/// History could not be read from any node.
+/// History could not be read from a majority of the nodes.
 #[derive(Debug, thiserror::Error)]
-#[error("no Redis node answered the history read: {0}")]
-pub struct HistoryUnavailable(
-    /// The nodes' errors, joined (public so a view of an unreadable history can be built).
-    pub String,
-);
+#[error("{answered} Redis node(s) answered the history read, {needed} needed: {errors}")]
+pub struct HistoryUnavailable {
+    /// Nodes that answered.
+    pub answered: usize,
+    /// A majority.
+    pub needed: usize,
+    /// The nodes' errors, joined.
+    pub errors: String,
+}
 
 impl History {
     /// A history in this process.
@@ -246,17 +256,8 @@ impl History {
     pub async fn record(&self, record: &RunRecord) {
         match self {
             History::Redis { nodes, prefix } => {
-                let mut cmd = redis::cmd("XADD");
-                cmd.arg(stream_key(prefix, &record.job))
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(HISTORY_CAP)
-                    .arg("*");
-                for (k, v) in record.fields() {
-                    cmd.arg(k).arg(v);
-                }
                 let writes = nodes
-                    .query::<Value>(cmd, HISTORY_TIMEOUT, Replies::settled)
+                    .query::<Value>(xadd(prefix, record), HISTORY_TIMEOUT, Replies::settled)
                     .await;
                 for e in writes.errors() {
                     tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
@@ -266,6 +267,44 @@ impl History {
                 let mut runs = runs.lock().unwrap_or_else(|p| p.into_inner());
                 runs.push_front(record.clone());
                 runs.truncate(HISTORY_CAP);
+            }
+        }
+    }
+
+    /// Records `record` like [`Self::record`] and returns, in the same round trip, the records
+    /// among the newest `look` entries of its job's stream that share its fence, from every node
+    /// that took it (unmerged): the winner looks for another run of its slot under the same
+    /// fence, which only a failed lock allows.
+    pub async fn record_and_read(&self, record: &RunRecord, look: usize) -> Vec<RunRecord> {
+        match self {
+            History::Redis { nodes, prefix } => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(RECORD_AND_READ_SCRIPT)
+                    .arg(1)
+                    .arg(stream_key(prefix, &record.job))
+                    .arg(HISTORY_CAP)
+                    .arg(look)
+                    .arg(record.fence.get());
+                for (k, v) in record.fields() {
+                    cmd.arg(k).arg(v);
+                }
+                let replies = nodes
+                    .query::<Value>(cmd, HISTORY_TIMEOUT, Replies::settled)
+                    .await;
+                for e in replies.errors() {
+                    tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
+                }
+                replies
+                    .into_answers()
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .flat_map(parse_entries)
+                    .collect()
+            }
+            History::Local(_) => {
+                self.record(record).await;
+                self.read(&record.job, look).await.unwrap_or_default()
             }
         }
     }
@@ -288,33 +327,128 @@ impl History {
         merged.truncate(limit);
         Ok(merged)
     }
+
+    /// Copies `job`'s latest records (up to [`REPAIR_RECORDS`]) onto every node that answered
+    /// with none: a node restarted empty, which would otherwise count against every majority
+    /// read of the history until new runs filled it.
+    pub async fn repair(&self, job: &str) {
+        let History::Redis { nodes, prefix } = self else {
+            return;
+        };
+        let reads = nodes
+            .query::<Value>(
+                xrevrange(prefix, job, REPAIR_RECORDS),
+                HISTORY_TIMEOUT,
+                Replies::settled,
+            )
+            .await;
+        let per_node: Vec<Option<Vec<RunRecord>>> = reads
+            .into_answers()
+            .into_iter()
+            .map(|a| a.and_then(Result::ok).map(parse_entries))
+            .collect();
+        let mut all: Vec<RunRecord> = Vec::new();
+        for record in per_node.iter().flatten().flatten() {
+            if !all.contains(record) {
+                all.push(record.clone());
+            }
+        }
+        all.sort_by_key(|r| (r.started, r.finished.is_some()));
+        let mut pipe = redis::pipe();
+        for record in &all {
+            pipe.add_command(xadd(prefix, record)).ignore();
+        }
+        let pipe = Arc::new(pipe);
+        for (i, held) in per_node.iter().enumerate() {
+            if all.is_empty() || !held.as_ref().is_some_and(Vec::is_empty) {
+                continue;
+            }
+            tracing::info!(
+                job,
+                node = i,
+                records = all.len(),
+                "run history repaired onto a node that had none"
+            );
+            let pipe = pipe.clone();
+            let _ = nodes
+                .ask_one(i, |node| async move {
+                    node.query_pipe::<Value>(&pipe, HISTORY_TIMEOUT * 4).await
+                })
+                .await;
+        }
+    }
 }
+
+/// Appends a record (`ARGV[4..]`, field-value pairs) to the stream `KEYS[1]`, capped at
+/// `ARGV[1]`, and returns those of the stream's newest `ARGV[2]` entries whose fence is
+/// `ARGV[3]` (the record's own among them): the answer stays a record or two per run.
+const RECORD_AND_READ_SCRIPT: &str = "
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 4))
+local found = {}
+for _, entry in ipairs(redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[2])) do
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'fence' and fields[i + 1] == ARGV[3] then table.insert(found, entry) end
+  end
+end
+return found";
+
+/// Records copied onto a node restarted empty ([`History::repair`]).
+pub const REPAIR_RECORDS: usize = 400;
 
 fn stream_key(prefix: &str, job: &str) -> String {
     format!("{prefix}:history:{job}")
 }
 
-/// Reads from every node that is not suspect (from the suspect ones too when no other answers)
-/// and returns every record found, to be merged.
+/// The `XADD` of `record` to its job's stream.
+fn xadd(prefix: &str, record: &RunRecord) -> redis::Cmd {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(stream_key(prefix, &record.job))
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(HISTORY_CAP)
+        .arg("*");
+    for (k, v) in record.fields() {
+        cmd.arg(k).arg(v);
+    }
+    cmd
+}
+
+/// The newest `count` entries of `job`'s stream.
+fn xrevrange(prefix: &str, job: &str, count: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("XREVRANGE");
+    cmd.arg(stream_key(prefix, job))
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(count);
+    cmd
+}
+
+/// Reads from a majority of the nodes (every one that is not suspect, the suspect ones too
+/// while fewer than a majority answered) and returns every record found, to be merged. Fewer
+/// than a majority is an error: an empty node's answer alone would make run slots look missed.
 async fn read_nodes(
     nodes: &Nodes,
     prefix: &str,
     job: &str,
     limit: usize,
 ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
-    let mut cmd = redis::cmd("XREVRANGE");
     // Up to two records per run: read twice the limit so every run has its end.
-    cmd.arg(stream_key(prefix, job))
-        .arg("+")
-        .arg("-")
-        .arg("COUNT")
-        .arg(limit.saturating_mul(2).max(2));
+    let cmd = xrevrange(prefix, job, limit.saturating_mul(2).max(2));
+    let needed = nodes.quorum();
     let reads = nodes
-        .query::<Value>(cmd, HISTORY_TIMEOUT, |r| r.settled() && r.answered() > 0)
+        .query::<Value>(cmd, HISTORY_TIMEOUT, |r| {
+            r.settled() && r.answered() >= needed
+        })
         .await;
-    if reads.answered() == 0 {
+    if reads.answered() < needed {
         let errors: Vec<String> = reads.errors().map(ToString::to_string).collect();
-        return Err(HistoryUnavailable(errors.join("; ")));
+        return Err(HistoryUnavailable {
+            answered: reads.answered(),
+            needed,
+            errors: errors.join("; "),
+        });
     }
     Ok(reads
         .into_answers()
@@ -325,19 +459,37 @@ async fn read_nodes(
         .collect())
 }
 
-/// One record per run (the most complete), newest first. A run is a slot and a fence: a
-/// handed-off slot has two, the first winner's `handed_off` and the taker's.
+/// One record per run (the most complete), newest first. A run is its slot's fence, the
+/// replica that ran it and when it started: a handed-off slot has two (the first winner's
+/// `handed_off` and the taker's), and a slot run twice under the same fence (two nodes
+/// restarted empty, a clock fault) has two as well, which [`duplicates`] names.
 pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
-    let mut by_run: BTreeMap<Fence, RunRecord> = BTreeMap::new();
+    let mut by_run: BTreeMap<(Fence, i64, String), RunRecord> = BTreeMap::new();
     for record in records {
-        match by_run.get(&record.fence) {
+        let (fence, started, replica) = record.run_id();
+        let run = (fence, started, replica.to_owned());
+        match by_run.get(&run) {
             Some(existing) if !record.supersedes(existing) => {}
             _ => {
-                by_run.insert(record.fence, record);
+                by_run.insert(run, record);
             }
         }
     }
     by_run.into_values().rev().collect()
+}
+
+/// Another run in `runs` than `run` under the same fence: `run`'s slot ran twice.
+pub fn other_run<'a>(run: &RunRecord, runs: &'a [RunRecord]) -> Option<&'a RunRecord> {
+    runs.iter()
+        .find(|o| o.fence == run.fence && o.run_id() != run.run_id())
+}
+
+/// The runs in `runs` that share their fence with another run: a slot the lock let run twice.
+/// Each such run is named (so a slot run twice gives two), in the order given.
+pub fn duplicates(runs: &[RunRecord]) -> Vec<&RunRecord> {
+    runs.iter()
+        .filter(|r| other_run(r, runs).is_some())
+        .collect()
 }
 
 /// Stream entries `[[id, [k, v, …]], …]` into records; malformed entries are skipped.

@@ -1,18 +1,21 @@
 //! The slot ledger: every slot a job's schedule had in a period, with its fate, so "did Monday's
 //! 09:00 push go out, and if not, why?" has an answer even when no replica ran it.
 //!
-//! A pure function of three things the fleet keeps: the schedule (which slots there were), the
-//! run records (`history`: done, failed, handed off, skipped) and the pause log (`control`). A
-//! slot with no record that no pause covers is `missed`: no replica recorded running it (every
-//! replica down, or Redis unavailable to all of them).
+//! A pure function of what the fleet keeps: the schedule (which slots there were), the run
+//! records (`history`: done, failed, handed off, skipped), the pause log (`control`) and, for
+//! the slots too young to be settled, whether a node still holds their key. A slot with no
+//! record that no pause covers is `missed`: no replica recorded running it (every replica down,
+//! or Redis unavailable to all of them); for a young slot that is known at once when its start
+//! window has closed and no node holds its key. A slot run twice under one fence (the lock
+//! failed: nodes restarted empty, a clock fault) has two entries, each flagged `duplicate`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::control::{covered, PausedSpan};
-use crate::history::RunRecord;
+use crate::history::{duplicates, RunRecord};
 use crate::schedule::Slot;
 
 /// What became of one slot.
@@ -21,6 +24,9 @@ pub enum Fate {
     /// A run's record (done, failed, handed off, skipped, or running); a handed-off slot has
     /// one entry per run.
     Run(RunRecord),
+    /// No record yet, but a node holds the slot's key: a replica won it and runs it (or died
+    /// in its run's first second).
+    Held,
     /// The job was paused fleet-wide at the slot.
     Paused,
     /// Too recent to judge: its run may still be going or not yet recorded.
@@ -34,6 +40,7 @@ impl Fate {
     pub fn outcome(&self) -> &'static str {
         match self {
             Fate::Run(record) => record.outcome.as_str(),
+            Fate::Held => "running",
             Fate::Paused => "paused",
             Fate::Pending => "pending",
             Fate::Missed => "missed",
@@ -48,40 +55,70 @@ pub struct Entry {
     pub slot: Slot,
     /// What became of it.
     pub fate: Fate,
+    /// Another run of the slot had the same fence: the slot ran twice.
+    pub duplicate: bool,
 }
 
-/// The ledger of `slots` (the schedule's slots of the period), newest first. Slots after
-/// `settled_before` are `Pending` unless a record says otherwise.
-pub fn ledger(
-    slots: &[Slot],
-    runs: &[RunRecord],
-    paused: &[PausedSpan],
-    settled_before: DateTime<Utc>,
-) -> Vec<Entry> {
+/// When the ledger is read, and what the nodes said of the slots too young to be settled.
+#[derive(Debug, Clone)]
+pub struct Now {
+    /// Slots before this have had every record they will get: no record means `missed`.
+    pub settled_before: DateTime<Utc>,
+    /// Slots before this are past their start window (no replica starts them any more), and
+    /// `held` names those whose key a node holds; `None` when a majority of nodes did not
+    /// answer the read of the keys (young slots then stay `pending`).
+    pub window_closed_before: Option<DateTime<Utc>>,
+    /// Young slots whose key some node holds.
+    pub held: HashSet<Slot>,
+}
+
+/// The ledger of `slots` (the schedule's slots of the period), newest first.
+pub fn ledger(slots: &[Slot], runs: &[RunRecord], paused: &[PausedSpan], now: &Now) -> Vec<Entry> {
     let mut by_slot: HashMap<Slot, Vec<&RunRecord>> = HashMap::new();
     for run in runs {
         by_slot.entry(run.slot).or_default().push(run);
     }
     let mut entries = Vec::new();
     for &slot in slots.iter().rev() {
-        if let Some(mut of_slot) = by_slot.remove(&slot) {
-            of_slot.sort_by_key(|r| std::cmp::Reverse(r.fence));
-            entries.extend(of_slot.into_iter().map(|r| Entry {
+        match by_slot.remove(&slot) {
+            Some(of_slot) => entries.extend(run_entries(slot, of_slot)),
+            None => entries.push(Entry {
                 slot,
-                fate: Fate::Run(r.clone()),
-            }));
-            continue;
+                fate: unrun_fate(slot, paused, now),
+                duplicate: false,
+            }),
         }
-        let fate = if covered(paused, slot.instant()) {
-            Fate::Paused
-        } else if slot.instant() >= settled_before {
-            Fate::Pending
-        } else {
-            Fate::Missed
-        };
-        entries.push(Entry { slot, fate });
     }
     entries
+}
+
+/// One entry per run of `slot`, the latest fence first; runs sharing a fence are flagged.
+fn run_entries(slot: Slot, mut runs: Vec<&RunRecord>) -> Vec<Entry> {
+    runs.sort_by_key(|r| std::cmp::Reverse((r.fence, r.started)));
+    let owned: Vec<RunRecord> = runs.into_iter().cloned().collect();
+    let twice: Vec<RunRecord> = duplicates(&owned).into_iter().cloned().collect();
+    owned
+        .into_iter()
+        .map(|r| Entry {
+            slot,
+            duplicate: twice.contains(&r),
+            fate: Fate::Run(r),
+        })
+        .collect()
+}
+
+/// The fate of a slot no record names.
+fn unrun_fate(slot: Slot, paused: &[PausedSpan], now: &Now) -> Fate {
+    let t = slot.instant();
+    if covered(paused, t) {
+        Fate::Paused
+    } else if now.held.contains(&slot) {
+        Fate::Held
+    } else if t < now.settled_before || now.window_closed_before.is_some_and(|c| t < c) {
+        Fate::Missed
+    } else {
+        Fate::Pending
+    }
 }
 
 /// One ledger line as `history --json` prints it: the run record's fields when there is one,
@@ -95,6 +132,9 @@ pub struct Row<'a> {
     pub slot_local: String,
     /// How long the run took, if there was one.
     pub duration_ms: Option<u128>,
+    /// Present (true) on each run of a slot that ran twice under one fence.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 /// What a ledger line says of its slot: a run's record, or the slot with its fate.
@@ -109,7 +149,7 @@ pub enum RowFate<'a> {
         job: &'a str,
         /// The slot in UTC.
         slot: String,
-        /// Its fate (`paused`, `pending`, `missed`).
+        /// Its fate (`running`, `paused`, `pending`, `missed`).
         outcome: &'static str,
     },
 }
@@ -132,6 +172,14 @@ mod tests {
         }
     }
 
+    fn settled(before: i64) -> Now {
+        Now {
+            settled_before: t(before),
+            window_closed_before: None,
+            held: HashSet::new(),
+        }
+    }
+
     fn outcomes(entries: &[Entry]) -> Vec<(i64, &'static str)> {
         entries
             .iter()
@@ -149,7 +197,7 @@ mod tests {
             run(50, RunState::Failed, 0),
         ];
         let paused = [(t(30), Some(t(40)))];
-        let entries = ledger(&slots, &runs, &paused, t(60));
+        let entries = ledger(&slots, &runs, &paused, &settled(60));
         assert_eq!(
             outcomes(&entries),
             vec![
@@ -167,10 +215,53 @@ mod tests {
     #[test]
     fn an_open_pause_covers_everything_after_it() {
         let slots: Vec<Slot> = (1..=3).map(|s| Slot::at(t(s * 10))).collect();
-        let entries = ledger(&slots, &[], &[(t(15), None)], t(100));
+        let entries = ledger(&slots, &[], &[(t(15), None)], &settled(100));
         assert_eq!(
             outcomes(&entries),
             vec![(30, "paused"), (20, "paused"), (10, "missed")]
+        );
+    }
+
+    #[test]
+    fn a_young_slot_is_missed_once_its_window_closed_unheld_and_running_while_held() {
+        let slots: Vec<Slot> = (1..=4).map(|s| Slot::at(t(s * 10))).collect();
+        let now = Now {
+            settled_before: t(15),
+            window_closed_before: Some(t(35)),
+            held: HashSet::from([Slot::at(t(20))]),
+        };
+        let entries = ledger(&slots, &[], &[], &now);
+        assert_eq!(
+            outcomes(&entries),
+            vec![
+                (40, "pending"),
+                (30, "missed"),
+                (20, "running"),
+                (10, "missed")
+            ]
+        );
+        let unread = Now {
+            window_closed_before: None,
+            ..now
+        };
+        assert_eq!(ledger(&slots, &[], &[], &unread)[1].fate, Fate::Pending);
+    }
+
+    #[test]
+    fn a_slot_run_twice_under_one_fence_is_listed_twice_and_flagged() {
+        let slots = [Slot::at(t(10)), Slot::at(t(20))];
+        let mut late = run(10, RunState::Done, 0);
+        late.replica = "late".into();
+        late.started = t(11);
+        let runs = [run(10, RunState::Done, 0), late, run(20, RunState::Done, 0)];
+        let entries = ledger(&slots, &runs, &[], &settled(30));
+        let flags: Vec<(i64, &str, bool)> = entries
+            .iter()
+            .map(|e| (e.slot.instant().timestamp(), e.fate.outcome(), e.duplicate))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![(20, "done", false), (10, "done", true), (10, "done", true)]
         );
     }
 }

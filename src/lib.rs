@@ -17,6 +17,7 @@
 //!   `candidates` part decides which places race, look first, look out or stand by.
 //! - [`membership`]: the fleet's live replicas (heartbeats), grouped by their jobs' definitions,
 //!   and each slot's candidates.
+//! - [`destinations`]: one fleet per prefix: replicas whose job of one name sends elsewhere.
 //! - [`handoff`]: offers of slots a winner could not deliver, over Redis pub/sub.
 //! - [`control`]: fleet-wide pause and resume of jobs, and their log.
 //! - [`status`]: `/healthz`, `/readyz`, `/metrics` and the status page (overview, charts,
@@ -51,6 +52,7 @@ pub mod catch_up;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod destinations;
 pub mod fleet_clock;
 pub mod handoff;
 pub mod history;

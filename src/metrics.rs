@@ -137,6 +137,8 @@ pub struct Metrics {
     handoffs: Family<JobLabels, Counter>,
     /// Slots no replica ran, found by this replica at its start (each counted once, fleet-wide).
     missed: Family<JobLabels, Counter>,
+    /// Slots run twice under one fence, found by a replica that ran one (counted once, fleet-wide).
+    duplicates: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
     /// Jobs whose next slot lies past their built-in calendar's data.
     calendar_beyond: Family<JobLabels, Gauge>,
@@ -176,6 +178,7 @@ impl Metrics {
             budget_wait_seconds: Family::default(),
             handoffs: Family::default(),
             missed: Family::default(),
+            duplicates: Family::default(),
             paused: Family::default(),
             calendar_beyond: Family::default(),
             clock_steps: Counter::default(),
@@ -270,6 +273,11 @@ impl Metrics {
             "missed_slots",
             "Slots no replica ran, found by a replica starting up (each counted once, fleet-wide)",
             self.missed.clone(),
+        );
+        r.register(
+            "duplicate_runs",
+            "Slots run twice under one fence (the lock failed), found by a replica that ran one (each counted once, fleet-wide)",
+            self.duplicates.clone(),
         );
         r.register(
             "job_paused",
@@ -389,6 +397,9 @@ impl Metrics {
             Tally::Missed => {
                 self.missed.get_or_create(&job(job_name)).inc();
             }
+            Tally::Duplicate => {
+                self.duplicates.get_or_create(&job(job_name)).inc();
+            }
         }
     }
 
@@ -413,7 +424,8 @@ impl Metrics {
             | Outcome::Skipped
             | Outcome::Paused
             | Outcome::Standby
-            | Outcome::Missed => {}
+            | Outcome::Missed
+            | Outcome::Duplicate => {}
         }
     }
 

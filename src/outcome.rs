@@ -35,6 +35,9 @@ pub enum Outcome {
     Overlapped,
     /// No replica ran the slot; this replica won the right to report it once for the fleet.
     Missed,
+    /// The slot ran twice under one fence (the lock failed: nodes restarted empty, a clock
+    /// fault); this replica, which ran one of the runs, won the right to report it once.
+    Duplicate,
 }
 
 /// Which family of counters an outcome is counted in.
@@ -46,6 +49,8 @@ pub enum Tally {
     Run,
     /// `slotcron_missed_slots_total`: a slot no replica ran, reported once across the fleet.
     Missed,
+    /// `slotcron_duplicate_runs_total`: a slot run twice, reported once across the fleet.
+    Duplicate,
 }
 
 impl Outcome {
@@ -62,6 +67,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::HandedOff => "handed_off",
             Outcome::Missed => "missed",
+            Outcome::Duplicate => "duplicate",
         }
     }
 
@@ -78,6 +84,7 @@ impl Outcome {
                 Tally::Run
             }
             Outcome::Missed => Tally::Missed,
+            Outcome::Duplicate => Tally::Duplicate,
         }
     }
 
@@ -92,7 +99,7 @@ impl Outcome {
             | Outcome::Overlapped
             | Outcome::HandedOff
             | Outcome::Missed => tracing::Level::WARN,
-            Outcome::Failed => tracing::Level::ERROR,
+            Outcome::Failed | Outcome::Duplicate => tracing::Level::ERROR,
             Outcome::Standby => tracing::Level::DEBUG,
         }
     }
@@ -116,7 +123,7 @@ pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
 mod tests {
     use super::*;
 
-    const ALL: [Outcome; 11] = [
+    const ALL: [Outcome; 12] = [
         Outcome::Won,
         Outcome::Lost,
         Outcome::Unavailable,
@@ -128,6 +135,7 @@ mod tests {
         Outcome::HandedOff,
         Outcome::Overlapped,
         Outcome::Missed,
+        Outcome::Duplicate,
     ];
 
     #[test]
@@ -136,7 +144,7 @@ mod tests {
             let declared = match outcome.tally() {
                 Tally::Race => RACE_OUTCOMES.as_slice(),
                 Tally::Run => RUN_OUTCOMES.as_slice(),
-                Tally::Missed => continue,
+                Tally::Missed | Tally::Duplicate => continue,
             };
             assert!(declared.contains(&outcome.as_str()), "{outcome:?}");
         }

@@ -26,7 +26,11 @@ pub enum Heard {
     Message(String),
     /// A node's subscription was (re)opened: messages sent while it was closed were lost, so a
     /// reader that keeps state reads it again.
-    Subscribed,
+    Subscribed {
+        /// Not the node's first subscription: its connection broke, so the node may have come
+        /// back empty (a restart without persistence) and a reader may repair what it lost.
+        again: bool,
+    },
 }
 
 /// Subscribes to `channel` on every node of `lock`, each node in a tracked task that
@@ -61,6 +65,7 @@ async fn subscribe_node(
     let Some(node) = nodes.iter().nth(index) else {
         return;
     };
+    let mut again = false;
     loop {
         let subscribed = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -69,11 +74,12 @@ async fn subscribe_node(
         match subscribed {
             Ok(pubsub) => {
                 tracing::debug!(node = %node.address(), %channel, "subscribed");
-                if heard.send(Heard::Subscribed).await.is_err()
+                if heard.send(Heard::Subscribed { again }).await.is_err()
                     || !forward(pubsub, &heard, &shutdown).await
                 {
                     return;
                 }
+                again = true;
                 tracing::debug!(node = %node.address(), %channel, "subscription closed; subscribing again");
             }
             Err(e) => tracing::debug!(%channel, error = %e, "cannot subscribe; trying again"),

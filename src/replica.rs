@@ -20,6 +20,7 @@ use crate::action::rate::Budgets;
 use crate::catch_up;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::control::Control;
+use crate::destinations;
 use crate::fleet_clock::{self, FleetClock};
 use crate::handoff::{HandoffRequest, Handoffs, Seen};
 use crate::history::History;
@@ -269,6 +270,10 @@ pub async fn run_replica(
     if let Some(http) = http {
         serve_status(&replica, &current, http.listen, &tracker, &shutdown).await?;
     }
+    // Before the first slot, so a paused job is honoured from it (the subscriptions' own reads
+    // run concurrently with the timeline).
+    let names: Vec<String> = read(&current).jobs.iter().map(|j| j.name.clone()).collect();
+    replica.control.refresh(&names).await;
     listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;
@@ -347,6 +352,7 @@ fn listen_to_the_fleet(
         ));
     }
     replica.membership.spawn(tracker, shutdown);
+    compare_destinations(replica, current, tracker, shutdown);
     let names = current.clone();
     replica.control.watch(
         move || read(&names).jobs.iter().map(|j| j.name.clone()).collect(),
@@ -362,6 +368,33 @@ fn listen_to_the_fleet(
             shutdown.clone(),
         ));
     }
+}
+
+/// Compares where this replica's jobs send with the other replicas on its prefix (see
+/// [`destinations`]); nothing in standalone mode.
+fn compare_destinations(
+    replica: &Replica,
+    current: &Arc<RwLock<Arc<Config>>>,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    let Some((_, nodes)) = &replica.fleet else {
+        return;
+    };
+    let config = current.clone();
+    tracker.spawn(destinations::keep_comparing(
+        nodes.clone(),
+        replica.key_prefix.clone(),
+        replica.name.clone(),
+        move || {
+            let config = read(&config);
+            destinations::Own {
+                jobs: destinations::fingerprints(&config),
+                after: config.scheduler.destination_conflict_after,
+            }
+        },
+        shutdown.clone(),
+    ));
 }
 
 /// The current file's `max_clock_skew`: the fleet clock's measurer logs offsets past it.
@@ -469,13 +502,19 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
             .as_ref()
             .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
     };
-    if nodes(old) != nodes(new)
-        || old.scheduler.key_prefix != new.scheduler.key_prefix
-        || old.http != new.http
+    if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix {
+        tracing::warn!(
+            "[redis] nodes or key_prefix changed: this takes effect at the next restart, and \
+            while a rollout restarts replicas one by one, the replicas on the old nodes or prefix \
+            and those on the new one race apart, so every slot runs twice until the rollout \
+            ends; to avoid it, stop every replica, then start them all with the new file"
+        );
+    }
+    if old.http != new.http
         || (old.scheduler.candidates == Candidates::All)
             != (new.scheduler.candidates == Candidates::All)
     {
-        tracing::warn!("changes to [redis], [http], key_prefix and between candidates = \"all\" and a count take effect at the next restart");
+        tracing::warn!("changes to [http] and between candidates = \"all\" and a count take effect at the next restart");
     }
 }
 

@@ -90,6 +90,54 @@ pub async fn recorded(history: &History, job: &str) -> Option<DateTime<Utc>> {
         .and_then(DateTime::from_timestamp_millis)
 }
 
+/// Sets the watermark of `job` to the fleet's (the majority's) on every node that answered
+/// without one or with a later one: a node restarted empty takes the time a replica next
+/// starts, and two such nodes would make the fleet forget when it first scheduled the job.
+pub async fn repair(history: &History, job: &str) {
+    let History::Redis { nodes, prefix } = history else {
+        return;
+    };
+    let key = key(prefix, job);
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(&key);
+    let replies = nodes
+        .query::<Option<String>>(cmd, WATERMARK_TIMEOUT, Replies::settled)
+        .await;
+    let held: Vec<Option<i64>> = replies
+        .answers()
+        .iter()
+        .map(|a| match a {
+            Some(Ok(v)) => Some(
+                v.as_deref()
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(i64::MAX),
+            ),
+            _ => None,
+        })
+        .collect();
+    let Some(fleet) = majority_watermark(held.iter().flatten().copied().collect(), nodes.len())
+        .filter(|&ms| ms != i64::MAX)
+    else {
+        return;
+    };
+    for (i, value) in held.iter().enumerate() {
+        if value.is_some_and(|v| v > fleet) {
+            tracing::info!(
+                job,
+                node = i,
+                "watermark repaired onto a node that lacked it"
+            );
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg(fleet);
+            let _ = nodes
+                .ask_one(i, |node| async move {
+                    node.query::<redis::Value>(&set, WATERMARK_TIMEOUT).await
+                })
+                .await;
+        }
+    }
+}
+
 async fn set_and_get(
     node: Arc<Node>,
     key: String,

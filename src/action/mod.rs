@@ -68,6 +68,25 @@ impl Action {
         }
     }
 
+    /// Where the action sends, unredacted, hashed: two replicas whose job of one name has
+    /// different fingerprints send it to different places (see [`crate::destinations`]).
+    /// `None` for `log`, which sends nowhere.
+    pub fn destination_fingerprint(&self) -> Option<String> {
+        let raw = match self {
+            Action::Wecom(a) => a.webhook.expose().to_string(),
+            Action::DingTalk(a) => a.webhook.expose().to_string(),
+            Action::Feishu(a) => a.webhook.expose().to_string(),
+            Action::Slack(a) => a.webhook.expose().to_string(),
+            Action::Http(a) => format!("{} {}", a.method, a.url.expose()),
+            Action::Command(a) => a.argv.to_string(),
+            Action::Log(_) => return None,
+        };
+        Some(format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(raw.as_bytes())
+        ))
+    }
+
     /// Each action's future is boxed: inline, every run's task would carry the largest of them
     /// (over 128 KiB, from the command's pipe buffers and the robots' retries), allocated, page
     /// faulted and copied on each spawn. Boxed, a run allocates what its own action needs.

@@ -36,7 +36,13 @@ pub fn render_check(config: &Config, next: usize) -> String {
     let lock = match &config.redis {
         Some(redis) => {
             let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
-            format!("redlock over {} node(s): {}", nodes.len(), nodes.join(", "))
+            // The prefix names the fleet: two deployments on one Redis need different ones.
+            format!(
+                "redlock over {} node(s): {}, key_prefix {:?}",
+                nodes.len(),
+                nodes.join(", "),
+                config.scheduler.key_prefix
+            )
         }
         None => "standalone (in-process lock, one replica only)".to_owned(),
     };

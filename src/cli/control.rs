@@ -1,6 +1,7 @@
 //! `slotcron pause` and `resume`: fleet-wide, kept on the Redis nodes.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use chrono::Utc;
 use clap::Args;
@@ -9,10 +10,13 @@ use super::shared::{
     connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
     ConfigArg, Offset, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
-use super::trigger::race_once;
+use super::trigger::report_trigger;
 use crate::config::Config;
 use crate::control::{Control, Pause};
-use crate::race::RaceKind;
+use crate::history::HISTORY_CAP;
+use crate::race::{RaceKind, SlotResult};
+use crate::replica::Replica;
+use crate::schedule::{Slot, SystemClock};
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Args)]
@@ -121,7 +125,10 @@ pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
     catch_up_pause(&config, &args.job, &pause, &runtime)
 }
 
-/// Runs the newest slot of `job` inside `pause`, as a catch-up through the race.
+/// Runs the newest slot of `job` inside `pause`, as a catch-up through the race: judged on
+/// the fleet clock (not this machine's), and only when the history, read from a majority of
+/// the nodes, has no run of it (a slot raced as the pause was taken did run; once its key
+/// expired the race alone would let it run again).
 fn catch_up_pause(
     config: &Config,
     job: &str,
@@ -131,27 +138,49 @@ fn catch_up_pause(
     let Some(job) = config.jobs.iter().find(|j| j.name == job).cloned() else {
         return ExitCode::SUCCESS;
     };
-    let now = Utc::now();
-    let end = pause.until.map_or(now, |u| u.min(now));
-    let newest = job
-        .schedule
-        .upcoming(pause.at, 100_000)
-        .into_iter()
-        .take_while(|s| s.instant() < end)
-        .last();
-    let Some(slot) = newest else {
-        println!("{}: no slot fell inside the pause", job.name);
-        return ExitCode::SUCCESS;
-    };
-    let replica = default_replica_id();
-    race_once(
-        runtime,
-        config,
-        replica,
-        &job,
-        Some(slot),
-        RaceKind::CatchUp,
-    )
+    let result = runtime.block_on(async {
+        let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
+        let ctx = replica.context(config);
+        let now = ctx.clock.fleet_now();
+        let end = pause.until.map_or(now, |u| u.min(now));
+        let newest = job
+            .schedule
+            .upcoming(pause.at, 100_000)
+            .into_iter()
+            .take_while(|s| s.instant() < end)
+            .last();
+        let Some(slot) = newest else {
+            return anyhow::Ok(Caught::NoSlot);
+        };
+        let runs = ctx.history.read(&job.name, HISTORY_CAP).await?;
+        if let Some(run) = runs.iter().find(|r| r.slot == slot) {
+            return Ok(Caught::Ran(slot, run.replica.clone()));
+        }
+        Ok(Caught::Raced(ctx.race(&job, slot, RaceKind::CatchUp).await))
+    });
+    match result {
+        Ok(Caught::NoSlot) => println!("{}: no slot fell inside the pause", job.name),
+        Ok(Caught::Ran(slot, by)) => println!(
+            "{}: the newest slot inside the pause, {slot}, already ran (on {by}): nothing to catch up",
+            job.name
+        ),
+        Ok(Caught::Raced(result)) => return report_trigger(&job.name, &result),
+        Err(e) => {
+            eprintln!("slotcron: {}: catch-up not run: {e:#}", job.name);
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// What `resume --catch-up` found.
+enum Caught {
+    /// No slot fell inside the pause.
+    NoSlot,
+    /// The newest slot inside it has a run record (by that replica).
+    Ran(Slot, String),
+    /// It had none, and was raced for.
+    Raced(SlotResult),
 }
 
 /// The configuration, the fleet's control and a runtime, for a job the file schedules.

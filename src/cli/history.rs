@@ -16,8 +16,10 @@ use super::shared::{
 };
 use crate::config::{Config, Job};
 use crate::control::{paused_intervals, Control};
-use crate::history::{History, RunRecord, HISTORY_CAP};
-use crate::ledger::{ledger, Entry, Fate, Row as LedgerRow, RowFate};
+use crate::history::{duplicates, History, RunRecord, HISTORY_CAP};
+use crate::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
+use crate::lock::nodes::Replies;
+use crate::lock::SlotKey;
 use crate::schedule::Slot;
 
 #[derive(Debug, Args)]
@@ -36,7 +38,8 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub json: bool,
     /// The slot ledger of this period: every scheduled slot, run or not (`done`, `failed`,
-    /// `handed_off`, `skipped`, `paused`, `missed`). A duration back from now (`24h`, `30m`)
+    /// `handed_off`, `skipped`, `running`, `paused`, `pending`, `missed`; a slot run twice is
+    /// listed twice, flagged `duplicate`). A duration back from now (`24h`, `30m`)
     /// or an RFC 3339 time.
     #[arg(long)]
     pub since: Option<String>,
@@ -52,6 +55,8 @@ struct Row<'a> {
     run: &'a RunRecord,
     slot_local: String,
     duration_ms: Option<u128>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    duplicate: bool,
 }
 
 /// `slotcron history`: the latest runs, newest first, merged across nodes.
@@ -147,8 +152,8 @@ fn print_ledger(
         .iter()
         .filter(|j| jobs.iter().any(|(n, _)| *n == j.name))
     {
-        let settling = job.timeout + config.scheduler.max_clock_skew.max(Duration::from_secs(2));
-        match runtime.block_on(job_ledger(job, since, settling, history, control)) {
+        let window = config.scheduler.max_clock_skew.max(Duration::from_secs(2));
+        match runtime.block_on(job_ledger(job, since, window, history, control)) {
             Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
             Err(e) => {
                 eprintln!("slotcron: {}: {e:#}", job.name);
@@ -164,12 +169,13 @@ fn print_ledger(
     ExitCode::SUCCESS
 }
 
-/// One job's ledger since `since`.
-/// Slots younger than `settling` may still be running (a run is recorded when it ends).
+/// One job's ledger since `since`. A slot's start window is `window`: slots younger than its
+/// timeout plus the window may still be running (a run is recorded when it ends), so their keys
+/// are read to tell a run still going from a slot nobody started.
 async fn job_ledger(
     job: &Job,
     since: chrono::DateTime<Utc>,
-    settling: Duration,
+    window: Duration,
     history: &History,
     control: &Control,
 ) -> anyhow::Result<Vec<Entry>> {
@@ -193,8 +199,56 @@ async fn job_ledger(
         .read(&job.name, (slots.len() * 3 + 16).min(HISTORY_CAP))
         .await?;
     let paused = paused_intervals(&control.log(&job.name).await);
-    let settled_before = now - chrono::Duration::from_std(settling).unwrap_or_default();
-    Ok(ledger(&slots, &runs, &paused, settled_before))
+    let ago = |d: Duration| now - chrono::Duration::from_std(d).unwrap_or_default();
+    let settled_before = ago(job.timeout + window);
+    let young: Vec<Slot> = slots
+        .iter()
+        .copied()
+        .filter(|s| s.instant() >= settled_before && !runs.iter().any(|r| r.slot == *s))
+        .collect();
+    let held = held_keys(history, &job.name, &young).await;
+    let judged = Now {
+        settled_before,
+        window_closed_before: held.as_ref().map(|_| ago(window)),
+        held: held.unwrap_or_default(),
+    };
+    Ok(ledger(&slots, &runs, &paused, &judged))
+}
+
+/// Which of `slots` some node holds the key of, read from a majority of the nodes (`None`:
+/// fewer answered, so nothing can be said).
+async fn held_keys(
+    history: &History,
+    job: &str,
+    slots: &[Slot],
+) -> Option<std::collections::HashSet<Slot>> {
+    let History::Redis { nodes, prefix } = history else {
+        return None;
+    };
+    if slots.is_empty() {
+        return Some(Default::default());
+    }
+    let mut cmd = redis::cmd("MGET");
+    for slot in slots {
+        cmd.arg(SlotKey::new(prefix, job, *slot).as_str());
+    }
+    let replies = nodes
+        .query::<Vec<Option<String>>>(cmd, Duration::from_millis(500), Replies::settled)
+        .await;
+    if replies.answered() < nodes.quorum() {
+        return None;
+    }
+    let mut held = std::collections::HashSet::new();
+    for values in replies.values() {
+        held.extend(
+            slots
+                .iter()
+                .zip(values)
+                .filter(|(_, v)| v.is_some())
+                .map(|(s, _)| *s),
+        );
+    }
+    Some(held)
 }
 
 fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
@@ -202,7 +256,7 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
         for (job, entry) in lines {
             let (fate, duration) = match &entry.fate {
                 Fate::Run(record) => (RowFate::Run(record), record.duration()),
-                Fate::Paused | Fate::Pending | Fate::Missed => (
+                Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => (
                     RowFate::NoRun {
                         job: &job.name,
                         slot: entry.slot.rfc3339_utc(),
@@ -215,6 +269,7 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
                 fate,
                 slot_local: entry.slot.rfc3339_in(job.zone()),
                 duration_ms: duration.map(|d| d.as_millis()),
+                duplicate: entry.duplicate,
             };
             println!("{}", serde_json::to_string(&row).unwrap_or_default());
         }
@@ -231,19 +286,28 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
                 r.trigger.as_str(),
                 r.error.as_deref().unwrap_or(""),
             ),
-            Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
+            Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
         };
         println!(
             "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}",
             entry.slot.rfc3339_in(job.zone()),
             job.name,
-            entry.fate.outcome(),
+            outcome_text(entry.fate.outcome(), entry.duplicate),
             winner,
             trigger
         );
     }
     if lines.is_empty() {
         println!("(no slots)");
+    }
+}
+
+/// The OUTCOME column: the outcome, marked when the slot ran twice under one fence.
+fn outcome_text(outcome: &str, duplicate: bool) -> String {
+    if duplicate {
+        format!("{outcome} DUPLICATE")
+    } else {
+        outcome.to_owned()
     }
 }
 
@@ -280,12 +344,15 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
             .find(|(n, _)| n == job)
             .map_or(chrono_tz::UTC, |(_, z)| *z)
     };
+    let twice = duplicates(runs);
+    let duplicate = |run: &RunRecord| twice.contains(&run);
     if json {
         for run in runs {
             let row = Row {
                 run,
                 slot_local: run.slot.rfc3339_in(zone(&run.job)),
                 duration_ms: run.duration().map(|d| d.as_millis()),
+                duplicate: duplicate(run),
             };
             println!("{}", serde_json::to_string(&row).unwrap_or_default());
         }
@@ -305,7 +372,7 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
             run.job,
             run.replica,
             run.trigger,
-            run.outcome,
+            outcome_text(run.outcome.as_str(), duplicate(run)),
             duration,
             run.attempts,
             run.error.as_deref().unwrap_or("")

@@ -25,6 +25,9 @@ pub const MAX_CLOCK_SKEW: DurationRange = DurationRange::new(Duration::ZERO, HOU
 /// `[scheduler] candidate_stagger`: the wait of each further-ranked candidate; past a second
 /// it would eat the start window of a slot whose first candidate died.
 pub const CANDIDATE_STAGGER: DurationRange = DurationRange::new(Duration::ZERO, SECOND);
+/// `[scheduler] destination_conflict_after`: how long a rollout that changes a job's
+/// destination may take before the difference is reported as two fleets on one prefix.
+pub const DESTINATION_CONFLICT_AFTER: DurationRange = DurationRange::new(SECOND, DAY);
 /// `[redis] node_timeout`: a race waits this long for each node.
 pub const NODE_TIMEOUT: DurationRange = DurationRange::new(MS, Duration::from_secs(10));
 /// `[redis] retry_delay`: 0 retries at once; a long delay would push a race past its window.

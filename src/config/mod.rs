@@ -36,6 +36,8 @@ use raw::{
 
 use crate::membership::{Candidates, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER};
 
+/// Default `[scheduler] destination_conflict_after`: longer than a rollout takes.
+pub const DEFAULT_DESTINATION_CONFLICT_AFTER: Duration = Duration::from_secs(600);
 /// Default `[scheduler] key_prefix`.
 pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
 /// Default `[scheduler] max_clock_skew`.
@@ -87,6 +89,9 @@ pub struct SchedulerConfig {
     pub candidates: Candidates,
     /// How long each further-ranked candidate waits before it races.
     pub candidate_stagger: Duration,
+    /// How long replicas on this prefix may send a job of one name to different destinations
+    /// (a rollout) before it is logged as two fleets sharing the prefix.
+    pub destination_conflict_after: Duration,
 }
 
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
@@ -376,6 +381,13 @@ impl<'e> Loader<'e> {
             raw.candidate_stagger.unwrap_or(DEFAULT_CANDIDATE_STAGGER),
             durations::CANDIDATE_STAGGER,
         )?;
+        let destination_conflict_after = self.bounded(
+            &Section::Scheduler,
+            "destination_conflict_after",
+            raw.destination_conflict_after
+                .unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
+            durations::DESTINATION_CONFLICT_AFTER,
+        )?;
         Some(SchedulerConfig {
             timezone,
             key_prefix,
@@ -384,6 +396,7 @@ impl<'e> Loader<'e> {
             on_failure: raw.on_failure,
             candidates,
             candidate_stagger,
+            destination_conflict_after,
         })
     }
 

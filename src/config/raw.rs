@@ -37,6 +37,9 @@ pub struct RawScheduler {
     /// How much later each further candidate joins the race; bounded by the checker.
     #[serde(default, with = "humantime_serde")]
     pub candidate_stagger: Option<Duration>,
+    /// How long replicas on one prefix may send a job of one name to different places.
+    #[serde(default, with = "humantime_serde")]
+    pub destination_conflict_after: Option<Duration>,
 }
 
 /// `candidates = 2` or `candidates = "all"`.

@@ -47,6 +47,7 @@ impl LocalLock {
             token,
             validity: ttl,
             valid_until: now + ttl,
+            contested: false,
         })
     }
 }

@@ -44,6 +44,11 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:{}:missed", slot.epoch_ms()))
     }
 
+    /// The key the replicas that find a slot ran twice race for, so it is reported once.
+    pub fn duplicate(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:duplicate", slot.epoch_ms()))
+    }
+
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).
     pub fn running(prefix: &str, job: &str) -> Self {
         SlotKey(format!("{prefix}:{job}:running"))
@@ -101,6 +106,10 @@ pub struct Lease {
     pub validity: Duration,
     /// Until when the lock is this replica's.
     pub valid_until: Instant,
+    /// Some node held another replica's token when this replica won: a racer of a split vote,
+    /// or a holder that a majority of nodes restarted empty forgot (then the slot may run
+    /// twice, and the winner looks for the other run in the history).
+    pub contested: bool,
 }
 
 /// Why the lock could not be decided.

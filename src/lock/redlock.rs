@@ -168,6 +168,7 @@ impl Race {
                     token: self.claim.token.clone(),
                     validity,
                     valid_until: Instant::now() + validity,
+                    contested: !tally.others.is_empty(),
                 }));
                 return;
             }

@@ -27,7 +27,7 @@ use crate::config::{Job, Overlap};
 use crate::control::Control;
 use crate::fleet_clock::FleetClock;
 use crate::handoff::{HandoffRequest, Handoffs};
-use crate::history::{History, RunRecord, RunState};
+use crate::history::{other_run, History, RunRecord, RunState};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
 use crate::membership::{Candidates, Membership};
 use crate::metrics::Metrics;
@@ -45,6 +45,14 @@ pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.
 pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
+/// How long an offerer waits for a taker to claim its handoff offer before claiming the
+/// offer's key itself: a taker claims within milliseconds of the offer; the wait covers a
+/// loaded replica. Past it the slot is `failed` and alerted, and no taker can take it later.
+pub const HANDOFF_CLAIM_WAIT: Duration = Duration::from_secs(2);
+/// History entries a winner looks through beside its own record (on the node, which returns
+/// only those under its fence), for another run of its slot: a late run of a slot is within
+/// its start window of the first, a few entries back even for a job every second.
+const DUPLICATE_LOOK: usize = 64;
 /// How long an alert may take, retries included.
 pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
@@ -201,7 +209,7 @@ impl SlotResult {
 }
 
 /// Why a run did not deliver, scrubbed, with what the receiver may have seen.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SendFailure {
     error: String,
     attempts: u32,
@@ -528,7 +536,7 @@ impl RaceContext {
         self.release_running(won).await;
         let result = self.conclude(won, ran).await;
         finish_record(&mut record, &result);
-        self.history.record(&record).await;
+        self.record_end(won, &record).await;
         if let SlotResult::Failed { error, .. } = &result {
             // The winner alone sees its failure: one alert per failed slot across the fleet.
             self.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
@@ -553,6 +561,44 @@ impl RaceContext {
         ));
         let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
         self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
+            .await;
+    }
+
+    /// Records the run's end. A win some node refused (it held another replica's token) may be
+    /// a second run of the slot: then the record's write also reads back the records under its
+    /// fence, and another run found there is reported. An uncontested win costs one write.
+    async fn record_end(&self, won: &Won, record: &RunRecord) {
+        if !won.lease.contested {
+            return self.history.record(record).await;
+        }
+        let recent = self.history.record_and_read(record, DUPLICATE_LOOK).await;
+        if let Some(other) = other_run(record, &recent) {
+            self.report_duplicate(&won.job, record, other).await;
+        }
+    }
+
+    /// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
+    /// beside it): the runs that find it race for its `duplicate` key, and the winner logs
+    /// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
+    async fn report_duplicate(&self, job: &Job, run: &RunRecord, other: &RunRecord) {
+        let key = SlotKey::duplicate(&self.key_prefix, &job.name, run.slot);
+        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
+            return;
+        };
+        let why = format!(
+            "the slot ran twice under fence {}: by {} (started {}) and by {} (started {})",
+            run.fence.get(),
+            other.replica,
+            other.started.to_rfc3339(),
+            run.replica,
+            run.started.to_rfc3339()
+        );
+        self.report(SlotLine {
+            winner: Some(&other.replica),
+            fence: Some(run.fence.get()),
+            ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
+        });
+        self.alert(job, run.slot, run.fence, Outcome::Duplicate, &why)
             .await;
     }
 
@@ -768,40 +814,34 @@ impl RaceContext {
         }
     }
 
-    /// Offers the slot to the fleet. `HandedOff` when another replica heard the offer; the
-    /// failure back (its error saying so) when none did.
+    /// Offers the slot to the fleet. `HandedOff` once a taker has claimed the offer (holds its
+    /// handoff key); the failure back, its error saying so, when no replica subscribed or none
+    /// claimed it in time ([`HANDOFF_CLAIM_WAIT`]).
     async fn hand_off(
         &self,
         won: &Won,
         failure: SendFailure,
         duration: Duration,
     ) -> Result<SlotResult, SendFailure> {
-        let mut excluded = won.excluded.clone();
-        excluded.push(self.replica.clone());
-        let offer = HandoffRequest {
-            job: won.job.name.clone(),
-            slot_ms: won.slot.epoch_ms(),
-            handoff: won.fence.handoff() + 1,
-            previous_winner: self.replica.clone(),
-            excluded,
-            reason: failure.error.clone(),
-        };
+        let offer = self.offer_of(won, &failure);
         let heard = self
             .handoffs
             .offer(&offer, !self.shutdown.is_cancelled())
             .await;
+        let unclaimed = |why: String| SendFailure {
+            error: format!("{}; {why}", failure.error),
+            ..failure.clone()
+        };
         if heard == 0 {
-            return Err(SendFailure {
-                error: format!(
-                    "{}; no replica that has not had the slot heard the handoff offer",
-                    failure.error
-                ),
-                ..failure
-            });
+            return Err(unclaimed(
+                "no replica that has not had the slot heard the handoff offer".into(),
+            ));
         }
+        let taker = self.claimed_by(won, &offer).await.map_err(unclaimed)?;
         self.report(SlotLine {
             attempts: Some(failure.attempts),
             reason: Some(&failure.error),
+            winner: Some(&taker),
             ..won.line(
                 Outcome::HandedOff,
                 "nothing left this replica: the slot is handed off to the fleet",
@@ -813,6 +853,41 @@ impl RaceContext {
             attempts: failure.attempts,
             duration,
         })
+    }
+
+    /// The offer of `won`'s slot to every replica that has not had it.
+    fn offer_of(&self, won: &Won, failure: &SendFailure) -> HandoffRequest {
+        let mut excluded = won.excluded.clone();
+        excluded.push(self.replica.clone());
+        HandoffRequest {
+            job: won.job.name.clone(),
+            slot_ms: won.slot.epoch_ms(),
+            handoff: won.fence.handoff() + 1,
+            previous_winner: self.replica.clone(),
+            excluded,
+            reason: failure.error.clone(),
+        }
+    }
+
+    /// Who claimed `offer`: after [`HANDOFF_CLAIM_WAIT`] (cut to the slot's deadline) the
+    /// offerer races for the offer's key itself. Losing names the taker; winning means no
+    /// replica took the offer, and none can any more (the error says which).
+    async fn claimed_by(&self, won: &Won, offer: &HandoffRequest) -> Result<String, String> {
+        let left = (self.handoff_deadline(&won.job, won.slot) - self.clock.now())
+            .to_std()
+            .unwrap_or_default();
+        tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
+        let key = SlotKey::handoff(&self.key_prefix, &won.job.name, won.slot, offer.handoff);
+        match self.lock.acquire(&key, self.key_ttl(&won.job)).await {
+            Acquire::Lost { holder } => Ok(holder.replica().to_owned()),
+            Acquire::Won(_) => Err(format!(
+                "no replica took the handoff offer within {} ms",
+                HANDOFF_CLAIM_WAIT.min(left).as_millis()
+            )),
+            Acquire::Unavailable(why) => Err(format!(
+                "whether a replica took the handoff offer is unknown: {why}"
+            )),
+        }
     }
 
     /// Drives `run`; if it is still going after [`START_RECORD_DELAY`], records its start

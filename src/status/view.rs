@@ -200,7 +200,13 @@ fn strip(
         .take_while(|s| since.is_some_and(|since| s.instant() >= since))
         .collect();
     slots.reverse();
-    let mut entries = ledger(&slots, runs, &reads.paused, frame.now - settling);
+    // The page reads no slot keys: its young slots stay pending (the CLI's ledger reads them).
+    let now = crate::ledger::Now {
+        settled_before: frame.now - settling,
+        window_closed_before: None,
+        held: Default::default(),
+    };
+    let mut entries = ledger(&slots, runs, &reads.paused, &now);
     // Newest first, and within a slot its last run first: the first entry is the slot's fate.
     entries.dedup_by_key(|e| e.slot);
     entries.iter().rev().map(|e| cell(e, frame)).collect()
@@ -232,6 +238,9 @@ fn cell(entry: &Entry, frame: &Frame) -> Cell {
         if let Some(error) = &run.error {
             title.push_str(&format!(" · {error}"));
         }
+    }
+    if entry.duplicate {
+        title.push_str(" · DUPLICATE: the slot ran twice");
     }
     let error = match &entry.fate {
         Fate::Run(run) => run.error.clone(),
@@ -492,7 +501,11 @@ mod tests {
         let v = view(&reads(Vec::new(), None), "2026-01-01T00:02:30Z");
         assert!(v.strip.is_empty() && v.last.is_none() && v.chart.is_none());
         let mut r = reads(Vec::new(), None);
-        r.runs = Err(HistoryUnavailable("connection refused".into()));
+        r.runs = Err(HistoryUnavailable {
+            answered: 0,
+            needed: 2,
+            errors: "connection refused".into(),
+        });
         r.watermark = Some(t("2026-01-01T00:00:00Z"));
         let v = view(&r, "2026-01-01T00:02:30Z");
         assert!(v.strip.is_empty());
