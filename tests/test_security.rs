@@ -136,9 +136,7 @@ fn a_wrong_redis_password_is_reported_without_the_password() {
         ],
         &[("WECOM_KEY", WEBHOOK_KEY)],
     );
-    let unavailable =
-        replica.wait_for_json(Duration::from_secs(10), |l| l["outcome"] == "unavailable");
-    assert!(unavailable.is_some(), "{:?}", replica.lines());
+    refused_and_raced_nothing(&replica, "AuthenticationFailed");
     replica.terminate();
     replica.wait_timeout(Duration::from_secs(10));
     assert_eq!(receiver.count(), 0);
@@ -304,13 +302,38 @@ fn tls_rediss_with_a_ca_file_and_password() {
         ],
         &[("WECOM_KEY", WEBHOOK_KEY)],
     );
-    assert!(
-        replica
-            .wait_for_json(Duration::from_secs(10), |l| l["outcome"] == "unavailable")
-            .is_some(),
-        "{:?}",
-        replica.lines()
-    );
+    refused_and_raced_nothing(&replica, "UnknownIssuer");
     replica.terminate();
     replica.wait_timeout(Duration::from_secs(10));
+}
+
+/// The replica reports the node's refusal (`error` naming `cause`) and, having no node that
+/// answers `TIME`, says it races nothing: a replica never races on a clock it has not measured
+/// (README, Time), so no slot line follows, and nothing is sent.
+fn refused_and_raced_nothing(replica: &Replica, cause: &str) {
+    let refused = replica.wait_for_json(Duration::from_secs(10), |l| {
+        l["state"] == "suspect" && l["error"].as_str().is_some_and(|e| e.contains(cause))
+    });
+    assert!(
+        refused.is_some(),
+        "no {cause} reported: {:?}",
+        replica.lines()
+    );
+    let waiting = replica.wait_for_json(Duration::from_secs(10), |l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("fleet clock not measured"))
+    });
+    assert!(waiting.is_some(), "{:?}", replica.lines());
+    // Two slots' time: still nothing raced.
+    std::thread::sleep(Duration::from_secs(2));
+    let raced = replica
+        .json_lines()
+        .iter()
+        .any(|l| l["outcome"] == "won" || l["outcome"] == "unavailable");
+    assert!(
+        !raced,
+        "raced without a measured clock: {:?}",
+        replica.lines()
+    );
 }
