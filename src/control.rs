@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::history::History;
-use crate::lock::nodes::{Nodes, Replies};
-use crate::pubsub::{self, Heard};
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::{Nodes, Replies};
 use crate::watermark;
 
 /// Bound on one node's answer to a control read or write.

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use redis::Value;
 use serde::Serialize;
 
-use crate::lock::nodes::{Nodes, Replies};
+use crate::redis::{Nodes, Replies};
 use crate::schedule::{Fence, Slot};
 
 /// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.

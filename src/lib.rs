@@ -29,9 +29,10 @@
 //! - [`history`]: run records (who ran what) in a capped stream per job on every node.
 //! - [`watermark`]: when the fleet first scheduled a job; catch-up never reaches before it.
 //! - [`liveness`]: the timeline's watchdog behind `/healthz`.
-//! - [`pubsub`]: the fleet's notifications: one subscription per node and channel.
-//! - [`lock`]: the pool of Redis nodes with its one view of their health (`lock::nodes`), the
-//!   Redlock over it, and the standalone in-process lock.
+//! - [`lock`]: the Redlock over the Redis layer, and the standalone in-process lock.
+//! - [`redis`]: everything that talks to Redis: the node pool (fan-out, quorum, its one view
+//!   of the nodes' health), one node, the lock's scripts, and the fleet's pub/sub; the seam
+//!   where the topology modes (redlock, sentinel, cluster) differ.
 //! - [`fleet_clock`]: the Redis nodes' `TIME` kept on the monotonic clock; scheduling on it;
 //!   never trusted before it is measured; steps of the wall clock, and jumps (a freeze neither
 //!   local clock saw) against the nodes' time, seen and reported.
@@ -63,8 +64,8 @@ pub mod membership;
 pub mod metrics;
 pub mod outcome;
 pub mod probe;
-pub mod pubsub;
 pub mod race;
+pub mod redis;
 pub mod replica;
 pub mod schedule;
 pub mod scheduler;

@@ -37,9 +37,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
-use crate::lock::node::{Node, NodeError};
-use crate::lock::nodes::{Nodes, Replies};
-use crate::pubsub::{self, Heard};
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::{Node, NodeError};
+use crate::redis::{Nodes, Replies};
 use crate::schedule::{SharedClock, Slot};
 
 /// How often a replica writes its heartbeat and reads the live set back.

@@ -18,8 +18,8 @@ use crate::config::{Config, Job};
 use crate::control::{paused_intervals, Control};
 use crate::history::{duplicates, History, RunRecord, HISTORY_CAP};
 use crate::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
-use crate::lock::nodes::Replies;
 use crate::lock::SlotKey;
+use crate::redis::Replies;
 use crate::schedule::Slot;
 
 #[derive(Debug, Args)]

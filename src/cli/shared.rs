@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use crate::config::{self, Config, RedisConfig};
-use crate::lock::Nodes;
+use crate::redis::Nodes;
 use crate::telemetry::LogFormat;
 
 /// Exit code for a configuration that does not check.

@@ -23,7 +23,8 @@ use toml::{Table, Value};
 
 use crate::action::template::Templates;
 use crate::action::Action;
-use crate::lock::{LockConfig, NodeUrl};
+use crate::lock::LockConfig;
+use crate::redis::NodeUrl;
 use crate::schedule::Schedule;
 use crate::secret::Scrubber;
 use durations::DurationRange;

@@ -145,7 +145,7 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
         return (StatusCode::OK, "ready: standalone\n").into_response();
     }
     let up = nodes.iter().filter(|(_, up)| *up).count();
-    let needed = crate::lock::redlock::quorum(nodes.len());
+    let needed = crate::redis::quorum(nodes.len());
     let status = if up >= needed {
         StatusCode::OK
     } else {
