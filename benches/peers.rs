@@ -29,7 +29,7 @@ use chrono::{DateTime, Utc};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use slotcron::lock::{Acquire, LockConfig, Redlock, SlotKey};
 use slotcron::redis::NodeUrl;
-use slotcron::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async, RedisCluster};
 use slotcron::lock::{Acquire, Lease, LockConfig, Redlock, SlotKey, Token, UnavailableReason};
 use slotcron::redis::{quorum, NodeUrl};
-use slotcron::schedule::Slot;
+use slotcron::time::schedule::Slot;
 
 const TTL: Duration = Duration::from_secs(10);
 

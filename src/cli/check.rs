@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::shared::{load_or_exit, ConfigArg};
-use crate::calendar::{Day, DayFilter, Days};
 use crate::config::{Config, Job};
-use crate::schedule::Slot;
+use crate::time::calendar::{Day, DayFilter, Days};
+use crate::time::schedule::Slot;
 
 #[derive(Debug, Args)]
 /// `slotcron check`.

@@ -25,8 +25,8 @@ use crate::action::template::Templates;
 use crate::action::Action;
 use crate::lock::LockConfig;
 use crate::redis::NodeUrl;
-use crate::schedule::Schedule;
 use crate::secret::Scrubber;
+use crate::time::schedule::Schedule;
 use durations::DurationRange;
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
@@ -35,7 +35,7 @@ use raw::{
     RawScheduler,
 };
 
-use crate::membership::{Candidates, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER};
+use crate::fleet::membership::{Candidates, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER};
 
 /// Default `[scheduler] destination_conflict_after`: longer than a rollout takes.
 pub const DEFAULT_DESTINATION_CONFLICT_AFTER: Duration = Duration::from_secs(600);
@@ -86,7 +86,7 @@ pub struct SchedulerConfig {
     pub clock: ClockMode,
     /// `on_failure`: the alert of every job without its own (checked against `[alert.NAME]`).
     pub on_failure: Option<String>,
-    /// How many replicas race each slot (see [`crate::membership`]).
+    /// How many replicas race each slot (see [`crate::fleet::membership`]).
     pub candidates: Candidates,
     /// How long each further-ranked candidate waits before it races.
     pub candidate_stagger: Duration,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::schedule::Slot;
+use crate::time::schedule::Slot;
 
 use crate::redis::{NodeError, Nodes};
 

@@ -24,16 +24,16 @@ use tokio_util::sync::CancellationToken;
 use crate::action::template::Templates;
 use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
 use crate::config::{Job, Overlap};
-use crate::control::Control;
-use crate::fleet_clock::FleetClock;
-use crate::handoff::{HandoffRequest, Handoffs};
-use crate::history::{other_run, History, RunRecord, RunState};
+use crate::fleet::control::Control;
+use crate::fleet::handoff::{HandoffRequest, Handoffs};
+use crate::fleet::membership::{Candidates, Membership};
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
-use crate::membership::{Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::outcome::Outcome;
-use crate::schedule::{Fence, SharedClock, Slot};
+use crate::record::history::{other_run, History, RunRecord, RunState};
 use crate::secret::Scrubber;
+use crate::time::fleet_clock::FleetClock;
+use crate::time::schedule::{Fence, SharedClock, Slot};
 use report::SlotLine;
 
 /// Slot keys outlive the latest legitimate racer by this much.
@@ -68,7 +68,7 @@ pub enum RaceKind {
     CatchUp,
     /// `slotcron trigger`: now, through the same race.
     Manual,
-    /// Another replica won the slot and could not deliver it (see [`crate::handoff`]).
+    /// Another replica won the slot and could not deliver it (see [`crate::fleet::handoff`]).
     Handoff,
 }
 

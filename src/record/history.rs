@@ -13,7 +13,7 @@ use redis::Value;
 use serde::Serialize;
 
 use crate::redis::{Nodes, Replies};
-use crate::schedule::{Fence, Slot};
+use crate::time::schedule::{Fence, Slot};
 
 /// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.
 pub const HISTORY_CAP: usize = 2000;

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::redis::Nodes;
 use crate::redis::{Node, NodeError};
-use crate::schedule::{Clock, SharedClock};
+use crate::time::schedule::{Clock, SharedClock};
 
 /// How often the offset is measured again.
 pub const MEASURE_EVERY: Duration = Duration::from_secs(60);

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::Nodes;
-use crate::schedule::{Fence, Slot};
+use crate::time::schedule::{Fence, Slot};
 
 /// Bound on one node's `PUBLISH`: an offer is made once, off the race path.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);

@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::history::History;
+use crate::record::history::History;
+use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{Nodes, Replies};
-use crate::watermark;
 
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);

@@ -40,7 +40,7 @@ use crate::config::Job;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{Node, NodeError};
 use crate::redis::{Nodes, Replies};
-use crate::schedule::{SharedClock, Slot};
+use crate::time::schedule::{SharedClock, Slot};
 
 /// How often a replica writes its heartbeat and reads the live set back.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -110,7 +110,7 @@ pub struct GroupCard {
 const CARD_TTL: Duration = Duration::from_secs(120);
 const CARD_EVERY: Duration = Duration::from_secs(30);
 
-/// The hash of a job's slot-defining definition ([`crate::schedule::Schedule::definition`]):
+/// The hash of a job's slot-defining definition ([`crate::time::schedule::Schedule::definition`]):
 /// the same on every replica and version (xxh3 is specified).
 pub fn definition_hash(job: &Job) -> String {
     let definition = job.schedule.definition();

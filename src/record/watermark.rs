@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::history::History;
+use crate::record::history::History;
 use crate::redis::{quorum, Replies};
 use crate::redis::{Node, NodeError};
 
