@@ -46,6 +46,8 @@
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`watch`]: reload when the configuration file changes.
 
+#![warn(missing_docs)]
+
 pub mod action;
 pub mod catch_up;
 pub mod cli;

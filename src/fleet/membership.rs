@@ -27,7 +27,6 @@
 //! theirs once and says at info which jobs they define differently, with both hashes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,22 +54,6 @@ pub const LATE_AFTER: Duration = Duration::from_millis(1500);
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_millis(500);
 /// The payload prefix of a leave announced on the members channel.
 const LEFT: &str = "left ";
-
-/// `[scheduler] candidates`: how many replicas race each slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Candidates {
-    /// Every replica races every slot at once; no membership is kept.
-    All,
-    /// The top `k` of the live replicas, ranked by a rendezvous hash; rank `r` races
-    /// `(r - 1)` staggers after the slot, so the first-ranked normally wins.
-    Top(NonZeroUsize),
-}
-
-/// Default `[scheduler] candidates`: a second candidate covers a first that died.
-pub const DEFAULT_CANDIDATES: Candidates = Candidates::Top(NonZeroUsize::MIN.saturating_add(1));
-/// Default `[scheduler] candidate_stagger`: longer than a loaded race round trip, so the
-/// first-ranked's key is set before the second-ranked asks.
-pub const DEFAULT_CANDIDATE_STAGGER: Duration = Duration::from_millis(50);
 
 /// The rendezvous score of `replica` for `slot` of `job`: the same on every replica and
 /// version (xxh3 is specified, unlike std's hasher).

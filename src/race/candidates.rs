@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use super::report::SlotLine;
 use super::{Entry, RaceContext, RaceKind, MIN_START_WINDOW};
+use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
-use crate::fleet::membership::{self, Candidates};
+use crate::fleet::membership;
 use crate::lock::{SlotKey, Token};
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;

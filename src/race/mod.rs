@@ -23,10 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::template::Templates;
 use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
+use crate::config::Candidates;
 use crate::config::{Job, Overlap};
 use crate::fleet::control::Control;
 use crate::fleet::handoff::{HandoffRequest, Handoffs};
-use crate::fleet::membership::{Candidates, Membership};
+use crate::fleet::membership::Membership;
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
 use crate::metrics::Metrics;
 use crate::outcome::Outcome;
