@@ -25,6 +25,10 @@
 //! lock still gives it once), and no slot waits on a replica that does not schedule it. Each
 //! group publishes its card ([`GroupCard`]); a replica that sees members of another group reads
 //! theirs once and says at info which jobs they define differently, with both hashes.
+//!
+//! Why so long: 150 of its lines are unit tests; the code is the live set, the groups it is
+//! ranked in and the ranking, which share one state (`Fleet`) and one heartbeat. How a slot
+//! uses the ranking (race, look, look out or stand by) is in `race/candidates.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
