@@ -1,6 +1,7 @@
 //! What a slot's end tells people: the alert of a failed or missed slot, and the report of a
 //! slot found missed or run twice (each reported once by the fleet, under its own key).
 
+// A part of `RaceContext` split out by step: it shares the race module's names and imports.
 use super::*;
 
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.

@@ -1,6 +1,7 @@
 //! A winner's handoff: a delivery that failed for a reason local to this replica is offered
 //! to the fleet, and the offerer waits to learn who claimed it.
 
+// A part of `RaceContext` split out by step: it shares the race module's names and imports.
 use super::*;
 
 /// How long an offerer waits for a taker to claim its handoff offer before claiming the

@@ -2,6 +2,7 @@
 //! lock's validity, the run record (at the start of a slow run, and at its end), and the
 //! slot's result from how the delivery ended.
 
+// A part of `RaceContext` split out by step: it shares the race module's names and imports.
 use super::*;
 
 /// A run still going after this long has its start recorded (it shows as running); a shorter
