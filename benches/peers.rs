@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use slotcron::lock::{Acquire, LockConfig, NodeUrl, Redlock, SlotKey};
-use slotcron::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::lock::{Acquire, LockConfig, Redlock, SlotKey};
+use slotcron::redis::NodeUrl;
+use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 

@@ -10,11 +10,11 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Semaphore;
 
 use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
-use crate::control::{covered, paused_intervals, PausedSpan};
-use crate::history::RunRecord;
+use crate::fleet::control::{covered, paused_intervals, PausedSpan};
 use crate::race::{RaceContext, RaceKind};
-use crate::schedule::{Schedule, Slot};
-use crate::watermark;
+use crate::record::history::RunRecord;
+use crate::record::watermark;
+use crate::time::schedule::{Schedule, Slot};
 
 /// How far back a starting replica looks for slots no replica ran.
 const MISSED_LOOKBACK: Duration = Duration::from_secs(3600);
@@ -159,7 +159,7 @@ pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>, turns:
 }
 
 /// The slots to catch up, oldest first: at or before `now`, after `floor`, with no record in
-/// `runs` (newest first, as [`crate::history::History::read`] returns them). When `runs` holds
+/// `runs` (newest first, as [`crate::record::history::History::read`] returns them). When `runs` holds
 /// [`MAX_CATCH_UP_ALL`] records it may not reach back to `floor`: slots older than its oldest
 /// cannot be told apart from missed ones, and are left. A slot a pause in `paused` covers was
 /// not missed. Walks back from `now`, so `latest` is the newest missed slot at any window size.
@@ -202,7 +202,14 @@ mod tests {
     fn ran(job: &Job, slots: impl IntoIterator<Item = DateTime<Utc>>) -> Vec<RunRecord> {
         let mut runs: Vec<RunRecord> = slots
             .into_iter()
-            .map(|t| RunRecord::test(&job.name, Slot::at(t), "r", crate::history::RunState::Done))
+            .map(|t| {
+                RunRecord::test(
+                    &job.name,
+                    Slot::at(t),
+                    "r",
+                    crate::record::history::RunState::Done,
+                )
+            })
             .collect();
         runs.reverse();
         runs

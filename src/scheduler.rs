@@ -1,5 +1,5 @@
 //! The timeline: one timer that sleeps until the next instant a job is due and hands the jobs
-//! due then to the race, one batch per candidate rank ([`crate::membership`]). With
+//! due then to the race, one batch per candidate rank ([`crate::fleet::membership`]). With
 //! `clock = "local"` a step of the wall clock rebuilds the timeline from the stepped time.
 
 use std::cmp::Reverse;
@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
-use crate::fleet_clock::{FleetClock, JUMP_BOUND};
-use crate::liveness::Liveness;
+use crate::ops::liveness::Liveness;
 use crate::race::{Claim, RaceContext, RaceKind, Won};
-use crate::schedule::Slot;
+use crate::time::fleet_clock::{FleetClock, JUMP_BOUND};
+use crate::time::schedule::Slot;
 
 /// The jobs' next slots, earliest first: what the timeline sleeps towards.
 struct Timeline {
@@ -262,7 +262,7 @@ fn until_due(ctx: &RaceContext, slot: Slot) -> Duration {
 }
 
 /// Races the jobs due at `slot` that this replica is a candidate for, one batch per rank
-/// (see [`crate::membership`]).
+/// (see [`crate::fleet::membership`]).
 async fn race_instant(
     ctx: Arc<RaceContext>,
     jobs: Vec<Arc<Job>>,

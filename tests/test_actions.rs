@@ -18,7 +18,7 @@ use slotcron::action::{http_client, Delivery, SendContext};
 use slotcron::config::{self, Config};
 use slotcron::metrics::Metrics;
 use slotcron::race::{RaceContext, SlotResult};
-use slotcron::schedule::{Fence, Slot, SystemClock};
+use slotcron::time::schedule::{Fence, Slot, SystemClock};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::{redis_query, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
-use slotcron::membership::{self, MEMBER_TTL};
-use slotcron::schedule::Slot;
+use slotcron::fleet::membership::{self, MEMBER_TTL};
+use slotcron::time::schedule::Slot;
 
 /// The fleets of these tests would share the machine's 2 cores: one at a time, so each
 /// measures its own fleet and not the others'.
@@ -633,8 +633,8 @@ async fn reloads_at_the_instants() {
     let two = format!("{one}{spare}");
     let path = write_config(dir.path(), &one);
     let config = slotcron::config::load(&path).unwrap();
-    let clock: slotcron::schedule::SharedClock =
-        std::sync::Arc::new(slotcron::schedule::SystemClock);
+    let clock: slotcron::time::schedule::SharedClock =
+        std::sync::Arc::new(slotcron::time::schedule::SystemClock);
     let replica = slotcron::replica::Replica::connect(&config, "solo".into(), clock)
         .await
         .unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use slotcron::config::{self, Config};
 use slotcron::race::SlotResult;
 use slotcron::replica::Replica;
-use slotcron::schedule::{Slot, SystemClock};
+use slotcron::time::schedule::{Slot, SystemClock};
 
 /// One job `cmd` (standalone) whose `[job.action]` is `action`, with `timeout`.
 fn job_config(dir: &Path, action: &str, timeout: &str) -> Config {

@@ -436,7 +436,7 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
             slotcron::replica::Replica::connect(
                 &config,
                 name.to_owned(),
-                std::sync::Arc::new(slotcron::schedule::SystemClock),
+                std::sync::Arc::new(slotcron::time::schedule::SystemClock),
             )
             .await
             .unwrap()
@@ -445,7 +445,7 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     };
     let winner = connect("winner").await;
     let late = connect("late").await;
-    let slot = slotcron::schedule::Slot::at(Utc::now());
+    let slot = slotcron::time::schedule::Slot::at(Utc::now());
     let first = winner.run_slot(&job, slot).await;
     assert!(
         matches!(first, slotcron::race::SlotResult::Done { .. }),
@@ -690,7 +690,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let ctx = slotcron::replica::Replica::connect(
         &config,
         "early".to_owned(),
-        std::sync::Arc::new(slotcron::schedule::SystemClock),
+        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
     )
     .await
     .unwrap()
@@ -700,7 +700,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let until = (slot_at + chrono::Duration::milliseconds(500)).to_rfc3339();
     slotcron_cli(&path, &["pause", "push", "--by", "ops", "--until", &until]);
     tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
-    let slot = slotcron::schedule::Slot::at(slot_at);
+    let slot = slotcron::time::schedule::Slot::at(slot_at);
     let ran = ctx.run_slot(&job, slot).await;
     assert!(
         matches!(ran, slotcron::race::SlotResult::Done { .. }),

@@ -19,7 +19,7 @@ use serde_json::Value;
 use slotcron::action::DeliveryState;
 use slotcron::config::{self, Config};
 use slotcron::race::SlotResult;
-use slotcron::schedule::{Slot, SystemClock};
+use slotcron::time::schedule::{Slot, SystemClock};
 
 const KEY: &str = "deliverykey0001";
 

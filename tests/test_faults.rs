@@ -16,7 +16,7 @@ use common::fleet::{parse, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
 use slotcron::race::SlotResult;
 use slotcron::replica::Replica as SlotcronReplica;
-use slotcron::schedule::{Slot, SystemClock};
+use slotcron::time::schedule::{Slot, SystemClock};
 
 /// The fault tests' fleet: job `fault` at `schedule` with `timeout`, the harness' defaults.
 fn fleet_config(

@@ -6,11 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::{redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async, RedisCluster};
-use slotcron::lock::redlock::quorum;
-use slotcron::lock::{
-    Acquire, Lease, LockConfig, NodeUrl, Redlock, SlotKey, Token, UnavailableReason,
-};
-use slotcron::schedule::Slot;
+use slotcron::lock::{Acquire, Lease, LockConfig, Redlock, SlotKey, Token, UnavailableReason};
+use slotcron::redis::{quorum, NodeUrl};
+use slotcron::time::schedule::Slot;
 
 const TTL: Duration = Duration::from_secs(10);
 

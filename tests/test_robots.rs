@@ -25,7 +25,7 @@ use sha2::Sha256;
 use slotcron::config;
 use slotcron::race::{RaceContext, SlotResult};
 use slotcron::replica::Replica;
-use slotcron::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
 
 /// Runs one slot of the only job (`robot`, Asia/Shanghai, 5 s) whose `[job.action]` is `action`;
 /// jobs.toml is taken to be in `dir` (files it names are relative to it).

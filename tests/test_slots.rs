@@ -22,7 +22,7 @@ use chrono::{
 };
 use chrono_tz::Tz;
 use proptest::prelude::*;
-use slotcron::schedule::{Schedule, Slot};
+use slotcron::time::schedule::{Schedule, Slot};
 
 /// The ten zones whose transitions are checked one by one, then three more for the proptests
 /// (Kolkata and UTC never change; Chatham shifts by 45 minutes at 02:45/03:45).

@@ -14,7 +14,7 @@ use common::fleet::{parse, Fleet, FleetToml};
 use common::tools::{libfaketime, set_offset};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use slotcron::replica::Replica as SlotcronReplica;
-use slotcron::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
+use slotcron::time::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use tokio_util::sync::CancellationToken;
 
 /// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
@@ -184,7 +184,7 @@ async fn a_fast_replica_never_fires_early_with_either_clock() {
 #[derive(Debug, Default)]
 struct SteppingClock(std::sync::atomic::AtomicI64);
 
-impl slotcron::schedule::Clock for SteppingClock {
+impl slotcron::time::schedule::Clock for SteppingClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::seconds(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
@@ -509,7 +509,7 @@ impl StepRun {
         (self.stepped_at.timestamp() + 1..=self.ended_at.timestamp() - 2)
             .filter(|&s| {
                 let slot = Slot::at(DateTime::from_timestamp(s, 0).unwrap());
-                slotcron::membership::rank(&live, name, "skew", slot) <= 2
+                slotcron::fleet::membership::rank(&live, name, "skew", slot) <= 2
             })
             .collect()
     }

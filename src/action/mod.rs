@@ -18,8 +18,8 @@ pub mod wecom;
 use chrono_tz::Tz;
 use tokio::time::Instant;
 
-pub use crate::history::DeliveryState;
-use crate::schedule::{Fence, Slot};
+pub use crate::record::history::DeliveryState;
+use crate::time::schedule::{Fence, Slot};
 use template::{Content, Templates};
 
 /// A checked action of a job.
@@ -69,7 +69,7 @@ impl Action {
     }
 
     /// Where the action sends, unredacted, hashed: two replicas whose job of one name has
-    /// different fingerprints send it to different places (see [`crate::destinations`]).
+    /// different fingerprints send it to different places (see [`crate::fleet::destinations`]).
     /// `None` for `log`, which sends nowhere.
     pub fn destination_fingerprint(&self) -> Option<String> {
         let raw = match self {

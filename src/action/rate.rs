@@ -2,7 +2,7 @@
 //! by a hash of the webhook (never the webhook itself). A send is admitted only when every node
 //! that answers admits it and a majority answers; otherwise what was admitted is taken back and
 //! the sender waits for the window to free a place, inside the job's deadline. A suspect node
-//! (see [`crate::lock::nodes`]) is asked too but not waited for while the others make a majority.
+//! (see [`crate::redis::pool`]) is asked too but not waited for while the others make a majority.
 //!
 //! With all nodes up (or the same majority up for every replica) every admitted send is counted
 //! on every counting node, so the fleet never sends more than the budget in any window.
@@ -17,7 +17,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::lock::nodes::{Nodes, Replies};
+use crate::redis::{Nodes, Replies};
 
 /// Bound on one node's answer to a budget request (a node that is not suspect: a suspect one is
 /// not waited for). Above the race's node timeout: the script trims and counts a window.

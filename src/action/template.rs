@@ -7,7 +7,7 @@ use chrono_tz::Tz;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::schedule::{Fence, Slot};
+use crate::time::schedule::{Fence, Slot};
 
 /// The variables a template sees.
 #[derive(Debug, Serialize)]

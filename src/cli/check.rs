@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::shared::{load_or_exit, ConfigArg};
-use crate::calendar::{Day, DayFilter, Days};
 use crate::config::{Config, Job};
-use crate::schedule::Slot;
+use crate::time::calendar::{Day, DayFilter, Days};
+use crate::time::schedule::Slot;
 
 #[derive(Debug, Args)]
 /// `slotcron check`.
@@ -30,10 +30,9 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The text `check` prints: the lock, then each job with its next slots in its zone.
-pub fn render_check(config: &Config, next: usize) -> String {
-    let mut out = String::new();
-    let lock = match &config.redis {
+/// The lock `check` reports: the nodes and the prefix, or standalone.
+fn describe_lock(config: &Config) -> String {
+    match &config.redis {
         Some(redis) => {
             let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
             // The prefix names the fleet: two deployments on one Redis need different ones.
@@ -45,7 +44,13 @@ pub fn render_check(config: &Config, next: usize) -> String {
             )
         }
         None => "standalone (in-process lock, one replica only)".to_owned(),
-    };
+    }
+}
+
+/// The text `check` prints: the lock, then each job with its next slots in its zone.
+pub fn render_check(config: &Config, next: usize) -> String {
+    let mut out = String::new();
+    let lock = describe_lock(config);
     out.push_str(&format!(
         "{}: ok, {} job(s), lock: {lock}\n",
         config.path.display(),

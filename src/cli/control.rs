@@ -12,12 +12,12 @@ use super::shared::{
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
-use crate::control::{Control, Pause};
-use crate::history::HISTORY_CAP;
+use crate::fleet::control::{Control, Pause};
+use crate::ops::telemetry::{self, LogFormat};
 use crate::race::{RaceKind, SlotResult};
+use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
-use crate::schedule::{Slot, SystemClock};
-use crate::telemetry::{self, LogFormat};
+use crate::time::schedule::{Slot, SystemClock};
 
 #[derive(Debug, Args)]
 /// `slotcron pause`.

@@ -32,7 +32,7 @@ pub(super) fn health(args: &HealthArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(crate::probe::healthz(http.listen)) {
+    match runtime.block_on(crate::ops::probe::healthz(http.listen)) {
         Ok(body) => {
             print!("{body}");
             ExitCode::SUCCESS

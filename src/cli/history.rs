@@ -15,12 +15,12 @@ use super::shared::{
     UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
 };
 use crate::config::{Config, Job};
-use crate::control::{paused_intervals, Control};
-use crate::history::{duplicates, History, RunRecord, HISTORY_CAP};
-use crate::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
-use crate::lock::nodes::Replies;
+use crate::fleet::control::{paused_intervals, Control};
 use crate::lock::SlotKey;
-use crate::schedule::Slot;
+use crate::ops::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
+use crate::record::history::{duplicates, History, RunRecord, HISTORY_CAP};
+use crate::redis::Replies;
+use crate::time::schedule::Slot;
 
 #[derive(Debug, Args)]
 /// `slotcron history`.
@@ -181,7 +181,7 @@ async fn job_ledger(
 ) -> anyhow::Result<Vec<Entry>> {
     let now = Utc::now();
     // Not before the fleet first scheduled the job: earlier slots were owed to nobody.
-    let since = match crate::watermark::recorded(history, &job.name).await {
+    let since = match crate::record::watermark::recorded(history, &job.name).await {
         Some(first) => since.max(first),
         None => since,
     };

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::telemetry::LogFormat;
+use crate::ops::telemetry::LogFormat;
 
 pub use check::{render_check, CheckArgs};
 pub use control::{PauseArgs, ResumeArgs};

@@ -8,9 +8,9 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::{default_replica_id, load_or_exit_as, runtime, ConfigArg, EXIT_RUNTIME};
+use crate::ops::telemetry::{self, LogFormat};
 use crate::replica;
-use crate::schedule::SystemClock;
-use crate::telemetry::{self, LogFormat};
+use crate::time::schedule::SystemClock;
 
 #[derive(Debug, Args)]
 /// `slotcron run`.

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use crate::config::{self, Config, RedisConfig};
-use crate::lock::Nodes;
-use crate::telemetry::LogFormat;
+use crate::ops::telemetry::LogFormat;
+use crate::redis::Nodes;
 
 /// Exit code for a configuration that does not check.
 pub const EXIT_CONFIG: u8 = 2;

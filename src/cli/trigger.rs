@@ -11,10 +11,10 @@ use super::shared::{
     EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
 };
 use crate::config::{Config, Job};
+use crate::ops::telemetry::{self, LogFormat};
 use crate::race::{RaceKind, SlotResult};
 use crate::replica::Replica;
-use crate::schedule::{Slot, SystemClock};
-use crate::telemetry::{self, LogFormat};
+use crate::time::schedule::{Slot, SystemClock};
 
 #[derive(Debug, Args)]
 /// `slotcron trigger`.

@@ -10,8 +10,8 @@ use toml::Value;
 
 use super::raw::{RawCalendar, RawDays};
 use super::{ConfigError, Loader, Section};
-use crate::calendar::{cn, ics, Calendar, DayFilter, Days, Reason};
-use crate::schedule::Schedule;
+use crate::time::calendar::{cn, ics, Calendar, DayFilter, Days, Reason};
+use crate::time::schedule::Schedule;
 
 /// How close to the end of a built-in calendar's data a warning starts (at start and in `check`).
 const COVERAGE_WARNING_DAYS: u64 = 60;

@@ -8,11 +8,14 @@ mod actions;
 mod alerts;
 mod calendars;
 pub mod durations;
+mod endpoints;
 pub mod env;
 pub mod error;
+mod jobs;
 mod raw;
+mod scheduler;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,29 +26,19 @@ use toml::{Table, Value};
 
 use crate::action::template::Templates;
 use crate::action::Action;
-use crate::lock::{LockConfig, NodeUrl};
-use crate::schedule::Schedule;
 use crate::secret::Scrubber;
+use crate::time::schedule::Schedule;
 use durations::DurationRange;
+pub use endpoints::{HttpConfig, RedisConfig};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
-use raw::{
-    RawCandidates, RawCatchUpPolicy, RawClockMode, RawHttpServer, RawJob, RawOverlap, RawRedis,
-    RawScheduler,
+pub use scheduler::{
+    Candidates, ClockMode, SchedulerConfig, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER,
+    DEFAULT_DESTINATION_CONFLICT_AFTER, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CLOCK_SKEW,
 };
 
-use crate::membership::{Candidates, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER};
-
-/// Default `[scheduler] destination_conflict_after`: longer than a rollout takes.
-pub const DEFAULT_DESTINATION_CONFLICT_AFTER: Duration = Duration::from_secs(600);
-/// Default `[scheduler] key_prefix`.
-pub const DEFAULT_KEY_PREFIX: &str = "slotcron";
-/// Default `[scheduler] max_clock_skew`.
-pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(10);
 /// Default job `timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest job name: it is part of every Redis key.
-const MAX_JOB_NAME: usize = 100;
 
 /// A checked configuration.
 #[derive(Debug)]
@@ -70,56 +63,6 @@ pub struct Config {
     pub scrubber: Arc<Scrubber>,
     /// Things that work but deserve a word at start (an even number of nodes, standalone mode).
     pub warnings: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-/// `[scheduler]`: what every job shares.
-pub struct SchedulerConfig {
-    /// The zone of jobs without their own `timezone`.
-    pub timezone: Tz,
-    /// Prefixed to every Redis key, so fleets can share nodes.
-    pub key_prefix: String,
-    /// How far replicas' clocks may disagree; slot keys outlive a slot by twice this.
-    pub max_clock_skew: Duration,
-    /// Which clock slots are scheduled on.
-    pub clock: ClockMode,
-    /// `on_failure`: the alert of every job without its own (checked against `[alert.NAME]`).
-    pub on_failure: Option<String>,
-    /// How many replicas race each slot (see [`crate::membership`]).
-    pub candidates: Candidates,
-    /// How long each further-ranked candidate waits before it races.
-    pub candidate_stagger: Duration,
-    /// How long replicas on this prefix may send a job of one name to different destinations
-    /// (a rollout) before it is logged as two fleets sharing the prefix.
-    pub destination_conflict_after: Duration,
-}
-
-/// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ClockMode {
-    /// Corrected by the measured offset to the nodes' time (the default with [redis]).
-    #[default]
-    Redis,
-    /// The replica's own clock (the offset is still measured and reported).
-    Local,
-}
-
-#[derive(Debug, Clone)]
-/// `[redis]`: the nodes the fleet races on.
-pub struct RedisConfig {
-    /// The nodes; a majority decides each slot.
-    pub nodes: Vec<NodeUrl>,
-    /// The Redlock's timings.
-    pub lock: LockConfig,
-    /// PEM root certificates for `rediss://` nodes (`ca_file`); `None`: the system's roots.
-    pub ca: Option<Vec<u8>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-/// `[http]`: the status server.
-pub struct HttpConfig {
-    /// Where `/healthz`, `/readyz`, `/metrics` and the status page listen.
-    pub listen: std::net::SocketAddr,
 }
 
 /// What a slot does while the job's previous run is still going somewhere in the fleet.
@@ -344,420 +287,6 @@ impl<'e> Loader<'e> {
         }
     }
 
-    fn scheduler(&mut self, value: Option<Value>) -> Option<SchedulerConfig> {
-        let raw: RawScheduler = match value {
-            Some(v) => self.typed(v, &Section::Scheduler)?,
-            None => RawScheduler::default(),
-        };
-        let timezone = match raw.timezone.as_deref() {
-            Some(name) => self.zone(name, Section::Scheduler)?,
-            None => chrono_tz::UTC,
-        };
-        let key_prefix = raw
-            .key_prefix
-            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
-        if key_prefix.is_empty() || key_prefix.chars().any(char::is_whitespace) {
-            self.errors.push(ConfigError::field(
-                Section::Scheduler,
-                "key_prefix",
-                "must be non-empty and contain no whitespace",
-            ));
-            return None;
-        }
-        let max_clock_skew = self.bounded(
-            &Section::Scheduler,
-            "max_clock_skew",
-            raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
-            durations::MAX_CLOCK_SKEW,
-        )?;
-        let clock = match raw.clock {
-            Some(RawClockMode::Local) => ClockMode::Local,
-            Some(RawClockMode::Redis) | None => ClockMode::Redis,
-        };
-        let candidates = self.candidates(raw.candidates)?;
-        let candidate_stagger = self.bounded(
-            &Section::Scheduler,
-            "candidate_stagger",
-            raw.candidate_stagger.unwrap_or(DEFAULT_CANDIDATE_STAGGER),
-            durations::CANDIDATE_STAGGER,
-        )?;
-        let destination_conflict_after = self.bounded(
-            &Section::Scheduler,
-            "destination_conflict_after",
-            raw.destination_conflict_after
-                .unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
-            durations::DESTINATION_CONFLICT_AFTER,
-        )?;
-        Some(SchedulerConfig {
-            timezone,
-            key_prefix,
-            max_clock_skew,
-            clock,
-            on_failure: raw.on_failure,
-            candidates,
-            candidate_stagger,
-            destination_conflict_after,
-        })
-    }
-
-    /// `[scheduler] candidates`: a count from 1, or `"all"`.
-    fn candidates(&mut self, raw: Option<RawCandidates>) -> Option<Candidates> {
-        let count = match raw {
-            None => return Some(DEFAULT_CANDIDATES),
-            Some(RawCandidates::Word(word)) if word == "all" => return Some(Candidates::All),
-            Some(RawCandidates::Word(_)) => None,
-            Some(RawCandidates::Count(n)) => usize::try_from(n).ok(),
-        };
-        match count.and_then(std::num::NonZeroUsize::new) {
-            Some(k) => Some(Candidates::Top(k)),
-            None => {
-                self.errors.push(ConfigError::field(
-                    Section::Scheduler,
-                    "candidates",
-                    "must be a whole number from 1, or \"all\"",
-                ));
-                None
-            }
-        }
-    }
-
-    /// `Some(None)`: no [http]. `None`: errors were recorded.
-    fn http_server(&mut self, value: Option<Value>) -> Option<Option<HttpConfig>> {
-        let Some(value) = value else {
-            return Some(None);
-        };
-        let raw: RawHttpServer = self.typed(value, &Section::Http)?;
-        match raw.listen.parse() {
-            Ok(listen) => Some(Some(HttpConfig { listen })),
-            Err(_) => {
-                self.errors.push(ConfigError::field(
-                    Section::Http,
-                    "listen",
-                    format!(
-                        "{:?} is not an address and port such as \"0.0.0.0:9090\"",
-                        raw.listen
-                    ),
-                ));
-                None
-            }
-        }
-    }
-
-    /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
-    fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
-        let Some(value) = value else {
-            return Some(None);
-        };
-        let raw: RawRedis = self.typed(value, &Section::Redis)?;
-        let before = self.errors.len();
-        let nodes = self.redis_nodes(&raw.nodes);
-        let lock = self.lock_config(&raw);
-        let ca = raw
-            .ca_file
-            .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
-        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
-    }
-
-    /// `nodes`: each a Redis URL, none twice; an even count is warned about.
-    fn redis_nodes(&mut self, raw_nodes: &[String]) -> Vec<NodeUrl> {
-        if raw_nodes.is_empty() {
-            self.errors.push(ConfigError::field(
-                Section::Redis,
-                "nodes",
-                "needs at least one node (1, 3 or 5)",
-            ));
-        }
-        let mut nodes = Vec::new();
-        let mut seen = HashSet::new();
-        for (i, raw_url) in raw_nodes.iter().enumerate() {
-            let field = format!("nodes[{i}]");
-            match self
-                .expand(raw_url, &Section::Redis, &field)
-                .map(|u| NodeUrl::parse(&u))
-            {
-                Some(Ok(url)) => {
-                    if !seen.insert(url.address()) {
-                        self.errors.push(ConfigError::field(
-                            Section::Redis,
-                            &field,
-                            format!(
-                                "{} is listed twice: a node must count once in the majority",
-                                url.address()
-                            ),
-                        ));
-                    }
-                    self.scrubber.add(url.password().unwrap_or(""));
-                    nodes.push(url);
-                }
-                Some(Err(e)) => {
-                    self.errors
-                        .push(ConfigError::field(Section::Redis, &field, e.to_string()))
-                }
-                None => {}
-            }
-        }
-        if nodes.len().is_multiple_of(2) && !nodes.is_empty() {
-            self.warnings.push(format!(
-                "{} Redis nodes: an even count tolerates no more failures than {} (use 1, 3 or 5)",
-                nodes.len(),
-                nodes.len() - 1
-            ));
-        }
-        nodes
-    }
-
-    /// The Redlock's timings: `node_timeout`, `retry_delay`, `retry_count`, else the defaults.
-    fn lock_config(&mut self, raw: &RawRedis) -> LockConfig {
-        let mut lock = LockConfig::default();
-        let node_timeout = raw.node_timeout.unwrap_or(lock.node_timeout);
-        let node_timeout = self.bounded(
-            &Section::Redis,
-            "node_timeout",
-            node_timeout,
-            durations::NODE_TIMEOUT,
-        );
-        let retry_delay = raw.retry_delay.unwrap_or(lock.retry_delay);
-        let retry_delay = self.bounded(
-            &Section::Redis,
-            "retry_delay",
-            retry_delay,
-            durations::RETRY_DELAY,
-        );
-        lock.node_timeout = node_timeout.unwrap_or(lock.node_timeout);
-        lock.retry_delay = retry_delay.unwrap_or(lock.retry_delay);
-        lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
-        lock
-    }
-
-    /// Reads a file named in jobs.toml, relative to jobs.toml's directory.
-    fn read_beside(&mut self, file: &Path, section: Section, field: &str) -> Option<Vec<u8>> {
-        let full = self.config_dir.join(file);
-        std::fs::read(&full)
-            .map_err(|e| {
-                let message = format!("{}: {}", full.display(), read_error(&e));
-                self.errors
-                    .push(ConfigError::field(section, field, message));
-            })
-            .ok()
-    }
-
-    fn jobs(
-        &mut self,
-        value: Option<Value>,
-        scheduler: Option<&SchedulerConfig>,
-    ) -> (Vec<Arc<Job>>, Vec<String>) {
-        let mut jobs = Vec::new();
-        let mut disabled = Vec::new();
-        let tables = match value {
-            None => return (jobs, disabled),
-            Some(Value::Array(tables)) => tables,
-            Some(_) => {
-                self.errors.push(ConfigError::field(
-                    Section::Top,
-                    "job",
-                    "must be an array of tables: write [[job]]",
-                ));
-                return (jobs, disabled);
-            }
-        };
-        let mut names = HashSet::new();
-        for (i, table) in tables.into_iter().enumerate() {
-            let name = job_name(&table, i);
-            if !names.insert(name.clone()) {
-                self.errors.push(ConfigError::field(
-                    Section::Job(name.clone()),
-                    "name",
-                    "duplicate job name: each job needs its own (it is part of the lock key)",
-                ));
-                continue;
-            }
-            let enabled = table
-                .get("enabled")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
-            match self.job(table, &name, enabled, scheduler) {
-                Some(job) if enabled => jobs.push(Arc::new(job)),
-                Some(_) => disabled.push(name),
-                None if !enabled => disabled.push(name),
-                None => {}
-            }
-        }
-        (jobs, disabled)
-    }
-
-    fn job(
-        &mut self,
-        mut table: Value,
-        name: &str,
-        enabled: bool,
-        scheduler: Option<&SchedulerConfig>,
-    ) -> Option<Job> {
-        let section = Section::Job(name.to_owned());
-        self.read_action_files(enabled, &mut table, &section)?;
-        let raw: RawJob = self.typed(table, &section)?;
-        let enabled = raw.enabled.unwrap_or(enabled);
-        let before = self.errors.len();
-        self.check_job_name(&raw.name, &section);
-        let schedule = self.job_schedule(&raw, scheduler, &section);
-        let timeout = self.bounded(
-            &section,
-            "timeout",
-            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
-            durations::TIMEOUT,
-        );
-        let catch_up = self.catch_up(
-            raw.catch_up,
-            raw.catch_up_policy,
-            &section,
-            schedule.as_ref(),
-        );
-        if !enabled {
-            return None;
-        }
-        let action = self.job_action(name, &section, raw.action);
-        if self.errors.len() != before {
-            return None;
-        }
-        let schedule = schedule?;
-        self.calendar_in_use(&schedule);
-        let on_failure = match raw.on_failure.as_deref() {
-            Some(name) => self.on_failure(Some(name), &section)?,
-            None => self.default_on_failure.clone(),
-        };
-        Some(Job {
-            name: raw.name,
-            schedule,
-            timeout: timeout?,
-            overlap: overlap(raw.overlap),
-            catch_up,
-            action: action?,
-            on_failure,
-        })
-    }
-
-    /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before
-    /// typing (a disabled job's files and variables may be missing).
-    fn read_action_files(
-        &mut self,
-        enabled: bool,
-        table: &mut Value,
-        section: &Section,
-    ) -> Option<()> {
-        if let Some(action) = table.get_mut("action").filter(|_| enabled) {
-            self.expand_all(action, section, "action")?;
-            let dir = self.config_dir.clone();
-            actions::read_file_fields(self, action, section, &dir)?;
-        }
-        Some(())
-    }
-
-    /// The job's schedule in its zone (or [scheduler]'s), with its calendar's days.
-    fn job_schedule(
-        &mut self,
-        raw: &RawJob,
-        scheduler: Option<&SchedulerConfig>,
-        section: &Section,
-    ) -> Option<Schedule> {
-        let zone = match raw.timezone.as_deref() {
-            Some(tz) => self.zone(tz, section.clone()),
-            None => scheduler.map(|s| s.timezone),
-        };
-        // A zone in error (here or in [scheduler]) is already reported; the expression is still
-        // checked, in UTC, so its own errors show in the same run.
-        let schedule = Schedule::parse(&raw.schedule, zone.unwrap_or(chrono_tz::UTC))
-            .map_err(|e| {
-                self.errors.push(ConfigError::field(
-                    section.clone(),
-                    "schedule",
-                    e.to_string(),
-                ))
-            })
-            .ok()
-            .filter(|_| zone.is_some());
-        match self.day_filter(raw.calendar.as_deref(), raw.days, section) {
-            Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, section)),
-            Some(None) => schedule,
-            None => None,
-        }
-    }
-
-    /// The job's checked action (errors name `action.FIELD`).
-    fn job_action(&mut self, name: &str, section: &Section, raw: raw::RawAction) -> Option<Action> {
-        let config_dir = self.config_dir.clone();
-        actions::ActionCheck {
-            loader: self,
-            job: name,
-            section: section.clone(),
-            config_dir,
-            field_prefix: "action.",
-        }
-        .action(raw)
-    }
-
-    fn catch_up(
-        &mut self,
-        window: Option<Duration>,
-        policy: Option<RawCatchUpPolicy>,
-        section: &Section,
-        schedule: Option<&Schedule>,
-    ) -> Option<CatchUp> {
-        let policy = match policy {
-            Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
-            Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
-        };
-        let Some(window) = window else {
-            if policy == CatchUpPolicy::All {
-                self.errors.push(ConfigError::field(
-                    section.clone(),
-                    "catch_up_policy",
-                    "needs catch_up = \"<window>\" (for example \"10m\")",
-                ));
-            }
-            return None;
-        };
-        let window = match durations::CATCH_UP.check(window) {
-            Ok(window) => window,
-            Err(e) => {
-                let hint = " (leave catch_up out to turn catch-up off)";
-                let e = e.to_string();
-                let message = if window.is_zero() { e + hint } else { e };
-                self.errors
-                    .push(ConfigError::field(section.clone(), "catch_up", message));
-                return None;
-            }
-        };
-        if policy == CatchUpPolicy::All {
-            self.check_catch_up_all(window, schedule?, section)?;
-        }
-        Some(CatchUp { window, policy })
-    }
-
-    /// `catch_up_policy = "all"` runs every missed slot: refused when the window can hold more
-    /// than [`MAX_CATCH_UP_ALL`] of the job's slots (a burst nobody wants, and more than the
-    /// history reaches back to tell apart).
-    fn check_catch_up_all(
-        &mut self,
-        window: Duration,
-        schedule: &Schedule,
-        section: &Section,
-    ) -> Option<()> {
-        let most = schedule.most_slots_within(window, MAX_CATCH_UP_ALL);
-        if most <= MAX_CATCH_UP_ALL {
-            return Some(());
-        }
-        self.errors.push(ConfigError::field(
-            section.clone(),
-            "catch_up",
-            format!(
-                "a window of {} holds more than {MAX_CATCH_UP_ALL} slots of this schedule \
-                 (at least {most}), the most catch_up_policy = \"all\" runs: shorten the window \
-                 or use catch_up_policy = \"latest\"",
-                humantime::format_duration(window)
-            ),
-        ));
-        None
-    }
-
     /// `value` if it lies in `range`; otherwise an error naming the field, the value and the
     /// range.
     fn bounded(
@@ -774,21 +303,6 @@ impl<'e> Loader<'e> {
                     .push(ConfigError::field(section.clone(), field, e.to_string()))
             })
             .ok()
-    }
-
-    fn check_job_name(&mut self, name: &str, section: &Section) {
-        let valid = !name.is_empty()
-            && name.len() <= MAX_JOB_NAME
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if !valid {
-            self.errors.push(ConfigError::field(
-                section.clone(),
-                "name",
-                format!("must be 1 to {MAX_JOB_NAME} characters of A-Z a-z 0-9 - _ . (it is part of the Redis key)"),
-            ));
-        }
     }
 
     fn zone(&mut self, name: &str, section: Section) -> Option<Tz> {
@@ -852,14 +366,6 @@ impl<'e> Loader<'e> {
                 None
             }
         }
-    }
-}
-
-/// The job's name for error messages: its `name`, or its position when it has none.
-fn job_name(table: &Value, index: usize) -> String {
-    match table.get("name").and_then(Value::as_str) {
-        Some(name) => name.to_owned(),
-        None => format!("#{} (no name)", index + 1),
     }
 }
 
@@ -936,14 +442,6 @@ fn enclosing_job(before: &str) -> Option<String> {
 /// The warning of a file without `[redis]`.
 const STANDALONE_WARNING: &str = "no [redis] section: standalone mode, an in-process lock. \
     Run ONE replica only; several replicas would each run every slot";
-
-/// `overlap`: overlapping runs are skipped unless the job allows them.
-fn overlap(raw: Option<RawOverlap>) -> Overlap {
-    match raw {
-        Some(RawOverlap::Allow) => Overlap::Allow,
-        Some(RawOverlap::Skip) | None => Overlap::Skip,
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -119,7 +119,7 @@ pub struct RawJob {
 }
 
 /// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into
-/// [`crate::calendar::Days`] only together with a `calendar` (days without one is an error).
+/// [`crate::time::calendar::Days`] only together with a `calendar` (days without one is an error).
 #[derive(Debug, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawDays {

@@ -86,7 +86,7 @@ impl LocalLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::Slot;
+    use crate::time::schedule::Slot;
 
     #[tokio::test]
     async fn second_acquire_loses_to_the_first() {

@@ -3,22 +3,20 @@
 //! down or no majority after the retries) are different things to the caller and in the logs.
 
 pub mod local;
-pub mod node;
-pub mod nodes;
 pub mod redlock;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::time::Instant;
 
-use crate::schedule::Slot;
+use crate::time::schedule::Slot;
 
+use crate::redis::{NodeError, Nodes};
+
+pub use crate::redis::Token;
 pub use local::LocalLock;
-pub use node::{BadNodeUrl, NodeError, NodeSetupError, NodeUrl};
-pub use nodes::Nodes;
 pub use redlock::{LockConfig, Redlock};
 
 /// A key the lock races for: one (job, slot), `{key_prefix}:{job}:{slot as epoch ms}`; its
@@ -63,35 +61,6 @@ impl SlotKey {
 impl fmt::Display for SlotKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// A lock token: the replica id and a random part, so a loser can name the holder.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Token(String);
-
-impl Token {
-    /// A fresh token of `replica`: its name and a random part.
-    pub fn new(replica: &str) -> Self {
-        let random: u64 = rand::rng().random();
-        Token(format!("{replica}:{random:016x}"))
-    }
-
-    /// A token read back from a node.
-    pub fn from_stored(value: String) -> Self {
-        Token(value)
-    }
-
-    /// The token as stored.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The replica part of the token (everything before the last `:`).
-    pub fn replica(&self) -> &str {
-        self.0
-            .rsplit_once(':')
-            .map_or(&self.0, |(replica, _)| replica)
     }
 }
 
@@ -266,12 +235,5 @@ mod tests {
             SlotKey::new("slotcron", "standup", slot).as_str(),
             "slotcron:standup:1700000000000"
         );
-    }
-
-    #[test]
-    fn token_names_the_replica() {
-        let t = Token::new("web-7:a");
-        assert_eq!(t.replica(), "web-7:a");
-        assert_ne!(Token::new("x"), Token::new("x"));
     }
 }

@@ -18,11 +18,10 @@ use futures_util::future::join_all;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::node::{Claim, NodeErrorKind, NodeReply, NodeUrl};
-use super::nodes::{Nodes, Replies};
-use super::{Acquire, Lease, NodeError, SlotKey, Token, Unavailable, UnavailableReason};
+use super::{Acquire, Lease, SlotKey, Token, Unavailable, UnavailableReason};
+use crate::redis::{Claim, NodeError, NodeErrorKind, NodeReply, NodeUrl, Nodes, Replies};
 
-pub use super::nodes::quorum;
+pub use crate::redis::quorum;
 
 /// Default bound on one node's answer.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -111,6 +110,8 @@ impl Tally {
 /// One key's race, through the attempts of [`Redlock::acquire_many`].
 #[derive(Debug)]
 struct Race {
+    /// The key raced for, as the lease will name it.
+    key: SlotKey,
     /// The token is ours for every attempt: a node that took an earlier attempt's SET still
     /// counts as ours.
     claim: Claim,
@@ -128,10 +129,11 @@ impl Race {
     fn new(key: SlotKey, ttl: Duration, replica: &str) -> Self {
         Race {
             claim: Claim {
-                key,
+                key: key.as_str().to_owned(),
                 token: Token::new(replica),
                 ttl,
             },
+            key,
             state: RaceState::Open(Tally::default()),
         }
     }
@@ -164,7 +166,7 @@ impl Race {
         if tally.own >= quorum {
             if let Some(validity) = validity(self.claim.ttl, elapsed) {
                 self.state = RaceState::Decided(Acquire::Won(Lease {
-                    key: self.claim.key.clone(),
+                    key: self.key.clone(),
                     token: self.claim.token.clone(),
                     validity,
                     valid_until: Instant::now() + validity,
@@ -205,7 +207,7 @@ impl Redlock {
         replica: &str,
         config: LockConfig,
         ca_file: Option<&[u8]>,
-    ) -> Result<Self, super::node::NodeSetupError> {
+    ) -> Result<Self, crate::redis::NodeSetupError> {
         let nodes = Nodes::connect(urls, config.node_timeout, ca_file, replica)?;
         Ok(Self::over(Arc::new(nodes), replica, config))
     }
@@ -246,7 +248,7 @@ impl Redlock {
         let n = self.nodes.len();
         let preferred = xxhash_rust::xxh3::xxh3_64(self.replica.as_bytes()) % n as u64;
         let i = self.nodes.first_up(preferred as usize)?;
-        let keys = keys.to_vec();
+        let keys: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
         self.nodes
             .ask_one(i, |node| async move { node.holders(&keys).await })
             .await
@@ -382,7 +384,10 @@ impl Redlock {
                 |node| targets.contains(&node.address()),
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
-                    async move { node.release_within(&key, &token, node.timeout()).await }
+                    async move {
+                        node.release_within(key.as_str(), &token, node.timeout())
+                            .await
+                    }
                 },
                 Replies::settled,
             )
@@ -401,7 +406,10 @@ impl Redlock {
             .ask(
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
-                    async move { node.release_within(&key, &token, LEASE_TIMEOUT).await }
+                    async move {
+                        node.release_within(key.as_str(), &token, LEASE_TIMEOUT)
+                            .await
+                    }
                 },
                 |r| r.settled() && r.count(|removed| *removed) >= quorum,
             )
@@ -419,7 +427,7 @@ impl Redlock {
             .ask(
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
-                    async move { node.extend(&key, &token, ttl, LEASE_TIMEOUT).await }
+                    async move { node.extend(key.as_str(), &token, ttl, LEASE_TIMEOUT).await }
                 },
                 |r| r.settled() && r.count(|extended| *extended) >= quorum,
             )

@@ -1,4 +1,4 @@
-//! Who races a slot when `[scheduler] candidates = k` (see [`crate::membership`] for the view
+//! Who races a slot when `[scheduler] candidates = k` (see [`crate::fleet::membership`] for the view
 //! and the ranking): the first-ranked replica races at once; the other candidates each wait
 //! one more `candidate_stagger` and look before they race; the place after them, the lookout,
 //! waits a little longer still and looks too; everyone else stands by.
@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use super::report::SlotLine;
 use super::{Entry, RaceContext, RaceKind, MIN_START_WINDOW};
+use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
+use crate::fleet::membership;
 use crate::lock::{SlotKey, Token};
-use crate::membership::{self, Candidates};
 use crate::outcome::Outcome;
-use crate::schedule::Slot;
+use crate::time::schedule::Slot;
 
 /// How much longer than the last candidate the lookout waits before it looks. The candidates'
 /// races (each answer bounded by the node timeout) have normally ended by then; when the nodes

@@ -11,7 +11,7 @@ use super::report::SlotLine;
 use super::{RaceContext, RaceKind, SlotResult, KEY_MARGIN};
 use crate::config::Job;
 use crate::outcome::Outcome;
-use crate::schedule::Slot;
+use crate::time::schedule::Slot;
 
 /// A slot at most this far ahead of the fleet clock is waited for at the race (a re-measured
 /// offset, a timer's jitter); further ahead it is skipped as early.

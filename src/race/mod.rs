@@ -1,16 +1,25 @@
-//! One slot's life on one replica: check it is inside its window on the fleet clock (never
-//! before its instant, not past the start window, never on an unmeasured clock: `guard`), race for the lock (jobs due at the
-//! same instant race as one batch), and (for the winner only) hold the job's running lease, run
-//! the action inside the lock's validity, and record the run. Each step's ending is one
+//! One slot's life on one replica, in the order it happens: check it is inside its window on
+//! the fleet clock (never before its instant, not past the start window, never on an
+//! unmeasured clock: `guard`), decide whether this replica races, looks or stands by
+//! (`candidates`), race for the lock (jobs due at the same instant race as one batch) and take
+//! the job's running lease (here); then, for the winner only, run the action inside the lock's
+//! validity and record the run (`run`), offer the slot to the fleet when nothing left this
+//! replica (`offer`), and alert or report what went wrong (`alerts`). Each step's ending is one
 //! [`Outcome`], logged with the stable fields `job`, `slot`, `replica`, `outcome` and counted,
 //! both in one place (`report`).
 
+mod alerts;
 mod candidates;
 mod guard;
+mod offer;
 mod report;
+mod run;
 
+pub use alerts::{ALERT_TIMEOUT, MISSED_KEY_TTL};
 pub use candidates::stagger_warning;
 pub use guard::EARLY_WAIT;
+pub use offer::HANDOFF_CLAIM_WAIT;
+pub use run::START_RECORD_DELAY;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -23,38 +32,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::template::Templates;
 use crate::action::{Action, ActionError, Delivery, DeliveryState, SendContext};
+use crate::config::Candidates;
 use crate::config::{Job, Overlap};
-use crate::control::Control;
-use crate::fleet_clock::FleetClock;
-use crate::handoff::{HandoffRequest, Handoffs};
-use crate::history::{other_run, History, RunRecord, RunState};
+use crate::fleet::control::Control;
+use crate::fleet::handoff::{HandoffRequest, Handoffs};
+use crate::fleet::membership::Membership;
 use crate::lock::{Acquire, Lease, SlotKey, SlotLock, Token, Unavailable};
-use crate::membership::{Candidates, Membership};
 use crate::metrics::Metrics;
 use crate::outcome::Outcome;
-use crate::schedule::{Fence, SharedClock, Slot};
+use crate::record::history::{other_run, History, RunRecord, RunState};
 use crate::secret::Scrubber;
+use crate::time::fleet_clock::FleetClock;
+use crate::time::schedule::{Fence, SharedClock, Slot};
 use report::SlotLine;
+use run::finish_record;
 
 /// Slot keys outlive the latest legitimate racer by this much.
 pub const KEY_MARGIN: Duration = Duration::from_secs(5);
 /// A replica still races a slot this long after it, even with `max_clock_skew = 0`.
 pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
-/// A run still going after this long has its start recorded (it shows as running); a shorter
-/// run is recorded once, when it ends. Jobs with `catch_up` record the start at once.
-pub const START_RECORD_DELAY: Duration = Duration::from_secs(1);
-/// How long a slot's `missed` key is kept: longer than a starting replica looks back.
-pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
-/// How long an offerer waits for a taker to claim its handoff offer before claiming the
-/// offer's key itself: a taker claims within milliseconds of the offer; the wait covers a
-/// loaded replica. Past it the slot is `failed` and alerted, and no taker can take it later.
-pub const HANDOFF_CLAIM_WAIT: Duration = Duration::from_secs(2);
-/// History entries a winner looks through beside its own record (on the node, which returns
-/// only those under its fence), for another run of its slot: a late run of a slot is within
-/// its start window of the first, a few entries back even for a job every second.
-const DUPLICATE_LOOK: usize = 64;
-/// How long an alert may take, retries included.
-pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);
@@ -68,7 +64,7 @@ pub enum RaceKind {
     CatchUp,
     /// `slotcron trigger`: now, through the same race.
     Manual,
-    /// Another replica won the slot and could not deliver it (see [`crate::handoff`]).
+    /// Another replica won the slot and could not deliver it (see [`crate::fleet::handoff`]).
     Handoff,
 }
 
@@ -526,144 +522,6 @@ impl RaceContext {
         });
     }
 
-    /// Runs a won slot (the winner's part): the run; then the running lease is released (so
-    /// the next slot, or the replica taking a handoff, is not held up); then the ending is
-    /// logged and counted (handing the slot off if nothing left this replica) and recorded.
-    pub async fn run(&self, won: Won) -> SlotResult {
-        let won = &won;
-        let mut record = self.start_record(won);
-        let ran = self.execute(won, &record).await;
-        self.release_running(won).await;
-        let result = self.conclude(won, ran).await;
-        finish_record(&mut record, &result);
-        self.record_end(won, &record).await;
-        if let SlotResult::Failed { error, .. } = &result {
-            // The winner alone sees its failure: one alert per failed slot across the fleet.
-            self.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
-                .await;
-        }
-        result
-    }
-
-    /// Reports a slot found missed (no replica ran it): the replicas that find it race for its
-    /// `missed` key, and the winner counts it and tells the job's alert, so it is reported once
-    /// across the fleet. The key outlives the look-back of a replica starting later.
-    pub async fn report_missed(&self, job: &Job, slot: Slot) {
-        let key = SlotKey::missed(&self.key_prefix, &job.name, slot);
-        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
-            return;
-        };
-        self.report(SlotLine::new(
-            &job.name,
-            slot,
-            Outcome::Missed,
-            "no replica ran this slot",
-        ));
-        let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
-        self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
-            .await;
-    }
-
-    /// Records the run's end. A win some node refused (it held another replica's token) may be
-    /// a second run of the slot: then the record's write also reads back the records under its
-    /// fence, and another run found there is reported. An uncontested win costs one write.
-    async fn record_end(&self, won: &Won, record: &RunRecord) {
-        if !won.lease.contested {
-            return self.history.record(record).await;
-        }
-        let recent = self.history.record_and_read(record, DUPLICATE_LOOK).await;
-        if let Some(other) = other_run(record, &recent) {
-            self.report_duplicate(&won.job, record, other).await;
-        }
-    }
-
-    /// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
-    /// beside it): the runs that find it race for its `duplicate` key, and the winner logs
-    /// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
-    async fn report_duplicate(&self, job: &Job, run: &RunRecord, other: &RunRecord) {
-        let key = SlotKey::duplicate(&self.key_prefix, &job.name, run.slot);
-        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
-            return;
-        };
-        let why = format!(
-            "the slot ran twice under fence {}: by {} (started {}) and by {} (started {})",
-            run.fence.get(),
-            other.replica,
-            other.started.to_rfc3339(),
-            run.replica,
-            run.started.to_rfc3339()
-        );
-        self.report(SlotLine {
-            winner: Some(&other.replica),
-            fence: Some(run.fence.get()),
-            ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
-        });
-        self.alert(job, run.slot, run.fence, Outcome::Duplicate, &why)
-            .await;
-    }
-
-    /// Tells the job's `on_failure` alert that `slot` ended `outcome`. The alert's own failure
-    /// is logged and goes no further: an alert never alerts about itself.
-    pub async fn alert(&self, job: &Job, slot: Slot, fence: Fence, outcome: Outcome, error: &str) {
-        let Some(name) = &job.on_failure else { return };
-        let Some(action) = self.alerts.get(name) else {
-            return;
-        };
-        let deadline = Instant::now() + ALERT_TIMEOUT;
-        let ctx = SendContext {
-            job: &job.name,
-            slot,
-            zone: job.zone(),
-            replica: &self.replica,
-            fence,
-            deadline,
-            valid_until: deadline,
-            about: Some((outcome.as_str(), error)),
-            client: &self.client,
-            templates: &self.templates,
-            budgets: &self.budgets,
-            metrics: &self.metrics,
-        };
-        match action.execute(&ctx).await {
-            Ok(_) => tracing::info!(job = %job.name, %slot, replica = %self.replica, alert = %name,
-                about = %outcome, "alert sent"),
-            Err(e) => {
-                tracing::error!(job = %job.name, %slot, replica = %self.replica, alert = %name,
-                about = %outcome, error = %self.scrubber.scrub(&e.to_string()), "the alert could not be sent")
-            }
-        }
-    }
-
-    /// Releases the job's running lease, warning when a majority did not confirm it.
-    async fn release_running(&self, won: &Won) {
-        let Some(running) = &won.running else { return };
-        let released = self.lock.release(running).await;
-        if released < self.lock.quorum() {
-            tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %self.replica, nodes = released,
-                "the running lease was released on {released} node(s), fewer than a majority: \
-                the job's slots are skipped as overlapping until it expires (at most {} s)",
-                RUNNING_LEASE_TTL.as_secs());
-        }
-    }
-
-    /// The run's record as it starts: `running`, with its trigger and fence.
-    fn start_record(&self, won: &Won) -> RunRecord {
-        RunRecord {
-            job: won.job.name.clone(),
-            slot: won.slot,
-            replica: self.replica.clone(),
-            started: Utc::now(),
-            finished: None,
-            outcome: RunState::Running,
-            error: None,
-            attempts: 0,
-            trigger: won.kind.as_str().to_owned(),
-            fence: won.fence,
-            delivery: None,
-            previous_winner: won.previous_winner.clone(),
-        }
-    }
-
     /// Takes the running lease of every win in `claims` whose job skips overlapping runs, in
     /// one batch; a win whose job's previous run still holds it (or whose lease cannot be
     /// decided) becomes `skipped`.
@@ -731,279 +589,5 @@ impl RaceContext {
                 Err(SlotResult::Overlapping { holder: None })
             }
         }
-    }
-
-    /// Runs the action inside the lease, keeping the running lease alive, while the start of
-    /// the run is recorded (at once for `catch_up` jobs, else only once the run is slow; a
-    /// history write never delays a send).
-    async fn execute(&self, won: &Won, record: &RunRecord) -> Ran {
-        let started = Instant::now();
-        let run = async {
-            let lateness = (self.clock.now() - won.slot.instant())
-                .to_std()
-                .unwrap_or_default();
-            self.metrics.lateness(&won.job.name, lateness);
-            let action = self.send(won);
-            let sent = match &won.running {
-                Some(running) => self.with_watchdog(action, running).await,
-                None => action.await,
-            };
-            let duration = started.elapsed();
-            self.metrics.action_duration(&won.job.name, duration);
-            Ran {
-                sent,
-                duration,
-                lateness,
-            }
-        };
-        if won.job.catch_up.is_some() {
-            // Recorded at once: a slot whose winner dies mid-run must not look missed to the
-            // catch-up of a replica starting later.
-            tokio::join!(self.history.record(record), run).1
-        } else {
-            self.record_start_if_slow(record, run).await
-        }
-    }
-
-    /// Logs how the run ended and counts it; a failure where nothing left this replica is
-    /// offered to the fleet instead (once per slot, while its deadline allows).
-    async fn conclude(&self, won: &Won, ran: Ran) -> SlotResult {
-        let failure = match ran.sent {
-            Ok(delivery) => {
-                self.report(SlotLine {
-                    attempts: Some(delivery.attempts),
-                    lateness_ms: Some(ran.lateness.as_millis() as u64),
-                    ..won.line(Outcome::Done, "ran the slot", ran.duration)
-                });
-                return SlotResult::Done {
-                    delivery,
-                    duration: ran.duration,
-                };
-            }
-            Err(failure) => failure,
-        };
-        let failure = match self.offerable(won, failure) {
-            Ok(reason) => match self.hand_off(won, reason, ran.duration).await {
-                Ok(handed_off) => return handed_off,
-                Err(failure) => failure,
-            },
-            Err(failure) => failure,
-        };
-        self.report(SlotLine {
-            delivery: Some(failure.delivery.as_str()),
-            attempts: Some(failure.attempts),
-            error: Some(&failure.error),
-            ..won.line(Outcome::Failed, "the slot's action failed", ran.duration)
-        });
-        SlotResult::Failed {
-            error: failure.error,
-            attempts: failure.attempts,
-            duration: ran.duration,
-            delivery: failure.delivery,
-        }
-    }
-
-    /// The failure as a handoff offer's reason when it may be handed off: nothing left this
-    /// replica, the slot has not been handed off already, and its deadline is not past.
-    fn offerable(&self, won: &Won, failure: SendFailure) -> Result<SendFailure, SendFailure> {
-        let open = self.clock.now() < self.handoff_deadline(&won.job, won.slot);
-        if failure.local && won.fence.handoff() < Fence::MAX_HANDOFF && open {
-            Ok(failure)
-        } else {
-            Err(failure)
-        }
-    }
-
-    /// Offers the slot to the fleet. `HandedOff` once a taker has claimed the offer (holds its
-    /// handoff key); the failure back, its error saying so, when no replica subscribed or none
-    /// claimed it in time ([`HANDOFF_CLAIM_WAIT`]).
-    async fn hand_off(
-        &self,
-        won: &Won,
-        failure: SendFailure,
-        duration: Duration,
-    ) -> Result<SlotResult, SendFailure> {
-        let offer = self.offer_of(won, &failure);
-        let heard = self
-            .handoffs
-            .offer(&offer, !self.shutdown.is_cancelled())
-            .await;
-        let unclaimed = |why: String| SendFailure {
-            error: format!("{}; {why}", failure.error),
-            ..failure.clone()
-        };
-        if heard == 0 {
-            return Err(unclaimed(
-                "no replica that has not had the slot heard the handoff offer".into(),
-            ));
-        }
-        let taker = self.claimed_by(won, &offer).await.map_err(unclaimed)?;
-        self.report(SlotLine {
-            attempts: Some(failure.attempts),
-            reason: Some(&failure.error),
-            winner: Some(&taker),
-            ..won.line(
-                Outcome::HandedOff,
-                "nothing left this replica: the slot is handed off to the fleet",
-                duration,
-            )
-        });
-        Ok(SlotResult::HandedOff {
-            reason: failure.error,
-            attempts: failure.attempts,
-            duration,
-        })
-    }
-
-    /// The offer of `won`'s slot to every replica that has not had it.
-    fn offer_of(&self, won: &Won, failure: &SendFailure) -> HandoffRequest {
-        let mut excluded = won.excluded.clone();
-        excluded.push(self.replica.clone());
-        HandoffRequest {
-            job: won.job.name.clone(),
-            slot_ms: won.slot.epoch_ms(),
-            handoff: won.fence.handoff() + 1,
-            previous_winner: self.replica.clone(),
-            excluded,
-            reason: failure.error.clone(),
-        }
-    }
-
-    /// Who claimed `offer`: after [`HANDOFF_CLAIM_WAIT`] (cut to the slot's deadline) the
-    /// offerer races for the offer's key itself. Losing names the taker; winning means no
-    /// replica took the offer, and none can any more (the error says which).
-    async fn claimed_by(&self, won: &Won, offer: &HandoffRequest) -> Result<String, String> {
-        let left = (self.handoff_deadline(&won.job, won.slot) - self.clock.now())
-            .to_std()
-            .unwrap_or_default();
-        tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
-        let key = SlotKey::handoff(&self.key_prefix, &won.job.name, won.slot, offer.handoff);
-        match self.lock.acquire(&key, self.key_ttl(&won.job)).await {
-            Acquire::Lost { holder } => Ok(holder.replica().to_owned()),
-            Acquire::Won(_) => Err(format!(
-                "no replica took the handoff offer within {} ms",
-                HANDOFF_CLAIM_WAIT.min(left).as_millis()
-            )),
-            Acquire::Unavailable(why) => Err(format!(
-                "whether a replica took the handoff offer is unknown: {why}"
-            )),
-        }
-    }
-
-    /// Drives `run`; if it is still going after [`START_RECORD_DELAY`], records its start
-    /// meanwhile, so the history shows it running. A shorter run is recorded once, at its end:
-    /// half the history writes for the usual run of a few milliseconds.
-    async fn record_start_if_slow<T>(
-        &self,
-        record: &RunRecord,
-        run: impl std::future::Future<Output = T>,
-    ) -> T {
-        tokio::pin!(run);
-        tokio::select! {
-            biased;
-            outcome = &mut run => return outcome,
-            () = tokio::time::sleep(START_RECORD_DELAY) => {}
-        }
-        tokio::join!(self.history.record(record), run).1
-    }
-
-    /// Runs the job's action for `won`: the deadline is the job's timeout, cut short by the
-    /// lock's validity and, on a handoff, by the slot's deadline.
-    async fn send(&self, won: &Won) -> Result<Delivery, SendFailure> {
-        let job = &won.job;
-        let mut deadline = (Instant::now() + job.timeout).min(won.lease.valid_until);
-        if won.kind == RaceKind::Handoff {
-            let left = (self.handoff_deadline(job, won.slot) - self.clock.now()).to_std();
-            deadline = deadline.min(Instant::now() + left.unwrap_or_default());
-        }
-        let ctx = SendContext {
-            job: &job.name,
-            slot: won.slot,
-            zone: job.zone(),
-            replica: &self.replica,
-            fence: won.fence,
-            deadline,
-            valid_until: won.lease.valid_until,
-            about: None,
-            client: &self.client,
-            templates: &self.templates,
-            budgets: &self.budgets,
-            metrics: &self.metrics,
-        };
-        let sent = match ctx.check_validity(1, false) {
-            Ok(()) => job.action.execute(&ctx).await,
-            Err(expired) => Err(expired),
-        };
-        sent.map_err(|e: ActionError| SendFailure {
-            error: self.scrubber.scrub(&e.to_string()),
-            attempts: e.attempts(),
-            delivery: e.delivery(),
-            local: e.is_local(),
-        })
-    }
-
-    /// Drives `action` while extending the running lease every third of its TTL.
-    async fn with_watchdog<T>(
-        &self,
-        action: impl std::future::Future<Output = T>,
-        running: &Lease,
-    ) -> T {
-        tokio::pin!(action);
-        loop {
-            tokio::select! {
-                result = &mut action => return result,
-                _ = tokio::time::sleep(RUNNING_LEASE_TTL / 3) => {
-                    if !self.lock.extend(running, RUNNING_LEASE_TTL).await {
-                        tracing::warn!(key = %running.key, replica = %self.replica,
-                            "could not extend the running lease on a majority; another slot may start");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The run's final record: its ending, attempts, error and delivery.
-fn finish_record(record: &mut RunRecord, result: &SlotResult) {
-    record.finished = Some(Utc::now());
-    match result {
-        SlotResult::Done { delivery, .. } => {
-            record.outcome = RunState::Done;
-            record.attempts = delivery.attempts;
-        }
-        SlotResult::Failed {
-            error,
-            attempts,
-            delivery,
-            ..
-        } => {
-            record.outcome = RunState::Failed;
-            record.error = Some(error.clone());
-            record.attempts = *attempts;
-            record.delivery = Some(*delivery);
-        }
-        SlotResult::HandedOff {
-            reason, attempts, ..
-        } => {
-            record.outcome = RunState::HandedOff;
-            record.error = Some(reason.clone());
-            record.attempts = *attempts;
-            record.delivery = Some(DeliveryState::NotDelivered);
-        }
-        SlotResult::Overlapping { holder } => {
-            record.outcome = RunState::Skipped;
-            record.error = Some(match holder {
-                Some(holder) => format!(
-                    "overlap: the previous run is still going on {}",
-                    holder.replica()
-                ),
-                None => "overlap: cannot tell whether the previous run is still going".to_owned(),
-            });
-        }
-        SlotResult::Late { .. }
-        | SlotResult::Early { .. }
-        | SlotResult::Unmeasured
-        | SlotResult::Lost { .. }
-        | SlotResult::Unavailable(_) => {}
     }
 }

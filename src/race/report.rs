@@ -9,7 +9,7 @@ use tracing::Level;
 
 use super::{RaceContext, RaceKind};
 use crate::outcome::Outcome;
-use crate::schedule::Slot;
+use crate::time::schedule::Slot;
 
 /// One slot's log line: the fields every line has, and the ones only some outcomes carry. A
 /// field left `None` is not in the line (tracing records nothing for it), so one event with

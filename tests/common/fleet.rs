@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use slotcron::config::{self, Config};
 use slotcron::replica::{self, Replica};
-use slotcron::schedule::{SharedClock, SystemClock};
+use slotcron::time::schedule::{SharedClock, SystemClock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

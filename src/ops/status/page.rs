@@ -19,8 +19,8 @@ use super::fleet::fleet;
 use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
 use super::{probe, Sources};
 use crate::config::{Config, Job};
-use crate::control::paused_intervals;
-use crate::watermark;
+use crate::fleet::control::paused_intervals;
+use crate::record::watermark;
 
 /// Runs read per job: the strip's slots (a handed-off slot has two runs) and some to spare.
 const RUNS_READ: usize = 2 * STRIP_SLOTS + 10;

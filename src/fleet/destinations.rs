@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::lock::nodes::{Nodes, Replies};
+use crate::redis::{Nodes, Replies};
 
 /// How often a replica writes its destinations and compares the others'.
 pub const PERIOD: Duration = Duration::from_secs(5);

@@ -16,7 +16,7 @@ use super::{Coverage, Reason};
 /// The built-in calendars' names, as `builtin = "..."` takes them.
 pub const BUILTINS: [&str; 1] = ["cn"];
 
-const CN_DATA: &str = include_str!("../../data/calendar/cn.toml");
+const CN_DATA: &str = include_str!("../../../data/calendar/cn.toml");
 
 /// The `cn` data, parsed on first use. The file is generated and checked by the unit tests, so
 /// a failure here is a build of slotcron with a broken data file, not a user's error.

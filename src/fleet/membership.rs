@@ -25,9 +25,12 @@
 //! lock still gives it once), and no slot waits on a replica that does not schedule it. Each
 //! group publishes its card ([`GroupCard`]); a replica that sees members of another group reads
 //! theirs once and says at info which jobs they define differently, with both hashes.
+//!
+//! Why so long: 150 of its lines are unit tests; the code is the live set, the groups it is
+//! ranked in and the ranking, which share one state (`Fleet`) and one heartbeat. How a slot
+//! uses the ranking (race, look, look out or stand by) is in `race/candidates.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,10 +40,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
-use crate::lock::node::{Node, NodeError};
-use crate::lock::nodes::{Nodes, Replies};
-use crate::pubsub::{self, Heard};
-use crate::schedule::{SharedClock, Slot};
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::{Node, NodeError};
+use crate::redis::{Nodes, Replies};
+use crate::time::schedule::{SharedClock, Slot};
 
 /// How often a replica writes its heartbeat and reads the live set back.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -55,22 +58,6 @@ pub const LATE_AFTER: Duration = Duration::from_millis(1500);
 const MEMBERSHIP_TIMEOUT: Duration = Duration::from_millis(500);
 /// The payload prefix of a leave announced on the members channel.
 const LEFT: &str = "left ";
-
-/// `[scheduler] candidates`: how many replicas race each slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Candidates {
-    /// Every replica races every slot at once; no membership is kept.
-    All,
-    /// The top `k` of the live replicas, ranked by a rendezvous hash; rank `r` races
-    /// `(r - 1)` staggers after the slot, so the first-ranked normally wins.
-    Top(NonZeroUsize),
-}
-
-/// Default `[scheduler] candidates`: a second candidate covers a first that died.
-pub const DEFAULT_CANDIDATES: Candidates = Candidates::Top(NonZeroUsize::MIN.saturating_add(1));
-/// Default `[scheduler] candidate_stagger`: longer than a loaded race round trip, so the
-/// first-ranked's key is set before the second-ranked asks.
-pub const DEFAULT_CANDIDATE_STAGGER: Duration = Duration::from_millis(50);
 
 /// The rendezvous score of `replica` for `slot` of `job`: the same on every replica and
 /// version (xxh3 is specified, unlike std's hasher).
@@ -110,7 +97,7 @@ pub struct GroupCard {
 const CARD_TTL: Duration = Duration::from_secs(120);
 const CARD_EVERY: Duration = Duration::from_secs(30);
 
-/// The hash of a job's slot-defining definition ([`crate::schedule::Schedule::definition`]):
+/// The hash of a job's slot-defining definition ([`crate::time::schedule::Schedule::definition`]):
 /// the same on every replica and version (xxh3 is specified).
 pub fn definition_hash(job: &Job) -> String {
     let definition = job.schedule.definition();

@@ -14,9 +14,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::control::{covered, PausedSpan};
-use crate::history::{duplicates, RunRecord};
-use crate::schedule::Slot;
+use crate::fleet::control::{covered, PausedSpan};
+use crate::record::history::{duplicates, RunRecord};
+use crate::time::schedule::Slot;
 
 /// What became of one slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,8 +157,8 @@ pub enum RowFate<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::RunState;
-    use crate::schedule::Fence;
+    use crate::record::history::RunState;
+    use crate::time::schedule::Fence;
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(s, 0).unwrap()

@@ -1,19 +1,18 @@
 //! One Redis node: a single multiplexed connection, opened once and reused, with TCP_NODELAY,
 //! that reconnects in the background. Every call is bounded by the wait its caller gives; the
-//! pool ([`super::nodes::Nodes`]) fans calls out to the nodes and keeps their health.
+//! pool ([`super::Nodes`]) fans calls out to the nodes and keeps their health.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
-use redis::{IntoConnectionInfo, Script, Value};
+use redis::IntoConnectionInfo;
 use url::Url;
 
-use super::{SlotKey, Token};
+use super::scripts::Scripts;
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -25,27 +24,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// node timeout: the slot lock, the running lease, the history write and the release each, which
 /// with a job every second made a run outlast its second and the next slot skip as overlapping.
 const CONNECT_RETRIES: usize = 0;
-
-/// Compare-and-delete: release only our own token.
-const RELEASE_SCRIPT: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0";
-
-/// Compare-and-expire: extend only our own token (the running lease's watchdog).
-const EXTEND_SCRIPT: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0";
-
-/// `SET NX PX` that answers with the holder, for servers older than 7.0 (no `SET … NX GET`).
-const ACQUIRE_SCRIPT: &str = r"
-local current = redis.call('GET', KEYS[1])
-if current then return current end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false";
 
 /// Why a `nodes` entry is not a usable Redis URL.
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +129,7 @@ pub enum NodeErrorKind {
     /// are not Redis, or the node says it cannot serve yet (loading its data).
     Down(String),
     /// Not waited for: an earlier request to the node timed out or failed and it has not
-    /// answered since (see [`super::nodes`]).
+    /// answered since (see [`super::pool`]).
     Suspect,
     /// Redis answered this request with an error reply (a wrong type, a script error).
     Reply(String),
@@ -161,7 +139,7 @@ pub enum NodeErrorKind {
 
 impl NodeErrorKind {
     /// Sorts a redis-rs error: an error reply from a node that serves, or no usable answer.
-    fn of(e: &redis::RedisError) -> Self {
+    pub(super) fn of(e: &redis::RedisError) -> Self {
         let serving_reply = matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
             && e.kind() != ErrorKind::Server(ServerErrorKind::BusyLoading);
         if serving_reply {
@@ -189,49 +167,17 @@ impl fmt::Display for NodeError {
     }
 }
 
-/// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    /// The slot.
-    pub key: SlotKey,
-    /// This replica's token.
-    pub token: Token,
-    /// How long the lock holds.
-    pub ttl: Duration,
-}
-
-impl Claim {
-    fn ttl_ms(&self) -> u64 {
-        self.ttl.as_millis().max(1) as u64
-    }
-}
-
-/// A node's answers to a pipeline: one per command, or the error that failed them all.
-type Answers = Result<Vec<redis::RedisResult<Value>>, NodeErrorKind>;
-
-/// A node's answer to one key of an acquire request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeReply {
-    /// The key was free and is now ours (or was already ours).
-    Acquired,
-    /// Someone else holds the key.
-    Held(Token),
-    /// The node failed to answer.
-    Failed(NodeError),
-}
-
 /// One Redis node. Its health is not here: the pool keeps one view of it for every call.
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs).
     client: redis::Client,
-    conn: ConnectionManager,
+    /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
+    pub(super) conn: ConnectionManager,
     /// The race's bound on one answer (`node_timeout`).
     timeout: Duration,
-    /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
-    legacy: AtomicBool,
-    release: Script,
-    extend: Script,
+    /// The lock's scripts, and which acquire form this node understands.
+    pub(super) scripts: Scripts,
 }
 
 impl fmt::Debug for Node {
@@ -281,9 +227,7 @@ impl Node {
             client,
             conn,
             timeout,
-            legacy: AtomicBool::new(false),
-            release: Script::new(RELEASE_SCRIPT),
-            extend: Script::new(EXTEND_SCRIPT),
+            scripts: Scripts::new(),
         })
     }
 
@@ -315,116 +259,6 @@ impl Node {
         self.timeout
     }
 
-    /// Tries to set each claim's key to its token for its TTL, all in one pipeline: one round
-    /// trip for the whole batch (the jobs due at one instant), bounded by the node timeout.
-    /// Answers who holds each key, in the order of `claims`; an error reply for one key (a
-    /// wrong type) fails that key only; no answer at all is the error.
-    pub async fn acquire_many(&self, claims: &[Claim]) -> Result<Vec<NodeReply>, NodeError> {
-        let answers = if self.legacy.load(Ordering::Relaxed) {
-            self.acquire_lua(claims).await
-        } else {
-            match self.acquire_set_get(claims).await {
-                Ok(answers) if answers.first().is_some_and(is_syntax_error) => {
-                    self.legacy.store(true, Ordering::Relaxed);
-                    self.acquire_lua(claims).await
-                }
-                other => other,
-            }
-        };
-        let answers = answers.map_err(|kind| self.error(kind))?;
-        Ok(claims
-            .iter()
-            .zip(answers)
-            .map(|(claim, answer)| self.reply(&claim.token, answer))
-            .collect())
-    }
-
-    fn reply(&self, token: &Token, answer: redis::RedisResult<Value>) -> NodeReply {
-        let holder = answer
-            .map_err(|e| NodeErrorKind::of(&e))
-            .and_then(holder_of);
-        match holder {
-            Ok(None) => NodeReply::Acquired,
-            Ok(Some(holder)) if holder == token.as_str() => NodeReply::Acquired,
-            Ok(Some(holder)) => NodeReply::Held(Token::from_stored(holder)),
-            Err(kind) => NodeReply::Failed(self.error(kind)),
-        }
-    }
-
-    async fn acquire_set_get(&self, claims: &[Claim]) -> Answers {
-        let mut pipe = redis::pipe();
-        for claim in claims {
-            pipe.cmd("SET")
-                .arg(claim.key.as_str())
-                .arg(claim.token.as_str())
-                .arg("NX")
-                .arg("PX")
-                .arg(claim.ttl_ms())
-                .arg("GET");
-        }
-        self.pipeline(pipe).await
-    }
-
-    /// The Lua form for Redis < 7.0 (`EVAL`, not `EVALSHA`: a pipeline cannot reload a script
-    /// the server has dropped, and this path serves only old servers).
-    async fn acquire_lua(&self, claims: &[Claim]) -> Answers {
-        let mut pipe = redis::pipe();
-        for claim in claims {
-            pipe.cmd("EVAL")
-                .arg(ACQUIRE_SCRIPT)
-                .arg(1)
-                .arg(claim.key.as_str())
-                .arg(claim.token.as_str())
-                .arg(claim.ttl_ms());
-        }
-        self.pipeline(pipe).await
-    }
-
-    /// Sends `pipe` bounded by the node timeout; one answer per command, error replies kept apart.
-    async fn pipeline(&self, mut pipe: redis::Pipeline) -> Answers {
-        pipe.ignore_errors();
-        let mut conn = self.conn.clone();
-        self.bounded(pipe.query_async::<Vec<redis::RedisResult<Value>>>(&mut conn))
-            .await
-    }
-
-    /// Deletes `key` only if it still holds `token`, bounded by `wait`. True when it was
-    /// deleted.
-    pub async fn release_within(
-        &self,
-        key: &SlotKey,
-        token: &Token,
-        wait: Duration,
-    ) -> Result<bool, NodeError> {
-        let mut invocation = self.release.key(key.as_str());
-        invocation.arg(token.as_str());
-        let mut conn = self.conn.clone();
-        self.bounded_by(wait, invocation.invoke_async::<i64>(&mut conn))
-            .await
-            .map(|n| n == 1)
-            .map_err(|kind| self.error(kind))
-    }
-
-    /// Resets the TTL of `key` to `ttl` only if it still holds `token`, bounded by `wait`. True
-    /// when extended.
-    pub async fn extend(
-        &self,
-        key: &SlotKey,
-        token: &Token,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<bool, NodeError> {
-        let mut invocation = self.extend.key(key.as_str());
-        invocation
-            .arg(token.as_str())
-            .arg(ttl.as_millis().max(1) as u64);
-        let mut conn = self.conn.clone();
-        self.bounded_by(wait, invocation.invoke_async::<i64>(&mut conn))
-            .await
-            .map(|n| n == 1)
-            .map_err(|kind| self.error(kind))
-    }
-
     /// PING with the node timeout. A test entry point (tests/test_redlock.rs opens a node's
     /// connection with it); start-up uses [`Node::ping_within`]. Hidden from the docs.
     #[doc(hidden)]
@@ -441,20 +275,6 @@ impl Node {
         self.query::<String>(&redis::cmd("PING"), wait)
             .await
             .map(drop)
-    }
-
-    /// Who holds each of `keys` (one `MGET`), bounded by the node timeout: one node's account,
-    /// read before a covering race ([`super::Redlock::look`]).
-    pub async fn holders(&self, keys: &[SlotKey]) -> Result<Vec<Option<Token>>, NodeError> {
-        let mut mget = redis::cmd("MGET");
-        for key in keys {
-            mget.arg(key.as_str());
-        }
-        let values: Vec<Option<String>> = self.query(&mget, self.timeout).await?;
-        Ok(values
-            .into_iter()
-            .map(|v| v.map(Token::from_stored))
-            .collect())
     }
 
     /// Any command, bounded by `wait` (history, budget and clock calls).
@@ -481,14 +301,14 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, NodeErrorKind> {
         self.bounded_by(self.timeout, fut).await
     }
 
-    async fn bounded_by<T>(
+    pub(super) async fn bounded_by<T>(
         &self,
         wait: Duration,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
@@ -500,30 +320,11 @@ impl Node {
         }
     }
 
-    fn error(&self, kind: NodeErrorKind) -> NodeError {
+    pub(super) fn error(&self, kind: NodeErrorKind) -> NodeError {
         NodeError {
             node: self.address.clone(),
             kind,
         }
-    }
-}
-
-/// Redis < 7.0 refuses `SET … GET` with a syntax error.
-fn is_syntax_error(answer: &redis::RedisResult<Value>) -> bool {
-    answer
-        .as_ref()
-        .is_err_and(|e| e.to_string().contains("syntax error"))
-}
-
-/// The holder in an acquire answer: nil (we set it) or the stored token.
-fn holder_of(value: Value) -> Result<Option<String>, NodeErrorKind> {
-    match value {
-        Value::Nil | Value::Boolean(false) => Ok(None),
-        Value::BulkString(bytes) => String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| NodeErrorKind::Unexpected("a non-UTF-8 value on the slot key".into())),
-        Value::SimpleString(s) => Ok(Some(s)),
-        other => Err(NodeErrorKind::Unexpected(format!("{other:?}"))),
     }
 }
 

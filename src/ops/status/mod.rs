@@ -21,13 +21,13 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::control::Control;
-use crate::history::History;
-use crate::liveness::{Health, Liveness};
+use crate::fleet::control::Control;
+use crate::fleet::membership::Membership;
 use crate::lock::SlotLock;
-use crate::membership::Membership;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
-use crate::schedule::SharedClock;
+use crate::ops::liveness::{Health, Liveness};
+use crate::record::history::History;
+use crate::time::schedule::SharedClock;
 
 /// Bound on the PING of each node that is not suspect, behind `/readyz`, `/metrics` and `/`.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -87,7 +87,7 @@ pub async fn serve(
     }
 }
 
-/// Live while the timeline is not overdue for a wake ([`crate::liveness`]): 503 names how late.
+/// Live while the timeline is not overdue for a wake ([`crate::ops::liveness`]): 503 names how late.
 async fn healthz(AxumState(state): AxumState<Sources>) -> Response {
     let health = state.liveness.check(tokio::time::Instant::now());
     let status = if health.is_live() {
@@ -145,7 +145,7 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
         return (StatusCode::OK, "ready: standalone\n").into_response();
     }
     let up = nodes.iter().filter(|(_, up)| *up).count();
-    let needed = crate::lock::redlock::quorum(nodes.len());
+    let needed = crate::redis::quorum(nodes.len());
     let status = if up >= needed {
         StatusCode::OK
     } else {

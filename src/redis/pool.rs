@@ -378,7 +378,7 @@ async fn finish<T>(mut pending: FuturesUnordered<Pending<T>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::node::NodeErrorKind;
+    use crate::redis::NodeErrorKind;
 
     fn error(kind: NodeErrorKind) -> Result<(), NodeError> {
         Err(NodeError {

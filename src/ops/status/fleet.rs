@@ -1,13 +1,13 @@
 //! The fleet as the status page sees it: every replica the fleet knows of, with its share of
 //! the wins: the replicas behind the runs read, and the live replicas of the membership view
-//! (heartbeats, see [`crate::membership`]), where one that is up but has won nothing shows at
+//! (heartbeats, see [`crate::fleet::membership`]), where one that is up but has won nothing shows at
 //! 0 %.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::history::RunRecord;
+use crate::record::history::RunRecord;
 
 /// One replica's line in the fleet table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -61,8 +61,8 @@ fn percent(part: usize, total: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::RunState;
-    use crate::schedule::Slot;
+    use crate::record::history::RunState;
+    use crate::time::schedule::Slot;
     use chrono::DateTime;
 
     fn won_by(replica: &str, s: i64) -> RunRecord {

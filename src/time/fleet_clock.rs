@@ -28,10 +28,10 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lock::node::{Node, NodeError};
-use crate::lock::nodes::Nodes;
 use crate::metrics::Metrics;
-use crate::schedule::{Clock, SharedClock};
+use crate::redis::Nodes;
+use crate::redis::{Node, NodeError};
+use crate::time::schedule::{Clock, SharedClock};
 
 /// How often the offset is measured again.
 pub const MEASURE_EVERY: Duration = Duration::from_secs(60);

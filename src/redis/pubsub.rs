@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lock::nodes::{Nodes, Replies};
+use crate::redis::{Nodes, Replies};
 
 /// Bound on opening and subscribing one node's pub/sub connection.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::chart::{self, format_ms, Chart, Sample};
 use crate::config::Job;
-use crate::control::{Pause, PausedSpan};
-use crate::history::{HistoryUnavailable, RunRecord, RunState};
-use crate::ledger::{ledger, Entry, Fate};
-use crate::schedule::Slot;
+use crate::fleet::control::{Pause, PausedSpan};
+use crate::ops::ledger::{ledger, Entry, Fate};
+use crate::record::history::{HistoryUnavailable, RunRecord, RunState};
+use crate::time::schedule::Slot;
 
 /// Slots in a job's outcome strip.
 pub const STRIP_SLOTS: usize = 40;
@@ -201,7 +201,7 @@ fn strip(
         .collect();
     slots.reverse();
     // The page reads no slot keys: its young slots stay pending (the CLI's ledger reads them).
-    let now = crate::ledger::Now {
+    let now = crate::ops::ledger::Now {
         settled_before: frame.now - settling,
         window_closed_before: None,
         held: Default::default(),

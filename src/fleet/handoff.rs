@@ -3,7 +3,7 @@
 //! the fleet, which races for it once more through the same lock.
 //!
 //! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`, see
-//! [`crate::pubsub`]): an offer reaches every replica in one hop and a fleet where all is well
+//! [`crate::redis::pubsub`]): an offer reaches every replica in one hop and a fleet where all is well
 //! sends and reads nothing: no loser polls for the winner's fate. An offer that arrives from
 //! several nodes is taken once (see [`Seen`]).
 
@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lock::nodes::Nodes;
-use crate::pubsub::{self, Heard};
-use crate::schedule::{Fence, Slot};
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::Nodes;
+use crate::time::schedule::{Fence, Slot};
 
 /// Bound on one node's `PUBLISH`: an offer is made once, off the race path.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(1);

@@ -28,10 +28,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::history::History;
-use crate::lock::nodes::{Nodes, Replies};
-use crate::pubsub::{self, Heard};
-use crate::watermark;
+use crate::record::history::History;
+use crate::record::watermark;
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::{Nodes, Replies};
 
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);

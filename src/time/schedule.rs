@@ -11,6 +11,10 @@
 //!
 //! A job with a calendar (`days = "workdays"`) keeps the cron's slots whose date in the job's
 //! zone the calendar keeps: the filter is a function of the date alone, so the slots stay pure.
+//!
+//! Why so long: 230 of its lines are unit tests of the slot math (DST gaps and folds, fixed-time
+//! rules, calendars, windows); the code itself (about 570 lines) is one concept, a job's slots,
+//! that every replica must compute alike.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +25,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
-use crate::calendar::DayFilter;
+use crate::time::calendar::DayFilter;
 
 /// How many days past the instant asked about a calendar search looks before it gives up: two
 /// years and a day, so a combination that never holds (`days = "holidays"` on a cron of
@@ -255,7 +259,7 @@ impl Schedule {
 
     /// The schedule as text that changes exactly when its slots may: the cron expression, the
     /// zone, and the day filter's days and dates. Replicas hash it to tell whether they have
-    /// the same slots of a job ([`crate::membership`]).
+    /// the same slots of a job ([`crate::fleet::membership`]).
     pub fn definition(&self) -> String {
         let days = self.days.as_ref().map(DayFilter::definition);
         format!(
@@ -573,7 +577,7 @@ pub type SharedClock = Arc<dyn Clock>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calendar::{Calendar, Days, Reason};
+    use crate::time::calendar::{Calendar, Days, Reason};
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

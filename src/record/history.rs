@@ -1,7 +1,11 @@
 //! Run history: who ran what. The winner of a slot records the run (when it ends, and when it
-//! starts if it runs long or its job catches up) in a capped stream per job on every Redis node; reads merge the nodes, so the
-//! history survives any minority of nodes being down or restarted empty. Standalone mode keeps
-//! the history in the process.
+//! starts if it runs long or its job catches up) in a capped stream per job on every Redis
+//! node; reads merge the nodes, so the history survives any minority of nodes being down or
+//! restarted empty. Standalone mode keeps the history in the process.
+//!
+//! Why so long: about 95 of its lines are unit tests; the code is one wire format (the run
+//! record: written, read back, merged over the nodes) that stays in one file so that its writer
+//! and its readers change together.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -12,8 +16,8 @@ use chrono::{DateTime, Utc};
 use redis::Value;
 use serde::Serialize;
 
-use crate::lock::nodes::{Nodes, Replies};
-use crate::schedule::{Fence, Slot};
+use crate::redis::{Nodes, Replies};
+use crate::time::schedule::{Fence, Slot};
 
 /// Records kept per job and node (`XADD … MAXLEN ~`); one or two per run.
 pub const HISTORY_CAP: usize = 2000;

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::history::History;
-use crate::lock::node::{Node, NodeError};
-use crate::lock::nodes::{quorum, Replies};
+use crate::record::history::History;
+use crate::redis::{quorum, Replies};
+use crate::redis::{Node, NodeError};
 
 /// Bound on one node's answer (at start, not on the race path).
 const WATERMARK_TIMEOUT: Duration = Duration::from_millis(500);

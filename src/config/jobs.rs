@@ -1,0 +1,270 @@
+//! `[[job]]`: each job checked into a [`Job`]: its name, schedule, days, timeout, overlap,
+//! catch-up, alert and action (the action's table handed to the action's own parser).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toml::Value;
+
+use super::raw::{self, RawCatchUpPolicy, RawJob, RawOverlap};
+use super::{actions, durations};
+use super::{
+    CatchUp, CatchUpPolicy, ConfigError, Job, Loader, Overlap, SchedulerConfig, Section,
+    DEFAULT_TIMEOUT, MAX_CATCH_UP_ALL,
+};
+use crate::action::Action;
+use crate::time::schedule::Schedule;
+
+/// Longest job name: it is part of every Redis key.
+const MAX_JOB_NAME: usize = 100;
+
+impl Loader<'_> {
+    pub(super) fn jobs(
+        &mut self,
+        value: Option<Value>,
+        scheduler: Option<&SchedulerConfig>,
+    ) -> (Vec<Arc<Job>>, Vec<String>) {
+        let mut jobs = Vec::new();
+        let mut disabled = Vec::new();
+        let tables = match value {
+            None => return (jobs, disabled),
+            Some(Value::Array(tables)) => tables,
+            Some(_) => {
+                self.errors.push(ConfigError::field(
+                    Section::Top,
+                    "job",
+                    "must be an array of tables: write [[job]]",
+                ));
+                return (jobs, disabled);
+            }
+        };
+        let mut names = HashSet::new();
+        for (i, table) in tables.into_iter().enumerate() {
+            let name = job_name(&table, i);
+            if !names.insert(name.clone()) {
+                self.errors.push(ConfigError::field(
+                    Section::Job(name.clone()),
+                    "name",
+                    "duplicate job name: each job needs its own (it is part of the lock key)",
+                ));
+                continue;
+            }
+            let enabled = table
+                .get("enabled")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            match self.job(table, &name, enabled, scheduler) {
+                Some(job) if enabled => jobs.push(Arc::new(job)),
+                Some(_) => disabled.push(name),
+                None if !enabled => disabled.push(name),
+                None => {}
+            }
+        }
+        (jobs, disabled)
+    }
+
+    fn job(
+        &mut self,
+        mut table: Value,
+        name: &str,
+        enabled: bool,
+        scheduler: Option<&SchedulerConfig>,
+    ) -> Option<Job> {
+        let section = Section::Job(name.to_owned());
+        self.read_action_files(enabled, &mut table, &section)?;
+        let raw: RawJob = self.typed(table, &section)?;
+        let enabled = raw.enabled.unwrap_or(enabled);
+        let before = self.errors.len();
+        self.check_job_name(&raw.name, &section);
+        let schedule = self.job_schedule(&raw, scheduler, &section);
+        let timeout = self.bounded(
+            &section,
+            "timeout",
+            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            durations::TIMEOUT,
+        );
+        let catch_up = self.catch_up(
+            raw.catch_up,
+            raw.catch_up_policy,
+            &section,
+            schedule.as_ref(),
+        );
+        if !enabled {
+            return None;
+        }
+        let action = self.job_action(name, &section, raw.action);
+        if self.errors.len() != before {
+            return None;
+        }
+        let schedule = schedule?;
+        self.calendar_in_use(&schedule);
+        let on_failure = match raw.on_failure.as_deref() {
+            Some(name) => self.on_failure(Some(name), &section)?,
+            None => self.default_on_failure.clone(),
+        };
+        Some(Job {
+            name: raw.name,
+            schedule,
+            timeout: timeout?,
+            overlap: overlap(raw.overlap),
+            catch_up,
+            action: action?,
+            on_failure,
+        })
+    }
+
+    /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before
+    /// typing (a disabled job's files and variables may be missing).
+    fn read_action_files(
+        &mut self,
+        enabled: bool,
+        table: &mut Value,
+        section: &Section,
+    ) -> Option<()> {
+        if let Some(action) = table.get_mut("action").filter(|_| enabled) {
+            self.expand_all(action, section, "action")?;
+            let dir = self.config_dir.clone();
+            actions::read_file_fields(self, action, section, &dir)?;
+        }
+        Some(())
+    }
+
+    /// The job's schedule in its zone (or [scheduler]'s), with its calendar's days.
+    fn job_schedule(
+        &mut self,
+        raw: &RawJob,
+        scheduler: Option<&SchedulerConfig>,
+        section: &Section,
+    ) -> Option<Schedule> {
+        let zone = match raw.timezone.as_deref() {
+            Some(tz) => self.zone(tz, section.clone()),
+            None => scheduler.map(|s| s.timezone),
+        };
+        // A zone in error (here or in [scheduler]) is already reported; the expression is still
+        // checked, in UTC, so its own errors show in the same run.
+        let schedule = Schedule::parse(&raw.schedule, zone.unwrap_or(chrono_tz::UTC))
+            .map_err(|e| {
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "schedule",
+                    e.to_string(),
+                ))
+            })
+            .ok()
+            .filter(|_| zone.is_some());
+        match self.day_filter(raw.calendar.as_deref(), raw.days, section) {
+            Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, section)),
+            Some(None) => schedule,
+            None => None,
+        }
+    }
+
+    /// The job's checked action (errors name `action.FIELD`).
+    fn job_action(&mut self, name: &str, section: &Section, raw: raw::RawAction) -> Option<Action> {
+        let config_dir = self.config_dir.clone();
+        actions::ActionCheck {
+            loader: self,
+            job: name,
+            section: section.clone(),
+            config_dir,
+            field_prefix: "action.",
+        }
+        .action(raw)
+    }
+
+    fn catch_up(
+        &mut self,
+        window: Option<Duration>,
+        policy: Option<RawCatchUpPolicy>,
+        section: &Section,
+        schedule: Option<&Schedule>,
+    ) -> Option<CatchUp> {
+        let policy = match policy {
+            Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
+            Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
+        };
+        let Some(window) = window else {
+            if policy == CatchUpPolicy::All {
+                self.errors.push(ConfigError::field(
+                    section.clone(),
+                    "catch_up_policy",
+                    "needs catch_up = \"<window>\" (for example \"10m\")",
+                ));
+            }
+            return None;
+        };
+        let window = match durations::CATCH_UP.check(window) {
+            Ok(window) => window,
+            Err(e) => {
+                let hint = " (leave catch_up out to turn catch-up off)";
+                let e = e.to_string();
+                let message = if window.is_zero() { e + hint } else { e };
+                self.errors
+                    .push(ConfigError::field(section.clone(), "catch_up", message));
+                return None;
+            }
+        };
+        if policy == CatchUpPolicy::All {
+            self.check_catch_up_all(window, schedule?, section)?;
+        }
+        Some(CatchUp { window, policy })
+    }
+
+    /// `catch_up_policy = "all"` runs every missed slot: refused when the window can hold more
+    /// than [`MAX_CATCH_UP_ALL`] of the job's slots (a burst nobody wants, and more than the
+    /// history reaches back to tell apart).
+    fn check_catch_up_all(
+        &mut self,
+        window: Duration,
+        schedule: &Schedule,
+        section: &Section,
+    ) -> Option<()> {
+        let most = schedule.most_slots_within(window, MAX_CATCH_UP_ALL);
+        if most <= MAX_CATCH_UP_ALL {
+            return Some(());
+        }
+        self.errors.push(ConfigError::field(
+            section.clone(),
+            "catch_up",
+            format!(
+                "a window of {} holds more than {MAX_CATCH_UP_ALL} slots of this schedule \
+                 (at least {most}), the most catch_up_policy = \"all\" runs: shorten the window \
+                 or use catch_up_policy = \"latest\"",
+                humantime::format_duration(window)
+            ),
+        ));
+        None
+    }
+
+    fn check_job_name(&mut self, name: &str, section: &Section) {
+        let valid = !name.is_empty()
+            && name.len() <= MAX_JOB_NAME
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !valid {
+            self.errors.push(ConfigError::field(
+                section.clone(),
+                "name",
+                format!("must be 1 to {MAX_JOB_NAME} characters of A-Z a-z 0-9 - _ . (it is part of the Redis key)"),
+            ));
+        }
+    }
+}
+
+/// The job's name for error messages: its `name`, or its position when it has none.
+fn job_name(table: &Value, index: usize) -> String {
+    match table.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => format!("#{} (no name)", index + 1),
+    }
+}
+
+/// `overlap`: overlapping runs are skipped unless the job allows them.
+fn overlap(raw: Option<RawOverlap>) -> Overlap {
+    match raw {
+        Some(RawOverlap::Allow) => Overlap::Allow,
+        Some(RawOverlap::Skip) | None => Overlap::Skip,
+    }
+}

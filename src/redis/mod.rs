@@ -1,0 +1,31 @@
+//! The Redis layer: everything that talks to a Redis server goes through here, and nothing here
+//! knows what a slot, a job or a fleet is.
+//! - [`pool`]: the nodes one replica talks to ([`Nodes`]): fan-out of every request, the answers
+//!   gathered until the caller's rule ([`Replies`]) is met, majorities ([`quorum`]), and the one
+//!   health rule (a node that does not answer is suspect, and not waited for, until it answers).
+//! - [`node`]: one node: its checked URL, one multiplexed connection, bounded calls, typed errors.
+//! - [`scripts`]: the compare-and-set scripts a lock needs on one node, and the token they compare.
+//! - [`pubsub`]: one subscribed connection per node and channel, for the fleet's notifications.
+//!
+//! # The topology seam
+//! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
+//! a decision made by a majority of answers. The other topologies (Sentinel: one primary found
+//! through the sentinels and followed across failovers; Cluster: keys routed to the shard that
+//! owns their hash slot) differ in exactly two places, and only there:
+//! - **which members there are and where a request goes**: [`Nodes::connect`] (members from the
+//!   configured URLs) and [`Nodes::ask_some`] (the members a request is sent to), and
+//! - **what makes a decision**: [`Nodes::quorum`] (a majority of N here; one for a single
+//!   logical primary).
+//!
+//! Everything above (`lock`, history, membership, the fleet clock, pub/sub) asks the pool and
+//! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
+//! (an enum of how members are found and routed, chosen by the configuration), not to callers.
+
+pub mod node;
+pub mod pool;
+pub mod pubsub;
+pub mod scripts;
+
+pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
+pub use pool::{quorum, NodeState, Nodes, Replies};
+pub use scripts::{Claim, NodeReply, Token};

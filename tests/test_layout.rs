@@ -1,0 +1,355 @@
+//! The house rules that the compiler does not check, read from `src/` as text: `lib.rs`'s
+//! `# Layout` list is true (it names every top-level module and no other, and a module imports
+//! only modules listed below it), no file is over [`MAX_FILE_LINES`] without a reason in its
+//! opening comment, no function over [`MAX_FN_LINES`], no `impl` block over
+//! [`MAX_IMPL_LINES`], no `Result<_, String>`. (Every `pub` item documented is the compiler's:
+//! `#![warn(missing_docs)]` in `lib.rs`, made an error by clippy's `-D warnings`.)
+//!
+//! The reading relies on rustfmt's layout (`cargo fmt --check` runs first in CI): an item's
+//! closing brace sits alone on a line at the item's indentation. An import is a `crate::name`
+//! path outside a comment; `use crate::{a, b}` is refused so that every import names its module.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Over this many lines, a file's opening comment says why (a line starting `Why so long:`).
+const MAX_FILE_LINES: usize = 600;
+/// The longest function, from its `fn` line to its closing brace.
+const MAX_FN_LINES: usize = 50;
+/// The longest `impl` block, from its `impl` line to its closing brace.
+const MAX_IMPL_LINES: usize = 300;
+/// What an opening comment says to keep a long file whole.
+const LONG_FILE_REASON: &str = "Why so long:";
+
+/// One source file: its path under `src/`, its top-level module, its lines.
+struct Source {
+    path: PathBuf,
+    module: String,
+    lines: Vec<String>,
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every file of the library (not `lib.rs` and `main.rs`, which are the crate's roots).
+fn sources() -> Vec<Source> {
+    let src = src_dir();
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let rel = path.strip_prefix(&src).unwrap().to_path_buf();
+            let first = rel.components().next()?.as_os_str().to_str()?.to_owned();
+            let module = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+            let text = fs::read_to_string(&path).unwrap();
+            let lines = text.lines().map(str::to_owned).collect();
+            (module != "lib" && module != "main").then_some(Source {
+                path: rel,
+                module,
+                lines,
+            })
+        })
+        .collect()
+}
+
+/// The modules `lib.rs`'s `# Layout` list names, top to bottom (`- [`name`]` entries).
+fn layout() -> Vec<String> {
+    let lib = fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    lib.lines()
+        .skip_while(|l| l.trim() != "//! # Layout")
+        .take_while(|l| l.starts_with("//!"))
+        .filter_map(|l| l.strip_prefix("//! - [`"))
+        .filter_map(|l| l.split_once("`]").map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+/// The modules `lib.rs` declares.
+fn declared() -> Vec<String> {
+    let lib = fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|l| l.strip_prefix("pub mod "))
+        .map(|l| l.trim_end_matches(';').to_owned())
+        .collect()
+}
+
+fn is_comment(line: &str) -> bool {
+    line.trim_start().starts_with("//")
+}
+
+/// The top-level modules a line's code names as `crate::name`.
+fn imports(line: &str) -> Vec<String> {
+    line.match_indices("crate::")
+        .filter(|(i, _)| !line[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .map(|(i, m)| {
+            line[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+fn report(what: &str, found: &[String]) {
+    assert!(found.is_empty(), "{what}:\n  {}", found.join("\n  "));
+}
+
+#[test]
+fn the_layout_names_every_module_and_only_those() {
+    let listed = layout();
+    let declared = declared();
+    let mut found = Vec::new();
+    for name in &listed {
+        let exists = src_dir().join(format!("{name}.rs")).is_file()
+            || src_dir().join(name).join("mod.rs").is_file();
+        if !declared.contains(name) || !exists {
+            found.push(format!(
+                "`{name}` is in the layout but not a module of src/"
+            ));
+        }
+    }
+    for name in declared.iter().filter(|d| !listed.contains(d)) {
+        found.push(format!(
+            "`{name}` is a module but the layout does not list it"
+        ));
+    }
+    let mut seen = listed.clone();
+    seen.dedup();
+    if seen.len() != listed.len() {
+        found.push("a module is listed twice".to_owned());
+    }
+    report("lib.rs's # Layout does not match src/", &found);
+}
+
+#[test]
+fn imports_point_down_the_layout() {
+    let order: BTreeMap<String, usize> = layout()
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name, i))
+        .collect();
+    let mut found = Vec::new();
+    for source in sources() {
+        let Some(&place) = order.get(&source.module) else {
+            found.push(format!(
+                "{}: module not in the layout",
+                source.path.display()
+            ));
+            continue;
+        };
+        for (n, line) in source.lines.iter().enumerate() {
+            if is_comment(line) {
+                continue;
+            }
+            if line.contains("crate::{") {
+                found.push(format!(
+                    "{}:{}: `crate::{{..}}`: one `use` per module",
+                    source.path.display(),
+                    n + 1
+                ));
+            }
+            for target in imports(line) {
+                match order.get(&target) {
+                    Some(&t) if t < place => found.push(format!(
+                        "{}:{}: `{}` imports `{target}`, listed above it",
+                        source.path.display(),
+                        n + 1,
+                        source.module
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    report("arrows that point up the layout", &found);
+}
+
+#[test]
+fn no_file_is_long_without_a_reason() {
+    let mut found = Vec::new();
+    for source in sources() {
+        let opening: Vec<&String> = source
+            .lines
+            .iter()
+            .take_while(|l| l.starts_with("//!"))
+            .collect();
+        let reason = opening.iter().any(|l| l.contains(LONG_FILE_REASON));
+        if source.lines.len() > MAX_FILE_LINES && !reason {
+            found.push(format!(
+                "{}: {} lines, and no `{LONG_FILE_REASON}` in its opening comment",
+                source.path.display(),
+                source.lines.len()
+            ));
+        }
+    }
+    report("files over the length limit", &found);
+}
+
+/// Items that open a block at some indentation: `(line index, indentation, name)`.
+fn items(
+    lines: &[String],
+    is_item: impl Fn(&str) -> Option<String>,
+) -> Vec<(usize, usize, String)> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !is_comment(l))
+        .filter_map(|(i, l)| {
+            let indent = l.len() - l.trim_start().len();
+            is_item(l.trim_start()).map(|name| (i, indent, name))
+        })
+        .collect()
+}
+
+/// How many lines the item opening at `start` spans: up to the first line that is only a
+/// closing brace at its indentation. `None` for a declaration without a body (`fn f();`).
+fn span(lines: &[String], start: usize, indent: usize) -> Option<usize> {
+    let opens = lines[start..]
+        .iter()
+        .position(|l| l.trim_end().ends_with('{') || l.trim_end().ends_with(';'))?;
+    let opening = lines[start + opens].trim_end();
+    if opening.ends_with(';') || (opens == 0 && opening.ends_with('}')) {
+        return (!opening.ends_with(';')).then_some(1);
+    }
+    let close = format!("{}}}", " ".repeat(indent));
+    lines[start + opens..]
+        .iter()
+        .position(|l| l.trim_end() == close)
+        .map(|end| opens + end + 1)
+}
+
+fn fn_name(line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "fn")?;
+    let before_ok = words[..at].iter().all(|w| {
+        w.starts_with("pub") || ["async", "const", "unsafe", "extern", "\"C\""].contains(w)
+    });
+    let name = words.get(at + 1)?;
+    before_ok.then(|| name.split(['(', '<']).next().unwrap_or(name).to_owned())
+}
+
+fn impl_name(line: &str) -> Option<String> {
+    (line.starts_with("impl ") || line.starts_with("impl<"))
+        .then(|| line.trim_end_matches(" {").to_owned())
+}
+
+fn too_long(limit: usize, is_item: impl Fn(&str) -> Option<String> + Copy) -> Vec<String> {
+    let mut found = Vec::new();
+    for source in sources() {
+        for (start, indent, name) in items(&source.lines, is_item) {
+            match span(&source.lines, start, indent) {
+                Some(n) if n > limit => found.push(format!(
+                    "{}:{}: `{name}` is {n} lines",
+                    source.path.display(),
+                    start + 1
+                )),
+                Some(_) => {}
+                None => {
+                    let line = &source.lines[start];
+                    if !line.trim_end().ends_with(';') && line.contains('{') {
+                        found.push(format!(
+                            "{}:{}: `{name}`: no closing brace found",
+                            source.path.display(),
+                            start + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_over_fifty_lines() {
+    report("functions over the limit", &too_long(MAX_FN_LINES, fn_name));
+}
+
+#[test]
+fn no_impl_block_over_three_hundred_lines() {
+    report(
+        "impl blocks over the limit",
+        &too_long(MAX_IMPL_LINES, impl_name),
+    );
+}
+
+/// `Result<T, String>`: an error callers cannot branch on, with no cause kept.
+fn string_error(line: &str) -> bool {
+    line.match_indices("Result<").any(|(i, m)| {
+        let mut depth = 1;
+        let mut last_comma = None;
+        for (j, c) in line[i + m.len()..].char_indices() {
+            match c {
+                '<' | '(' => depth += 1,
+                '>' | ')' if depth == 1 => {
+                    let rest = &line[i + m.len()..i + m.len() + j];
+                    return last_comma.is_some_and(|k: usize| rest[k + 1..].trim() == "String");
+                }
+                '>' | ')' => depth -= 1,
+                ',' if depth == 1 => last_comma = Some(j),
+                _ => {}
+            }
+        }
+        false
+    })
+}
+
+#[test]
+fn no_result_with_a_string_error() {
+    let mut found = Vec::new();
+    for source in sources() {
+        for (n, line) in source.lines.iter().enumerate() {
+            if !is_comment(line) && string_error(line) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    source.path.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    report("`Result<_, String>`", &found);
+}
+
+#[test]
+fn the_readers_see_what_they_are_meant_to() {
+    // The readers above, on lines made to trip them: a check that reads nothing passes always.
+    assert!(string_error("fn f() -> Result<Vec<u8>, String> {"));
+    assert!(!string_error("fn f() -> Result<String, Error> {"));
+    assert!(!string_error("fn f() -> io::Result<String> {"));
+    assert_eq!(imports("use crate::time::schedule::Slot;"), ["time"]);
+    assert!(imports("use slotcron::crate_x;").is_empty());
+    assert_eq!(
+        fn_name("pub(crate) async fn run(x: u8) {").as_deref(),
+        Some("run")
+    );
+    assert_eq!(fn_name("let f = |x| x;"), None);
+    let body: Vec<String> = [
+        "    fn f(",
+        "        a: u8,",
+        "    ) -> u8 {",
+        "        a",
+        "    }",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(span(&body, 0, 4), Some(5));
+    let decl = vec!["    fn f(&self) -> u8;".to_owned()];
+    assert_eq!(span(&decl, 0, 4), None);
+}
