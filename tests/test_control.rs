@@ -821,3 +821,53 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
         "{paused_after} paused lines after the nodes came back"
     );
 }
+
+/// `slotcron pause` run on a machine whose clock is 5 minutes fast (libfaketime), then
+/// `slotcron resume` from one whose clock is right, a minute later by the true clock: the
+/// pause holds from the moment it is taken, and the resume, the later change, wins. Changes are
+/// stamped on the nodes' time (`TIME`, as the fleet clock) and after the newest change read,
+/// never by the wall clocks of the machines the operators typed them on.
+#[test]
+fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
+    let Some(lib) = common::tools::libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &config(&cluster.urls(), &receiver.uri(), "skewed-ops"),
+    );
+    let replicas = start(&path, 2);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(["pause", "push", "--by", "fast-laptop", "--config"])
+        .arg(&path)
+        .env("LD_PRELOAD", &lib)
+        .env("FAKETIME", "+300s")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let paused_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(3));
+    slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
+    let resumed_at = Utc::now();
+    std::thread::sleep(Duration::from_secs(4));
+    stop(&replicas);
+    let sent: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
+    let one_slot = chrono::Duration::seconds(1);
+    let while_paused: Vec<&DateTime<Utc>> = sent
+        .iter()
+        .filter(|s| **s > paused_at + one_slot && **s < resumed_at)
+        .collect();
+    assert!(
+        while_paused.is_empty(),
+        "the pause from a fast clock did not hold: sent {while_paused:?}"
+    );
+    let after = sent.iter().filter(|s| **s > resumed_at + one_slot).count();
+    assert!(
+        after >= 2,
+        "the resume did not take: {after} slot(s) sent after it"
+    );
+}

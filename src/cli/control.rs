@@ -78,7 +78,7 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
         reason: args.reason.clone(),
     };
     match runtime.block_on(control.pause(&args.job, &pause)) {
-        Ok(()) => {
+        Ok(_) => {
             let until = until.map_or("until resumed".to_owned(), |u| format!("until {u}"));
             println!(
                 "{}: paused on every replica from its next slot, {until} ({})",

@@ -15,7 +15,12 @@
 //! writes the newest change back onto the answering nodes that lack it, and when a node's
 //! subscription reopens (it may have come back empty) every job's pause log, watermark and run
 //! history is repaired onto it too ([`Control::repair`]). A rolling empty restart of every node,
-//! one at a time, so loses nothing.
+//! one at a time, so loses nothing. A change is stamped on the nodes' `TIME`, after the newest
+//! change it read, so changes order as the fleet saw them, not by the operators' clocks.
+//!
+//! Why so long: about 65 of its lines are unit tests; the code is one record (the pause, its
+//! tombstone and its log: written, read like a lock, repaired) whose writer and readers change
+//! together.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -32,6 +37,8 @@ use crate::record::history::History;
 use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{Nodes, Replies};
+use crate::time::fleet_clock::{FleetClock, Measurement};
+use crate::time::schedule::{Clock, SystemClock};
 
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -155,16 +162,21 @@ impl Control {
     }
 
     /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
-    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<(), NoMajority> {
+    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<Pause, NoMajority> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(());
+            return Ok(pause.clone());
         };
-        let record = serde_json::to_string(pause).unwrap_or_default();
+        let (_, newest) = read_newest(nodes, prefix, job).await;
+        let pause = Pause {
+            at: stamp(nodes, newest.as_ref()).await,
+            ..pause.clone()
+        };
+        let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
         majority(nodes, cmd).await?;
         self.changed(job, &PauseEvent::Paused(pause.clone())).await;
-        Ok(())
+        Ok(pause)
     }
 
     /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority. Returns the
@@ -173,20 +185,20 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(None);
         };
-        let ended = match read_pause(nodes, prefix, job).await {
-            PauseState::Held(pause) => Some(pause),
-            PauseState::NotHeld | PauseState::Unknown { .. } => None,
-        };
+        let (_, newest) = read_newest(nodes, prefix, job).await;
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
-            at: Utc::now(),
+            at: stamp(nodes, newest.as_ref()).await,
         };
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job))
             .arg(serde_json::to_string(&event).unwrap_or_default());
         majority(nodes, cmd).await?;
         self.changed(job, &event).await;
-        Ok(ended)
+        Ok(match newest {
+            Some(PauseEvent::Paused(pause)) => Some(pause),
+            Some(PauseEvent::Resumed { .. }) | None => None,
+        })
     }
 
     /// Logs and announces a change (best effort: the record on the nodes is what counts).
@@ -340,12 +352,24 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
 /// a pause newer than every resume seen. The newest change is written back onto the nodes that
 /// answered without it (read-repair), so a node restarted empty holds it again.
 async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> PauseState {
+    let (answered, newest) = read_newest(nodes, prefix, job).await;
+    if answered < nodes.quorum() {
+        return PauseState::Unknown { answered };
+    }
+    match newest {
+        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause),
+        Some(PauseEvent::Resumed { .. }) | None => PauseState::NotHeld,
+    }
+}
+
+/// The newest change to `job`'s pause that any answering node holds, and how many nodes
+/// answered; the change is written back onto the answering nodes that lack it.
+async fn read_newest(nodes: &Nodes, prefix: &str, job: &str) -> (usize, Option<PauseEvent>) {
     let mut cmd = redis::cmd("GET");
     cmd.arg(pause_key(prefix, job));
     let replies = nodes
         .query::<Option<String>>(cmd, CONTROL_TIMEOUT, Replies::settled)
         .await;
-    let answered = replies.answered();
     let held: Vec<Option<PauseEvent>> = replies
         .answers()
         .iter()
@@ -363,13 +387,21 @@ async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> PauseState {
             .collect();
         write_back(nodes, &pause_key(prefix, job), newest, &stale).await;
     }
-    if answered < nodes.quorum() {
-        return PauseState::Unknown { answered };
-    }
-    match newest {
-        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause),
-        Some(PauseEvent::Resumed { .. }) | None => PauseState::NotHeld,
-    }
+    (replies.answered(), newest)
+}
+
+/// When a change is made, on the fleet's terms: the nodes' `TIME` (as the fleet clock reads
+/// it), and never before the newest change already recorded. Changes are ordered by this stamp,
+/// so a change always comes after the one it read, whatever the clock of the machine it was
+/// typed on: a laptop five minutes fast would otherwise date its pause in the future, where it
+/// does not hold yet, and that pause would then win over the resume typed after it.
+async fn stamp(nodes: &Nodes, newest: Option<&PauseEvent>) -> DateTime<Utc> {
+    let clock = FleetClock::new(Arc::new(SystemClock), true);
+    let now = match clock.measure(nodes).await {
+        Measurement::NoAnswer => Utc::now(),
+        Measurement::First { .. } | Measurement::Again { .. } => clock.fleet_now(),
+    };
+    newest.map_or(now, |n| now.max(n.at() + chrono::Duration::milliseconds(1)))
 }
 
 /// Sets `key` to `event` on the nodes `stale` marks (best effort: the next read tries again).
