@@ -31,7 +31,7 @@ use crate::ops::status;
 use crate::race::{RaceContext, MIN_START_WINDOW};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
-use crate::redis::Nodes;
+use crate::redis::{independence, Nodes};
 use crate::scheduler;
 use crate::time::fleet_clock::{self, FleetClock};
 use crate::time::schedule::SharedClock;
@@ -128,11 +128,12 @@ impl Replica {
         let lock = Arc::new(lock);
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
+        let prefix = config.scheduler.key_prefix.clone();
+        independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;
         let membership = join_the_fleet(config, &nodes, &name, fleet.clone()).await;
-        let prefix = config.scheduler.key_prefix.clone();
         Ok(Replica {
             membership,
             history: History::Redis {

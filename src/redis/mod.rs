@@ -6,6 +6,7 @@
 //! - [`node`]: one node: its checked URL, one multiplexed connection, bounded calls, typed errors.
 //! - [`scripts`]: the compare-and-set scripts a lock needs on one node, and the token they compare.
 //! - [`pubsub`]: one subscribed connection per node and channel, for the fleet's notifications.
+//! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
 //!
 //! # The topology seam
 //! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
@@ -21,6 +22,7 @@
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
 //! (an enum of how members are found and routed, chosen by the configuration), not to callers.
 
+pub mod independence;
 pub mod node;
 pub mod pool;
 pub mod pubsub;
