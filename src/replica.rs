@@ -69,6 +69,8 @@ pub struct Replica {
     pub liveness: Arc<Liveness>,
     /// The fleet clock and the nodes it reads, to measure again every minute.
     fleet: Option<(Arc<FleetClock>, Arc<Nodes>)>,
+    /// The nodes down at start, checked when each first answers.
+    unchecked: Option<independence::Unchecked>,
     /// Cancelled when the replica shuts down (not on a reload); see [`RaceContext::shutdown`].
     shutdown: CancellationToken,
 }
@@ -107,6 +109,7 @@ impl Replica {
             key_prefix: config.scheduler.key_prefix.clone(),
             liveness: Arc::default(),
             fleet: None,
+            unchecked: None,
             shutdown: CancellationToken::new(),
             name,
         }
@@ -129,7 +132,7 @@ impl Replica {
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
         let prefix = config.scheduler.key_prefix.clone();
-        independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
+        let unchecked = independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;
@@ -153,6 +156,7 @@ impl Replica {
             key_prefix: prefix,
             liveness: Arc::default(),
             fleet: Some((fleet, nodes)),
+            unchecked: Some(unchecked),
             shutdown: CancellationToken::new(),
             name,
         })
@@ -337,7 +341,8 @@ async fn serve_status(
 }
 
 /// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet
-/// clock's measurements, the pauses and the handoff offers (none in standalone mode).
+/// clock's measurements, the check of nodes down at start, the pauses and the handoff offers
+/// (none in standalone mode).
 fn listen_to_the_fleet(
     replica: &Replica,
     current: &Arc<RwLock<Arc<Config>>>,
@@ -353,6 +358,11 @@ fn listen_to_the_fleet(
             replica.name.clone(),
             shutdown.clone(),
         ));
+    }
+    if let (Some(unchecked), Some((_, nodes))) = (&replica.unchecked, &replica.fleet) {
+        unchecked
+            .clone()
+            .watch(nodes, &replica.name, tracker, shutdown);
     }
     replica.membership.spawn(tracker, shutdown);
     compare_destinations(replica, current, tracker, shutdown);

@@ -10,15 +10,31 @@
 //!   channel has (`PUBSUB NUMSUB`): pub/sub is server-wide, so a node that counts another
 //!   node's subscriber is that node (whatever its name, port forward or database number).
 //!   Nothing is written, so nothing is left to clean up.
+//!
+//! A node down at start cannot be checked then: start-up goes on without it (as it always has),
+//! but it is held out of every request ([`Nodes::hold_out`]) until it is checked, which is tried
+//! again every [`RECHECK`] until it answers ([`Unchecked::watch`]). An unchecked node never
+//! votes, so a second name of one server coming up late cannot give a second vote even for a
+//! moment. Found independent, it is let in ([`Nodes::admit`]); found wrong, it is logged as an
+//! error and stays out for good: it counts as a node that is down (the majority is still one of
+//! the configured count). The replica does not exit then: every replica finds it at the same
+//! moment, and the whole fleet stopping is worse than one node fewer.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeUrl};
 use super::pool::Nodes;
+
+/// How often a node down at start is tried again, to be checked (the membership heartbeat's
+/// period: a node back is let in about when the fleet would see it anyway).
+pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// One way the configured nodes are not independent primaries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +43,9 @@ pub enum Dependence {
     Replica(NodeUrl),
     /// Two entries reach the same server.
     SameServer(NodeUrl, NodeUrl),
+    /// The node answered `HELLO` but took no subscription (an ACL without the key prefix's
+    /// channels?): whether it is another entry's server cannot be told.
+    NoSubscription(NodeUrl),
 }
 
 impl fmt::Display for Dependence {
@@ -40,6 +59,11 @@ impl fmt::Display for Dependence {
                 f,
                 "{a} and {b} are the same server (a channel subscribed on one is seen on the \
                  other): it would count twice in a majority"
+            ),
+            Dependence::NoSubscription(url) => write!(
+                f,
+                "{url} refused a subscription to a channel under the key prefix, so it cannot be \
+                 checked (the ACL line needs &PREFIX:*)"
             ),
         }
     }
@@ -58,12 +82,15 @@ fn list(found: &[Dependence]) -> String {
         .join("; ")
 }
 
-/// What the check could tell: the nodes that answered were checked; the others (down at start)
-/// were not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checked {
-    /// Per node, in pool order: whether it answered the check.
-    pub answered: Vec<bool>,
+/// The nodes the start check could not reach (down at start), to check when each first
+/// answers.
+#[derive(Debug, Clone)]
+pub struct Unchecked {
+    urls: Arc<[NodeUrl]>,
+    prefix: Arc<str>,
+    wait: Duration,
+    /// Their places in the pool.
+    nodes: Vec<usize>,
 }
 
 /// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`;
@@ -73,7 +100,7 @@ pub async fn check(
     urls: &[NodeUrl],
     prefix: &str,
     wait: Duration,
-) -> Result<Checked, NotIndependent> {
+) -> Result<Unchecked, NotIndependent> {
     let roles = nodes
         .ask(
             move |node| async move { role(&node, wait).await },
@@ -85,19 +112,84 @@ pub async fn check(
     let mut found: Vec<Dependence> = roles
         .iter()
         .zip(urls)
-        .filter(|(role, _)| matches!(role, Some(Ok(r)) if r != "master" && r != "primary"))
+        .filter(|(role, _)| matches!(role, Some(Ok(r)) if !is_primary(r)))
         .map(|(_, url)| Dependence::Replica(url.clone()))
         .collect();
     let same = same_servers(nodes, &answered, prefix, wait).await;
-    found.extend(
-        same.into_iter()
-            .map(|(a, b)| Dependence::SameServer(urls[a].clone(), urls[b].clone())),
-    );
-    if found.is_empty() {
-        Ok(Checked { answered })
-    } else {
-        Err(NotIndependent(found))
+    let unsubscribed = |i: usize| NotIndependent(vec![Dependence::NoSubscription(urls[i].clone())]);
+    let same = same.map_err(unsubscribed)?;
+    found.extend(same.into_iter().map(|pair| same_server(urls, pair)));
+    if !found.is_empty() {
+        return Err(NotIndependent(found));
     }
+    let unchecked: Vec<usize> = (0..urls.len()).filter(|&i| !answered[i]).collect();
+    unchecked.iter().for_each(|&i| nodes.hold_out(i));
+    Ok(Unchecked {
+        urls: urls.into(),
+        prefix: prefix.into(),
+        wait,
+        nodes: unchecked,
+    })
+}
+
+fn same_server(urls: &[NodeUrl], (a, b): (usize, usize)) -> Dependence {
+    Dependence::SameServer(urls[a].clone(), urls[b].clone())
+}
+
+impl Unchecked {
+    /// Checks each node down at start once it answers (one tracked task per node, tried every
+    /// [`RECHECK`], ended by `shutdown`): admitted if independent, kept out and logged if not.
+    pub fn watch(
+        self,
+        nodes: &Arc<Nodes>,
+        replica: &str,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) {
+        for &i in &self.nodes {
+            let (this, nodes, replica) = (self.clone(), nodes.clone(), replica.to_owned());
+            let shutdown = shutdown.clone();
+            tracker.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(RECHECK) => {}
+                    }
+                    if this.check_late(&nodes, i, &replica).await.is_some() {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    /// Checks node `i` against the others; `None` while it does not answer.
+    async fn check_late(&self, nodes: &Nodes, i: usize, replica: &str) -> Option<()> {
+        let node = nodes.iter().nth(i).expect("a node of the pool");
+        let role = role(node, self.wait).await.ok()?;
+        let url = &self.urls[i];
+        let mut found = Vec::new();
+        if !is_primary(&role) {
+            found.push(Dependence::Replica(url.clone()));
+        }
+        let subscribe_on: Vec<bool> = (0..nodes.len()).map(|j| j == i).collect();
+        let same = same_servers(nodes, &subscribe_on, &self.prefix, self.wait).await;
+        let same = same.ok()?;
+        found.extend(same.into_iter().map(|pair| same_server(&self.urls, pair)));
+        if found.is_empty() {
+            nodes.admit(i);
+            tracing::info!(replica = %replica, node = %url.address(),
+                "redis node down at start answers: an independent primary, let in");
+        } else {
+            tracing::error!(replica = %replica, node = %url.address(), error = %NotIndependent(found),
+                "redis node down at start answers but is not an independent primary: kept out (counted as down)");
+        }
+        Some(())
+    }
+}
+
+fn is_primary(role: &str) -> bool {
+    role == "master" || role == "primary"
 }
 
 /// The node's role, from `HELLO`'s reply (`master`/`primary` or `replica`/`slave`).
@@ -112,24 +204,23 @@ async fn role(node: &Node, wait: Duration) -> Result<String, NodeError> {
     }
 }
 
-/// The pairs `(i, j)`, `i < j`, of answering nodes that are one server: node `j` counts the
-/// subscriber of the channel subscribed on node `i`.
+/// The pairs `(i, j)`, `i < j`, of nodes that are one server: one of them subscribed to its
+/// channel (those `subscribe_on` picks), and the other counts that channel's subscriber.
+/// `Err(i)` when node `i` took no subscription (then nothing can be said about it).
 async fn same_servers(
     nodes: &Nodes,
-    answered: &[bool],
+    subscribe_on: &[bool],
     prefix: &str,
     wait: Duration,
-) -> Vec<(usize, usize)> {
+) -> Result<Vec<(usize, usize)>, usize> {
     let random: u64 = rand::rng().random();
     let channels: Vec<String> = (0..nodes.len())
         .map(|i| format!("{prefix}:independence:{random:016x}:{i}"))
         .collect();
     // Held until every node has been asked: a subscription lives as long as its connection.
     let mut subscribed = Vec::new();
-    for (i, node) in nodes.iter().enumerate().filter(|(i, _)| answered[*i]) {
-        if let Ok(sub) = node.subscribe(&channels[i], wait).await {
-            subscribed.push((i, sub));
-        }
+    for (i, node) in nodes.iter().enumerate().filter(|(i, _)| subscribe_on[*i]) {
+        subscribed.push((i, node.subscribe(&channels[i], wait).await.map_err(|_| i)?));
     }
     let mut numsub = redis::cmd("PUBSUB");
     numsub.arg("NUMSUB");
@@ -147,10 +238,12 @@ async fn same_servers(
     for (j, answer) in counts.into_answers().into_iter().enumerate() {
         for (channel, count) in answer.and_then(Result::ok).unwrap_or_default() {
             match owner.get(channel.as_str()) {
-                Some(&i) if i < j && count > 0 => pairs.push((i, j)),
+                Some(&i) if i != j && count > 0 => pairs.push((i.min(j), i.max(j))),
                 _ => {}
             }
         }
     }
-    pairs
+    pairs.sort_unstable();
+    pairs.dedup();
+    Ok(pairs)
 }

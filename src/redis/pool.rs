@@ -42,6 +42,9 @@ struct Health {
     /// True from a request that got no answer until the next answer. An atomic, not a lock:
     /// every answer of every call reads or writes it.
     suspect: AtomicBool,
+    /// Kept out of every request: a node not (yet) checked to be an independent primary (see
+    /// [`super::independence`]).
+    held_out: AtomicBool,
 }
 
 impl Health {
@@ -61,8 +64,13 @@ impl Health {
         }
     }
 
+    /// Suspect, or held out.
     fn is_suspect(&self) -> bool {
-        self.suspect.load(Ordering::Relaxed)
+        self.suspect.load(Ordering::Relaxed) || self.is_held_out()
+    }
+
+    fn is_held_out(&self) -> bool {
+        self.held_out.load(Ordering::Relaxed)
     }
 }
 
@@ -189,6 +197,7 @@ impl Nodes {
                         address: node.address().to_owned(),
                         replica: replica.clone(),
                         suspect: AtomicBool::new(false),
+                        held_out: AtomicBool::new(false),
                     }),
                     node: Arc::new(node),
                 })
@@ -261,7 +270,9 @@ impl Nodes {
         F: Fn(Arc<Node>) -> Fut,
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
-        let asked: Vec<bool> = self.iter().map(to).collect();
+        let asked: Vec<bool> = (self.members.iter())
+            .map(|m| !m.health.is_held_out() && to(&m.node))
+            .collect();
         let mut pending: FuturesUnordered<Pending<T>> = self
             .members
             .iter()
@@ -309,6 +320,23 @@ impl Nodes {
         (0..n)
             .map(|offset| (from + offset) % n)
             .find(|&i| !self.members[i].health.is_suspect())
+    }
+
+    /// Keeps node `i` out of every request (no answer of it can count) and down in the view,
+    /// until [`Self::admit`]: a node not yet checked to be an independent primary.
+    pub fn hold_out(&self, i: usize) {
+        self.members[i]
+            .health
+            .held_out
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// Lets node `i` back into the requests after [`Self::hold_out`].
+    pub fn admit(&self, i: usize) {
+        self.members[i]
+            .health
+            .held_out
+            .store(false, Ordering::Relaxed);
     }
 
     /// Sends `cmd` to every node, each bounded by `wait`, gathering answers as [`Self::ask`].
@@ -398,6 +426,7 @@ mod tests {
             address: "n:1".into(),
             replica: Arc::from("r"),
             suspect: AtomicBool::new(false),
+            held_out: AtomicBool::new(false),
         };
         health.observe(&error(NodeErrorKind::Timeout(Duration::from_millis(50))));
         assert!(health.is_suspect());
