@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeUrl};
-use super::pool::Nodes;
+use super::pool::{Nodes, Replies};
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
@@ -93,8 +93,9 @@ pub struct Unchecked {
     nodes: Vec<usize>,
 }
 
-/// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`;
-/// channels are named under `prefix` (the ACL's `&prefix:*`).
+/// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`,
+/// not waiting for a node already suspect (start-up's ping found it down or hung: it is checked
+/// later); channels are named under `prefix` (the ACL's `&prefix:*`).
 pub async fn check(
     nodes: &Nodes,
     urls: &[NodeUrl],
@@ -104,7 +105,7 @@ pub async fn check(
     let roles = nodes
         .ask(
             move |node| async move { role(&node, wait).await },
-            |_| false,
+            Replies::settled,
         )
         .await
         .into_answers();
@@ -228,7 +229,7 @@ async fn same_servers(
         numsub.arg(&channels[*i]);
     }
     let counts = nodes
-        .query::<Vec<(String, i64)>>(numsub, wait, |_| false)
+        .query::<Vec<(String, i64)>>(numsub, wait, Replies::settled)
         .await;
     let owner: HashMap<&str, usize> = subscribed
         .iter()
