@@ -439,6 +439,26 @@ mod tests {
         assert!(!health.is_suspect());
     }
 
+    #[tokio::test]
+    async fn a_node_held_out_is_asked_nothing_and_down_in_the_view_until_admitted() {
+        let urls: Vec<NodeUrl> = ["redis://127.0.0.1:1", "redis://127.0.0.1:2"]
+            .iter()
+            .map(|u| NodeUrl::parse(u).unwrap())
+            .collect();
+        let nodes = Nodes::connect(&urls, Duration::from_millis(50), None, "r").unwrap();
+        // No connection is opened: the request answers with the node's name.
+        let names = |node: Arc<Node>| async move { Ok(node.address().to_owned()) };
+        nodes.hold_out(1);
+        let replies = nodes.ask(names, |_| false).await;
+        assert!(replies.answers()[0].is_some() && replies.answers()[1].is_none());
+        assert_eq!(
+            nodes.view().iter().map(|s| s.up).collect::<Vec<_>>(),
+            [true, false]
+        );
+        nodes.admit(1);
+        assert_eq!(nodes.ask(names, |_| false).await.answered(), 2);
+    }
+
     #[test]
     fn settled_waits_for_every_node_that_is_not_suspect() {
         let mut replies: Replies<()> = Replies {
