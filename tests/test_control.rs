@@ -739,12 +739,6 @@ fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
         Replica::run(&stag, "staging-1", &[]),
     ];
     let conflict = |l: &Value| l["level"] == "ERROR" && l.get("other_replica").is_some();
-    for r in &replicas {
-        let found = r.wait_for_json(Duration::from_secs(30), conflict);
-        assert!(found.is_some(), "{}: {:?}", r.name(), r.lines());
-    }
-    stop(&replicas);
-
     let named = |r: &Replica| -> Vec<String> {
         let mut others: Vec<String> = r
             .json_lines()
@@ -760,9 +754,20 @@ fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
         others.dedup();
         others
     };
-    assert_eq!(named(&replicas[0]), ["staging-1"]);
-    assert_eq!(named(&replicas[1]), ["staging-1"]);
-    assert_eq!(named(&replicas[2]), ["prod-1", "prod-2"]);
+    // Each replica names every replica of the other fleet (staging-1 reports prod-1 and prod-2
+    // on lines of their own, in either order), so wait for all of them, not the first line.
+    let expected: [&[&str]; 3] = [&["staging-1"], &["staging-1"], &["prod-1", "prod-2"]];
+    for (r, others) in replicas.iter().zip(expected) {
+        let all = common::wait_until(Duration::from_secs(30), || {
+            (named(r).len() >= others.len()).then_some(())
+        });
+        assert!(all.is_some(), "{}: {:?}", r.name(), r.lines());
+    }
+    stop(&replicas);
+
+    for (r, others) in replicas.iter().zip(expected) {
+        assert_eq!(named(r), others, "{}", r.name());
+    }
 }
 
 /// A pause read that reaches fewer than a majority keeps the last known state: with two of 3
