@@ -398,16 +398,6 @@ fn an_ics_calendar_with_single_multi_day_and_yearly_all_day_events() {
     );
 }
 
-/// libfaketime's multithreaded library (Debian's `faketime` package).
-fn libfaketime() -> PathBuf {
-    let dirs = std::fs::read_dir("/usr/lib").unwrap();
-    dirs.flatten()
-        .map(|d| d.path().join("faketime/libfaketimeMT.so.1"))
-        .chain([PathBuf::from("/usr/lib/faketime/libfaketimeMT.so.1")])
-        .find(|p| p.exists())
-        .expect("libfaketime is installed (Debian's faketime; scripts/test.sh installs it)")
-}
-
 /// A fleet config with three jobs every second on today's date (UTC): one whose calendar makes
 /// today a holiday, one whose calendar makes it a make-up workday (an `.ics` day off that an
 /// inline workday overrides, whatever weekday today is), and one with the cron alone.
@@ -552,7 +542,8 @@ fn metrics_at(lib: &Path, at: &str) -> (String, Vec<String>) {
 
 #[test]
 fn a_replica_past_the_cn_data_warns_at_start_and_says_so_in_a_metric() {
-    let lib = libfaketime();
+    let lib = common::tools::libfaketime()
+        .expect("libfaketime is installed (Debian's faketime; scripts/test.sh installs it)");
     let gauge = |metrics: &str| {
         metrics
             .lines()
