@@ -6,6 +6,10 @@
 //! listed below it (`tests/test_layout.rs` checks this list against `src/`).
 //! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
 //!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
+//! - [`api`]: the library: a [`Fleet`] built in code (Redis nodes, jobs with a cron and an
+//!   async function) or from a jobs.toml (the binary's), started into a [`FleetHandle`] with
+//!   graceful shutdown; and, with the `tcs` feature, the guard that makes
+//!   tokio-cron-scheduler jobs once-per-fleet.
 //! - [`replica`]: start-up and lifetime: connect the node pool, measure the fleet clock, join
 //!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
 //!   schedule per configuration (reloads), shut down.
@@ -50,6 +54,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
+pub mod api;
 pub mod catch_up;
 pub mod cli;
 pub mod config;
@@ -67,3 +72,7 @@ pub mod secret;
 pub mod time;
 pub mod tls;
 pub mod watch;
+
+pub use api::{
+    Calendar, Error, Fleet, FleetHandle, JobError, JobFuture, JobSpec, SlotContext, Trigger,
+};

@@ -75,6 +75,7 @@ async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::acti
         zone: job.zone(),
         replica: REPLICA,
         fence: Fence::new(slot, 0),
+        trigger: None,
         deadline: tokio::time::Instant::now() + job.timeout,
         valid_until: tokio::time::Instant::now() + job.timeout,
         about: None,

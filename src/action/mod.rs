@@ -8,6 +8,7 @@ pub mod command;
 pub mod deliver;
 pub mod dingtalk;
 pub mod feishu;
+pub mod function;
 pub mod http;
 pub mod log;
 pub mod rate;
@@ -39,6 +40,8 @@ pub enum Action {
     Command(command::CommandAction),
     /// A line in the replica's log (trying slotcron out, dry runs).
     Log(log::LogAction),
+    /// A library user's async function ([`crate::api`]).
+    Fn(function::FnAction),
 }
 
 impl Action {
@@ -52,6 +55,7 @@ impl Action {
             Action::Http(_) => "http",
             Action::Command(_) => "command",
             Action::Log(_) => "log",
+            Action::Fn(_) => "fn",
         }
     }
 
@@ -64,7 +68,7 @@ impl Action {
             Action::Slack(a) => Some(a.webhook.to_string()),
             Action::Http(a) => Some(format!("{} {}", a.method, a.url)),
             Action::Command(a) => Some(a.argv.to_string()),
-            Action::Log(_) => None,
+            Action::Log(_) | Action::Fn(_) => None,
         }
     }
 
@@ -79,7 +83,7 @@ impl Action {
             Action::Slack(a) => a.webhook.expose().to_string(),
             Action::Http(a) => format!("{} {}", a.method, a.url.expose()),
             Action::Command(a) => a.argv.to_string(),
-            Action::Log(_) => return None,
+            Action::Log(_) | Action::Fn(_) => return None,
         };
         Some(format!(
             "{:016x}",
@@ -99,6 +103,7 @@ impl Action {
             Action::Http(a) => Box::pin(a.execute(ctx)).await,
             Action::Command(a) => Box::pin(a.execute(ctx)).await,
             Action::Log(a) => Box::pin(a.execute(ctx)).await,
+            Action::Fn(a) => Box::pin(a.execute(ctx)).await,
         }
     }
 }
@@ -115,6 +120,8 @@ pub struct SendContext<'a> {
     pub replica: &'a str,
     /// This run's fencing token: `X-Slotcron-Fence`, `SLOTCRON_FENCE`, `{{ fence }}`.
     pub fence: Fence,
+    /// Why the slot runs (a job's function is told); `None` in an alert.
+    pub trigger: Option<function::Trigger>,
     /// No attempt starts after this instant.
     pub deadline: Instant,
     /// The lock's validity: past it another replica may run the slot, so no first byte may
@@ -283,6 +290,12 @@ pub enum ActionError {
         /// Why nothing left.
         reason: String,
     },
+    /// A job's function returned an error (or panicked): its text, as the run's error.
+    #[error("{reason}")]
+    Returned {
+        /// The error's text.
+        reason: String,
+    },
     /// A request was written and no answer read: the receiver may have acted on it, so it is
     /// not sent again.
     #[error(
@@ -306,6 +319,7 @@ impl ActionError {
             | ActionError::BudgetSpent { attempts, .. }
             | ActionError::NotSent { attempts, .. }
             | ActionError::Uncertain { attempts, .. } => *attempts,
+            ActionError::Returned { .. } => 1,
             ActionError::Render { .. }
             | ActionError::TooLarge { .. }
             | ActionError::Input { .. } => 0,
@@ -327,6 +341,8 @@ impl ActionError {
             | ActionError::Render { .. }
             | ActionError::TooLarge { .. }
             | ActionError::Input { .. } => DeliveryState::NotDelivered,
+            // The function ran and said it failed: not delivered, by its own account.
+            ActionError::Returned { .. } => DeliveryState::NotDelivered,
         }
     }
 

@@ -2,15 +2,13 @@
 //! a change of the file.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::{default_replica_id, load_or_exit_as, runtime, ConfigArg, EXIT_RUNTIME};
+use crate::api::Fleet;
 use crate::ops::telemetry::{self, LogFormat};
-use crate::replica;
-use crate::time::schedule::SystemClock;
 
 #[derive(Debug, Args)]
 /// `slotcron run`.
@@ -43,12 +41,14 @@ pub(super) fn run(args: RunArgs, format: LogFormat) -> ExitCode {
         tokio::spawn(watch_signals(shutdown.clone()));
         let watch = (!args.no_watch).then_some(args.config.config.as_path());
         let reloads = watch_reloads(watch, &shutdown);
-        replica::run_with_reload(config, replica, Arc::new(SystemClock), shutdown, reloads).await
+        Fleet::from_config(config, replica, reloads)
+            .run_until(shutdown.cancelled_owned())
+            .await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "slotcron stopped on an error");
+            tracing::error!(error = %e, "slotcron stopped on an error");
             ExitCode::from(EXIT_RUNTIME)
         }
     }

@@ -68,6 +68,7 @@ impl RaceContext {
             zone: job.zone(),
             replica: &self.replica,
             fence,
+            trigger: None,
             deadline,
             valid_until: deadline,
             about: Some((outcome.as_str(), error)),

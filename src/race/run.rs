@@ -178,6 +178,7 @@ impl RaceContext {
             zone: job.zone(),
             replica: &self.replica,
             fence: won.fence,
+            trigger: Some(trigger(won.kind)),
             deadline,
             valid_until: won.lease.valid_until,
             about: None,
@@ -261,5 +262,16 @@ pub(super) fn finish_record(record: &mut RunRecord, result: &SlotResult) {
         | SlotResult::Unmeasured
         | SlotResult::Lost { .. }
         | SlotResult::Unavailable(_) => {}
+    }
+}
+
+/// The trigger a job's function is told ([`crate::action::function`]).
+fn trigger(kind: RaceKind) -> crate::action::function::Trigger {
+    use crate::action::function::Trigger;
+    match kind {
+        RaceKind::Scheduled => Trigger::Schedule,
+        RaceKind::CatchUp => Trigger::CatchUp,
+        RaceKind::Manual => Trigger::Manual,
+        RaceKind::Handoff => Trigger::Handoff,
     }
 }

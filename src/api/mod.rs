@@ -1,0 +1,281 @@
+//! The library: once-per-fleet async jobs in a few lines. A [`Fleet`] is built from Redis
+//! node URLs (or none: standalone), jobs are registered with a cron and an async function, and
+//! [`Fleet::start`] runs them as the binary runs jobs.toml (the binary is a user of this
+//! module: [`Fleet::from_config`]): every replica schedules every slot on the fleet clock, the
+//! replicas race for each slot's Redlock, the winner calls the function; same logs, metrics and
+//! history. The function's `Ok` is the slot's `done`, its `Err` the slot's `failed`.
+
+mod build;
+mod job;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use crate::action::function::{JobError, JobFuture, SlotContext, Trigger};
+pub use job::{Calendar, JobSpec};
+
+use crate::action::function::JobFn;
+use crate::config::{Config, ConfigErrors};
+use crate::replica::{self, Replica};
+use crate::time::schedule::{SharedClock, SystemClock};
+
+/// Why a fleet did not start, or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A job, a node URL or an option is invalid; every problem is listed, each naming the job
+    /// and the field.
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    /// Start-up or the run failed (the status address could not be bound, the nodes are not
+    /// independent primaries, ...): the cause's whole chain.
+    #[error("{message}")]
+    Run {
+        /// The error and its causes.
+        message: String,
+    },
+}
+
+impl Error {
+    fn run(error: &anyhow::Error) -> Self {
+        Error::Run {
+            message: format!("{error:#}"),
+        }
+    }
+}
+
+/// A fleet of jobs, built in code: every replica builds the same one, and each slot of each
+/// job runs once across them.
+///
+/// ```no_run
+/// # async fn doc() -> Result<(), slotcron::Error> {
+/// use slotcron::{Fleet, JobSpec, SlotContext};
+///
+/// let handle = Fleet::new("replica-1")
+///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+///     .job(JobSpec::new("beat", "* * * * * *"), |ctx: SlotContext| async move {
+///         println!("ran {} fence={}", ctx.slot().to_rfc3339(), ctx.fence());
+///         Ok::<(), std::io::Error>(())
+///     })
+///     .start()
+///     .await?;
+/// // ... until the service stops:
+/// handle.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct Fleet {
+    /// This replica's id: its lock tokens, log lines and run records name it.
+    replica: String,
+    /// Built in code; `None` when [`Fleet::from_config`] gave a whole configuration.
+    parts: build::Parts,
+    /// The binary's checked jobs.toml; its jobs are the TOML actions.
+    config: Option<Config>,
+    /// The binary's reloads (SIGHUP, a change of the file); none in code.
+    reloads: Option<mpsc::Receiver<()>>,
+    /// The wall clock the fleet clock is measured against (a test's skewed one).
+    clock: SharedClock,
+}
+
+impl Fleet {
+    /// A fleet whose replica here is named `replica` (unique per process: the hostname or the
+    /// pod's name). Standalone (an in-process lock) until [`Fleet::nodes`].
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1");
+    /// # let _ = fleet;
+    /// ```
+    pub fn new(replica: impl Into<String>) -> Self {
+        Fleet {
+            replica: replica.into(),
+            parts: build::Parts::default(),
+            config: None,
+            reloads: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The binary's fleet: the jobs of a checked jobs.toml, reloaded when `reloads` receives.
+    pub(crate) fn from_config(
+        config: Config,
+        replica: String,
+        reloads: Option<mpsc::Receiver<()>>,
+    ) -> Self {
+        Fleet {
+            config: Some(config),
+            reloads,
+            ..Fleet::new(replica)
+        }
+    }
+
+    /// Races on these Redis nodes (`redis://` or `rediss://` URLs; 1, 3 or 5 independent
+    /// primaries): a majority decides each slot.
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1")
+    ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]);
+    /// # let _ = fleet;
+    /// ```
+    pub fn nodes<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.parts.nodes = nodes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The first part of every Redis key (default `slotcron`): fleets sharing nodes race
+    /// apart on different prefixes.
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1").key_prefix("billing");
+    /// # let _ = fleet;
+    /// ```
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into().into();
+        self.parts.scheduler.insert("key_prefix".into(), prefix);
+        self
+    }
+
+    /// Registers a job: `run` is called with the slot's [`SlotContext`] on the replica that
+    /// wins the slot. `Ok` records the slot `done`; `Err` records it `failed` with the error's
+    /// text (its `{:#}` form); a run past the job's timeout is dropped and recorded `failed`.
+    ///
+    /// ```
+    /// use slotcron::{Fleet, JobSpec};
+    ///
+    /// let fleet = Fleet::new("replica-1").job(JobSpec::new("cleanup", "0 */5 * * * *"), |ctx| async move {
+    ///     if ctx.attempt() > 1 {
+    ///         return Err(format!("slot {} was handed off", ctx.slot()));
+    ///     }
+    ///     Ok(())
+    /// });
+    /// # let _ = fleet;
+    /// ```
+    pub fn job<F, Fut, E>(mut self, spec: JobSpec, run: F) -> Self
+    where
+        F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        let run: JobFn = Arc::new(move |ctx| {
+            let run = run(ctx);
+            Box::pin(async move { run.await.map_err(JobError::from_display) })
+        });
+        self.parts.jobs.push((spec, run));
+        self
+    }
+
+    /// Schedules and judges slots against `clock` instead of the system's (tests skew it).
+    #[doc(hidden)]
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Checks the jobs, connects the nodes, measures the fleet clock and starts the schedule;
+    /// the handle stops it. Errors come before anything runs: every invalid job and field at
+    /// once, or a start-up failure.
+    ///
+    /// ```no_run
+    /// # async fn doc() -> Result<(), slotcron::Error> {
+    /// let handle = slotcron::Fleet::new("replica-1").start().await?;
+    /// handle.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(self) -> Result<FleetHandle, Error> {
+        let config = match self.config {
+            Some(config) => config,
+            None => self.parts.config()?,
+        };
+        let stagger = crate::race::stagger_warning(&config.scheduler);
+        for warning in config.warnings.iter().chain(&stagger) {
+            tracing::warn!(replica = %self.replica, "{warning}");
+        }
+        let replica = Replica::connect(&config, self.replica, self.clock)
+            .await
+            .map_err(|e| Error::run(&e))?;
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(replica::run_replica(
+            replica,
+            config,
+            stop.clone(),
+            self.reloads,
+        ));
+        Ok(FleetHandle {
+            stop,
+            run,
+            guarded: TaskTracker::new(),
+        })
+    }
+
+    /// Starts, runs until `shutdown` resolves (a signal, usually), then stops gracefully: no
+    /// new slot starts and running ones finish. Returns early if the fleet stops on an error.
+    ///
+    /// ```no_run
+    /// # async fn doc() -> Result<(), slotcron::Error> {
+    /// let fleet = slotcron::Fleet::new("replica-1");
+    /// fleet.run_until(async { tokio::signal::ctrl_c().await.ok(); }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let mut handle = self.start().await?;
+        tokio::select! {
+            () = shutdown => handle.shutdown().await,
+            ended = &mut handle.run => {
+                handle.guarded.close();
+                handle.guarded.wait().await;
+                joined(ended)
+            }
+        }
+    }
+}
+
+/// The run task's ending as the handle reports it.
+fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(), Error> {
+    match ended {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::run(&e)),
+        Err(e) => Err(Error::Run {
+            message: format!("the fleet's task ended abnormally: {e}"),
+        }),
+    }
+}
+
+/// A started fleet: [`FleetHandle::shutdown`] stops it. Dropping the handle leaves it running
+/// until the runtime ends.
+pub struct FleetHandle {
+    /// Cancelled by `shutdown`: no new slot starts.
+    stop: CancellationToken,
+    /// The replica's run: it returns once every running slot has finished.
+    run: JoinHandle<anyhow::Result<()>>,
+    /// The guard's runs in flight: shutdown waits for them too.
+    guarded: TaskTracker,
+}
+
+impl FleetHandle {
+    /// Stops the fleet gracefully: no new slot starts; running slots finish (each within its
+    /// job's timeout) and are recorded; then the nodes' connections close. Handling SIGTERM is
+    /// the caller's: call this from the signal's handler.
+    ///
+    /// ```no_run
+    /// # async fn doc() -> Result<(), slotcron::Error> {
+    /// let handle = slotcron::Fleet::new("replica-1").start().await?;
+    /// let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    ///     .expect("SIGTERM handler");
+    /// term.recv().await;
+    /// handle.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) -> Result<(), Error> {
+        self.stop.cancel();
+        self.guarded.close();
+        self.guarded.wait().await;
+        joined(self.run.await)
+    }
+}
