@@ -1,0 +1,311 @@
+//! slotcron as a library, on real processes over real Redis nodes: the `singleton` example (jobs
+//! built in code) and the `tcs_guard` example (a tokio-cron-scheduler job behind the guard), each
+//! run as a fleet of processes whose wall clocks are skewed with libfaketime, print every slot
+//! exactly once across the fleet; and a job's function's `Ok`, `Err` and panic become the slot's
+//! outcome in the fleet's history, while shutdown waits for a running function.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use common::tools::libfaketime;
+use common::{slotcron_cli, write_config, RedisCluster, Replica};
+use slotcron::{Fleet, JobSpec, SlotContext, Trigger};
+
+/// The examples, built once per test run (`cargo build --examples --all-features`: the debug
+/// profile; the README's command for users says `--release`).
+fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let status = Command::new(cargo)
+            .args(["build", "--examples", "--all-features"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("running cargo build --examples");
+        assert!(status.success(), "cargo build --examples failed");
+    });
+    let bin = Path::new(env!("CARGO_BIN_EXE_slotcron"));
+    bin.with_file_name("examples").join(name)
+}
+
+/// One example process as replica `id` on `nodes`, its wall clock `offset` seconds off (the
+/// monotonic clock left true, as a skewed host's is).
+fn skewed(lib: &Path, name: &str, nodes: &[String], id: &str, offset: f64) -> Replica {
+    let preload = lib.to_string_lossy().into_owned();
+    let faketime = format!("{offset:+.1}s");
+    let env = [
+        ("LD_PRELOAD", preload.as_str()),
+        ("FAKETIME", faketime.as_str()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let nodes = nodes.join(",");
+    let args = ["--nodes", nodes.as_str(), "--replica-id", id];
+    Replica::spawn(example(name), &args, &env)
+}
+
+/// A `ran beat` line: its slot, fence and replica.
+#[derive(Debug, Clone)]
+struct Ran {
+    slot: DateTime<Utc>,
+    fence: i64,
+    replica: String,
+}
+
+/// Parses `ran beat <slot> fence=<fence> replica=<ID>`; any other line is not a run.
+fn ran(line: &str) -> Option<Ran> {
+    let rest = line.strip_prefix("ran beat ")?;
+    let mut parts = rest.split(' ');
+    let slot = DateTime::parse_from_rfc3339(parts.next()?).ok()?.to_utc();
+    let fence = parts.next()?.strip_prefix("fence=")?.parse().ok()?;
+    let replica = parts.next()?.strip_prefix("replica=")?.to_owned();
+    Some(Ran {
+        slot,
+        fence,
+        replica,
+    })
+}
+
+/// Runs the fleet of `name` processes, one per offset, started `spacing` apart, for `run`
+/// after the last start; stops them with SIGTERM (each must exit 0) and returns every run
+/// line with the window every slot of which must be printed: from the last start plus
+/// `warm_up` to the stop less a second.
+fn run_fleet(
+    lib: &Path,
+    name: &str,
+    offsets: &[f64],
+    spacing: Duration,
+    run: Duration,
+) -> (Vec<Ran>, DateTime<Utc>, DateTime<Utc>) {
+    let cluster = RedisCluster::start(3);
+    let mut replicas = Vec::new();
+    for (i, offset) in offsets.iter().enumerate() {
+        let id = format!("{name}-{i}");
+        replicas.push(skewed(lib, name, &cluster.urls(), &id, *offset));
+        std::thread::sleep(spacing);
+    }
+    let from = Utc::now() + chrono::Duration::seconds(WARM_UP_S);
+    std::thread::sleep(run);
+    let to = Utc::now() - chrono::Duration::seconds(1);
+    let mut lines = Vec::new();
+    for r in &replicas {
+        r.terminate();
+    }
+    for r in &replicas {
+        let status = r.wait_timeout(Duration::from_secs(20));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} did not stop cleanly on SIGTERM: {status:?}",
+            r.name()
+        );
+        lines.extend(r.lines().iter().filter_map(|l| ran(l)));
+    }
+    (lines, from, to)
+}
+
+/// How long after the last start every slot must be printed: a process measures the fleet
+/// clock before its first race (the earlier ones are already racing by then).
+const WARM_UP_S: i64 = 3;
+
+/// Every slot from `from` to `to` printed exactly once, each by the replica and with the
+/// fence it names; a slot outside the window at most once.
+fn assert_each_slot_once(runs: &[Ran], from: DateTime<Utc>, to: DateTime<Utc>) {
+    let mut by_slot: BTreeMap<DateTime<Utc>, Vec<&Ran>> = BTreeMap::new();
+    for run in runs {
+        assert_eq!(
+            run.fence,
+            run.slot.timestamp_millis(),
+            "a first run's fence is its slot: {run:?}"
+        );
+        by_slot.entry(run.slot).or_default().push(run);
+    }
+    let twice: Vec<_> = by_slot.values().filter(|r| r.len() > 1).collect();
+    assert!(twice.is_empty(), "slots printed more than once: {twice:?}");
+    let mut missing = Vec::new();
+    let mut slot = from.with_nanosecond_zero() + chrono::Duration::seconds(1);
+    while slot <= to {
+        if !by_slot.contains_key(&slot) {
+            missing.push(slot.to_rfc3339_opts(SecondsFormat::Secs, true));
+        }
+        slot += chrono::Duration::seconds(1);
+    }
+    let window = (to - from).num_seconds();
+    assert!(
+        missing.is_empty(),
+        "slots of the {window} s window printed by no replica: {missing:?}"
+    );
+    let replicas: std::collections::BTreeSet<_> = runs.iter().map(|r| &r.replica).collect();
+    println!(
+        "{} slots over {window} s, each once, run by {} replicas",
+        by_slot.len(),
+        replicas.len()
+    );
+}
+
+/// `DateTime::with_nanosecond(0)` without the `Option` (0 is always valid).
+trait WholeSecond {
+    fn with_nanosecond_zero(self) -> Self;
+}
+
+impl WholeSecond for DateTime<Utc> {
+    fn with_nanosecond_zero(self) -> Self {
+        use chrono::Timelike as _;
+        self.with_nanosecond(0).unwrap_or(self)
+    }
+}
+
+#[test]
+fn ten_singletons_with_clocks_skewed_two_seconds_print_every_slot_once() {
+    // Spread over -2 s .. +2 s: gocron #841's failing case (tickers apart by up to 4 s).
+    let offsets = [-2.0, 1.6, -1.2, 0.8, -0.4, 0.0, 0.4, -0.8, 1.2, 2.0];
+    let spacing = Duration::from_millis(300);
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let (runs, from, to) = run_fleet(
+        &lib,
+        "singleton",
+        &offsets,
+        spacing,
+        Duration::from_secs(30),
+    );
+    assert_each_slot_once(&runs, from, to);
+}
+
+/// `slotcron history --json` of `job` on the fleet at `nodes` under `prefix`: each run's
+/// record (job, slot, outcome, error, trigger, fence, ...).
+fn history(nodes: &[String], prefix: &str, job: &str) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n\
+             [[job]]\nname = \"{job}\"\nschedule = \"* * * * * *\"\n\
+             [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+            nodes.join(", ")
+        ),
+    );
+    let out = slotcron_cli(
+        &config,
+        &["history", "--json", "--job", job, "--limit", "100"],
+    );
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The outcomes (and errors) of `records`, each once.
+fn outcomes(records: &[serde_json::Value]) -> Vec<(String, String)> {
+    let mut seen: Vec<(String, String)> = records
+        .iter()
+        .map(|r| {
+            let error = r["error"].as_str().unwrap_or_default();
+            // The slot's second varies; the text around it must be the function's.
+            let error = error.split(" at ").next().unwrap_or_default().to_owned();
+            (r["outcome"].as_str().unwrap_or_default().to_owned(), error)
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_ok_err_and_panic_are_the_slots_done_and_failed_in_the_history() {
+    let cluster = RedisCluster::start(3);
+    let seen: Arc<std::sync::Mutex<Vec<SlotContext>>> = Arc::default();
+    let record = seen.clone();
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("outcomes")
+        .job(
+            JobSpec::new("fine", "* * * * * *").zone("Asia/Shanghai"),
+            move |ctx| {
+                record.lock().unwrap().push(ctx);
+                async { Ok::<(), std::io::Error>(()) }
+            },
+        )
+        .job(JobSpec::new("broken", "* * * * * *"), |ctx| async move {
+            Err(format!("no database at {}", ctx.slot()))
+        })
+        .job(JobSpec::new("panicky", "* * * * * *"), |ctx| async move {
+            assert!(ctx.slot() < ctx.slot(), "out of luck");
+            Ok::<(), String>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    handle.shutdown().await.unwrap();
+    let urls = cluster.urls();
+    let fine = history(&urls, "outcomes", "fine");
+    assert!(fine.len() >= 2, "too few runs of fine: {fine:?}");
+    assert_eq!(outcomes(&fine), [("done".to_owned(), String::new())]);
+    let broken = history(&urls, "outcomes", "broken");
+    assert!(broken.len() >= 2, "too few runs of broken: {broken:?}");
+    assert_eq!(
+        outcomes(&broken),
+        [("failed".to_owned(), "no database".to_owned())]
+    );
+    let panicky = outcomes(&history(&urls, "outcomes", "panicky"));
+    assert_eq!(
+        panicky,
+        [(
+            "failed".to_owned(),
+            "the job's function panicked: out of luck".to_owned()
+        )]
+    );
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 2, "the function ran {} time(s)", seen.len());
+    for ctx in seen.iter() {
+        assert_eq!((ctx.job(), ctx.replica()), ("fine", "lib-1"));
+        assert_eq!((ctx.trigger(), ctx.attempt()), (Trigger::Schedule, 1));
+        assert_eq!(ctx.fence(), ctx.slot().timestamp_millis());
+        assert_eq!(
+            ctx.slot_local().naive_local(),
+            ctx.slot().naive_utc() + chrono::Duration::hours(8)
+        );
+        assert!(
+            fine.iter().any(|r| r["fence"] == ctx.fence()),
+            "{ctx:?} not in {fine:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_running_function_and_records_it() {
+    let cluster = RedisCluster::start(1);
+    let (started, mut running) = tokio::sync::mpsc::channel::<()>(8);
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("shutdown")
+        .job(JobSpec::new("slow", "* * * * * *"), move |_| {
+            let (started, done) = (started.clone(), done.clone());
+            async move {
+                let _ = started.send(()).await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                done.store(true, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    running.recv().await.unwrap();
+    handle.shutdown().await.unwrap();
+    assert!(
+        finished.load(Ordering::SeqCst),
+        "shutdown returned while the function was still running"
+    );
+    let runs = history(&cluster.urls(), "shutdown", "slow");
+    assert_eq!(outcomes(&runs), [("done".to_owned(), String::new())]);
+}
