@@ -89,10 +89,11 @@ fi
 # The tests start their own redis-server processes; the Debian package also
 # starts a system service on 6379, which the tests don't use (they pick free ports).
 
-# Default targets: the library, the binary, tests/ and doc tests. Benchmarks are not tests
-# (see BENCHMARKS.md); clippy still checks them.
+# Default targets: the library, the binary, the examples (built, and run by
+# tests/test_library.rs), tests/ and doc tests; every feature (the tokio-cron-scheduler guard's
+# `tcs`). Benchmarks are not tests (see BENCHMARKS.md); clippy still checks them.
 if [ -f Cargo.lock ]; then
-    exec cargo test --locked "$@"
+    exec cargo test --locked --all-features "$@"
 else
-    exec cargo test "$@"
+    exec cargo test --all-features "$@"
 fi

@@ -309,3 +309,19 @@ async fn shutdown_waits_for_a_running_function_and_records_it() {
     let runs = history(&cluster.urls(), "shutdown", "slow");
     assert_eq!(outcomes(&runs), [("done".to_owned(), String::new())]);
 }
+#[test]
+fn five_tcs_guards_with_clocks_skewed_one_second_print_every_slot_once() {
+    let offsets = [-1.0, 0.5, 0.0, -0.5, 1.0];
+    let spacing = Duration::from_millis(300);
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let (runs, from, to) = run_fleet(
+        &lib,
+        "tcs_guard",
+        &offsets,
+        spacing,
+        Duration::from_secs(20),
+    );
+    assert_each_slot_once(&runs, from, to);
+}

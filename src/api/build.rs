@@ -38,6 +38,9 @@ impl Parts {
         // No environment: `${...}` in a value set in code stays as written.
         let env: HashMap<String, String> = HashMap::new();
         let mut config = config::parse(Path::new(BUILT_IN_CODE), &text, &env)?;
+        if self.jobs.is_empty() {
+            config.jobs.clear();
+        }
         for (job, (_, run)) in config.jobs.iter_mut().zip(self.jobs) {
             let Some(job) = Arc::get_mut(job) else {
                 return Err(shared_job(&job.name));
@@ -59,7 +62,16 @@ impl Parts {
         }
         let mut jobs = Vec::new();
         let mut calendars = Table::new();
-        for (spec, _) in &self.jobs {
+        let placeholder = JobSpec::new("no-jobs", "0 0 1 1 *");
+        // A file without jobs is refused, rightly for a file; a fleet built in code may have
+        // none of its own (the guard's runs are outside its schedule): it is checked with a
+        // placeholder job, removed before it starts.
+        let specs = self.jobs.iter().map(|(spec, _)| spec);
+        let specs: Vec<&JobSpec> = match self.jobs.is_empty() {
+            true => vec![&placeholder],
+            false => specs.collect(),
+        };
+        for spec in specs {
             let (job, calendar) = spec.to_toml();
             jobs.push(Value::from(job));
             if let Some((name, calendar)) = calendar {

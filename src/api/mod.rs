@@ -7,6 +7,8 @@
 
 mod build;
 mod job;
+#[cfg(feature = "tcs")]
+pub mod tcs;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -201,6 +203,8 @@ impl Fleet {
             .await
             .map_err(|e| Error::run(&e))?;
         let stop = CancellationToken::new();
+        #[cfg(feature = "tcs")]
+        let race = race_context(&replica, &config, &stop);
         let run = tokio::spawn(replica::run_replica(
             replica,
             config,
@@ -210,6 +214,8 @@ impl Fleet {
         Ok(FleetHandle {
             stop,
             run,
+            #[cfg(feature = "tcs")]
+            race,
             guarded: TaskTracker::new(),
         })
     }
@@ -236,6 +242,19 @@ impl Fleet {
     }
 }
 
+/// The race context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
+/// guard's): the replica's, tied to the same shutdown.
+#[cfg(feature = "tcs")]
+fn race_context(
+    replica: &Replica,
+    config: &Config,
+    stop: &CancellationToken,
+) -> Arc<crate::race::RaceContext> {
+    let mut race = replica.context(config);
+    race.shutdown = stop.clone();
+    Arc::new(race)
+}
+
 /// The run task's ending as the handle reports it.
 fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(), Error> {
     match ended {
@@ -254,6 +273,9 @@ pub struct FleetHandle {
     stop: CancellationToken,
     /// The replica's run: it returns once every running slot has finished.
     run: JoinHandle<anyhow::Result<()>>,
+    /// For runs outside the schedule: the tokio-cron-scheduler guard's ticks.
+    #[cfg(feature = "tcs")]
+    race: Arc<crate::race::RaceContext>,
     /// The guard's runs in flight: shutdown waits for them too.
     guarded: TaskTracker,
 }
