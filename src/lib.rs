@@ -1,6 +1,43 @@
 //! slotcron: cron for fleets. Every replica runs the same schedule; at each slot the replicas
 //! race for a Redlock keyed by job and slot; only the winner runs the job.
 //!
+//! # As a library
+//! Once-per-fleet async jobs: every replica of a service builds the same [`Fleet`]; each slot of
+//! each job runs on exactly one of them, even when their clocks disagree by seconds (slots are
+//! scheduled on the Redis nodes' time, not the host's), with the binary's logs, metrics and
+//! history. The job's function gets the slot's [`SlotContext`]; its `Ok` records the slot
+//! `done`, its `Err` `failed` with the error's text.
+//!
+//! ```no_run
+//! use slotcron::{Fleet, JobSpec, SlotContext};
+//!
+//! async fn send_report(ctx: SlotContext) -> Result<(), std::io::Error> {
+//!     println!("report for {} (fence {})", ctx.slot_local(), ctx.fence());
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), slotcron::Error> {
+//!     let sigterm = async {
+//!         use tokio::signal::unix::{signal, SignalKind};
+//!         signal(SignalKind::terminate()).expect("SIGTERM handler").recv().await;
+//!     };
+//!     Fleet::new(std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into()))
+//!         .nodes(["redis://redis-a:6379", "redis://redis-b:6379", "redis://redis-c:6379"])
+//!         .job(JobSpec::new("report", "0 9 * * 1-5").zone("Asia/Shanghai"), send_report)
+//!         .run_until(sigterm)
+//!         .await
+//! }
+//! ```
+//!
+//! Without [`Fleet::nodes`] the fleet is standalone: an in-process lock, for one replica and
+//! for tests. With the `tcs` feature, `api::tcs` makes existing tokio-cron-scheduler jobs
+//! once-per-fleet. The examples `singleton` and `tcs_guard` run as they are:
+//! `cargo run --release --example singleton -- --nodes redis://127.0.0.1:6379 --replica-id a`.
+//!
+//! The API is [`api`] (re-exported here); the other modules are the binary's parts, public so
+//! that its tests and benchmarks reach them, and not a stable interface.
+//!
 //! # Layout
 //! One slot's life reads down this list, and so do the imports: a module imports only modules
 //! listed below it (`tests/test_layout.rs` checks this list against `src/`).
@@ -73,6 +110,4 @@ pub mod time;
 pub mod tls;
 pub mod watch;
 
-pub use api::{
-    Calendar, Error, Fleet, FleetHandle, JobError, JobFuture, JobSpec, SlotContext, Trigger,
-};
+pub use api::{Calendar, Error, Fleet, FleetHandle, JobSpec, SlotContext, Trigger};

@@ -20,11 +20,11 @@ use super::{ActionError, Delivery, SendContext};
 /// Why a job's function failed: the text of the error it returned (alternate form, so an
 /// `anyhow::Error` shows its whole chain), recorded as the run's `error`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobError(pub String);
+pub(crate) struct JobError(pub(crate) String);
 
 impl JobError {
     /// The error `error` as the run record shows it.
-    pub fn from_display(error: impl fmt::Display) -> Self {
+    pub(crate) fn from_display(error: impl fmt::Display) -> Self {
         JobError(format!("{error:#}"))
     }
 }
@@ -36,7 +36,7 @@ impl fmt::Display for JobError {
 }
 
 /// One run of a job's function, boxed: the action holds functions of any future type.
-pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+pub(crate) type JobFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
 
 /// A job's function as the action holds it: shared by every slot's run.
 pub(crate) type JobFn = Arc<dyn Fn(SlotContext) -> JobFuture + Send + Sync>;
@@ -90,6 +90,11 @@ fn panic_text(panic: &(dyn Any + Send)) -> &str {
 }
 
 /// Why a slot is being run, as its run record's `trigger` names it.
+///
+/// ```
+/// use slotcron::Trigger;
+/// assert_eq!(Trigger::CatchUp.as_str(), "catch_up");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Trigger {
@@ -118,9 +123,19 @@ impl Trigger {
 /// What a job's function knows about the slot it runs: one per won slot.
 ///
 /// ```
-/// # async fn beat(ctx: slotcron::SlotContext) {
-/// println!("ran {} {} fence={}", ctx.job(), ctx.slot().to_rfc3339(), ctx.fence());
-/// # }
+/// use slotcron::{SlotContext, Trigger};
+///
+/// async fn beat(ctx: SlotContext) -> Result<(), String> {
+///     println!("ran {} {} ({} local) fence={} on {}", ctx.job(), ctx.slot().to_rfc3339(),
+///         ctx.slot_local().to_rfc3339(), ctx.fence(), ctx.replica());
+///     if ctx.trigger() == Trigger::Handoff {
+///         println!("run {} of the slot, the first winner could not", ctx.attempt());
+///     }
+///     // Work that must end before the run is dropped.
+///     tokio::time::timeout_at(ctx.deadline(), async { /* ... */ })
+///         .await
+///         .map_err(|_| "out of time".to_owned())
+/// }
 /// ```
 #[derive(Debug, Clone)]
 pub struct SlotContext {

@@ -1,7 +1,7 @@
 //! The library: once-per-fleet async jobs in a few lines. A [`Fleet`] is built from Redis
 //! node URLs (or none: standalone), jobs are registered with a cron and an async function, and
 //! [`Fleet::start`] runs them as the binary runs jobs.toml (the binary is a user of this
-//! module: [`Fleet::from_config`]): every replica schedules every slot on the fleet clock, the
+//! module: `Fleet::from_config`): every replica schedules every slot on the fleet clock, the
 //! replicas race for each slot's Redlock, the winner calls the function; same logs, metrics and
 //! history. The function's `Ok` is the slot's `done`, its `Err` the slot's `failed`.
 
@@ -18,15 +18,27 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use crate::action::function::{JobError, JobFuture, SlotContext, Trigger};
+pub use crate::action::function::{SlotContext, Trigger};
 pub use job::{Calendar, JobSpec};
 
-use crate::action::function::JobFn;
+use crate::action::function::{JobError, JobFn};
 use crate::config::{Config, ConfigErrors};
 use crate::replica::{self, Replica};
 use crate::time::schedule::{SharedClock, SystemClock};
 
 /// Why a fleet did not start, or stopped on its own.
+///
+/// ```
+/// # async fn doc() {
+/// let invalid = slotcron::Fleet::new("replica-1")
+///     .job(slotcron::JobSpec::new("beat", "every second"), |_| async { Ok::<(), String>(()) });
+/// match invalid.start().await {
+///     Err(slotcron::Error::Config(errors)) => eprintln!("{errors}"),
+///     Err(other) => eprintln!("{other}"),
+///     Ok(handle) => handle.shutdown().await.unwrap(),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -268,6 +280,14 @@ fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(
 
 /// A started fleet: [`FleetHandle::shutdown`] stops it. Dropping the handle leaves it running
 /// until the runtime ends.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), slotcron::Error> {
+/// // Standalone (no nodes): an in-process lock.
+/// let handle = slotcron::Fleet::new("replica-1").start().await?;
+/// handle.shutdown().await?;
+/// # Ok(()) }
+/// ```
 pub struct FleetHandle {
     /// Cancelled by `shutdown`: no new slot starts.
     stop: CancellationToken,

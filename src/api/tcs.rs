@@ -49,6 +49,10 @@ use crate::time::schedule::{Schedule, Slot};
 /// A tick that fired more than this after the schedule's latest instant is not that instant's
 /// (a tick is at most ~0.5 s late, plus a loaded machine's delay): it is dropped with a warning
 /// rather than raced for a slot it may not be.
+///
+/// ```
+/// assert_eq!(slotcron::api::tcs::TICK_TOLERANCE.as_secs(), 2);
+/// ```
 pub const TICK_TOLERANCE: Duration = Duration::from_secs(2);
 
 /// The body tokio-cron-scheduler's `Job::new_async` takes.
@@ -87,6 +91,13 @@ impl FleetHandle {
 
 /// Makes tokio-cron-scheduler jobs once-per-fleet: [`Guard::job_async`] stands in for
 /// `Job::new_async` (see the [module](self)'s example).
+///
+/// ```no_run
+/// # async fn doc() -> Result<(), slotcron::Error> {
+/// let fleet = slotcron::Fleet::new("replica-1").nodes(["redis://127.0.0.1:6379"]).start().await?;
+/// let guard: slotcron::api::tcs::Guard = fleet.tcs_guard();
+/// # let _ = guard; Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Guard {
     /// The fleet's race (nodes, fleet clock, history, metrics).

@@ -66,7 +66,7 @@ impl RaceContext {
             .collect()
     }
 
-    /// How long the replica at place `rank` waits after the slot before it races ([`stagger`]).
+    /// How long the replica at place `rank` waits after the slot before it races (`stagger`).
     pub fn stagger(&self, rank: Option<usize>) -> Duration {
         stagger(self.candidates, self.candidate_stagger, rank)
     }
