@@ -63,8 +63,8 @@ tokio::task_local! {
     static SLOT: SlotContext;
 }
 
-/// The slot the guarded body calling it runs for (job, slot, fence, ...); `None` outside a
-/// guarded body.
+/// The slot the guarded body calling it runs for (job, slot, fence, ...): in the body's
+/// closure and in the future it returns; `None` outside a guarded body.
 ///
 /// ```
 /// async fn body() {
@@ -232,10 +232,11 @@ impl Guarded {
     fn job(self: &Arc<Self>, id: Uuid, scheduler: JobScheduler) -> config::Job {
         let guarded = self.clone();
         let run: JobFn = Arc::new(move |ctx: SlotContext| {
-            let body = {
+            // The slot is known both to the body's call and to the future it returns.
+            let body = SLOT.sync_scope(ctx.clone(), || {
                 let mut body = guarded.body.lock().unwrap_or_else(|p| p.into_inner());
                 body(id, scheduler.clone())
-            };
+            });
             Box::pin(SLOT.scope(ctx, async move {
                 body.await;
                 Ok(())
