@@ -325,3 +325,30 @@ fn five_tcs_guards_with_clocks_skewed_one_second_print_every_slot_once() {
     );
     assert_each_slot_once(&runs, from, to);
 }
+
+#[tokio::test]
+async fn invalid_jobs_are_refused_at_start_each_naming_the_job_and_the_field() {
+    let fleet = Fleet::new("lib-1")
+        .job(JobSpec::new("no spaces", "* * * * * *"), |_| async {
+            Ok::<(), String>(())
+        })
+        .job(JobSpec::new("late", "0 61 * * *"), |_| async {
+            Ok::<(), String>(())
+        })
+        .job(
+            JobSpec::new("zoned", "0 9 * * *").zone("Mars/Olympus_Mons"),
+            |_| async { Ok::<(), String>(()) },
+        );
+    let Err(slotcron::Error::Config(errors)) = fleet.start().await else {
+        panic!("invalid jobs started");
+    };
+    let text = errors.to_string();
+    for (job, field) in [
+        ("no spaces", "name"),
+        ("late", "schedule"),
+        ("zoned", "timezone"),
+    ] {
+        let needle = format!("job {job:?}, field {field:?}");
+        assert!(text.contains(&needle), "{needle} not in:\n{text}");
+    }
+}

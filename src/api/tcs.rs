@@ -222,9 +222,7 @@ impl Guarded {
 
     /// The slot a tick fired at `fired` (this host's wall clock, as the scheduler's) is for.
     fn slot_of(&self, fired: DateTime<Utc>) -> Option<Slot> {
-        let instant = self.cron.find_previous_occurrence(&fired, true).ok()?;
-        let late = (fired - instant).to_std().ok()?;
-        (late <= TICK_TOLERANCE).then(|| Slot::at(instant))
+        slot_of(&self.cron, fired)
     }
 
     /// The job this tick races: its action calls the body with the tick's arguments, inside
@@ -251,5 +249,51 @@ impl Guarded {
             action: Action::Fn(FnAction::new(run)),
             on_failure: None,
         }
+    }
+}
+
+/// The slot of `cron` a tick fired at `fired` is for: its latest instant at or before `fired`,
+/// if within [`TICK_TOLERANCE`].
+fn slot_of(cron: &Cron, fired: DateTime<Utc>) -> Option<Slot> {
+    let instant = cron.find_previous_occurrence(&fired, true).ok()?;
+    let late = (fired - instant).to_std().ok()?;
+    (late <= TICK_TOLERANCE).then(|| Slot::at(instant))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+    }
+
+    fn slot(cron: &str, fired: &str) -> Option<String> {
+        slot_of(&tcs_cron(cron).unwrap(), at(fired)).map(Slot::rfc3339_utc)
+    }
+
+    #[test]
+    fn a_tick_is_for_the_latest_instant_at_or_before_it_never_the_second_it_fired_in() {
+        // Fired 450 ms late (tokio-cron-scheduler's poll): the slot is the instant, not the fire.
+        let every_5_min = "0 */5 * * * *";
+        let on_time = Some("2026-11-24T10:05:00Z".to_owned());
+        assert_eq!(slot(every_5_min, "2026-11-24T10:05:00.450Z"), on_time);
+        assert_eq!(slot(every_5_min, "2026-11-24T10:05:00Z"), on_time);
+        assert_eq!(slot(every_5_min, "2026-11-24T10:05:01.999Z"), on_time);
+        // Past the tolerance the tick is not raced for a slot it may not be.
+        assert_eq!(slot(every_5_min, "2026-11-24T10:05:02.001Z"), None);
+        assert_eq!(slot(every_5_min, "2026-11-24T10:07:00Z"), None);
+    }
+
+    #[test]
+    fn the_cron_is_read_as_tokio_cron_scheduler_reads_it() {
+        // Day of month AND day of week: the 1st only when it is a Monday (2026-06-01 is).
+        assert_eq!(
+            slot("0 0 9 1 * Mon", "2026-06-01T09:00:00.2Z"),
+            Some("2026-06-01T09:00:00Z".to_owned())
+        );
+        assert_eq!(slot("0 0 9 1 * Mon", "2026-07-01T09:00:00.2Z"), None);
+        // Seconds are required, as tokio-cron-scheduler requires them.
+        assert!(tcs_cron("*/5 * * * *").is_err());
     }
 }
