@@ -24,7 +24,7 @@ pub use job::{Calendar, JobSpec};
 use crate::action::function::{JobError, JobFn};
 use crate::config::{Config, ConfigErrors};
 use crate::replica::{self, Replica};
-use crate::time::schedule::{SharedClock, SystemClock};
+use crate::time::schedule::SystemClock;
 
 /// Why a fleet did not start, or stopped on its own.
 ///
@@ -91,8 +91,6 @@ pub struct Fleet {
     config: Option<Config>,
     /// The binary's reloads (SIGHUP, a change of the file); none in code.
     reloads: Option<mpsc::Receiver<()>>,
-    /// The wall clock the fleet clock is measured against (a test's skewed one).
-    clock: SharedClock,
 }
 
 impl Fleet {
@@ -109,7 +107,6 @@ impl Fleet {
             parts: build::Parts::default(),
             config: None,
             reloads: None,
-            clock: Arc::new(SystemClock),
         }
     }
 
@@ -185,13 +182,6 @@ impl Fleet {
         self
     }
 
-    /// Schedules and judges slots against `clock` instead of the system's (tests skew it).
-    #[doc(hidden)]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// Checks the jobs, connects the nodes, measures the fleet clock and starts the schedule;
     /// the handle stops it. Errors come before anything runs: every invalid job and field at
     /// once, or a start-up failure.
@@ -211,7 +201,7 @@ impl Fleet {
         for warning in config.warnings.iter().chain(&stagger) {
             tracing::warn!(replica = %self.replica, "{warning}");
         }
-        let replica = Replica::connect(&config, self.replica, self.clock)
+        let replica = Replica::connect(&config, self.replica, Arc::new(SystemClock))
             .await
             .map_err(|e| Error::run(&e))?;
         let stop = CancellationToken::new();
