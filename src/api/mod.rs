@@ -85,7 +85,7 @@ impl Error {
 pub struct Fleet {
     /// This replica's id: its lock tokens, log lines and run records name it.
     replica: String,
-    /// Built in code; `None` when [`Fleet::from_config`] gave a whole configuration.
+    /// The fleet as built in code; unused when [`Fleet::from_config`] gave a whole configuration.
     parts: build::Parts,
     /// The binary's checked jobs.toml; its jobs are the TOML actions.
     config: Option<Config>,
