@@ -4,7 +4,7 @@
 //!     SLOTCRON_BENCH=race,lateness cargo bench --bench peers
 //!     SLOTCRON_BENCH_QUICK=1 cargo bench --bench peers  # a short smoke run
 //!
-//! Sections: race, lateness, scale, footprint, faults, candidates (`SLOTCRON_BENCH`, comma-separated; default
+//! Sections: race, lateness, scale, footprint, faults, candidates, startup (`SLOTCRON_BENCH`, comma-separated; default
 //! all). `faults` runs its own 3 nodes, since it hangs and kills one.
 //! `SLOTCRON_BENCH_QUICK=1` shortens every section; `SLOTCRON_BENCH_SCALE=1000x5` runs only the
 //! scale sizes named (jobs x replicas, comma-separated); `SLOTCRON_BENCH_KEEP_LOGS=1` keeps the
@@ -1046,6 +1046,51 @@ fn measure(
     }
 }
 
+/// The start-up measure: 9 replica processes, 50 http jobs every second (the defaults:
+/// `candidates = 2`, `overlap = "skip"`), a first deploy on a fresh prefix. Redis commands per
+/// slot over the whole run (from before the replicas are spawned to 30 s later: the start-up
+/// look-backs, pause reads and membership included), and over the steady state of the same run
+/// (its last 15 whole seconds, after every look-back is over).
+async fn startup(nodes: &[Node], binary: &Path, table: &mut Table) {
+    let (jobs, replicas, seconds) = (50usize, 9usize, 30i64);
+    let (port, _arrivals) = receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs.toml");
+    let prefix = format!("startup-{}", std::process::id());
+    std::fs::write(
+        &config,
+        jobs_toml(&prefix, nodes, jobs, "* * * * * *", port),
+    )
+    .unwrap();
+    let calls_before = redis_calls(nodes);
+    let started = Utc::now();
+    let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
+    let steady_from = started + chrono::Duration::seconds(seconds - 15);
+    tokio::time::sleep((steady_from - Utc::now()).to_std().unwrap_or_default()).await;
+    let calls_steady = redis_calls(nodes);
+    let end = started + chrono::Duration::seconds(seconds);
+    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
+    let calls_after = redis_calls(nodes);
+    let ended = Utc::now();
+    stop(&mut children.0);
+    let per_slot = |calls: u64, from: DateTime<Utc>| {
+        let slots = (ended - from).num_milliseconds() as f64 / 1000.0 * jobs as f64;
+        calls as f64 / slots
+    };
+    let whole = per_slot(calls_after - calls_before, started);
+    let steady = per_slot(calls_after - calls_steady, steady_from);
+    table.row(&[
+        format!("startup: {jobs} jobs/s x {replicas} replicas, first deploy, {seconds} s"),
+        format!("{whole:.1} Redis commands/slot over the whole run (start included)"),
+        format!("{steady:.1} in the steady state (last 15 s)"),
+        format!(
+            "start-up cost {:.0} commands",
+            (whole - steady) * (jobs as f64) * seconds as f64
+        ),
+        String::new(),
+    ]);
+}
+
 /// `candidates = "all"` against `candidates = 2` at 1, 5 and 9 replicas, 50 and 1000 jobs a
 /// second, one after the other in the same run (`overlap = "allow"`, as the baseline).
 async fn candidates(nodes: &[Node], binary: &Path, table: &mut Table) {
@@ -1258,6 +1303,7 @@ fn main() {
             ("footprint", 3),
             ("faults", 4),
             ("candidates", 5),
+            ("startup", 6),
         ];
         for (name, section) in sections {
             if !wanted(name) {
@@ -1270,7 +1316,8 @@ fn main() {
                 2 => scale(&nodes, &release_binary(), &mut table).await,
                 3 => footprint(&nodes, &release_binary(), &mut table).await,
                 4 => faults(&release_binary(), &mut table).await,
-                _ => candidates(&nodes, &release_binary(), &mut table).await,
+                5 => candidates(&nodes, &release_binary(), &mut table).await,
+                _ => startup(&nodes, &release_binary(), &mut table).await,
             }
         }
     });

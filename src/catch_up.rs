@@ -11,9 +11,9 @@ use tokio::sync::Semaphore;
 
 use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
 use crate::fleet::control::{covered, paused_intervals, PausedSpan};
-use crate::race::{RaceContext, RaceKind};
 use crate::record::history::RunRecord;
 use crate::record::watermark;
+use crate::slot::{SlotContext, Trigger};
 use crate::time::schedule::{Schedule, Slot};
 
 /// How far back a starting replica looks for slots no replica ran.
@@ -35,7 +35,7 @@ pub(crate) fn turns() -> Arc<Semaphore> {
 
 /// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
 /// Each read of the nodes waits for its turn in `turns`.
-pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+pub(crate) async fn look_back(ctx: Arc<SlotContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
     // The look-back reads "now" on the fleet clock: never on an unmeasured guess.
     if !ctx.until_measured().await {
         return;
@@ -51,7 +51,7 @@ pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<S
 /// no pause. For each, the replicas starting now race once more (key `…:{slot}:missed`), so the
 /// slot is counted (`slotcron_missed_slots_total`) and alerted (`on_failure`) once across the
 /// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged.
-async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
+async fn report_missed(ctx: Arc<SlotContext>, job: Arc<Job>, turns: &Semaphore) {
     let started = ctx.clock.fleet_now();
     let watermark = {
         let Ok(_turn) = turns.acquire().await else {
@@ -102,7 +102,7 @@ async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) 
 /// runs nothing), with no run record. `latest` runs the newest of them, `all` each, oldest
 /// first. They go through the same race, so replicas starting together still run each once.
 /// Judged on the fleet clock, like the race.
-async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
+async fn catch_up(ctx: Arc<SlotContext>, job: Arc<Job>, turns: &Semaphore) {
     let Some(catch_up) = job.catch_up else { return };
     let Ok(turn) = turns.acquire().await else {
         return;
@@ -139,13 +139,13 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
             return;
         }
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
-        ctx.race(&job, slot, RaceKind::CatchUp).await;
+        crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
     }
 }
 
 /// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
 /// schedules it, so the next start catches up what it misses after this.
-pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+pub(crate) async fn mark_first_seen(ctx: Arc<SlotContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
     if !ctx.until_measured().await {
         return;
     }

@@ -3,7 +3,7 @@
 //! One type for both, so a log line and the counter it feeds cannot disagree: the strings of
 //! [`Outcome::as_str`] are public interface (README, "Logs: who won"; dashboards on
 //! `slotcron_races_total{outcome}` and `slotcron_runs_total{outcome}`). It sits below both
-//! `race`, which reports outcomes, and `metrics`, which counts them.
+//! `slot`, which reports outcomes, and `metrics`, which counts them.
 
 use std::fmt;
 

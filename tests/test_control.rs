@@ -448,14 +448,14 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     let slot = slotcron::time::schedule::Slot::at(Utc::now());
     let first = winner.run_slot(&job, slot).await;
     assert!(
-        matches!(first, slotcron::race::SlotResult::Done { .. }),
+        matches!(first, slotcron::slot::SlotResult::Done { .. }),
         "{first:?}"
     );
     cluster[0].restart();
     cluster[1].restart();
     let second = late.run_slot(&job, slot).await;
     assert!(
-        matches!(second, slotcron::race::SlotResult::Done { .. }),
+        matches!(second, slotcron::slot::SlotResult::Done { .. }),
         "{second:?}"
     );
     assert_eq!(target.count(), 2, "the fault must make the slot run twice");
@@ -703,7 +703,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let slot = slotcron::time::schedule::Slot::at(slot_at);
     let ran = ctx.run_slot(&job, slot).await;
     assert!(
-        matches!(ran, slotcron::race::SlotResult::Done { .. }),
+        matches!(ran, slotcron::slot::SlotResult::Done { .. }),
         "{ran:?}"
     );
     // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
