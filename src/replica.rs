@@ -438,17 +438,10 @@ fn start_generation(
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    let turns = catch_up::turns();
-    for job in &config.jobs {
-        if first {
-            tracker.spawn(catch_up::look_back(ctx.clone(), job.clone(), turns.clone()));
-        } else {
-            tracker.spawn(catch_up::mark_first_seen(
-                ctx.clone(),
-                job.clone(),
-                turns.clone(),
-            ));
-        }
+    if first {
+        tracker.spawn(catch_up::look_back(ctx.clone(), config.jobs.clone()));
+    } else {
+        tracker.spawn(catch_up::mark_first_seen(ctx.clone(), config.jobs.clone()));
     }
     tracker.spawn(scheduler::timeline(
         ctx,
