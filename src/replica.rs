@@ -22,7 +22,7 @@ use crate::config::Candidates;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
-use crate::fleet::handoff::{HandoffRequest, Handoffs, Seen};
+use crate::fleet::handoff::{HandoffRequest, Handoffs, OffersSeen};
 use crate::fleet::membership::{Group, Membership};
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
@@ -554,7 +554,7 @@ async fn take_handoffs(
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let mut seen = Seen::default();
+    let mut seen = OffersSeen::default();
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         let Heard::Message(payload) = message else {
             continue;

@@ -105,7 +105,7 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             format!("already run by {} for this second", holder.replica()),
         ),
         SlotResult::Unavailable(why) => (EXIT_UNAVAILABLE, format!("lock unavailable: {why}")),
-        SlotResult::Overlapping { .. } => (
+        SlotResult::Overlapped { .. } => (
             EXIT_SKIPPED,
             "skipped: the previous run is still going".to_owned(),
         ),

@@ -71,7 +71,7 @@ impl Won {
 
 /// How a race for one slot ended on this replica.
 #[derive(Debug)]
-pub(super) enum Claim {
+pub(super) enum Raced {
     /// Won: the run is still to do.
     Won(Won),
     /// Nothing to run here: lost, unavailable, or the job's previous run is still going
@@ -95,7 +95,7 @@ pub(super) async fn claim(
     jobs: &[Arc<Job>],
     slot: Slot,
     rank: Option<usize>,
-) -> Vec<Claim> {
+) -> Vec<Raced> {
     let keys: Vec<(SlotKey, Duration)> = jobs
         .iter()
         .map(|job| (key(ctx, trigger, job, slot), ctx.key_ttl(job)))
@@ -103,7 +103,7 @@ pub(super) async fn claim(
     let raced_at = Instant::now();
     let acquired = ctx.lock.acquire_many(&keys).await;
     let elapsed = raced_at.elapsed();
-    let mut claims: Vec<Claim> = jobs
+    let mut claims: Vec<Raced> = jobs
         .iter()
         .zip(acquired)
         .map(|(job, acquired)| settle(ctx, trigger, job, slot, rank, acquired, elapsed))
@@ -121,7 +121,7 @@ fn settle(
     rank: Option<usize>,
     acquired: Acquire,
     lock_time: Duration,
-) -> Claim {
+) -> Raced {
     ctx.metrics.lock_latency(lock_time);
     let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
         trigger: Some(trigger),
@@ -136,11 +136,11 @@ fn settle(
                 lock_us: Some(lock_time.as_micros() as u64),
                 ..line(Outcome::Won, "won the slot".into())
             });
-            Claim::Won(Won::new(job, slot, trigger, lease))
+            Raced::Won(Won::new(job, slot, trigger, lease))
         }
         Acquire::Lost { holder } => {
             ctx.report_lost(job, slot, trigger, rank, &holder);
-            Claim::Settled(SlotResult::Lost { holder })
+            Raced::Settled(SlotResult::Lost { holder })
         }
         Acquire::Unavailable(why) => {
             ctx.report(SlotLine {
@@ -150,7 +150,7 @@ fn settle(
                     "lock unavailable: the slot does not run here".into(),
                 )
             });
-            Claim::Settled(SlotResult::Unavailable(why))
+            Raced::Settled(SlotResult::Unavailable(why))
         }
     }
 }
@@ -159,10 +159,10 @@ fn settle(
 /// batch; a win whose job's previous run still holds it (or whose lease cannot be decided)
 /// becomes `skipped`, and the winner records the skip, so the ledger shows why the slot did
 /// not run.
-async fn take_running_leases(ctx: &SlotContext, claims: &mut [Claim]) {
-    let mut waiting: Vec<&mut Claim> = claims
+async fn take_running_leases(ctx: &SlotContext, claims: &mut [Raced]) {
+    let mut waiting: Vec<&mut Raced> = claims
         .iter_mut()
-        .filter(|claim| matches!(claim, Claim::Won(won) if won.job.overlap == Overlap::Skip))
+        .filter(|claim| matches!(claim, Raced::Won(won) if won.job.overlap == Overlap::Skip))
         .collect();
     if waiting.is_empty() {
         return;
@@ -170,19 +170,19 @@ async fn take_running_leases(ctx: &SlotContext, claims: &mut [Claim]) {
     let keys: Vec<(SlotKey, Duration)> = waiting
         .iter()
         .filter_map(|claim| match claim {
-            Claim::Won(won) => Some(SlotKey::running(&ctx.key_prefix, &won.job.name)),
-            Claim::Settled(_) => None,
+            Raced::Won(won) => Some(SlotKey::running(&ctx.key_prefix, &won.job.name)),
+            Raced::Settled(_) => None,
         })
         .map(|key| (key, RUNNING_LEASE_TTL))
         .collect();
     let leases = ctx.lock.acquire_many(&keys).await;
     for (claim, acquired) in waiting.iter_mut().zip(leases) {
-        let Claim::Won(won) = claim else { continue };
+        let Raced::Won(won) = claim else { continue };
         match running_lease(ctx, &won.job, won.slot, acquired) {
             Ok(running) => won.running = Some(running),
             Err(skipped) => {
                 record::not_run(ctx, won, &skipped).await;
-                **claim = Claim::Settled(skipped);
+                **claim = Raced::Settled(skipped);
             }
         }
     }
@@ -216,5 +216,5 @@ fn running_lease(
         error: error.as_ref().map(|e| e as &dyn std::fmt::Display),
         ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
     });
-    Err(SlotResult::Overlapping { holder })
+    Err(SlotResult::Overlapped { holder })
 }

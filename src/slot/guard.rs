@@ -179,7 +179,7 @@ fn skipped_line<'a>(
 ) -> SlotLine<'a> {
     let mut line = SlotLine {
         reason: Some(reason),
-        ..SlotLine::new(&job.name, slot, Outcome::Skipped, message)
+        ..SlotLine::new(&job.name, slot, Outcome::OutOfWindow, message)
     };
     match outside {
         Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),

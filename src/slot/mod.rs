@@ -50,7 +50,7 @@ use crate::fleet::handoff::HandoffRequest;
 use crate::lock::{Token, Unavailable};
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
-use claim::Claim;
+use claim::Raced;
 use guard::Verdict;
 
 /// Slot keys outlive the latest legitimate racer by this much.
@@ -158,10 +158,10 @@ async fn race_place(
         Verdict::NotOurs => return ended,
     }
     let mut runs = JoinSet::new();
-    for claim in claim::claim(ctx, trigger, &jobs, slot, rank).await {
-        match claim {
-            Claim::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
-            Claim::Settled(result) => ended.push(result),
+    for raced in claim::claim(ctx, trigger, &jobs, slot, rank).await {
+        match raced {
+            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
+            Raced::Settled(result) => ended.push(result),
         }
     }
     ended.extend(runs.join_all().await);
@@ -178,7 +178,9 @@ async fn run_won(ctx: Arc<SlotContext>, won: Won) -> SlotResult {
     result
 }
 
-/// How one slot ended on this replica.
+/// How one slot ended on this replica: the head of the outcome family (see [`crate::outcome`]).
+/// Its [`Outcome`] is what the slot's log line and counter say; a run's history record keeps
+/// its `RunState` (`slot/record.rs`). Each variant is one meaning.
 #[derive(Debug)]
 pub enum SlotResult {
     /// A scheduled slot of a job paused fleet-wide: not raced.
@@ -208,7 +210,7 @@ pub enum SlotResult {
     /// each node's), told apart from `Lost` so an outage never reads as someone else's win.
     Unavailable(Unavailable),
     /// Won, but the job's previous run is still going (`overlap = "skip"`).
-    Overlapping {
+    Overlapped {
         /// The running lease's holder; `None` when no majority could tell.
         holder: Option<Token>,
     },
@@ -250,9 +252,9 @@ impl SlotResult {
             SlotResult::Paused => Outcome::Paused,
             SlotResult::Standby => Outcome::Standby,
             SlotResult::Late { .. } | SlotResult::Early { .. } | SlotResult::Unmeasured => {
-                Outcome::Skipped
+                Outcome::OutOfWindow
             }
-            SlotResult::Overlapping { .. } => Outcome::Overlapped,
+            SlotResult::Overlapped { .. } => Outcome::Overlapped,
             SlotResult::Lost { .. } => Outcome::Lost,
             SlotResult::Unavailable(_) => Outcome::Unavailable,
             SlotResult::Done { .. } => Outcome::Done,

@@ -85,8 +85,8 @@ fn ended(record: &mut RunRecord, result: &SlotResult) {
             record.attempts = *attempts;
             record.delivery = Some(DeliveryState::NotDelivered);
         }
-        SlotResult::Overlapping { holder } => {
-            record.outcome = RunState::Skipped;
+        SlotResult::Overlapped { holder } => {
+            record.outcome = RunState::Overlapped;
             record.error = Some(match holder {
                 Some(holder) => format!(
                     "overlap: the previous run is still going on {}",
