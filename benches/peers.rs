@@ -1047,48 +1047,53 @@ fn measure(
 }
 
 /// The start-up measure: 9 replica processes, 50 http jobs every second (the defaults:
-/// `candidates = 2`, `overlap = "skip"`), a first deploy on a fresh prefix. Redis commands per
-/// slot over the whole run (from before the replicas are spawned to 30 s later: the start-up
-/// look-backs, pause reads and membership included), and over the steady state of the same run
-/// (its last 15 whole seconds, after every look-back is over).
+/// `candidates = 2`, `overlap = "skip"`), 30 s from before the replicas are spawned. Redis
+/// commands per slot over the whole run (the start-up look-backs, pause reads and membership
+/// included), and over the steady state of the same run (its last 15 s, after every look-back
+/// is over). Twice on one prefix: a first deploy, then the same fleet started again (a restart:
+/// a watermark 30 s old and a history to read back).
 async fn startup(nodes: &[Node], binary: &Path, table: &mut Table) {
-    let (jobs, replicas, seconds) = (50usize, 9usize, 30i64);
     let (port, _arrivals) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("jobs.toml");
     let prefix = format!("startup-{}", std::process::id());
-    std::fs::write(
-        &config,
-        jobs_toml(&prefix, nodes, jobs, "* * * * * *", port),
-    )
-    .unwrap();
+    std::fs::write(&config, jobs_toml(&prefix, nodes, 50, "* * * * * *", port)).unwrap();
+    for start in ["first deploy", "restart"] {
+        let (whole, steady) = startup_run(nodes, binary, &config, dir.path()).await;
+        table.row(&[
+            format!("startup: 50 jobs/s x 9 replicas, {start}, 30 s"),
+            format!("{whole:.1} Redis commands/slot over the whole run (start included)"),
+            format!("{steady:.1} in the steady state (last 15 s)"),
+            format!(
+                "start-up cost {:.0} commands",
+                (whole - steady) * 50.0 * 30.0
+            ),
+            String::new(),
+        ]);
+    }
+}
+
+/// One 30 s run of the start-up measure: commands per slot over the whole run and over its
+/// last 15 s.
+async fn startup_run(nodes: &[Node], binary: &Path, config: &Path, logs: &Path) -> (f64, f64) {
     let calls_before = redis_calls(nodes);
     let started = Utc::now();
-    let mut children = Replicas(spawn_replicas(binary, &config, replicas, dir.path()));
-    let steady_from = started + chrono::Duration::seconds(seconds - 15);
+    let mut children = Replicas(spawn_replicas(binary, config, 9, logs));
+    let steady_from = started + chrono::Duration::seconds(15);
     tokio::time::sleep((steady_from - Utc::now()).to_std().unwrap_or_default()).await;
     let calls_steady = redis_calls(nodes);
-    let end = started + chrono::Duration::seconds(seconds);
+    let end = started + chrono::Duration::seconds(30);
     tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
     let calls_after = redis_calls(nodes);
     let ended = Utc::now();
     stop(&mut children.0);
     let per_slot = |calls: u64, from: DateTime<Utc>| {
-        let slots = (ended - from).num_milliseconds() as f64 / 1000.0 * jobs as f64;
-        calls as f64 / slots
+        calls as f64 / ((ended - from).num_milliseconds() as f64 / 1000.0 * 50.0)
     };
-    let whole = per_slot(calls_after - calls_before, started);
-    let steady = per_slot(calls_after - calls_steady, steady_from);
-    table.row(&[
-        format!("startup: {jobs} jobs/s x {replicas} replicas, first deploy, {seconds} s"),
-        format!("{whole:.1} Redis commands/slot over the whole run (start included)"),
-        format!("{steady:.1} in the steady state (last 15 s)"),
-        format!(
-            "start-up cost {:.0} commands",
-            (whole - steady) * (jobs as f64) * seconds as f64
-        ),
-        String::new(),
-    ]);
+    (
+        per_slot(calls_after - calls_before, started),
+        per_slot(calls_after - calls_steady, steady_from),
+    )
 }
 
 /// `candidates = "all"` against `candidates = 2` at 1, 5 and 9 replicas, 50 and 1000 jobs a

@@ -713,6 +713,42 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     assert_eq!(receiver.count(), 1, "{out}");
 }
 
+/// The entry the in-process tests race a slot through (`run_slot`) is the timeline's own
+/// (`slot::due`): a job paused fleet-wide is not raced through it, exactly as on a running
+/// replica, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "entrypause");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    let job = config.jobs[0].clone();
+    let ctx = slotcron::replica::Replica::connect(
+        &config,
+        "tester".to_owned(),
+        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
+    )
+    .await
+    .unwrap()
+    .context(&config);
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    // What a running replica learns from the pause's announcement.
+    ctx.control.refresh(std::slice::from_ref(&job.name)).await;
+    // The first whole second after the pause: a pause holds from its instant on.
+    let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
+    tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
+    let slot = slotcron::time::schedule::Slot::at(slot_at);
+    let result = ctx.run_slot(&job, slot).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), 0, "a paused job was sent: {result:?}");
+    assert!(
+        matches!(result, slotcron::slot::SlotResult::Paused),
+        "{result:?}"
+    );
+}
+
 /// Two deployments on one prefix: production (two replicas) and staging (one), both with a job
 /// `push` sent to different receivers. Past `destination_conflict_after` (2 s here; 10 min by
 /// default, longer than a rollout) each replica logs an error naming the other deployment's
