@@ -1046,22 +1046,33 @@ fn measure(
     }
 }
 
-/// The start-up measure: 9 replica processes, 50 http jobs every second (the defaults:
-/// `candidates = 2`, `overlap = "skip"`), 30 s from before the replicas are spawned. Redis
-/// commands per slot over the whole run (the start-up look-backs, pause reads and membership
-/// included), and over the steady state of the same run (its last 15 s, after every look-back
-/// is over). Twice on one prefix: a first deploy, then the same fleet started again (a restart:
-/// a watermark 30 s old and a history to read back).
+/// The start-up measure: 9 replica processes, 50 http jobs every second
+/// (`candidates = 2`), 30 s from before the replicas are spawned. Redis commands per slot over
+/// the whole run (the start-up look-backs, pause reads and membership included), and over the
+/// steady state of the same run (its last 15 s, after every look-back is over). With
+/// `overlap = "allow"` (the baseline, as in `candidates`) twice on one prefix: a first
+/// deploy, then the same fleet started again (a restart: a watermark 30 s old and a history to
+/// read back); then a first deploy with the default `overlap = "skip"` (the running lease adds
+/// its commands to every slot).
 async fn startup(nodes: &[Node], binary: &Path, table: &mut Table) {
     let (port, _arrivals) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("jobs.toml");
-    let prefix = format!("startup-{}", std::process::id());
-    std::fs::write(&config, jobs_toml(&prefix, nodes, 50, "* * * * * *", port)).unwrap();
-    for start in ["first deploy", "restart"] {
+    let runs = [
+        ("allow", "first deploy"),
+        ("allow", "restart"),
+        ("skip", "first deploy"),
+    ];
+    for (overlap, start) in runs {
+        let config = dir.path().join(format!("jobs-{overlap}.toml"));
+        let prefix = format!("startup-{overlap}-{}", std::process::id());
+        let text = jobs_toml(&prefix, nodes, 50, "* * * * * *", port).replace(
+            "timeout = \"5s\"\n",
+            &format!("timeout = \"5s\"\noverlap = \"{overlap}\"\n"),
+        );
+        std::fs::write(&config, text).unwrap();
         let (whole, steady) = startup_run(nodes, binary, &config, dir.path()).await;
         table.row(&[
-            format!("startup: 50 jobs/s x 9 replicas, {start}, 30 s"),
+            format!("startup: 50 jobs/s x 9 replicas, overlap = {overlap}, {start}, 30 s"),
             format!("{whole:.1} Redis commands/slot over the whole run (start included)"),
             format!("{steady:.1} in the steady state (last 15 s)"),
             format!(

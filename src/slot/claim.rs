@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use tokio::time::Instant;
 
 use super::record;
@@ -14,6 +15,7 @@ use super::{SlotContext, SlotResult, Trigger, RUNNING_LEASE_TTL};
 use crate::config::{Job, Overlap};
 use crate::lock::{Acquire, Lease, SlotKey};
 use crate::outcome::Outcome;
+use crate::record::history::{RunRecord, RunState};
 use crate::time::schedule::{Fence, Slot};
 
 /// A slot this replica won: its run is still to do.
@@ -48,9 +50,22 @@ impl Won {
         }
     }
 
-    /// On a handoff: the replica that had the slot before and could not deliver.
-    pub(super) fn previous_winner(&self) -> Option<&str> {
-        self.trigger.offer().map(|o| o.previous_winner.as_str())
+    /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
+    pub(super) fn start_record(&self, replica: &str) -> RunRecord {
+        RunRecord {
+            job: self.job.name.clone(),
+            slot: self.slot,
+            replica: replica.to_owned(),
+            started: Utc::now(),
+            finished: None,
+            outcome: RunState::Running,
+            error: None,
+            attempts: 0,
+            trigger: self.trigger.as_str().to_owned(),
+            fence: self.fence,
+            delivery: None,
+            previous_winner: self.trigger.offer().map(|o| o.previous_winner.clone()),
+        }
     }
 
     /// The line of this run's ending: its trigger, fence and duration.

@@ -1,6 +1,6 @@
-//! The run's history record: built as the run starts, finished with how the slot ended, and
-//! written; a win some node refused reads back the records beside its own, so a second run of
-//! the slot is found and reported.
+//! The run's history record: the record the win started ([`Won::start_record`]) finished with
+//! how the slot ended, and written; a win some node refused reads back the records beside its
+//! own, so a second run of the slot is found and reported.
 
 use chrono::Utc;
 
@@ -12,24 +12,6 @@ use crate::record::history::{other_run, RunRecord, RunState};
 /// only those under its fence), for another run of its slot: a late run of a slot is within
 /// its start window of the first, a few entries back even for a job every second.
 const DUPLICATE_LOOK: usize = 64;
-
-/// The run's record as it starts: `running`, with its trigger and fence.
-pub(super) fn start(ctx: &SlotContext, won: &Won) -> RunRecord {
-    RunRecord {
-        job: won.job.name.clone(),
-        slot: won.slot,
-        replica: ctx.replica.clone(),
-        started: Utc::now(),
-        finished: None,
-        outcome: RunState::Running,
-        error: None,
-        attempts: 0,
-        trigger: won.trigger.as_str().to_owned(),
-        fence: won.fence,
-        delivery: None,
-        previous_winner: won.previous_winner().map(str::to_owned),
-    }
-}
 
 /// Records how the run of `won` ended (`record` is its start). A win some node refused (it
 /// held another replica's token) may be a second run of the slot: then the record's write also
@@ -53,7 +35,7 @@ pub(super) async fn finish(
 
 /// Records a win that did not run (`overlap = "skip"`): the ledger shows why.
 pub(super) async fn not_run(ctx: &SlotContext, won: &Won, result: &SlotResult) {
-    let mut record = start(ctx, won);
+    let mut record = won.start_record(&ctx.replica);
     ended(&mut record, result);
     ctx.history.record(&record).await;
 }

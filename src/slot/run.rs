@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::record;
 use super::{SlotContext, Trigger, Won, RUNNING_LEASE_TTL};
 use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
 use crate::lock::Lease;
@@ -39,7 +38,7 @@ pub(super) struct Ran {
 /// or the replica taking a handoff, is not held up. With the run, its record as it started
 /// (the end is recorded on it).
 pub(super) async fn run(ctx: &SlotContext, won: &Won) -> (Ran, RunRecord) {
-    let record = record::start(ctx, won);
+    let record = won.start_record(&ctx.replica);
     let ran = execute(ctx, won, &record).await;
     release_running(ctx, won).await;
     (ran, record)
