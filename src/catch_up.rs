@@ -36,15 +36,21 @@ pub(crate) async fn look_back(ctx: Arc<SlotContext>, jobs: Vec<Arc<Job>>) {
         return;
     }
     let watermarks = watermarks(&ctx, &jobs).await;
+    // A slot a job was paused at was not missed. The logs only grow, and a change made after
+    // this read covers no slot before it: read once, for both passes.
+    let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+    let logs = ctx.control.logs(&names).await;
+    let paused: Vec<Vec<PausedSpan>> = logs.iter().map(|log| paused_intervals(log)).collect();
     let turns = Semaphore::new(LOOK_BACKS_AT_ONCE);
     let catching = jobs
         .iter()
         .zip(&watermarks)
-        .filter(|(job, _)| job.catch_up.is_some())
-        .filter_map(|(job, watermark)| Some((job, (*watermark)?)))
-        .map(|(job, watermark)| catch_up(&ctx, job, watermark, &turns));
+        .zip(&paused)
+        .filter(|((job, _), _)| job.catch_up.is_some())
+        .filter_map(|((job, watermark), paused)| Some((job, (*watermark)?, paused)))
+        .map(|(job, watermark, paused)| catch_up(&ctx, job, watermark, paused, &turns));
     join_all(catching).await;
-    report_missed(&ctx, &jobs, &watermarks, &turns).await;
+    report_missed(&ctx, &jobs, &watermarks, &paused, &turns).await;
 }
 
 /// Records the watermark of jobs a reload gave `catch_up` (or added): from now on the fleet
@@ -76,26 +82,23 @@ async fn watermarks(ctx: &SlotContext, jobs: &[Arc<Job>]) -> Vec<Option<DateTime
         .collect()
 }
 
-/// What the fleet ran of `job` and when it was paused, read in its turn: `None` when the
-/// history cannot be read (logged with `doing`, which names what is given up).
+/// What the fleet ran of `job`, read in its turn: `None` when the history cannot be read
+/// (logged with `doing`, which names what is given up).
 async fn read_runs(
     ctx: &SlotContext,
     job: &Job,
     turns: &Semaphore,
     doing: &str,
-) -> Option<(Vec<RunRecord>, Vec<PausedSpan>)> {
+) -> Option<Vec<RunRecord>> {
     let _turn = turns.acquire().await.ok()?;
-    let runs = match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
-        Ok(runs) => runs,
+    match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
+        Ok(runs) => Some(runs),
         Err(e) => {
             tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
                 "{doing} skipped: the run history cannot be read, so missed slots cannot be told apart");
-            return None;
+            None
         }
-    };
-    // A slot the job was paused at was not missed: it is caught up only by `resume --catch-up`.
-    let paused = paused_intervals(&ctx.control.log(&job.name).await);
-    Some((runs, paused))
+    }
 }
 
 /// Reports the slots no replica ran while this one was down: for each job, those of the last
@@ -108,6 +111,7 @@ async fn report_missed(
     ctx: &SlotContext,
     jobs: &[Arc<Job>],
     watermarks: &[Option<DateTime<Utc>>],
+    paused: &[Vec<PausedSpan>],
     turns: &Semaphore,
 ) {
     let started = ctx.clock.fleet_now();
@@ -120,36 +124,47 @@ async fn report_missed(
         _ = tokio::time::sleep(longest + ctx.start_window()) => {}
     }
     let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
-    let owed = jobs.iter().zip(watermarks).filter_map(|(job, watermark)| {
+    let owed = jobs.iter().zip(watermarks).zip(paused);
+    let owed = owed.filter_map(|((job, watermark), paused)| {
         let floor = (started - lookback).max((*watermark)?);
         let first = job.schedule.back_from(started).next()?;
-        (first.instant() > floor).then_some((job, floor))
+        (first.instant() > floor).then_some(Missed {
+            job,
+            started,
+            floor,
+            paused,
+        })
     });
-    let reports = owed.map(|(job, floor)| report_job_missed(ctx, job, started, floor, turns));
+    let reports = owed.map(|missed| missed.report(ctx, turns));
     join_all(reports).await;
 }
 
-/// Reports the slots of `job` after `floor` and up to `started` that no replica ran.
-async fn report_job_missed(
-    ctx: &SlotContext,
-    job: &Job,
+/// One job's look for slots no replica ran: after `floor` and up to `started`, not `paused`.
+struct Missed<'a> {
+    job: &'a Job,
     started: DateTime<Utc>,
     floor: DateTime<Utc>,
-    turns: &Semaphore,
-) {
-    let Some((runs, paused)) = read_runs(ctx, job, turns, "the missed-slot report").await else {
-        return;
-    };
-    let all = CatchUpPolicy::All;
-    let mut missed = missed_slots(&job.schedule, started, floor, &runs, &paused, all);
-    if missed.len() > MAX_MISSED_ALERTS {
-        tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
-            "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
-            missed.len() - MAX_MISSED_ALERTS);
-        missed.drain(..missed.len() - MAX_MISSED_ALERTS);
-    }
-    for slot in missed {
-        ctx.report_missed(job, slot).await;
+    paused: &'a [PausedSpan],
+}
+
+impl Missed<'_> {
+    /// Reports the slots of the job no replica ran, each in a race for its `missed` key.
+    async fn report(self, ctx: &SlotContext, turns: &Semaphore) {
+        let job = self.job;
+        let Some(runs) = read_runs(ctx, job, turns, "the missed-slot report").await else {
+            return;
+        };
+        let (all, paused) = (CatchUpPolicy::All, self.paused);
+        let mut missed = missed_slots(&job.schedule, self.started, self.floor, &runs, paused, all);
+        if missed.len() > MAX_MISSED_ALERTS {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
+                "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
+                missed.len() - MAX_MISSED_ALERTS);
+            missed.drain(..missed.len() - MAX_MISSED_ALERTS);
+        }
+        for slot in missed {
+            ctx.report_missed(job, slot).await;
+        }
     }
 }
 
@@ -162,6 +177,7 @@ async fn catch_up(
     ctx: &Arc<SlotContext>,
     job: &Arc<Job>,
     watermark: DateTime<Utc>,
+    paused: &[PausedSpan],
     turns: &Semaphore,
 ) {
     let Some(catch_up) = job.catch_up else { return };
@@ -176,10 +192,10 @@ async fn catch_up(
     {
         return;
     }
-    let Some((runs, paused)) = read_runs(ctx, job, turns, "catch-up").await else {
+    let Some(runs) = read_runs(ctx, job, turns, "catch-up").await else {
         return;
     };
-    let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
+    let missed = missed_slots(&job.schedule, now, floor, &runs, paused, catch_up.policy);
     let total = missed.len();
     for (started, slot) in missed.into_iter().enumerate() {
         // No new slot starts after SIGTERM, caught-up ones included.

@@ -749,6 +749,35 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
     );
 }
 
+/// A start reads every job's pause log in one batch per node (`Control::logs`): it returns
+/// what the one-job read returns for each job, a job never paused included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_reads_every_pause_log_at_once_as_one_by_one() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "pauselogs");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
+    let replica = slotcron::replica::Replica::connect(
+        &config,
+        "reader".to_owned(),
+        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
+    )
+    .await
+    .unwrap();
+    let jobs = ["push".to_owned(), "never-paused".to_owned()];
+    let batch = replica.control.logs(&jobs).await;
+    let one_by_one = vec![
+        replica.control.log("push").await,
+        replica.control.log("never-paused").await,
+    ];
+    assert_eq!(batch, one_by_one);
+    assert_eq!(batch[0].len(), 2, "{batch:?}");
+}
+
 /// Two deployments on one prefix: production (two replicas) and staging (one), both with a job
 /// `push` sent to different receivers. Past `destination_conflict_after` (2 s here; 10 min by
 /// default, longer than a rollout) each replica logs an error naming the other deployment's

@@ -275,6 +275,41 @@ impl Control {
         }
     }
 
+    /// The changes of each job of `jobs`'s pause state, oldest first, merged across the
+    /// nodes, in order: one `XREAD` per node for all of them (a replica's start reads them
+    /// together).
+    pub async fn logs(&self, jobs: &[String]) -> Vec<Vec<PauseEvent>> {
+        let Control::Redis { nodes, prefix, .. } = self else {
+            return vec![Vec::new(); jobs.len()];
+        };
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<String> = jobs.iter().map(|job| log_key(prefix, job)).collect();
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("STREAMS").arg(&keys);
+        for _ in &keys {
+            cmd.arg("0-0");
+        }
+        // Nil when none of the streams holds an entry.
+        let reads = nodes
+            .query::<Option<Vec<(String, LogEntries)>>>(cmd, CONTROL_TIMEOUT, |r| {
+                r.settled() && r.answered() > 0
+            })
+            .await;
+        keys.iter()
+            .map(|key| {
+                let per_node = reads.values().map(|streams| {
+                    let stream = streams.iter().flatten().find(|(k, _)| k == key);
+                    stream
+                        .map(|(_, entries)| entries.clone())
+                        .unwrap_or_default()
+                });
+                merge_log(per_node.collect())
+            })
+            .collect()
+    }
+
     /// The changes of `job`'s pause state, oldest first, merged across the nodes.
     pub async fn log(&self, job: &str) -> Vec<PauseEvent> {
         let Control::Redis { nodes, prefix, .. } = self else {
