@@ -11,6 +11,14 @@ use chrono::{DateTime, Utc};
 use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
+/// A replica of `config` connected in-process, named `name` (no timeline runs).
+async fn connect(config: &slotcron::config::Config, name: &str) -> slotcron::replica::Replica {
+    let clock = std::sync::Arc::new(slotcron::time::schedule::SystemClock);
+    slotcron::replica::Replica::connect(config, name.to_owned(), clock)
+        .await
+        .unwrap()
+}
+
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
     let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
     format!(
@@ -687,14 +695,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let path = write_config(dir.path(), &text);
     let config = common::fleet::parse(&text);
     let job = config.jobs[0].clone();
-    let ctx = slotcron::replica::Replica::connect(
-        &config,
-        "early".to_owned(),
-        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
-    )
-    .await
-    .unwrap()
-    .context(&config);
+    let ctx = connect(&config, "early").await.context(&config);
     // The pause's newest slot is `slot`: it ends half a second after it.
     let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 2, 0).unwrap();
     let until = (slot_at + chrono::Duration::milliseconds(500)).to_rfc3339();
@@ -725,14 +726,7 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
     let path = write_config(dir.path(), &text);
     let config = common::fleet::parse(&text);
     let job = config.jobs[0].clone();
-    let ctx = slotcron::replica::Replica::connect(
-        &config,
-        "tester".to_owned(),
-        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
-    )
-    .await
-    .unwrap()
-    .context(&config);
+    let ctx = connect(&config, "tester").await.context(&config);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // What a running replica learns from the pause's announcement.
     ctx.control.refresh(std::slice::from_ref(&job.name)).await;
@@ -761,13 +755,7 @@ async fn the_start_reads_every_pause_log_at_once_as_one_by_one() {
     let config = common::fleet::parse(&text);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
-    let replica = slotcron::replica::Replica::connect(
-        &config,
-        "reader".to_owned(),
-        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
-    )
-    .await
-    .unwrap();
+    let replica = connect(&config, "reader").await;
     let jobs = ["push".to_owned(), "never-paused".to_owned()];
     let batch = replica.control.logs(&jobs).await;
     let one_by_one = vec![
