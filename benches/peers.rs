@@ -4,7 +4,7 @@
 //!     SLOTCRON_BENCH=race,lateness cargo bench --bench peers
 //!     SLOTCRON_BENCH_QUICK=1 cargo bench --bench peers  # a short smoke run
 //!
-//! Sections: race, lateness, scale, footprint, faults, candidates (`SLOTCRON_BENCH`, comma-separated; default
+//! Sections: race, lateness, scale, footprint, faults, candidates, startup (`SLOTCRON_BENCH`, comma-separated; default
 //! all). `faults` runs its own 3 nodes, since it hangs and kills one.
 //! `SLOTCRON_BENCH_QUICK=1` shortens every section; `SLOTCRON_BENCH_SCALE=1000x5` runs only the
 //! scale sizes named (jobs x replicas, comma-separated); `SLOTCRON_BENCH_KEEP_LOGS=1` keeps the
@@ -1046,6 +1046,67 @@ fn measure(
     }
 }
 
+/// The start-up measure: 9 replica processes, 50 http jobs every second
+/// (`candidates = 2`), 30 s from before the replicas are spawned. Redis commands per slot over
+/// the whole run (the start-up look-backs, pause reads and membership included), and over the
+/// steady state of the same run (its last 15 s, after every look-back is over). With
+/// `overlap = "allow"` (the baseline, as in `candidates`) twice on one prefix: a first
+/// deploy, then the same fleet started again (a restart: a watermark 30 s old and a history to
+/// read back); then a first deploy with the default `overlap = "skip"` (the running lease adds
+/// its commands to every slot).
+async fn startup(nodes: &[Node], binary: &Path, table: &mut Table) {
+    let (port, _arrivals) = receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = [
+        ("allow", "first deploy"),
+        ("allow", "restart"),
+        ("skip", "first deploy"),
+    ];
+    for (overlap, start) in runs {
+        let config = dir.path().join(format!("jobs-{overlap}.toml"));
+        let prefix = format!("startup-{overlap}-{}", std::process::id());
+        let text = jobs_toml(&prefix, nodes, 50, "* * * * * *", port).replace(
+            "timeout = \"5s\"\n",
+            &format!("timeout = \"5s\"\noverlap = \"{overlap}\"\n"),
+        );
+        std::fs::write(&config, text).unwrap();
+        let (whole, steady) = startup_run(nodes, binary, &config, dir.path()).await;
+        table.row(&[
+            format!("startup: 50 jobs/s x 9 replicas, overlap = {overlap}, {start}, 30 s"),
+            format!("{whole:.1} Redis commands/slot over the whole run (start included)"),
+            format!("{steady:.1} in the steady state (last 15 s)"),
+            format!(
+                "start-up cost {:.0} commands",
+                (whole - steady) * 50.0 * 30.0
+            ),
+            String::new(),
+        ]);
+    }
+}
+
+/// One 30 s run of the start-up measure: commands per slot over the whole run and over its
+/// last 15 s.
+async fn startup_run(nodes: &[Node], binary: &Path, config: &Path, logs: &Path) -> (f64, f64) {
+    let calls_before = redis_calls(nodes);
+    let started = Utc::now();
+    let mut children = Replicas(spawn_replicas(binary, config, 9, logs));
+    let steady_from = started + chrono::Duration::seconds(15);
+    tokio::time::sleep((steady_from - Utc::now()).to_std().unwrap_or_default()).await;
+    let calls_steady = redis_calls(nodes);
+    let end = started + chrono::Duration::seconds(30);
+    tokio::time::sleep((end - Utc::now()).to_std().unwrap_or_default()).await;
+    let calls_after = redis_calls(nodes);
+    let ended = Utc::now();
+    stop(&mut children.0);
+    let per_slot = |calls: u64, from: DateTime<Utc>| {
+        calls as f64 / ((ended - from).num_milliseconds() as f64 / 1000.0 * 50.0)
+    };
+    (
+        per_slot(calls_after - calls_before, started),
+        per_slot(calls_after - calls_steady, steady_from),
+    )
+}
+
 /// `candidates = "all"` against `candidates = 2` at 1, 5 and 9 replicas, 50 and 1000 jobs a
 /// second, one after the other in the same run (`overlap = "allow"`, as the baseline).
 async fn candidates(nodes: &[Node], binary: &Path, table: &mut Table) {
@@ -1258,6 +1319,7 @@ fn main() {
             ("footprint", 3),
             ("faults", 4),
             ("candidates", 5),
+            ("startup", 6),
         ];
         for (name, section) in sections {
             if !wanted(name) {
@@ -1270,7 +1332,8 @@ fn main() {
                 2 => scale(&nodes, &release_binary(), &mut table).await,
                 3 => footprint(&nodes, &release_binary(), &mut table).await,
                 4 => faults(&release_binary(), &mut table).await,
-                _ => candidates(&nodes, &release_binary(), &mut table).await,
+                5 => candidates(&nodes, &release_binary(), &mut table).await,
+                _ => startup(&nodes, &release_binary(), &mut table).await,
             }
         }
     });

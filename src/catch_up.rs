@@ -7,129 +7,195 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 
 use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
 use crate::fleet::control::{covered, paused_intervals, PausedSpan};
-use crate::race::{RaceContext, RaceKind};
 use crate::record::history::RunRecord;
 use crate::record::watermark;
+use crate::slot::{SlotEnv, Trigger};
 use crate::time::schedule::{Schedule, Slot};
 
 /// How far back a starting replica looks for slots no replica ran.
 const MISSED_LOOKBACK: Duration = Duration::from_secs(3600);
 /// Most missed slots of one job a starting replica reports one by one (counted and alerted).
 const MAX_MISSED_ALERTS: usize = 20;
-/// How many jobs' look-backs read the nodes at once on one replica. Every job's look-back
-/// starts together, so without a bound a replica with a thousand jobs sends each node a
-/// thousand watermark writes at start and a thousand history reads a job timeout later, all at
-/// one instant and queued ahead of the races: measured at 1000 jobs × 5 replicas, that burst
-/// timed the races and the running leases' releases out, and thousands of slots were skipped.
-/// A few at a time keep the nodes' queues short; the look-back takes longer, the races don't.
+/// How many jobs' history and pause log one replica reads at once. Without a bound a replica
+/// with a thousand jobs sends each node a thousand history reads at one instant, queued ahead of
+/// the races: measured at 1000 jobs × 5 replicas, that burst timed the races and the running
+/// leases' releases out, and thousands of slots were skipped. A few at a time keep the nodes'
+/// queues short; the look-back takes longer, the races don't. (The watermarks are one batch.)
 pub const LOOK_BACKS_AT_ONCE: usize = 4;
 
-/// The turns of one replica's look-backs at the nodes ([`LOOK_BACKS_AT_ONCE`] at a time).
-pub(crate) fn turns() -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(LOOK_BACKS_AT_ONCE))
-}
-
-/// At start: catches up what `job` missed (with `catch_up`), then reports the slots still missed.
-/// Each read of the nodes waits for its turn in `turns`.
-pub(crate) async fn look_back(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
+/// At start: records the watermark of every job of `jobs` (one batch), catches up what the
+/// jobs with `catch_up` missed, then reports the slots still missed.
+pub(crate) async fn look_back(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
     // The look-back reads "now" on the fleet clock: never on an unmeasured guess.
     if !ctx.until_measured().await {
         return;
     }
-    if job.catch_up.is_some() {
-        catch_up(ctx.clone(), job.clone(), &turns).await;
-    }
-    report_missed(ctx, job, &turns).await;
+    let watermarks = watermarks(&ctx, &jobs).await;
+    // A slot a job was paused at was not missed. The logs only grow, and a change made after
+    // this read covers no slot before it: read once, for both passes.
+    let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+    let logs = ctx.control.logs(&names).await;
+    let paused: Vec<Vec<PausedSpan>> = logs.iter().map(|log| paused_intervals(log)).collect();
+    let turns = Semaphore::new(LOOK_BACKS_AT_ONCE);
+    let catching = jobs
+        .iter()
+        .zip(&watermarks)
+        .zip(&paused)
+        .filter(|((job, _), _)| job.catch_up.is_some())
+        .filter_map(|((job, watermark), paused)| Some((job, (*watermark)?, paused)))
+        .map(|(job, watermark, paused)| catch_up(&ctx, job, watermark, paused, &turns));
+    join_all(catching).await;
+    report_missed(&ctx, &jobs, &watermarks, &paused, &turns).await;
 }
 
-/// Reports the slots of `job` no replica ran while this one was down: those of the last
+/// Records the watermark of jobs a reload gave `catch_up` (or added): from now on the fleet
+/// schedules them, so the next start catches up what they miss after this.
+pub(crate) async fn mark_first_seen(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
+    if ctx.until_measured().await {
+        watermarks(&ctx, &jobs).await;
+    }
+}
+
+/// The fleet's watermark of each job of `jobs` (recorded now where none is), in one batch;
+/// `None` for a job whose watermark a majority did not answer (logged: its missed slots cannot
+/// be told apart).
+async fn watermarks(ctx: &SlotEnv, jobs: &[Arc<Job>]) -> Vec<Option<DateTime<Utc>>> {
+    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    let now = ctx.clock.fleet_now();
+    let read = watermark::first_seen(&ctx.history, &names, now).await;
+    jobs.iter()
+        .zip(read)
+        .map(|(job, watermark)| {
+            watermark
+                .inspect_err(|e| {
+                    tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                        "the fleet's watermark cannot be read: missed slots cannot be told apart, \
+                        so none is caught up or reported; the next start records it");
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// What the fleet ran of `job`, read in its turn: `None` when the history cannot be read
+/// (logged with `doing`, which names what is given up).
+async fn read_runs(
+    ctx: &SlotEnv,
+    job: &Job,
+    turns: &Semaphore,
+    doing: &str,
+) -> Option<Vec<RunRecord>> {
+    let _turn = turns.acquire().await.ok()?;
+    match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
+        Ok(runs) => Some(runs),
+        Err(e) => {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                "{doing} skipped: the run history cannot be read, so missed slots cannot be told apart");
+            None
+        }
+    }
+}
+
+/// Reports the slots no replica ran while this one was down: for each job, those of the last
 /// [`MISSED_LOOKBACK`] after the fleet's watermark (first deploy: none) with no run record and
 /// no pause. For each, the replicas starting now race once more (key `…:{slot}:missed`), so the
 /// slot is counted (`slotcron_missed_slots_total`) and alerted (`on_failure`) once across the
-/// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged.
-async fn report_missed(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
+/// fleet. The newest [`MAX_MISSED_ALERTS`] are reported; an older gap is only logged. A job
+/// with no slot between its floor and the start (a first deploy) has nothing to read.
+async fn report_missed(
+    ctx: &SlotEnv,
+    jobs: &[Arc<Job>],
+    watermarks: &[Option<DateTime<Utc>>],
+    paused: &[Vec<PausedSpan>],
+    turns: &Semaphore,
+) {
     let started = ctx.clock.fleet_now();
-    let watermark = {
-        let Ok(_turn) = turns.acquire().await else {
-            return;
-        };
-        watermark::first_seen(&ctx.history, &job.name, started).await
-    };
-    let Ok(watermark) = watermark else {
-        return;
-    };
     // The slots just before the start may still be running elsewhere (a run is recorded when it
     // ends): judge them once their timeout and start window are over. Later slots are this
     // replica's to race.
+    let longest = jobs.iter().map(|job| job.timeout).max().unwrap_or_default();
     tokio::select! {
         _ = ctx.shutdown.cancelled() => return,
-        _ = tokio::time::sleep(job.timeout + ctx.start_window()) => {}
+        _ = tokio::time::sleep(longest + ctx.start_window()) => {}
     }
     let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
-    let floor = (started - lookback).max(watermark);
-    let Ok(_turn) = turns.acquire().await else {
-        return;
-    };
-    let Ok(runs) = ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await else {
-        return;
-    };
-    let paused = paused_intervals(&ctx.control.log(&job.name).await);
-    let mut missed = missed_slots(
-        &job.schedule,
-        started,
-        floor,
-        &runs,
-        &paused,
-        CatchUpPolicy::All,
-    );
-    if missed.len() > MAX_MISSED_ALERTS {
-        tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
-            "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
-            missed.len() - MAX_MISSED_ALERTS);
-        missed.drain(..missed.len() - MAX_MISSED_ALERTS);
-    }
-    for slot in missed {
-        ctx.report_missed(&job, slot).await;
+    let owed = jobs.iter().zip(watermarks).zip(paused);
+    let owed = owed.filter_map(|((job, watermark), paused)| {
+        let floor = (started - lookback).max((*watermark)?);
+        let first = job.schedule.back_from(started).next()?;
+        (first.instant() > floor).then_some(Missed {
+            job,
+            started,
+            floor,
+            paused,
+        })
+    });
+    let reports = owed.map(|missed| missed.report(ctx, turns));
+    join_all(reports).await;
+}
+
+/// One job's look for slots no replica ran: after `floor` and up to `started`, not `paused`.
+struct Missed<'a> {
+    job: &'a Job,
+    started: DateTime<Utc>,
+    floor: DateTime<Utc>,
+    paused: &'a [PausedSpan],
+}
+
+impl Missed<'_> {
+    /// Reports the slots of the job no replica ran, each in a race for its `missed` key.
+    async fn report(self, ctx: &SlotEnv, turns: &Semaphore) {
+        let job = self.job;
+        let Some(runs) = read_runs(ctx, job, turns, "the missed-slot report").await else {
+            return;
+        };
+        let (all, paused) = (CatchUpPolicy::All, self.paused);
+        let mut missed = missed_slots(&job.schedule, self.started, self.floor, &runs, paused, all);
+        if missed.len() > MAX_MISSED_ALERTS {
+            tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
+                "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
+                missed.len() - MAX_MISSED_ALERTS);
+            missed.drain(..missed.len() - MAX_MISSED_ALERTS);
+        }
+        for slot in missed {
+            ctx.report_missed(job, slot).await;
+        }
     }
 }
 
 /// Runs, once, the slots of `job` the whole fleet missed (a rollout, a crash loop): those in
-/// its catch-up window, after the fleet first scheduled the job (its watermark: a first deploy
-/// runs nothing), with no run record. `latest` runs the newest of them, `all` each, oldest
-/// first. They go through the same race, so replicas starting together still run each once.
-/// Judged on the fleet clock, like the race.
-async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
+/// its catch-up window, after the fleet first scheduled the job (its `watermark`: a first
+/// deploy runs nothing), with no run record. `latest` runs the newest of them, `all` each,
+/// oldest first. They go through the same entry as every slot, so replicas starting together
+/// still run each once. Judged on the fleet clock, like the race.
+async fn catch_up(
+    ctx: &Arc<SlotEnv>,
+    job: &Arc<Job>,
+    watermark: DateTime<Utc>,
+    paused: &[PausedSpan],
+    turns: &Semaphore,
+) {
     let Some(catch_up) = job.catch_up else { return };
-    let Ok(turn) = turns.acquire().await else {
-        return;
-    };
     let now = ctx.clock.fleet_now();
-    let watermark = match watermark::first_seen(&ctx.history, &job.name, now).await {
-        Ok(watermark) => watermark,
-        Err(e) => {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
-                "catch-up skipped: the fleet's watermark cannot be read, so missed slots cannot be told apart");
-            return;
-        }
-    };
     let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
     let floor = (now - window).max(watermark);
-    let runs = match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
-        Ok(runs) => runs,
-        Err(e) => {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
-                "catch-up skipped: the run history cannot be read, so missed slots cannot be told apart");
-            return;
-        }
+    if job
+        .schedule
+        .back_from(now)
+        .next()
+        .is_none_or(|s| s.instant() <= floor)
+    {
+        return;
+    }
+    let Some(runs) = read_runs(ctx, job, turns, "catch-up").await else {
+        return;
     };
-    // A slot the job was paused at was not missed: it is caught up only by `resume --catch-up`.
-    let paused = paused_intervals(&ctx.control.log(&job.name).await);
-    let missed = missed_slots(&job.schedule, now, floor, &runs, &paused, catch_up.policy);
-    drop(turn);
+    let missed = missed_slots(&job.schedule, now, floor, &runs, paused, catch_up.policy);
     let total = missed.len();
     for (started, slot) in missed.into_iter().enumerate() {
         // No new slot starts after SIGTERM, caught-up ones included.
@@ -139,22 +205,7 @@ async fn catch_up(ctx: Arc<RaceContext>, job: Arc<Job>, turns: &Semaphore) {
             return;
         }
         tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
-        ctx.race(&job, slot, RaceKind::CatchUp).await;
-    }
-}
-
-/// Records the watermark of a job a reload gave `catch_up` (or added): from now on the fleet
-/// schedules it, so the next start catches up what it misses after this.
-pub(crate) async fn mark_first_seen(ctx: Arc<RaceContext>, job: Arc<Job>, turns: Arc<Semaphore>) {
-    if !ctx.until_measured().await {
-        return;
-    }
-    let Ok(_turn) = turns.acquire().await else {
-        return;
-    };
-    if let Err(e) = watermark::first_seen(&ctx.history, &job.name, ctx.clock.fleet_now()).await {
-        tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
-            "the job's watermark could not be recorded; the next start records it");
+        crate::slot::once(ctx, Trigger::CatchUp, job.clone(), slot).await;
     }
 }
 

@@ -51,12 +51,13 @@
 //!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
 //!   schedule per configuration (reloads), shut down.
 //! - [`scheduler`]: the timeline that sleeps until the next due instant and hands the due jobs
-//!   to the race, one batch per candidate rank.
+//!   to their slot's life (`slot::due`), as one batch.
 //! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
-//! - [`race`]: one slot's life on one replica: race, then (winner only) run inside the validity,
-//!   handing the slot off when nothing left this replica; record; one log line per step. Its
-//!   `guard` part keeps every race inside the slot's window on the fleet clock; its
-//!   `candidates` part decides which places race, look first, look out or stand by.
+//! - [`slot`]: one slot's life on one replica, in order, from one entry (`slot::due`) that the
+//!   timeline, catch-up, `trigger`, handoff offers and tests all go through: paused? ->
+//!   candidates (place, wait, look) -> window guard on the fleet clock -> claim (the batch
+//!   race, the running lease) -> run (winner only) -> hand off -> record -> alert; one log
+//!   line and one counter per step (`report`).
 //! - [`ops`]: what operators see: `status` (`/healthz`, `/readyz`, `/metrics` and the status
 //!   page, from a snapshot of sources it owns), `ledger` (every scheduled slot of a period and
 //!   its fate, missed ones included), `liveness` (the timeline's watchdog behind `/healthz`),
@@ -100,12 +101,12 @@ pub mod lock;
 pub mod metrics;
 pub mod ops;
 pub mod outcome;
-pub mod race;
 pub mod record;
 pub mod redis;
 pub mod replica;
 pub mod scheduler;
 pub mod secret;
+pub mod slot;
 pub mod time;
 pub mod tls;
 pub mod watch;

@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::outcome::{Outcome, Tally};
+use crate::outcome::{Outcome, Series};
 
 pub use process::{ProcessCollector, ProcessStats};
 
@@ -247,26 +247,26 @@ impl Metrics {
         self.clock_last_step_seconds.set(step_ms as f64 / 1000.0);
     }
 
-    /// Counts one slot's `outcome` of job `job_name`, in the family its [`Outcome::tally`]
+    /// Counts one slot's `outcome` of job `job_name`, in the family its [`Outcome::series`]
     /// names: `slotcron_races_total`, `slotcron_runs_total` (where `done` and `failed` also
     /// set the job's last success or failure time, and `handed_off` counts a handoff) or
     /// `slotcron_missed_slots_total`. Called by the one place that logs a slot's line
-    /// (`RaceContext::report`), so the counters and the log lines agree.
+    /// (`SlotEnv::report`), so the counters and the log lines agree.
     pub fn slot(&self, job_name: &str, outcome: Outcome) {
-        match outcome.tally() {
-            Tally::Race => {
+        match outcome.series() {
+            Series::Race => {
                 let labels = outcome_labels(job_name, outcome.as_str());
                 self.races.get_or_create(&labels).inc();
             }
-            Tally::Run => {
+            Series::Run => {
                 let labels = outcome_labels(job_name, outcome.as_str());
                 self.runs.get_or_create(&labels).inc();
                 self.run_ended(job_name, outcome);
             }
-            Tally::Missed => {
+            Series::Missed => {
                 self.missed.get_or_create(&job(job_name)).inc();
             }
-            Tally::Duplicate => {
+            Series::Duplicate => {
                 self.duplicates.get_or_create(&job(job_name)).inc();
             }
         }
@@ -290,7 +290,7 @@ impl Metrics {
             | Outcome::Won
             | Outcome::Lost
             | Outcome::Unavailable
-            | Outcome::Skipped
+            | Outcome::OutOfWindow
             | Outcome::Paused
             | Outcome::Standby
             | Outcome::Missed
@@ -466,7 +466,7 @@ mod tests {
         assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="done"} 1"#));
         assert!(!text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="done"}"#));
         // Late (not raced) and overlapping (won, not run) skips land in different series.
-        m.slot("standup", Outcome::Skipped);
+        m.slot("standup", Outcome::OutOfWindow);
         m.slot("standup", Outcome::Won);
         m.slot("standup", Outcome::Overlapped);
         let text = m.encode();

@@ -3,7 +3,17 @@
 //! One type for both, so a log line and the counter it feeds cannot disagree: the strings of
 //! [`Outcome::as_str`] are public interface (README, "Logs: who won"; dashboards on
 //! `slotcron_races_total{outcome}` and `slotcron_runs_total{outcome}`). It sits below both
-//! `race`, which reports outcomes, and `metrics`, which counts them.
+//! `slot`, which reports outcomes, and `metrics`, which counts them.
+//!
+//! The family, one name per meaning: a slot's fate on this replica is `slot::SlotResult`; its
+//! [`Outcome`] is what its log line and counter say, and [`Series`] which counter family
+//! counts it; a run's record keeps `record::history::RunState` (derived from the result in
+//! one place, `slot/record.rs`), and the ledger's `ops::ledger::Fate` reads that back, adding
+//! what only the ledger sees (held, paused, pending, missed). One public word, two meanings:
+//! `skipped` is both a slot outside its window ([`Outcome::OutOfWindow`]) and a won slot not
+//! run because the job's previous run still goes ([`Outcome::Overlapped`]); the word stays on
+//! the wire (logs, metric labels, history), the types keep them apart, and the log line's
+//! `reason` tells them apart.
 
 use std::fmt;
 
@@ -16,9 +26,11 @@ pub enum Outcome {
     Lost,
     /// No majority of Redis nodes answered: the slot does not run here.
     Unavailable,
-    /// Not raced here: before the slot on the fleet clock, past the start window, or a handoff
-    /// offer past the slot's deadline.
-    Skipped,
+    /// Not raced here, outside the slot's window: before the slot on the fleet clock, past the
+    /// start window, on a clock never measured, or a handoff offer past the slot's deadline.
+    /// Logged and counted as `skipped` (with `reason`: `early`, `late`, `unmeasured`,
+    /// `deadline`).
+    OutOfWindow,
     /// Not raced: the job is paused fleet-wide.
     Paused,
     /// Not raced: this replica is not one of the slot's candidates.
@@ -30,8 +42,9 @@ pub enum Outcome {
     /// Nothing left this replica: the slot was offered to the fleet.
     HandedOff,
     /// Won, not run: the job's previous run still holds its running lease (`overlap = "skip"`).
-    /// Logged as `skipped` like [`Outcome::Skipped`], but a run outcome, so that
-    /// `races{won}` stays the sum of the runs.
+    /// Logged as `skipped` like [`Outcome::OutOfWindow`] (with `reason = "overlap"`), but a
+    /// run outcome, so that `races{won}` stays the sum of the runs; recorded in the history as
+    /// `skipped` too (`RunState::Overlapped` in `record::history`).
     Overlapped,
     /// No replica ran the slot; this replica won the right to report it once for the fleet.
     Missed,
@@ -42,7 +55,7 @@ pub enum Outcome {
 
 /// Which family of counters an outcome is counted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tally {
+pub enum Series {
     /// `slotcron_races_total`: how the race for a slot ended (or why it was not raced).
     Race,
     /// `slotcron_runs_total`: how a won slot's run ended.
@@ -60,7 +73,7 @@ impl Outcome {
             Outcome::Won => "won",
             Outcome::Lost => "lost",
             Outcome::Unavailable => "unavailable",
-            Outcome::Skipped | Outcome::Overlapped => "skipped",
+            Outcome::OutOfWindow | Outcome::Overlapped => "skipped",
             Outcome::Paused => "paused",
             Outcome::Standby => "standby",
             Outcome::Done => "done",
@@ -72,19 +85,19 @@ impl Outcome {
     }
 
     /// The counters this outcome is counted in. No `_` arm: a new outcome must pick one.
-    pub fn tally(self) -> Tally {
+    pub fn series(self) -> Series {
         match self {
             Outcome::Won
             | Outcome::Lost
             | Outcome::Unavailable
-            | Outcome::Skipped
+            | Outcome::OutOfWindow
             | Outcome::Paused
-            | Outcome::Standby => Tally::Race,
+            | Outcome::Standby => Series::Race,
             Outcome::Done | Outcome::Failed | Outcome::HandedOff | Outcome::Overlapped => {
-                Tally::Run
+                Series::Run
             }
-            Outcome::Missed => Tally::Missed,
-            Outcome::Duplicate => Tally::Duplicate,
+            Outcome::Missed => Series::Missed,
+            Outcome::Duplicate => Series::Duplicate,
         }
     }
 
@@ -95,7 +108,7 @@ impl Outcome {
         match self {
             Outcome::Won | Outcome::Lost | Outcome::Paused | Outcome::Done => tracing::Level::INFO,
             Outcome::Unavailable
-            | Outcome::Skipped
+            | Outcome::OutOfWindow
             | Outcome::Overlapped
             | Outcome::HandedOff
             | Outcome::Missed => tracing::Level::WARN,
@@ -127,7 +140,7 @@ mod tests {
         Outcome::Won,
         Outcome::Lost,
         Outcome::Unavailable,
-        Outcome::Skipped,
+        Outcome::OutOfWindow,
         Outcome::Paused,
         Outcome::Standby,
         Outcome::Done,
@@ -141,10 +154,10 @@ mod tests {
     #[test]
     fn every_counted_outcome_is_a_declared_series() {
         for outcome in ALL {
-            let declared = match outcome.tally() {
-                Tally::Race => RACE_OUTCOMES.as_slice(),
-                Tally::Run => RUN_OUTCOMES.as_slice(),
-                Tally::Missed | Tally::Duplicate => continue,
+            let declared = match outcome.series() {
+                Series::Race => RACE_OUTCOMES.as_slice(),
+                Series::Run => RUN_OUTCOMES.as_slice(),
+                Series::Missed | Series::Duplicate => continue,
             };
             assert!(declared.contains(&outcome.as_str()), "{outcome:?}");
         }

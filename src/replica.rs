@@ -22,17 +22,17 @@ use crate::config::Candidates;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
-use crate::fleet::handoff::{HandoffRequest, Handoffs, Seen};
+use crate::fleet::handoff::{HandoffRequest, Handoffs, OffersSeen};
 use crate::fleet::membership::{Group, Membership};
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::ops::liveness::Liveness;
 use crate::ops::status;
-use crate::race::{RaceContext, MIN_START_WINDOW};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{independence, Nodes};
 use crate::scheduler;
+use crate::slot::{SlotEnv, Trigger, MIN_START_WINDOW};
 use crate::time::fleet_clock::{self, FleetClock};
 use crate::time::schedule::SharedClock;
 
@@ -71,7 +71,7 @@ pub struct Replica {
     fleet: Option<(Arc<FleetClock>, Arc<Nodes>)>,
     /// The nodes down at start, checked when each first answers.
     unchecked: Option<independence::Unchecked>,
-    /// Cancelled when the replica shuts down (not on a reload); see [`RaceContext::shutdown`].
+    /// Cancelled when the replica shuts down (not on a reload); see [`SlotEnv::shutdown`].
     shutdown: CancellationToken,
 }
 
@@ -162,9 +162,15 @@ impl Replica {
         })
     }
 
-    /// The race context for one configuration.
-    pub fn context(&self, config: &Config) -> RaceContext {
-        RaceContext {
+    /// The slot context for one configuration.
+    pub fn context(&self, config: &Config) -> Arc<SlotEnv> {
+        self.context_until(config, &self.shutdown)
+    }
+
+    /// The slot context for one configuration, ended by `shutdown` (the library handle's, for
+    /// the runs it starts outside the schedule).
+    pub fn context_until(&self, config: &Config, shutdown: &CancellationToken) -> Arc<SlotEnv> {
+        Arc::new(SlotEnv {
             replica: self.name.clone(),
             lock: self.lock.clone(),
             client: self.client.clone(),
@@ -183,8 +189,8 @@ impl Replica {
             candidates: config.scheduler.candidates,
             candidate_stagger: config.scheduler.candidate_stagger,
             alerts: Arc::new(config.alerts.clone()),
-            shutdown: self.shutdown.clone(),
-        }
+            shutdown: shutdown.clone(),
+        })
     }
 }
 
@@ -220,13 +226,13 @@ fn group_of(config: &Config) -> Group {
 
 /// Builds the race context of one replica (lock connections included).
 ///
-/// The test seam: tests race single slots on it ([`RaceContext::run_slot`]) without a timeline.
+/// The test seam: tests race single slots on it ([`SlotEnv::run_slot`]) without a timeline.
 #[doc(hidden)]
 pub async fn race_context(
     config: &Config,
     replica: String,
     clock: SharedClock,
-) -> anyhow::Result<RaceContext> {
+) -> anyhow::Result<Arc<SlotEnv>> {
     Ok(Replica::connect(config, replica, clock)
         .await?
         .context(config))
@@ -255,7 +261,7 @@ pub async fn run_with_reload(
     shutdown: CancellationToken,
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
-    let stagger = crate::race::stagger_warning(&config.scheduler);
+    let stagger = crate::slot::stagger_warning(&config.scheduler);
     for warning in config.warnings.iter().chain(&stagger) {
         tracing::warn!(replica = %replica, "{warning}");
     }
@@ -429,7 +435,7 @@ fn start_generation(
     generation: scheduler::Generation,
     first: bool,
 ) {
-    let ctx = Arc::new(replica.context(config));
+    let ctx = replica.context(config);
     // Once per process: a reload says `reloaded` instead (wait_for_reload).
     if first {
         tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
@@ -438,17 +444,10 @@ fn start_generation(
     for name in &config.disabled {
         tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
     }
-    let turns = catch_up::turns();
-    for job in &config.jobs {
-        if first {
-            tracker.spawn(catch_up::look_back(ctx.clone(), job.clone(), turns.clone()));
-        } else {
-            tracker.spawn(catch_up::mark_first_seen(
-                ctx.clone(),
-                job.clone(),
-                turns.clone(),
-            ));
-        }
+    if first {
+        tracker.spawn(catch_up::look_back(ctx.clone(), config.jobs.clone()));
+    } else {
+        tracker.spawn(catch_up::mark_first_seen(ctx.clone(), config.jobs.clone()));
     }
     tracker.spawn(scheduler::timeline(
         ctx,
@@ -561,7 +560,7 @@ async fn take_handoffs(
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let mut seen = Seen::default();
+    let mut seen = OffersSeen::default();
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         let Heard::Message(payload) = message else {
             continue;
@@ -578,11 +577,12 @@ async fn take_handoffs(
             tracing::debug!(job = %offer.job, replica = %replica.name, "handoff offer for a job this replica does not run");
             continue;
         };
-        tracker.spawn(take_handoff(Arc::new(replica.context(&config)), job, offer));
+        tracker.spawn(take_handoff(replica.context(&config), job, offer));
     }
 }
 
 /// Takes one handoff offer: a named task, so a slow handoff run holds up no other offer.
-async fn take_handoff(ctx: Arc<RaceContext>, job: Arc<Job>, offer: HandoffRequest) {
-    ctx.take_over(&job, &offer).await;
+async fn take_handoff(ctx: Arc<SlotEnv>, job: Arc<Job>, offer: HandoffRequest) {
+    let Some(slot) = offer.slot() else { return };
+    crate::slot::once(&ctx, Trigger::Handoff(Arc::new(offer)), job, slot).await;
 }

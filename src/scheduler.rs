@@ -1,5 +1,5 @@
 //! The timeline: one timer that sleeps until the next instant a job is due and hands the jobs
-//! due then to the race, one batch per candidate rank ([`crate::fleet::membership`]). With
+//! due then to their slot's life ([`crate::slot::due`]), as one batch. With
 //! `clock = "local"` a step of the wall clock rebuilds the timeline from the stepped time.
 
 use std::cmp::Reverse;
@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
 use crate::ops::liveness::Liveness;
-use crate::race::{Claim, RaceContext, RaceKind, Won};
+use crate::slot::{SlotEnv, Trigger};
 use crate::time::fleet_clock::{FleetClock, JUMP_BOUND};
 use crate::time::schedule::Slot;
 
@@ -84,7 +84,7 @@ impl Timeline {
 /// one sends its own on `hand_on`. Each sleep and wake is reported to `liveness`, so
 /// `/healthz` fails when a wake is overdue.
 pub(crate) async fn timeline(
-    ctx: Arc<RaceContext>,
+    ctx: Arc<SlotEnv>,
     liveness: Arc<Liveness>,
     jobs: Vec<Arc<Job>>,
     generation: Generation,
@@ -151,7 +151,7 @@ pub(crate) struct Generation {
 /// for when that is earlier (a reload at the slot's instant hands the slot over instead of
 /// dropping it; the race's guard still judges it on the fleet clock).
 async fn armed_from(
-    ctx: &RaceContext,
+    ctx: &SlotEnv,
     fleet: Option<&FleetClock>,
     shutdown: &CancellationToken,
     handover: Option<oneshot::Receiver<DateTime<Utc>>>,
@@ -172,7 +172,7 @@ async fn armed_from(
 /// After a wake: a step of the wall clock is reported, and a wake that came more than
 /// [`JUMP_BOUND`] after `deadline` (the process or its VM stood still) has the fleet clock
 /// measured again at once.
-fn look_for_a_freeze(fleet: &FleetClock, ctx: &RaceContext, deadline: tokio::time::Instant) {
+fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::Instant) {
     fleet.report_step(&ctx.metrics, &ctx.replica);
     if tokio::time::Instant::now().saturating_duration_since(deadline) > JUMP_BOUND {
         fleet.suspect();
@@ -182,11 +182,11 @@ fn look_for_a_freeze(fleet: &FleetClock, ctx: &RaceContext, deadline: tokio::tim
 /// Takes the jobs due at `slot` from the timeline (each queued again at its next slot) and
 /// starts their race. A replica that wakes late still races the slots inside the start
 /// window (the race decides); slots older than that belonged to replicas that were awake.
-fn race_due(ctx: &Arc<RaceContext>, timeline: &mut Timeline, slot: Slot, tracker: &TaskTracker) {
+fn race_due(ctx: &Arc<SlotEnv>, timeline: &mut Timeline, slot: Slot, tracker: &TaskTracker) {
     let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
     let after = slot.instant().max(ctx.clock.now() - window);
     let due = timeline.take_due(slot, after, &ctx.replica);
-    tracker.spawn(race_instant(ctx.clone(), due, slot, tracker.clone()));
+    tracker.spawn(race_instant(ctx.clone(), due, slot));
 }
 
 /// What ended a wait for the next slot.
@@ -208,7 +208,7 @@ enum Wake {
 /// Timers run on the monotonic clock; the remaining gap is measured again after each, so a
 /// clock stepped back meanwhile never starts a slot before its instant.
 async fn wait_until_due(
-    ctx: &RaceContext,
+    ctx: &SlotEnv,
     slot: Slot,
     fleet: Option<&FleetClock>,
     shutdown: &CancellationToken,
@@ -250,7 +250,7 @@ async fn wait_until_due(
 /// clock (they differ under `clock = "local"`) when it is behind by no more than the start
 /// window. Further behind, the slot goes to the race at once, whose guard skips it as early:
 /// waiting longer would hold up every later slot.
-fn until_due(ctx: &RaceContext, slot: Slot) -> Duration {
+fn until_due(ctx: &SlotEnv, slot: Slot) -> Duration {
     let left = |now: DateTime<Utc>| (slot.instant() - now).to_std().unwrap_or_default();
     let fleet = left(ctx.clock.fleet_now());
     let fleet = if fleet <= ctx.start_window() {
@@ -261,51 +261,10 @@ fn until_due(ctx: &RaceContext, slot: Slot) -> Duration {
     left(ctx.clock.now()).max(fleet)
 }
 
-/// Races the jobs due at `slot` that this replica is a candidate for, one batch per rank
-/// (see [`crate::fleet::membership`]).
-async fn race_instant(
-    ctx: Arc<RaceContext>,
-    jobs: Vec<Arc<Job>>,
-    slot: Slot,
-    tracker: TaskTracker,
-) {
-    let jobs = ctx.drop_paused(jobs, slot);
-    for (rank, jobs) in ctx.by_rank(jobs, slot) {
-        tracker.spawn(race_rank(ctx.clone(), jobs, slot, rank, tracker.clone()));
-    }
-}
-
-/// Races one rank's batch after its stagger (the first rank at once; a later place looks
-/// first and leaves the slots it finds held); each win runs in a task of its own. A replica
-/// shutting down meanwhile leaves the slot to the higher ranks.
-async fn race_rank(
-    ctx: Arc<RaceContext>,
-    jobs: Vec<Arc<Job>>,
-    slot: Slot,
-    rank: Option<usize>,
-    tracker: TaskTracker,
-) {
-    let stagger = ctx.stagger(rank);
-    if !stagger.is_zero() {
-        tokio::select! {
-            _ = ctx.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(stagger) => {}
-        }
-    }
-    let jobs = ctx.unheld(jobs, slot, rank).await;
-    if jobs.is_empty() {
-        return;
-    }
-    for claim in ctx.claim_many(&jobs, slot, RaceKind::Scheduled, rank).await {
-        if let Claim::Won(won) = claim {
-            tracker.spawn(run_won(ctx.clone(), won));
-        }
-    }
-}
-
-/// Runs one won slot: a named task (not a closure) so that a slow run holds up nothing else.
-async fn run_won(ctx: Arc<RaceContext>, won: Won) {
-    ctx.run(won).await;
+/// Takes the jobs due at `slot` through their slot's life, as one batch ([`crate::slot::due`]):
+/// a named task (not a closure), so a slow race or run holds up no later slot.
+async fn race_instant(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>, slot: Slot) {
+    crate::slot::due(&ctx, Trigger::Schedule, jobs, slot).await;
 }
 
 #[cfg(test)]

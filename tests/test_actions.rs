@@ -17,7 +17,7 @@ use slotcron::action::rate::Budgets;
 use slotcron::action::{http_client, Delivery, SendContext};
 use slotcron::config::{self, Config};
 use slotcron::metrics::Metrics;
-use slotcron::race::{RaceContext, SlotResult};
+use slotcron::slot::{SlotEnv, SlotResult};
 use slotcron::time::schedule::{Fence, Slot, SystemClock};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -50,7 +50,7 @@ fn wecom(rest: &str) -> String {
     format!("type = \"wecom\"\nwebhook = \"${{WECOM_WEBHOOK}}\"\n{rest}")
 }
 
-async fn context(config: &Config) -> RaceContext {
+async fn context(config: &Config) -> Arc<SlotEnv> {
     slotcron::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
         .await
         .unwrap()

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slotcron::config::{self, Config};
-use slotcron::race::SlotResult;
 use slotcron::replica::Replica;
+use slotcron::slot::SlotResult;
 use slotcron::time::schedule::{Slot, SystemClock};
 
 /// One job `cmd` (standalone) whose `[job.action]` is `action`, with `timeout`.

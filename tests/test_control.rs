@@ -11,6 +11,14 @@ use chrono::{DateTime, Utc};
 use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
+/// A replica of `config` connected in-process, named `name` (no timeline runs).
+async fn connect(config: &slotcron::config::Config, name: &str) -> slotcron::replica::Replica {
+    let clock = std::sync::Arc::new(slotcron::time::schedule::SystemClock);
+    slotcron::replica::Replica::connect(config, name.to_owned(), clock)
+        .await
+        .unwrap()
+}
+
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
     let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
     format!(
@@ -448,14 +456,14 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     let slot = slotcron::time::schedule::Slot::at(Utc::now());
     let first = winner.run_slot(&job, slot).await;
     assert!(
-        matches!(first, slotcron::race::SlotResult::Done { .. }),
+        matches!(first, slotcron::slot::SlotResult::Done { .. }),
         "{first:?}"
     );
     cluster[0].restart();
     cluster[1].restart();
     let second = late.run_slot(&job, slot).await;
     assert!(
-        matches!(second, slotcron::race::SlotResult::Done { .. }),
+        matches!(second, slotcron::slot::SlotResult::Done { .. }),
         "{second:?}"
     );
     assert_eq!(target.count(), 2, "the fault must make the slot run twice");
@@ -687,14 +695,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let path = write_config(dir.path(), &text);
     let config = common::fleet::parse(&text);
     let job = config.jobs[0].clone();
-    let ctx = slotcron::replica::Replica::connect(
-        &config,
-        "early".to_owned(),
-        std::sync::Arc::new(slotcron::time::schedule::SystemClock),
-    )
-    .await
-    .unwrap()
-    .context(&config);
+    let ctx = connect(&config, "early").await.context(&config);
     // The pause's newest slot is `slot`: it ends half a second after it.
     let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 2, 0).unwrap();
     let until = (slot_at + chrono::Duration::milliseconds(500)).to_rfc3339();
@@ -703,7 +704,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let slot = slotcron::time::schedule::Slot::at(slot_at);
     let ran = ctx.run_slot(&job, slot).await;
     assert!(
-        matches!(ran, slotcron::race::SlotResult::Done { .. }),
+        matches!(ran, slotcron::slot::SlotResult::Done { .. }),
         "{ran:?}"
     );
     // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
@@ -711,6 +712,58 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let out = slotcron_cli(&path, &["resume", "push", "--by", "ops", "--catch-up"]);
     assert!(out.contains("already ran"), "{out}");
     assert_eq!(receiver.count(), 1, "{out}");
+}
+
+/// The entry the in-process tests race a slot through (`run_slot`) is the timeline's own
+/// (`slot::due`): a job paused fleet-wide is not raced through it, exactly as on a running
+/// replica, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "entrypause");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    let job = config.jobs[0].clone();
+    let ctx = connect(&config, "tester").await.context(&config);
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    // What a running replica learns from the pause's announcement.
+    ctx.control.refresh(std::slice::from_ref(&job.name)).await;
+    // The first whole second after the pause: a pause holds from its instant on.
+    let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
+    tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
+    let slot = slotcron::time::schedule::Slot::at(slot_at);
+    let result = ctx.run_slot(&job, slot).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), 0, "a paused job was sent: {result:?}");
+    assert!(
+        matches!(result, slotcron::slot::SlotResult::Paused),
+        "{result:?}"
+    );
+}
+
+/// A start reads every job's pause log in one batch per node (`Control::logs`): it returns
+/// what the one-job read returns for each job, a job never paused included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_reads_every_pause_log_at_once_as_one_by_one() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&cluster.urls(), &receiver.uri(), "pauselogs");
+    let path = write_config(dir.path(), &text);
+    let config = common::fleet::parse(&text);
+    slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
+    let replica = connect(&config, "reader").await;
+    let jobs = ["push".to_owned(), "never-paused".to_owned()];
+    let batch = replica.control.logs(&jobs).await;
+    let one_by_one = vec![
+        replica.control.log("push").await,
+        replica.control.log("never-paused").await,
+    ];
+    assert_eq!(batch, one_by_one);
+    assert_eq!(batch[0].len(), 2, "{batch:?}");
 }
 
 /// Two deployments on one prefix: production (two replicas) and staging (one), both with a job

@@ -18,7 +18,7 @@ use common::{write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 use slotcron::action::DeliveryState;
 use slotcron::config::{self, Config};
-use slotcron::race::SlotResult;
+use slotcron::slot::SlotResult;
 use slotcron::time::schedule::{Slot, SystemClock};
 
 const KEY: &str = "deliverykey0001";

@@ -14,8 +14,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::fleet::{parse, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
-use slotcron::race::SlotResult;
 use slotcron::replica::Replica as SlotcronReplica;
+use slotcron::slot::SlotResult;
 use slotcron::time::schedule::{Slot, SystemClock};
 
 /// The fault tests' fleet: job `fault` at `schedule` with `timeout`, the harness' defaults.

@@ -23,8 +23,8 @@ use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use slotcron::config;
-use slotcron::race::{RaceContext, SlotResult};
 use slotcron::replica::Replica;
+use slotcron::slot::{SlotEnv, SlotResult};
 use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
 
 /// Runs one slot of the only job (`robot`, Asia/Shanghai, 5 s) whose `[job.action]` is `action`;
@@ -43,7 +43,7 @@ async fn run_action_inner(dir: &Path, action: &str, env: &[(&str, &str)]) -> (Sl
     let config =
         config::parse(&dir.join("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"));
     let clock: SharedClock = Arc::new(SystemClock);
-    let ctx: RaceContext = Replica::connect(&config, "replica-a".into(), clock)
+    let ctx: Arc<SlotEnv> = Replica::connect(&config, "replica-a".into(), clock)
         .await
         .unwrap()
         .context(&config);

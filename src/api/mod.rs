@@ -197,7 +197,7 @@ impl Fleet {
             Some(config) => config,
             None => self.parts.config()?,
         };
-        let stagger = crate::race::stagger_warning(&config.scheduler);
+        let stagger = crate::slot::stagger_warning(&config.scheduler);
         for warning in config.warnings.iter().chain(&stagger) {
             tracing::warn!(replica = %self.replica, "{warning}");
         }
@@ -244,17 +244,15 @@ impl Fleet {
     }
 }
 
-/// The race context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
+/// The slot context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
 /// guard's): the replica's, tied to the same shutdown.
 #[cfg(feature = "tcs")]
 fn race_context(
     replica: &Replica,
     config: &Config,
     stop: &CancellationToken,
-) -> Arc<crate::race::RaceContext> {
-    let mut race = replica.context(config);
-    race.shutdown = stop.clone();
-    Arc::new(race)
+) -> Arc<crate::slot::SlotEnv> {
+    replica.context_until(config, stop)
 }
 
 /// The run task's ending as the handle reports it.
@@ -285,7 +283,7 @@ pub struct FleetHandle {
     run: JoinHandle<anyhow::Result<()>>,
     /// For runs outside the schedule: the tokio-cron-scheduler guard's ticks.
     #[cfg(feature = "tcs")]
-    race: Arc<crate::race::RaceContext>,
+    race: Arc<crate::slot::SlotEnv>,
     /// The guard's runs in flight: shutdown waits for them too.
     guarded: TaskTracker,
 }

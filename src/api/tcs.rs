@@ -43,7 +43,7 @@ use super::{Error, FleetHandle, JobSpec, SlotContext};
 use crate::action::function::{FnAction, JobFn};
 use crate::action::Action;
 use crate::config::{self, ConfigError, ConfigErrors, Overlap, Section};
-use crate::race::{RaceContext, RaceKind};
+use crate::slot::{self, SlotEnv, Trigger};
 use crate::time::schedule::{Schedule, Slot};
 
 /// A tick that fired more than this after the schedule's latest instant is not that instant's
@@ -101,7 +101,7 @@ impl FleetHandle {
 #[derive(Clone)]
 pub struct Guard {
     /// The fleet's race (nodes, fleet clock, history, metrics).
-    race: Arc<RaceContext>,
+    race: Arc<SlotEnv>,
     /// The guarded runs in flight: the fleet's shutdown waits for them.
     guarded: TaskTracker,
     /// The fleet's shutdown: a tick after it starts no race.
@@ -215,7 +215,7 @@ impl Guarded {
         }
         let job = Arc::new(self.job(id, scheduler));
         let race = self.guard.race.clone();
-        let run = async move { race.race(&job, slot, RaceKind::Scheduled).await };
+        let run = async move { slot::due(&race, Trigger::Schedule, vec![job], slot).await };
         // The race's own task: a panicking body is the race's failure, never the scheduler's.
         let _ = self.guard.guarded.spawn(run).await;
     }

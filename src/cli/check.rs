@@ -56,7 +56,7 @@ pub fn render_check(config: &Config, next: usize) -> String {
         config.path.display(),
         config.jobs.len()
     ));
-    let stagger = crate::race::stagger_warning(&config.scheduler);
+    let stagger = crate::slot::stagger_warning(&config.scheduler);
     for warning in config.warnings.iter().chain(&stagger) {
         out.push_str(&format!("warning: {warning}\n"));
     }

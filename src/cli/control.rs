@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use chrono::Utc;
 use clap::Args;
 
@@ -14,9 +15,9 @@ use super::trigger::report_trigger;
 use crate::config::Config;
 use crate::fleet::control::{Control, Pause};
 use crate::ops::telemetry::{self, LogFormat};
-use crate::race::{RaceKind, SlotResult};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
+use crate::slot::{SlotResult, Trigger};
 use crate::time::schedule::{Slot, SystemClock};
 
 #[derive(Debug, Args)]
@@ -156,7 +157,10 @@ fn catch_up_pause(
         if let Some(run) = runs.iter().find(|r| r.slot == slot) {
             return Ok(Caught::Ran(slot, run.replica.clone()));
         }
-        Ok(Caught::Raced(ctx.race(&job, slot, RaceKind::CatchUp).await))
+        let raced = crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
+        Ok(Caught::Raced(
+            raced.context("the catch-up ended without a result")?,
+        ))
     });
     match result {
         Ok(Caught::NoSlot) => println!("{}: no slot fell inside the pause", job.name),

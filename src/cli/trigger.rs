@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Args;
 
 use super::shared::{
@@ -12,8 +13,8 @@ use super::shared::{
 };
 use crate::config::{Config, Job};
 use crate::ops::telemetry::{self, LogFormat};
-use crate::race::{RaceKind, SlotResult};
 use crate::replica::Replica;
+use crate::slot::{SlotResult, Trigger};
 use crate::time::schedule::{Slot, SystemClock};
 
 #[derive(Debug, Args)]
@@ -50,10 +51,10 @@ pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    race_once(&runtime, &config, replica, &job, None, RaceKind::Manual)
+    race_once(&runtime, &config, replica, &job, None, Trigger::Manual)
 }
 
-/// Races `job` once, through the same race as scheduled slots, as `kind`, at `slot` (`None`:
+/// Races `job` once, through the same entry as scheduled slots, as `trigger`, at `slot` (`None`:
 /// the fleet's current second, so the guard at the race never finds it ahead); reports it.
 pub(super) fn race_once(
     runtime: &tokio::runtime::Runtime,
@@ -61,13 +62,14 @@ pub(super) fn race_once(
     replica: String,
     job: &Arc<Job>,
     slot: Option<Slot>,
-    kind: RaceKind,
+    trigger: Trigger,
 ) -> ExitCode {
     let result = runtime.block_on(async {
         let replica = Replica::connect(config, replica, Arc::new(SystemClock)).await?;
         let ctx = replica.context(config);
         let slot = slot.unwrap_or_else(|| Slot::at(ctx.clock.fleet_now()));
-        anyhow::Ok(ctx.race(job, slot, kind).await)
+        let result = crate::slot::once(&ctx, trigger, job.clone(), slot).await;
+        result.context("the trigger ended without a result")
     });
     match result {
         Ok(result) => report_trigger(&job.name, &result),
@@ -103,7 +105,7 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             format!("already run by {} for this second", holder.replica()),
         ),
         SlotResult::Unavailable(why) => (EXIT_UNAVAILABLE, format!("lock unavailable: {why}")),
-        SlotResult::Overlapping { .. } => (
+        SlotResult::Overlapped { .. } => (
             EXIT_SKIPPED,
             "skipped: the previous run is still going".to_owned(),
         ),
@@ -111,6 +113,11 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
         SlotResult::Early { .. } => (
             EXIT_RUNTIME,
             "skipped: before its instant on the fleet clock".to_owned(),
+        ),
+        SlotResult::Paused => (EXIT_SKIPPED, "not raced: the job is paused".to_owned()),
+        SlotResult::Standby => (
+            EXIT_SKIPPED,
+            "not raced: not one of the slot's candidates".to_owned(),
         ),
         SlotResult::Unmeasured => (
             EXIT_RUNTIME,

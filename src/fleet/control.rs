@@ -166,7 +166,11 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(pause.clone());
         };
-        let (_, newest) = read_newest(nodes, prefix, job).await;
+        let newest = read_newest(nodes, prefix, &[job.to_owned()])
+            .await
+            .1
+            .pop()
+            .flatten();
         let pause = Pause {
             at: stamp(nodes, newest.as_ref()).await,
             ..pause.clone()
@@ -185,7 +189,11 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(None);
         };
-        let (_, newest) = read_newest(nodes, prefix, job).await;
+        let newest = read_newest(nodes, prefix, &[job.to_owned()])
+            .await
+            .1
+            .pop()
+            .flatten();
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
             at: stamp(nodes, newest.as_ref()).await,
@@ -216,8 +224,9 @@ impl Control {
         pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
     }
 
-    /// Reads the pause state of every job in `jobs` into what this replica knows; a job whose
-    /// state a majority did not answer keeps its last known state (logged).
+    /// Reads the pause state of every job in `jobs` into what this replica knows (one `MGET`
+    /// per node for all of them); a job whose state a majority did not answer keeps its last
+    /// known state (logged).
     pub async fn refresh(&self, jobs: &[String]) {
         let Control::Redis {
             nodes,
@@ -227,10 +236,10 @@ impl Control {
         else {
             return;
         };
-        for job in jobs {
-            let state = read_pause(nodes, prefix, job).await;
-            let mut known = known.write().unwrap_or_else(|p| p.into_inner());
-            match state {
+        let (answered, newest) = read_newest(nodes, prefix, jobs).await;
+        let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+        for (job, newest) in jobs.iter().zip(newest) {
+            match pause_state(nodes, answered, newest) {
                 PauseState::Held(pause) => {
                     known.insert(job.clone(), pause);
                 }
@@ -264,6 +273,41 @@ impl Control {
             watermark::repair(&history, job).await;
             history.repair(job).await;
         }
+    }
+
+    /// The changes of each job of `jobs`'s pause state, oldest first, merged across the
+    /// nodes, in order: one `XREAD` per node for all of them (a replica's start reads them
+    /// together).
+    pub async fn logs(&self, jobs: &[String]) -> Vec<Vec<PauseEvent>> {
+        let Control::Redis { nodes, prefix, .. } = self else {
+            return vec![Vec::new(); jobs.len()];
+        };
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<String> = jobs.iter().map(|job| log_key(prefix, job)).collect();
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("STREAMS").arg(&keys);
+        for _ in &keys {
+            cmd.arg("0-0");
+        }
+        // Nil when none of the streams holds an entry.
+        let reads = nodes
+            .query::<Option<Vec<(String, LogEntries)>>>(cmd, CONTROL_TIMEOUT, |r| {
+                r.settled() && r.answered() > 0
+            })
+            .await;
+        keys.iter()
+            .map(|key| {
+                let per_node = reads.values().map(|streams| {
+                    let stream = streams.iter().flatten().find(|(k, _)| k == key);
+                    stream
+                        .map(|(_, entries)| entries.clone())
+                        .unwrap_or_default()
+                });
+                merge_log(per_node.collect())
+            })
+            .collect()
     }
 
     /// The changes of `job`'s pause state, oldest first, merged across the nodes.
@@ -348,11 +392,9 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
     })
 }
 
-/// `job`'s pause state, read like a lock: held when any node of an answering majority holds
-/// a pause newer than every resume seen. The newest change is written back onto the nodes that
-/// answered without it (read-repair), so a node restarted empty holds it again.
-async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> PauseState {
-    let (answered, newest) = read_newest(nodes, prefix, job).await;
+/// A job's pause state, read like a lock from `answered` nodes: held when any node of an
+/// answering majority holds a pause newer than every resume seen ([`read_newest`]).
+fn pause_state(nodes: &Nodes, answered: usize, newest: Option<PauseEvent>) -> PauseState {
     if answered < nodes.quorum() {
         return PauseState::Unknown { answered };
     }
@@ -362,32 +404,54 @@ async fn read_pause(nodes: &Nodes, prefix: &str, job: &str) -> PauseState {
     }
 }
 
-/// The newest change to `job`'s pause that any answering node holds, and how many nodes
-/// answered; the change is written back onto the answering nodes that lack it.
-async fn read_newest(nodes: &Nodes, prefix: &str, job: &str) -> (usize, Option<PauseEvent>) {
-    let mut cmd = redis::cmd("GET");
-    cmd.arg(pause_key(prefix, job));
+/// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`
+/// per node), and how many nodes answered; each change is written back onto the answering
+/// nodes that lack it (read-repair), so a node restarted empty holds it again.
+async fn read_newest(
+    nodes: &Nodes,
+    prefix: &str,
+    jobs: &[String],
+) -> (usize, Vec<Option<PauseEvent>>) {
+    let mut cmd = redis::cmd("MGET");
+    for job in jobs {
+        cmd.arg(pause_key(prefix, job));
+    }
     let replies = nodes
-        .query::<Option<String>>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .query::<Vec<Option<String>>>(cmd, CONTROL_TIMEOUT, Replies::settled)
         .await;
-    let held: Vec<Option<PauseEvent>> = replies
-        .answers()
-        .iter()
-        .map(|a| match a {
-            Some(Ok(Some(text))) => PauseEvent::parse_record(text),
-            _ => None,
-        })
-        .collect();
-    let newest = held.iter().flatten().max_by_key(|e| e.at()).cloned();
-    if let Some(newest) = &newest {
-        let stale: Vec<bool> = (0..held.len())
-            .map(|i| {
-                matches!(replies.answers()[i], Some(Ok(_))) && held[i].as_ref() != Some(newest)
+    let mut newest_of = Vec::with_capacity(jobs.len());
+    for (j, job) in jobs.iter().enumerate() {
+        // Each node's record of the job: `None` for a node that did not answer.
+        let held: Vec<Option<Option<PauseEvent>>> = replies
+            .answers()
+            .iter()
+            .map(|a| match a {
+                Some(Ok(values)) => Some(
+                    values
+                        .get(j)
+                        .cloned()
+                        .flatten()
+                        .and_then(|text| PauseEvent::parse_record(&text)),
+                ),
+                _ => None,
             })
             .collect();
-        write_back(nodes, &pause_key(prefix, job), newest, &stale).await;
+        let newest = held
+            .iter()
+            .flatten()
+            .flatten()
+            .max_by_key(|e| e.at())
+            .cloned();
+        if let Some(newest) = &newest {
+            let stale: Vec<bool> = held
+                .iter()
+                .map(|h| h.as_ref().is_some_and(|h| h.as_ref() != Some(newest)))
+                .collect();
+            write_back(nodes, &pause_key(prefix, job), newest, &stale).await;
+        }
+        newest_of.push(newest);
     }
-    (replies.answered(), newest)
+    (replies.answered(), newest_of)
 }
 
 /// When a change is made, on the fleet's terms: the nodes' `TIME` (as the fleet clock reads

@@ -30,7 +30,7 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// One replica's entry: when it wrote it (ms since the epoch) and each job's fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
+struct Published {
     at: i64,
     jobs: BTreeMap<String, String>,
 }
@@ -90,9 +90,9 @@ async fn exchange(
     key: &str,
     replica: &str,
     jobs: &BTreeMap<String, String>,
-) -> HashMap<String, Entry> {
+) -> HashMap<String, Published> {
     let now_ms = Utc::now().timestamp_millis();
-    let entry = Entry {
+    let entry = Published {
         at: now_ms,
         jobs: jobs.clone(),
     };
@@ -129,12 +129,12 @@ fn live_entries<'a>(
     nodes: impl Iterator<Item = &'a (HashMap<String, String>,)>,
     replica: &str,
     stale_before: i64,
-) -> (HashMap<String, Entry>, HashSet<String>) {
-    let mut others: HashMap<String, Entry> = HashMap::new();
+) -> (HashMap<String, Published>, HashSet<String>) {
+    let mut others: HashMap<String, Published> = HashMap::new();
     let mut stale: HashSet<String> = HashSet::new();
     for (fields,) in nodes {
         for (name, text) in fields.iter().filter(|(name, _)| *name != replica) {
-            let Ok(entry) = serde_json::from_str::<Entry>(text) else {
+            let Ok(entry) = serde_json::from_str::<Published>(text) else {
                 continue;
             };
             let newer = others.get(name).is_none_or(|e| e.at < entry.at);
@@ -168,7 +168,7 @@ async fn forget(nodes: &Nodes, key: &str, left: &HashSet<String>) {
 /// The (job, other replica) pairs whose fingerprints differ, with the other's fingerprint.
 fn conflicts(
     own: &BTreeMap<String, String>,
-    others: &HashMap<String, Entry>,
+    others: &HashMap<String, Published>,
 ) -> HashMap<(String, String), String> {
     let mut found = HashMap::new();
     for (replica, entry) in others {
@@ -218,14 +218,14 @@ mod tests {
         let others = HashMap::from([
             (
                 "staging".to_owned(),
-                Entry {
+                Published {
                     at: 0,
                     jobs: jobs(&[("standup", "cc"), ("report", "bb")]),
                 },
             ),
             (
                 "other".to_owned(),
-                Entry {
+                Published {
                     at: 0,
                     jobs: jobs(&[("cleanup", "dd")]),
                 },

@@ -5,7 +5,7 @@
 //! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`, see
 //! [`crate::redis::pubsub`]): an offer reaches every replica in one hop and a fleet where all is well
 //! sends and reads nothing: no loser polls for the winner's fate. An offer that arrives from
-//! several nodes is taken once (see [`Seen`]).
+//! several nodes is taken once (see [`OffersSeen`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl Handoffs {
 
     /// Subscribes to the offers on every node (see [`pubsub`]). The offers arrive on the
     /// returned channel, duplicates included (one per node): the taker drops them with
-    /// [`Seen`]. `None` in standalone mode.
+    /// [`OffersSeen`]. `None` in standalone mode.
     pub fn listen(
         &self,
         tracker: &TaskTracker,
@@ -124,12 +124,12 @@ impl Handoffs {
 
 /// The offers already taken: each arrives once per node.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub struct OffersSeen {
     set: HashSet<(String, i64, u8)>,
     order: VecDeque<(String, i64, u8)>,
 }
 
-impl Seen {
+impl OffersSeen {
     /// True the first time `request` is seen (the oldest are forgotten past `SEEN_CAP`).
     pub fn first_time(&mut self, request: &HandoffRequest) -> bool {
         let key = (request.job.clone(), request.slot_ms, request.handoff);
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn an_offer_is_taken_once_whatever_the_number_of_nodes_that_deliver_it() {
-        let mut seen = Seen::default();
+        let mut seen = OffersSeen::default();
         assert!(seen.first_time(&offer("a", 1000)));
         assert!(!seen.first_time(&offer("a", 1000)));
         assert!(!seen.first_time(&offer("a", 1000)));
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_oldest_offers_are_forgotten_past_the_cap() {
-        let mut seen = Seen::default();
+        let mut seen = OffersSeen::default();
         for ms in 0..=SEEN_CAP as i64 {
             assert!(seen.first_time(&offer("a", ms)));
         }

@@ -3,7 +3,7 @@
 //! Racing every slot on every replica costs each slot replicas × nodes `SET`s and rewards the
 //! fastest replica. Instead only the top `k` replicas of a rendezvous hash of (job, slot,
 //! replica) race ([`rank`]), the place after them looks out for dead candidates (see
-//! `race/candidates.rs`), and the others do not touch Redis for that slot. Every replica
+//! `slot/candidates.rs`), and the others do not touch Redis for that slot. Every replica
 //! derives the same ranking from the same live set, and a replica joining or leaving changes
 //! the ranking of only the slots it ranks high in.
 //!
@@ -28,7 +28,7 @@
 //!
 //! Why so long: 150 of its lines are unit tests; the code is the live set, the groups it is
 //! ranked in and the ranking, which share one state (`Fleet`) and one heartbeat. How a slot
-//! uses the ranking (race, look, look out or stand by) is in `race/candidates.rs`.
+//! uses the ranking (race, look, look out or stand by) is in `slot/candidates.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -236,7 +236,7 @@ impl Redlock {
     }
 
     /// Who holds each of `keys`, by one node's account: a covering candidate's look before it
-    /// races ([`crate::race`]). The node is this replica's own pick (spreading the looks of a
+    /// races ([`crate::slot`]). The node is this replica's own pick (spreading the looks of a
     /// fleet over the nodes), or the next one up when the view suspects it. `None` when no
     /// node is up or the one asked did not answer: the caller races instead.
     ///

@@ -65,8 +65,9 @@ pub enum RunState {
     Failed,
     /// Nothing left the winner: it offered the slot to the fleet (see `handoff`).
     HandedOff,
-    /// Won, not run: the job's previous run was still going (`overlap = "skip"`).
-    Skipped,
+    /// Won, not run: the job's previous run was still going (`overlap = "skip"`). Stored as
+    /// `skipped`, the word its log line uses (`outcome = "skipped"`, `reason = "overlap"`).
+    Overlapped,
 }
 
 impl RunState {
@@ -77,7 +78,7 @@ impl RunState {
             RunState::Done => "done",
             RunState::Failed => "failed",
             RunState::HandedOff => "handed_off",
-            RunState::Skipped => "skipped",
+            RunState::Overlapped => "skipped",
         }
     }
 
@@ -87,7 +88,7 @@ impl RunState {
             "done" => Some(RunState::Done),
             "failed" => Some(RunState::Failed),
             "handed_off" => Some(RunState::HandedOff),
-            "skipped" => Some(RunState::Skipped),
+            "skipped" => Some(RunState::Overlapped),
             _ => None,
         }
     }

@@ -22,9 +22,12 @@ use crate::redis::{Node, NodeError};
 /// Bound on one node's answer (at start, not on the race path).
 const WATERMARK_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Sets the watermark if the node has none, and returns the node's watermark.
-const FIRST_SEEN_SCRIPT: &str = "redis.call('SET', KEYS[1], ARGV[1], 'NX') \
-    return redis.call('GET', KEYS[1])";
+/// Sets each watermark (`KEYS`) the node has none of to `ARGV[1]`, and returns them all.
+const FIRST_SEEN_SCRIPT: &str =
+    "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'NX') end \
+    return redis.call('MGET', unpack(KEYS))";
+/// Most keys one script sets: Lua's `unpack` takes a few thousand values at most.
+const SCRIPT_KEYS: usize = 500;
 
 /// Fewer than a majority of nodes answered: catch-up cannot tell what the fleet missed.
 #[derive(Debug, thiserror::Error)]
@@ -41,29 +44,42 @@ pub fn key(prefix: &str, job: &str) -> String {
     format!("{prefix}:{job}:first_seen")
 }
 
-/// Records `now` as the time the fleet first scheduled `job` where no time is recorded yet, and
-/// returns the fleet's watermark.
+/// Records `now` as the time the fleet first scheduled each job of `jobs` where no time is
+/// recorded yet, and returns the fleet's watermark of each, in order. One `MGET` per node for
+/// all of them (a replica's start asks this for every job at once), and, on a node that lacks
+/// some, one script that sets those (`SET NX`) and reads them back.
 pub async fn first_seen(
     history: &History,
-    job: &str,
+    jobs: &[&str],
     now: DateTime<Utc>,
-) -> Result<DateTime<Utc>, WatermarkUnavailable> {
+) -> Vec<Result<DateTime<Utc>, WatermarkUnavailable>> {
     let History::Redis { nodes, prefix } = history else {
-        return Ok(now);
+        return jobs.iter().map(|_| Ok(now)).collect();
     };
-    let key = key(prefix, job);
+    let keys: Arc<[String]> = jobs.iter().map(|job| key(prefix, job)).collect();
     // Every node that is up, by the pool's rule (a suspect node is not waited for).
     let replies = nodes
-        .ask(|node| set_and_get(node, key.clone(), now), Replies::settled)
+        .ask(
+            |node| set_and_get(node, keys.clone(), now),
+            Replies::settled,
+        )
         .await;
-    let values: Vec<i64> = replies.values().flatten().copied().collect();
-    let unavailable = WatermarkUnavailable {
-        answered: values.len(),
-        nodes: nodes.len(),
-    };
-    majority_watermark(values, nodes.len())
-        .and_then(DateTime::from_timestamp_millis)
-        .ok_or(unavailable)
+    let per_node: Vec<&Vec<Option<i64>>> = replies.values().collect();
+    (0..jobs.len())
+        .map(|j| {
+            let values: Vec<i64> = per_node
+                .iter()
+                .filter_map(|v| v.get(j).copied().flatten())
+                .collect();
+            let unavailable = WatermarkUnavailable {
+                answered: values.len(),
+                nodes: nodes.len(),
+            };
+            majority_watermark(values, nodes.len())
+                .and_then(DateTime::from_timestamp_millis)
+                .ok_or(unavailable)
+        })
+        .collect()
 }
 
 /// The fleet's watermark of `job` as recorded, without recording one (`None`: never scheduled,
@@ -138,18 +154,32 @@ pub async fn repair(history: &History, job: &str) {
     }
 }
 
+/// One node's watermark of each of `keys`, setting the missing ones to `now` first.
 async fn set_and_get(
     node: Arc<Node>,
-    key: String,
+    keys: Arc<[String]>,
     now: DateTime<Utc>,
-) -> Result<Option<i64>, NodeError> {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(FIRST_SEEN_SCRIPT)
-        .arg(1)
-        .arg(key)
-        .arg(now.timestamp_millis());
-    let value: String = node.query(&cmd, WATERMARK_TIMEOUT).await?;
-    Ok(value.parse().ok())
+) -> Result<Vec<Option<i64>>, NodeError> {
+    let mut mget = redis::cmd("MGET");
+    mget.arg(&*keys);
+    let mut held: Vec<Option<String>> = node.query(&mget, WATERMARK_TIMEOUT).await?;
+    let missing: Vec<usize> = (0..keys.len()).filter(|&i| held[i].is_none()).collect();
+    for chunk in missing.chunks(SCRIPT_KEYS) {
+        let mut script = redis::cmd("EVAL");
+        script.arg(FIRST_SEEN_SCRIPT).arg(chunk.len());
+        for &i in chunk {
+            script.arg(&keys[i]);
+        }
+        script.arg(now.timestamp_millis());
+        let set: Vec<Option<String>> = node.query(&script, WATERMARK_TIMEOUT).await?;
+        for (&i, value) in chunk.iter().zip(set) {
+            held[i] = value;
+        }
+    }
+    Ok(held
+        .into_iter()
+        .map(|v| v.and_then(|ms| ms.parse().ok()))
+        .collect())
 }
 
 /// The earliest time a majority of the `nodes` hold a watermark at or before: the

@@ -283,7 +283,7 @@ fn pause_view(pause: &Pause, frame: &Frame) -> PauseView {
 fn samples(runs: &[RunRecord], frame: &Frame) -> Vec<Sample> {
     let mut samples: Vec<Sample> = runs
         .iter()
-        .filter(|r| r.outcome != RunState::Skipped)
+        .filter(|r| r.outcome != RunState::Overlapped)
         .filter_map(|r| {
             Some(Sample {
                 label: local(r.slot.instant(), frame)
@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn a_skipped_slot_leaves_the_failure_before_it_as_the_last_outcome() {
         let runs = vec![
-            run("2026-01-01T00:02:00Z", RunState::Skipped, "a"),
+            run("2026-01-01T00:02:00Z", RunState::Overlapped, "a"),
             run("2026-01-01T00:01:00Z", RunState::Failed, "a"),
         ];
         let v = view(&reads(runs, None), "2026-01-01T00:02:30Z");

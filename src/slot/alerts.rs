@@ -1,15 +1,34 @@
 //! What a slot's end tells people: the alert of a failed or missed slot, and the report of a
 //! slot found missed or run twice (each reported once by the fleet, under its own key).
 
-// A part of `RaceContext` split out by step: it shares the race module's names and imports.
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::report::SlotLine;
+use super::{SlotEnv, SlotResult, Won};
+use crate::action::SendContext;
+use crate::config::Job;
+use crate::lock::{Acquire, SlotKey};
+use crate::outcome::Outcome;
+use crate::record::history::RunRecord;
+use crate::time::schedule::{Fence, Slot};
 
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.
 pub const MISSED_KEY_TTL: Duration = Duration::from_secs(2 * 3600);
 /// How long an alert may take, retries included.
 pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl RaceContext {
+/// The winner alone sees its failure: a failed slot alerts the job's `on_failure` once across
+/// the fleet.
+pub(super) async fn on_failure(ctx: &SlotEnv, won: &Won, result: &SlotResult) {
+    if let SlotResult::Failed { error, .. } = result {
+        ctx.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
+            .await;
+    }
+}
+
+impl SlotEnv {
     /// Reports a slot found missed (no replica ran it): the replicas that find it race for its
     /// `missed` key, and the winner counts it and tells the job's alert, so it is reported once
     /// across the fleet. The key outlives the look-back of a replica starting later.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{Entry, RaceContext, RaceKind, MIN_START_WINDOW};
+use super::{SlotEnv, SlotResult, Trigger, MIN_START_WINDOW};
 use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
 use crate::fleet::membership;
@@ -27,100 +27,118 @@ use crate::time::schedule::Slot;
 /// are slow, the lookout's look finds the slot free, its race loses, and that costs one race.
 pub const LOOKOUT_AFTER: Duration = Duration::from_millis(250);
 
-impl RaceContext {
-    /// `jobs` grouped by this replica's place among each one's candidates for `slot`, first
-    /// place first: the `k` candidates, then the lookout (place `k + 1`). A job for which this
-    /// replica is neither is left to the others (logged at debug and counted as `standby`). A
-    /// late member (no heartbeat for [`membership::LATE_AFTER`]) ranked above this replica may
-    /// have died: this replica moves up one place for it. With `candidates = "all"`: one group,
-    /// unranked.
-    pub fn by_rank(&self, jobs: Vec<Arc<Job>>, slot: Slot) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
-        let Candidates::Top(k) = self.candidates else {
-            return vec![(None, jobs)];
-        };
-        let live = self.membership.live(&self.replica);
-        let late = self.membership.late(&self.replica);
-        self.metrics.fleet_replicas(live.len());
-        let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
-        for job in jobs {
-            let rank = membership::rank(&live, &self.replica, &job.name, slot);
-            let covering = late
-                .iter()
-                .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
-                .count();
-            let place = rank - covering;
-            if place <= k.get() + 1 {
-                groups.entry(place).or_default().push(job);
-                continue;
-            }
-            let message = format!("not one of the slot's {k} candidates: not racing");
-            self.report(SlotLine {
-                rank: Some(rank),
-                fleet: Some(live.len()),
-                ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
-            });
-        }
-        groups
-            .into_iter()
-            .map(|(r, jobs)| (Some(r), jobs))
-            .collect()
-    }
-
-    /// How long the replica at place `rank` waits after the slot before it races (`stagger`).
-    pub fn stagger(&self, rank: Option<usize>) -> Duration {
-        stagger(self.candidates, self.candidate_stagger, rank)
-    }
-
-    /// Of `jobs`, the ones the replica at place `rank` should race at `slot`. The first place
-    /// races them all; any later place first looks ([`crate::lock::SlotLock::look`]) and leaves
-    /// the slots it finds held: a candidate logs each as `lost` to the holder, the lookout as
-    /// `standby`. When the look cannot be made, every slot is raced.
-    pub async fn unheld(
-        &self,
-        jobs: Vec<Arc<Job>>,
-        slot: Slot,
-        rank: Option<usize>,
-    ) -> Vec<Arc<Job>> {
-        if rank.is_none_or(|r| r <= 1) {
-            return jobs;
-        }
-        let keys: Vec<SlotKey> = jobs
+/// `jobs` grouped by this replica's place among each one's candidates for `slot`, first place
+/// first: the `k` candidates, then the lookout (place `k + 1`). A job for which this replica
+/// is neither is left to the others (logged at debug, counted as `standby`, and `Standby` in
+/// `ended`). A late member (no heartbeat for [`membership::LATE_AFTER`]) ranked above this
+/// replica may have died: this replica moves up one place for it. With `candidates = "all"`,
+/// and for every trigger but the schedule: one group, unranked.
+pub(super) fn places(
+    ctx: &SlotEnv,
+    trigger: &Trigger,
+    jobs: Vec<Arc<Job>>,
+    slot: Slot,
+    ended: &mut Vec<SlotResult>,
+) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
+    let (Candidates::Top(k), Trigger::Schedule) = (ctx.candidates, trigger) else {
+        return vec![(None, jobs)];
+    };
+    let live = ctx.membership.live(&ctx.replica);
+    let late = ctx.membership.late(&ctx.replica);
+    ctx.metrics.fleet_replicas(live.len());
+    let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
+    for job in jobs {
+        let rank = membership::rank(&live, &ctx.replica, &job.name, slot);
+        let covering = late
             .iter()
-            .map(|job| SlotKey::new(&self.key_prefix, &job.name, slot))
-            .collect();
-        let Some(holders) = self.lock.look(&keys).await else {
-            return jobs;
-        };
-        let mut free = Vec::with_capacity(jobs.len());
-        for (job, holder) in jobs.into_iter().zip(holders) {
-            match holder {
-                Some(holder) => self.report_held(&job, slot, rank, &holder),
-                None => free.push(job),
-            }
+            .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
+            .count();
+        let place = rank - covering;
+        if place <= k.get() + 1 {
+            groups.entry(place).or_default().push(job);
+            continue;
         }
-        free
-    }
-
-    /// Logs a slot a look found held by `holder`: `lost` for a candidate (as the race it would
-    /// have lost), `standby` for the lookout (which only stands in for dead candidates).
-    fn report_held(&self, job: &Arc<Job>, slot: Slot, rank: Option<usize>, holder: &Token) {
-        if !is_lookout(self.candidates, rank) {
-            let entry = Entry {
-                rank,
-                ..Entry::new(job, slot, RaceKind::Scheduled)
-            };
-            self.report_lost(entry, holder);
-            return;
-        }
-        let winner = holder.replica();
-        let message = format!("lookout: {winner} has the slot: not racing");
-        self.report(SlotLine {
-            trigger: Some(RaceKind::Scheduled),
-            rank,
-            winner: Some(winner),
+        let message = format!("not one of the slot's {k} candidates: not racing");
+        ctx.report(SlotLine {
+            rank: Some(rank),
+            fleet: Some(live.len()),
             ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
         });
+        ended.push(SlotResult::Standby);
     }
+    groups
+        .into_iter()
+        .map(|(r, jobs)| (Some(r), jobs))
+        .collect()
+}
+
+/// Waits as long as the replica at place `rank` waits after the slot before it races
+/// ([`stagger`]); false when the replica shuts down meanwhile (the slot is left to the
+/// higher places).
+pub(super) async fn wait_for_place(ctx: &SlotEnv, rank: Option<usize>) -> bool {
+    let stagger = stagger(ctx.candidates, ctx.candidate_stagger, rank);
+    if stagger.is_zero() {
+        return true;
+    }
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => false,
+        _ = tokio::time::sleep(stagger) => true,
+    }
+}
+
+/// Of `jobs`, the ones the replica at place `rank` should race at `slot`. The first place
+/// races them all; any later place first looks ([`crate::lock::SlotLock::look`]) and leaves
+/// the slots it finds held: a candidate logs each as `lost` to the holder, the lookout as
+/// `standby` (each in `ended`). When the look cannot be made, every slot is raced.
+pub(super) async fn unheld(
+    ctx: &SlotEnv,
+    jobs: Vec<Arc<Job>>,
+    slot: Slot,
+    rank: Option<usize>,
+    ended: &mut Vec<SlotResult>,
+) -> Vec<Arc<Job>> {
+    if rank.is_none_or(|r| r <= 1) {
+        return jobs;
+    }
+    let keys: Vec<SlotKey> = jobs
+        .iter()
+        .map(|job| SlotKey::new(&ctx.key_prefix, &job.name, slot))
+        .collect();
+    let Some(holders) = ctx.lock.look(&keys).await else {
+        return jobs;
+    };
+    let mut free = Vec::with_capacity(jobs.len());
+    for (job, holder) in jobs.into_iter().zip(holders) {
+        match holder {
+            Some(holder) => ended.push(report_held(ctx, &job, slot, rank, holder)),
+            None => free.push(job),
+        }
+    }
+    free
+}
+
+/// Logs a slot a look found held by `holder`: `lost` for a candidate (as the race it would
+/// have lost), `standby` for the lookout (which only stands in for dead candidates).
+fn report_held(
+    ctx: &SlotEnv,
+    job: &Job,
+    slot: Slot,
+    rank: Option<usize>,
+    holder: Token,
+) -> SlotResult {
+    if !is_lookout(ctx.candidates, rank) {
+        ctx.report_lost(job, slot, &Trigger::Schedule, rank, &holder);
+        return SlotResult::Lost { holder };
+    }
+    let winner = holder.replica();
+    let message = format!("lookout: {winner} has the slot: not racing");
+    ctx.report(SlotLine {
+        trigger: Some(&Trigger::Schedule),
+        rank,
+        winner: Some(winner),
+        ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
+    });
+    SlotResult::Standby
 }
 
 /// The warning for a `[scheduler]` whose lookout would wait past the start window: it would

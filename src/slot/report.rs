@@ -1,4 +1,4 @@
-//! The one place a slot's log line is written and its outcome counted ([`RaceContext::report`]):
+//! The one place a slot's log line is written and its outcome counted ([`SlotEnv::report`]):
 //! the stable field names (README, "Logs: who won") are spelled once, and a line and its
 //! counter cannot disagree.
 
@@ -7,7 +7,8 @@ use std::fmt::Display;
 
 use tracing::Level;
 
-use super::{RaceContext, RaceKind};
+use super::{SlotEnv, Trigger};
+use crate::lock::Token;
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
 
@@ -21,7 +22,7 @@ pub(super) struct SlotLine<'a> {
     /// The human sentence; tests and operators grep it, so keep it stable too.
     pub message: Cow<'static, str>,
     /// Why the slot was raced (`schedule`, `catch_up`, `trigger`, `handoff`).
-    pub trigger: Option<RaceKind>,
+    pub trigger: Option<&'a Trigger>,
     /// This replica's rank among the slot's candidates.
     pub rank: Option<usize>,
     /// On `standby`: how many live replicas the candidates were ranked among.
@@ -135,11 +136,30 @@ impl SlotLine<'_> {
     }
 }
 
-impl RaceContext {
+impl SlotEnv {
     /// Logs `line` as this replica and counts its outcome: every outcome of a slot on this
     /// replica goes through here, once.
     pub(super) fn report(&self, line: SlotLine<'_>) {
         line.emit(&self.replica);
         self.metrics.slot(line.job, line.outcome);
+    }
+
+    /// Logs `job`'s slot as lost to `holder`: after a race, or after a look that found the
+    /// slot held, so both read the same.
+    pub(super) fn report_lost(
+        &self,
+        job: &crate::config::Job,
+        slot: Slot,
+        trigger: &Trigger,
+        rank: Option<usize>,
+        holder: &Token,
+    ) {
+        let message = format!("lost the slot to {}", holder.replica());
+        self.report(SlotLine {
+            trigger: Some(trigger),
+            rank,
+            winner: Some(holder.replica()),
+            ..SlotLine::new(&job.name, slot, Outcome::Lost, message)
+        });
     }
 }

@@ -1,0 +1,235 @@
+//! The race for a slot's lock, for every job due at the instant as one batch (one round trip
+//! per node), and, for each win of a job with `overlap = "skip"`, the job's running lease (one
+//! more batch). A win is a [`Won`]: what the run needs, and nothing else.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::time::Instant;
+
+use super::record;
+use super::report::SlotLine;
+use super::{SlotEnv, SlotResult, Trigger, RUNNING_LEASE_TTL};
+use crate::config::{Job, Overlap};
+use crate::lock::{Acquire, Lease, SlotKey};
+use crate::outcome::Outcome;
+use crate::record::history::{RunRecord, RunState};
+use crate::time::schedule::{Fence, Slot};
+
+/// A slot this replica won: its run is still to do.
+#[derive(Debug)]
+pub struct Won {
+    /// The job won: the run needs its action and timeout.
+    pub job: Arc<Job>,
+    /// The slot won: the key, the fence and the history record are the slot's.
+    pub slot: Slot,
+    /// The slot's lock: the action must finish inside its validity.
+    pub(super) lease: Lease,
+    /// The job's running lease, held while the run goes on (`overlap = "skip"`).
+    pub(super) running: Option<Lease>,
+    /// Why the slot was raced: the run's `trigger`; a handoff's carries its offer.
+    pub(super) trigger: Trigger,
+    /// This run's fencing token: the slot's, plus one on a handoff.
+    pub(super) fence: Fence,
+}
+
+impl Won {
+    /// The win of `job`'s `slot`; won from a handoff offer, it carries the offer's fence.
+    fn new(job: &Arc<Job>, slot: Slot, trigger: &Trigger, lease: Lease) -> Self {
+        Won {
+            job: job.clone(),
+            slot,
+            lease,
+            running: None,
+            fence: trigger
+                .offer()
+                .map_or(Fence::new(slot, 0), |o| o.fence(slot)),
+            trigger: trigger.clone(),
+        }
+    }
+
+    /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
+    pub(super) fn start_record(&self, replica: &str) -> RunRecord {
+        RunRecord {
+            job: self.job.name.clone(),
+            slot: self.slot,
+            replica: replica.to_owned(),
+            started: Utc::now(),
+            finished: None,
+            outcome: RunState::Running,
+            error: None,
+            attempts: 0,
+            trigger: self.trigger.as_str().to_owned(),
+            fence: self.fence,
+            delivery: None,
+            previous_winner: self.trigger.offer().map(|o| o.previous_winner.clone()),
+        }
+    }
+
+    /// The line of this run's ending: its trigger, fence and duration.
+    pub(super) fn line(
+        &self,
+        outcome: Outcome,
+        message: &'static str,
+        duration: Duration,
+    ) -> SlotLine<'_> {
+        SlotLine {
+            trigger: Some(&self.trigger),
+            fence: Some(self.fence.get()),
+            duration_ms: Some(duration.as_millis() as u64),
+            ..SlotLine::new(&self.job.name, self.slot, outcome, message)
+        }
+    }
+}
+
+/// How a race for one slot ended on this replica.
+#[derive(Debug)]
+pub(super) enum Raced {
+    /// Won: the run is still to do.
+    Won(Won),
+    /// Nothing to run here: lost, unavailable, or the job's previous run is still going
+    /// (already logged and counted).
+    Settled(SlotResult),
+}
+
+/// The key `job`'s `slot` is raced on: the slot's own, or a handoff offer's.
+fn key(ctx: &SlotEnv, trigger: &Trigger, job: &Job, slot: Slot) -> SlotKey {
+    match trigger.offer() {
+        Some(offer) => SlotKey::handoff(&ctx.key_prefix, &job.name, slot, offer.handoff),
+        None => SlotKey::new(&ctx.key_prefix, &job.name, slot),
+    }
+}
+
+/// Races for `slot` of every job of `jobs` as one batch. Logs each outcome, with this
+/// replica's `rank` among the candidates; one claim per job, in order.
+pub(super) async fn claim(
+    ctx: &SlotEnv,
+    trigger: &Trigger,
+    jobs: &[Arc<Job>],
+    slot: Slot,
+    rank: Option<usize>,
+) -> Vec<Raced> {
+    let keys: Vec<(SlotKey, Duration)> = jobs
+        .iter()
+        .map(|job| (key(ctx, trigger, job, slot), ctx.key_ttl(job)))
+        .collect();
+    let raced_at = Instant::now();
+    let acquired = ctx.lock.acquire_many(&keys).await;
+    let elapsed = raced_at.elapsed();
+    let mut claims: Vec<Raced> = jobs
+        .iter()
+        .zip(acquired)
+        .map(|(job, acquired)| settle(ctx, trigger, job, slot, rank, acquired, elapsed))
+        .collect();
+    take_running_leases(ctx, &mut claims).await;
+    claims
+}
+
+/// Logs a race's outcome (the line that names the winner) and counts it.
+fn settle(
+    ctx: &SlotEnv,
+    trigger: &Trigger,
+    job: &Arc<Job>,
+    slot: Slot,
+    rank: Option<usize>,
+    acquired: Acquire,
+    lock_time: Duration,
+) -> Raced {
+    ctx.metrics.lock_latency(lock_time);
+    let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
+        trigger: Some(trigger),
+        rank,
+        ..SlotLine::new(&job.name, slot, outcome, message)
+    };
+    match acquired {
+        Acquire::Won(lease) => {
+            ctx.report(SlotLine {
+                previous_winner: trigger.offer().map(|o| o.previous_winner.as_str()),
+                validity_ms: Some(lease.validity.as_millis() as u64),
+                lock_us: Some(lock_time.as_micros() as u64),
+                ..line(Outcome::Won, "won the slot".into())
+            });
+            Raced::Won(Won::new(job, slot, trigger, lease))
+        }
+        Acquire::Lost { holder } => {
+            ctx.report_lost(job, slot, trigger, rank, &holder);
+            Raced::Settled(SlotResult::Lost { holder })
+        }
+        Acquire::Unavailable(why) => {
+            ctx.report(SlotLine {
+                error: Some(&why),
+                ..line(
+                    Outcome::Unavailable,
+                    "lock unavailable: the slot does not run here".into(),
+                )
+            });
+            Raced::Settled(SlotResult::Unavailable(why))
+        }
+    }
+}
+
+/// Takes the running lease of every win in `claims` whose job skips overlapping runs, in one
+/// batch; a win whose job's previous run still holds it (or whose lease cannot be decided)
+/// becomes `skipped`, and the winner records the skip, so the ledger shows why the slot did
+/// not run.
+async fn take_running_leases(ctx: &SlotEnv, claims: &mut [Raced]) {
+    let mut waiting: Vec<&mut Raced> = claims
+        .iter_mut()
+        .filter(|claim| matches!(claim, Raced::Won(won) if won.job.overlap == Overlap::Skip))
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    let keys: Vec<(SlotKey, Duration)> = waiting
+        .iter()
+        .filter_map(|claim| match claim {
+            Raced::Won(won) => Some(SlotKey::running(&ctx.key_prefix, &won.job.name)),
+            Raced::Settled(_) => None,
+        })
+        .map(|key| (key, RUNNING_LEASE_TTL))
+        .collect();
+    let leases = ctx.lock.acquire_many(&keys).await;
+    for (claim, acquired) in waiting.iter_mut().zip(leases) {
+        let Raced::Won(won) = claim else { continue };
+        match running_lease(ctx, &won.job, won.slot, acquired) {
+            Ok(running) => won.running = Some(running),
+            Err(skipped) => {
+                record::not_run(ctx, won, &skipped).await;
+                **claim = Raced::Settled(skipped);
+            }
+        }
+    }
+}
+
+/// The job's running lease, or the `skipped` result when the previous run still holds it.
+fn running_lease(
+    ctx: &SlotEnv,
+    job: &Job,
+    slot: Slot,
+    acquired: Acquire,
+) -> Result<Lease, SlotResult> {
+    let (holder, error, message) = match acquired {
+        Acquire::Won(running) => return Ok(running),
+        Acquire::Lost { holder } => {
+            let message = format!(
+                "the previous run is still going on {}: slot skipped (overlap = \"skip\")",
+                holder.replica()
+            );
+            (Some(holder), None, message)
+        }
+        Acquire::Unavailable(why) => (
+            None,
+            Some(why),
+            "cannot tell whether the previous run is still going: slot skipped".to_owned(),
+        ),
+    };
+    ctx.report(SlotLine {
+        reason: Some("overlap"),
+        running_on: holder.as_ref().map(|h| h.replica()),
+        error: error.as_ref().map(|e| e as &dyn std::fmt::Display),
+        ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
+    });
+    Err(SlotResult::Overlapped { holder })
+}

@@ -1,0 +1,189 @@
+//! The window guard before every race: a slot is raced only inside its window on the fleet
+//! clock (never before its instant, never past its start window or its key's life; a handoff
+//! offer never past the slot's deadline), and only once the fleet clock has been measured; a
+//! slot outside is logged and counted as `skipped` with its reason (`early`, `late`,
+//! `unmeasured`, `deadline`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::report::SlotLine;
+use super::{SlotEnv, SlotResult, Trigger, KEY_MARGIN};
+use crate::config::Job;
+use crate::fleet::handoff::HandoffRequest;
+use crate::outcome::Outcome;
+use crate::time::schedule::Slot;
+
+/// A slot at most this far ahead of the fleet clock is waited for at the race (a re-measured
+/// offset, a timer's jitter); further ahead it is skipped as early.
+pub const EARLY_WAIT: Duration = Duration::from_secs(1);
+
+/// The guard's verdict on a batch of slots.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Verdict {
+    /// Inside the window: raced.
+    Inside,
+    /// Outside: skipped, each logged with its reason.
+    Outside(Outside),
+    /// A handoff offer this replica does not take (it had the slot, or its clock is not
+    /// measured yet): nothing to log, the offer is another replica's.
+    NotOurs,
+}
+
+/// Why the guard refused a slot.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Outside {
+    /// This long before the slot on the fleet clock.
+    Early(Duration),
+    /// This long after the slot, past the start window.
+    Late(Duration),
+    /// This long past the slot's handoff deadline: the offer is not taken.
+    PastDeadline(Duration),
+    /// The fleet clock was never measured: no slot is judged on a guess.
+    Unmeasured,
+}
+
+/// Judges `slot` of `jobs` (the batch of one instant): a handoff offer by its deadline
+/// ([`judge_offer`]), any other slot by its window ([`window`]).
+pub(super) async fn judge(
+    ctx: &SlotEnv,
+    trigger: &Trigger,
+    jobs: &[Arc<Job>],
+    slot: Slot,
+) -> Verdict {
+    if let Trigger::Handoff(offer) = trigger {
+        return match jobs.first() {
+            Some(job) => judge_offer(ctx, offer, job, slot),
+            None => Verdict::NotOurs,
+        };
+    }
+    let ttl = jobs.iter().map(|job| ctx.key_ttl(job)).min();
+    match window(ctx, trigger, slot, ttl.unwrap_or_default()).await {
+        Some(outside) => Verdict::Outside(outside),
+        None => Verdict::Inside,
+    }
+}
+
+/// A handoff offer is taken only by a replica that has not had the slot, on a measured clock,
+/// before the slot's deadline ([`SlotEnv::handoff_deadline`]).
+fn judge_offer(ctx: &SlotEnv, offer: &HandoffRequest, job: &Job, slot: Slot) -> Verdict {
+    if offer.excludes(&ctx.replica) {
+        return Verdict::NotOurs;
+    }
+    if !ctx.clock.measured() {
+        tracing::debug!(job = %job.name, replica = %ctx.replica,
+            "handoff offer not taken: the fleet clock is not measured yet");
+        return Verdict::NotOurs;
+    }
+    match (ctx.clock.now() - ctx.handoff_deadline(job, slot)).to_std() {
+        Ok(late) => Verdict::Outside(Outside::PastDeadline(late)),
+        Err(_) => Verdict::Inside,
+    }
+}
+
+/// How late (on the fleet clock) a scheduled slot may still be raced: its start window, and
+/// never past its key's `ttl` less [`KEY_MARGIN`], after which the winner's key may have
+/// expired and a second win would run the slot twice. (The start window is below that bound
+/// by construction; this keeps it so whatever the window becomes.)
+pub(super) fn latest_start(ctx: &SlotEnv, ttl: Duration) -> Duration {
+    ctx.start_window().min(ttl.saturating_sub(KEY_MARGIN))
+}
+
+/// The guard before every race, on the fleet clock (not the timeline's): a replica never
+/// races a slot before its instant, whatever its timeline says (a fast or stepped wall clock
+/// under `clock = "local"`, a re-measured fleet offset). The fleet clock is measured again
+/// first (`FleetClock::verify`), and a clock never measured races nothing. A slot up to
+/// [`EARLY_WAIT`] ahead is waited for; one further ahead is skipped as early. A scheduled slot
+/// past [`latest_start`] (for keys of `ttl`) is skipped as late.
+async fn window(ctx: &SlotEnv, trigger: &Trigger, slot: Slot, ttl: Duration) -> Option<Outside> {
+    if let (Some(fleet), Some(nodes)) = (&ctx.fleet, ctx.lock.nodes()) {
+        fleet.verify(nodes, &ctx.metrics, &ctx.replica).await;
+    }
+    if !ctx.clock.measured() {
+        return Some(Outside::Unmeasured);
+    }
+    let ahead = |now: DateTime<Utc>| {
+        (slot.instant() - now)
+            .to_std()
+            .ok()
+            .filter(|d| !d.is_zero())
+    };
+    if let Some(early) = ahead(ctx.clock.fleet_now()) {
+        if early > EARLY_WAIT {
+            return Some(Outside::Early(early));
+        }
+        tokio::time::sleep(early).await;
+        if let Some(early) = ahead(ctx.clock.fleet_now()) {
+            return Some(Outside::Early(early));
+        }
+    }
+    let late = (ctx.clock.fleet_now() - slot.instant())
+        .to_std()
+        .unwrap_or_default();
+    (matches!(trigger, Trigger::Schedule) && late > latest_start(ctx, ttl))
+        .then_some(Outside::Late(late))
+}
+
+/// Logs and counts a slot the guard refused.
+pub(super) fn skip(
+    ctx: &SlotEnv,
+    trigger: &Trigger,
+    job: &Job,
+    slot: Slot,
+    outside: Outside,
+) -> SlotResult {
+    let (reason, message, result) = match outside {
+        Outside::Late(late) => (
+            "late",
+            format!("woke {} ms after the slot, past the start window: not racing", late.as_millis()),
+            SlotResult::Late { late },
+        ),
+        Outside::Early(early) => (
+            "early",
+            format!(
+                "{} ms before the slot on the fleet clock (this replica's clock runs ahead): not racing",
+                early.as_millis()
+            ),
+            SlotResult::Early { early },
+        ),
+        Outside::PastDeadline(late) => (
+            "deadline",
+            format!("the handoff offer came {} ms past the slot's deadline: not taken", late.as_millis()),
+            SlotResult::Late { late },
+        ),
+        Outside::Unmeasured => (
+            "unmeasured",
+            "the fleet clock is not measured yet (no Redis node answered TIME): not racing".to_owned(),
+            SlotResult::Unmeasured,
+        ),
+    };
+    ctx.report(skipped_line(trigger, job, slot, outside, reason, message));
+    result
+}
+
+/// The `skipped` line of a slot the guard refused, with the field its reason carries.
+fn skipped_line<'a>(
+    trigger: &'a Trigger,
+    job: &'a Job,
+    slot: Slot,
+    outside: Outside,
+    reason: &'static str,
+    message: String,
+) -> SlotLine<'a> {
+    let mut line = SlotLine {
+        reason: Some(reason),
+        ..SlotLine::new(&job.name, slot, Outcome::OutOfWindow, message)
+    };
+    match outside {
+        Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),
+        Outside::Early(early) => line.early_ms = Some(early.as_millis() as u64),
+        Outside::PastDeadline(_) => {
+            line.trigger = Some(trigger);
+            line.previous_winner = trigger.offer().map(|o| o.previous_winner.as_str());
+        }
+        Outside::Unmeasured => {}
+    }
+    line
+}

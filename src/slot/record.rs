@@ -1,0 +1,83 @@
+//! The run's history record: the record the win started ([`Won::start_record`]) finished with
+//! how the slot ended, and written; a win some node refused reads back the records beside its
+//! own, so a second run of the slot is found and reported.
+
+use chrono::Utc;
+
+use super::{SlotEnv, SlotResult, Won};
+use crate::action::DeliveryState;
+use crate::record::history::{other_run, RunRecord, RunState};
+
+/// History entries a winner looks through beside its own record (on the node, which returns
+/// only those under its fence), for another run of its slot: a late run of a slot is within
+/// its start window of the first, a few entries back even for a job every second.
+const DUPLICATE_LOOK: usize = 64;
+
+/// Records how the run of `won` ended (`record` is its start). A win some node refused (it
+/// held another replica's token) may be a second run of the slot: then the record's write also
+/// reads back the records under its fence, and another run found there is reported. An
+/// uncontested win costs one write.
+pub(super) async fn finish(ctx: &SlotEnv, won: &Won, mut record: RunRecord, result: &SlotResult) {
+    ended(&mut record, result);
+    if !won.lease.contested {
+        return ctx.history.record(&record).await;
+    }
+    let recent = ctx.history.record_and_read(&record, DUPLICATE_LOOK).await;
+    if let Some(other) = other_run(&record, &recent) {
+        ctx.report_duplicate(&won.job, &record, other).await;
+    }
+}
+
+/// Records a win that did not run (`overlap = "skip"`): the ledger shows why.
+pub(super) async fn not_run(ctx: &SlotEnv, won: &Won, result: &SlotResult) {
+    let mut record = won.start_record(&ctx.replica);
+    ended(&mut record, result);
+    ctx.history.record(&record).await;
+}
+
+/// The run's final record: its ending, attempts, error and delivery.
+fn ended(record: &mut RunRecord, result: &SlotResult) {
+    record.finished = Some(Utc::now());
+    match result {
+        SlotResult::Done { delivery, .. } => {
+            record.outcome = RunState::Done;
+            record.attempts = delivery.attempts;
+        }
+        SlotResult::Failed {
+            error,
+            attempts,
+            delivery,
+            ..
+        } => {
+            record.outcome = RunState::Failed;
+            record.error = Some(error.clone());
+            record.attempts = *attempts;
+            record.delivery = Some(*delivery);
+        }
+        SlotResult::HandedOff {
+            reason, attempts, ..
+        } => {
+            record.outcome = RunState::HandedOff;
+            record.error = Some(reason.clone());
+            record.attempts = *attempts;
+            record.delivery = Some(DeliveryState::NotDelivered);
+        }
+        SlotResult::Overlapped { holder } => {
+            record.outcome = RunState::Overlapped;
+            record.error = Some(match holder {
+                Some(holder) => format!(
+                    "overlap: the previous run is still going on {}",
+                    holder.replica()
+                ),
+                None => "overlap: cannot tell whether the previous run is still going".to_owned(),
+            });
+        }
+        SlotResult::Paused
+        | SlotResult::Standby
+        | SlotResult::Late { .. }
+        | SlotResult::Early { .. }
+        | SlotResult::Unmeasured
+        | SlotResult::Lost { .. }
+        | SlotResult::Unavailable(_) => {}
+    }
+}
