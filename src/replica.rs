@@ -125,14 +125,16 @@ impl Replica {
         client: reqwest::Client,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
+        let (node_timeout, ca) = (redis.lock.node_timeout, redis.ca.as_deref());
+        let nodes = Nodes::connect(&redis.mode, &redis.nodes, node_timeout, ca, &name)
             .map_err(anyhow::Error::msg)
             .context("preparing Redis connections")?;
-        let lock = Arc::new(lock);
-        let nodes = lock.nodes().clone();
+        let nodes = Arc::new(nodes);
+        let lock = Arc::new(Redlock::over(nodes.clone(), &name, redis.lock.clone()));
         report_nodes(&nodes, &name).await;
         let prefix = config.scheduler.key_prefix.clone();
-        let unchecked = independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
+        let (mode, urls) = (&redis.mode, &redis.nodes[..]);
+        let unchecked = independence::check(mode, &nodes, urls, &prefix, STARTUP_PING).await?;
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;

@@ -98,6 +98,7 @@ pub(crate) fn connect(
     // The nodes' connections are opened on the runtime.
     let _entered = runtime.enter();
     Nodes::connect(
+        &redis.mode,
         &redis.nodes,
         redis.lock.node_timeout,
         redis.ca.as_deref(),

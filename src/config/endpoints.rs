@@ -12,10 +12,41 @@ use super::{read_error, ConfigError, Loader, Section};
 use crate::lock::LockConfig;
 use crate::redis::NodeUrl;
 
+/// `[redis] mode`: what the `nodes` are and what decides a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// Independent primaries; a majority decides (the default).
+    Redlock,
+    /// `nodes` are sentinels that monitor the primary named `master`.
+    Sentinel {
+        /// `[redis] master`: the monitored primary's name.
+        master: String,
+    },
+    /// `nodes` are seed nodes of one Redis Cluster: one logical member, keys under a hash tag.
+    Cluster,
+}
+
+impl RedisMode {
+    /// The prefix every Redis key and channel starts with, from `[scheduler] key_prefix`: as
+    /// written, except in a cluster, where it is wrapped in a hash tag (`{slotcron}`) so every
+    /// key hashes to one slot and a multi-key command (an `MGET` over many jobs' keys, a
+    /// pipeline, a script's `KEYS`) is never refused as `CROSSSLOT`. The cost: one shard
+    /// carries all of slotcron's keys (a few per job).
+    pub fn key_prefix(&self, configured: &str) -> String {
+        match self {
+            RedisMode::Cluster => format!("{{{configured}}}"),
+            RedisMode::Redlock | RedisMode::Sentinel { .. } => configured.to_owned(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 /// `[redis]`: the nodes the fleet races on.
 pub struct RedisConfig {
-    /// The nodes; a majority decides each slot.
+    /// What the nodes are (`mode`).
+    pub mode: RedisMode,
+    /// The nodes (redlock: a majority decides each slot; sentinel: the sentinels; cluster: the
+    /// seed nodes).
     pub nodes: Vec<NodeUrl>,
     /// The Redlock's timings.
     pub lock: LockConfig,
@@ -60,16 +91,56 @@ impl Loader<'_> {
         };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
-        let nodes = self.redis_nodes(&raw.nodes);
+        let mode = self.redis_mode(&raw);
+        let nodes = self.redis_nodes(&raw.nodes, &mode);
         let lock = self.lock_config(&raw);
         let ca = raw
             .ca_file
             .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
-        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
+        (self.errors.len() == before).then_some(Some(RedisConfig {
+            mode,
+            nodes,
+            lock,
+            ca,
+        }))
     }
 
-    /// `nodes`: each a Redis URL, none twice; an even count is warned about.
-    fn redis_nodes(&mut self, raw_nodes: &[String]) -> Vec<NodeUrl> {
+    /// `mode` (and sentinel's `master`); an unknown mode is an error naming the field.
+    fn redis_mode(&mut self, raw: &RawRedis) -> RedisMode {
+        let mode = match raw.mode.as_deref().unwrap_or("redlock") {
+            "redlock" => RedisMode::Redlock,
+            "cluster" => RedisMode::Cluster,
+            "sentinel" => match &raw.master {
+                Some(master) if !master.is_empty() => RedisMode::Sentinel {
+                    master: master.clone(),
+                },
+                _ => {
+                    let message = "mode = \"sentinel\" needs the monitored primary's name \
+                                   (master = \"NAME\")";
+                    self.errors
+                        .push(ConfigError::field(Section::Redis, "master", message));
+                    RedisMode::Redlock
+                }
+            },
+            other => {
+                let message =
+                    format!("{other:?} is not a mode (\"redlock\", \"sentinel\" or \"cluster\")");
+                self.errors
+                    .push(ConfigError::field(Section::Redis, "mode", message));
+                RedisMode::Redlock
+            }
+        };
+        if raw.master.is_some() && !matches!(mode, RedisMode::Sentinel { .. }) {
+            let message = "master names a Sentinel primary: it needs mode = \"sentinel\"";
+            self.errors
+                .push(ConfigError::field(Section::Redis, "master", message));
+        }
+        mode
+    }
+
+    /// `nodes`: each a Redis URL, none twice; an even count is warned about (in redlock mode,
+    /// where the nodes vote).
+    fn redis_nodes(&mut self, raw_nodes: &[String], mode: &RedisMode) -> Vec<NodeUrl> {
         if raw_nodes.is_empty() {
             self.errors.push(ConfigError::field(
                 Section::Redis,
@@ -106,7 +177,7 @@ impl Loader<'_> {
                 None => {}
             }
         }
-        if nodes.len().is_multiple_of(2) && !nodes.is_empty() {
+        if *mode == RedisMode::Redlock && nodes.len().is_multiple_of(2) && !nodes.is_empty() {
             self.warnings.push(format!(
                 "{} Redis nodes: an even count tolerates no more failures than {} (use 1, 3 or 5)",
                 nodes.len(),
@@ -137,6 +208,24 @@ impl Loader<'_> {
         lock.retry_delay = retry_delay.unwrap_or(lock.retry_delay);
         lock.retry_count = raw.retry_count.unwrap_or(lock.retry_count);
         lock
+    }
+
+    /// The prefix of every key in `mode` ([`RedisMode::key_prefix`]); in a cluster, a prefix
+    /// with a brace of its own is refused (the hash tag would not be the whole prefix). `None`:
+    /// the error was recorded.
+    pub(super) fn key_prefix_for(&mut self, configured: &str, mode: &RedisMode) -> Option<String> {
+        if *mode == RedisMode::Cluster && configured.contains(['{', '}']) {
+            self.errors.push(ConfigError::field(
+                Section::Scheduler,
+                "key_prefix",
+                format!(
+                    "{configured:?} has a brace: with mode = \"cluster\" slotcron wraps the \
+                     prefix in a hash tag itself ({{PREFIX}}), so write it without braces"
+                ),
+            ));
+            return None;
+        }
+        Some(mode.key_prefix(configured))
     }
 
     /// Reads a file named in jobs.toml, relative to jobs.toml's directory.

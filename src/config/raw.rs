@@ -82,6 +82,10 @@ pub struct RawRedis {
     pub retry_delay: Option<Duration>,
     /// The CA that signs `rediss://` nodes' certificates, relative to the config's directory.
     pub ca_file: Option<std::path::PathBuf>,
+    /// `"redlock"` (the default), `"sentinel"` or `"cluster"`.
+    pub mode: Option<String>,
+    /// Sentinel mode: the name of the primary the sentinels monitor.
+    pub master: Option<String>,
 }
 
 /// One `[[job]]` as written: the cron, zone, calendar and alert stay strings here because

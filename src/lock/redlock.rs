@@ -201,14 +201,16 @@ pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
 }
 
 impl Redlock {
-    /// Prepares a pool of connections to `urls` (opened lazily, reopened in the background).
+    /// Prepares a pool of connections to the independent nodes `urls` (opened lazily, reopened
+    /// in the background).
     pub fn new(
         urls: &[NodeUrl],
         replica: &str,
         config: LockConfig,
         ca_file: Option<&[u8]>,
     ) -> Result<Self, crate::redis::NodeSetupError> {
-        let nodes = Nodes::connect(urls, config.node_timeout, ca_file, replica)?;
+        let mode = &crate::config::RedisMode::Redlock;
+        let nodes = Nodes::connect(mode, urls, config.node_timeout, ca_file, replica)?;
         Ok(Self::over(Arc::new(nodes), replica, config))
     }
 

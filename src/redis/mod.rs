@@ -22,6 +22,7 @@
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
 //! (an enum of how members are found and routed, chosen by the configuration), not to callers.
 
+pub mod cluster;
 pub mod independence;
 pub mod node;
 pub mod pool;

@@ -28,6 +28,7 @@ use futures_util::FutureExt;
 use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
+use crate::config::RedisMode;
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -179,30 +180,36 @@ impl fmt::Debug for Nodes {
 }
 
 impl Nodes {
-    /// Prepares a connection to each of `urls` (opened lazily, reopened in the background),
-    /// all healthy in the view until a request says otherwise.
+    /// Prepares the members `mode` makes of `urls`: in redlock mode a connection to each
+    /// node; in cluster mode one member for the whole cluster, `urls` its seeds (see
+    /// [`super::cluster`]). Connections are opened lazily, reopened in the background, and
+    /// every member is healthy in the view until a request says otherwise.
     pub fn connect(
+        mode: &RedisMode,
         urls: &[NodeUrl],
         node_timeout: Duration,
         ca_file: Option<&[u8]>,
         replica: &str,
     ) -> Result<Self, NodeSetupError> {
+        let nodes = match mode {
+            RedisMode::Cluster => vec![Node::cluster(urls, node_timeout, ca_file)?],
+            _ => (urls.iter())
+                .map(|url| Node::new(url, node_timeout, ca_file))
+                .collect::<Result<Vec<_>, NodeSetupError>>()?,
+        };
         let replica: Arc<str> = Arc::from(replica);
-        let members = urls
-            .iter()
-            .map(|url| {
-                let node = Node::new(url, node_timeout, ca_file)?;
-                Ok(Member {
-                    health: Arc::new(Health {
-                        address: node.address().to_owned(),
-                        replica: replica.clone(),
-                        suspect: AtomicBool::new(false),
-                        held_out: AtomicBool::new(false),
-                    }),
-                    node: Arc::new(node),
-                })
+        let members = nodes
+            .into_iter()
+            .map(|node| Member {
+                health: Arc::new(Health {
+                    address: node.address().to_owned(),
+                    replica: replica.clone(),
+                    suspect: AtomicBool::new(false),
+                    held_out: AtomicBool::new(false),
+                }),
+                node: Arc::new(node),
             })
-            .collect::<Result<Vec<_>, NodeSetupError>>()?;
+            .collect();
         Ok(Nodes {
             members,
             stragglers: TaskTracker::new(),
@@ -445,7 +452,14 @@ mod tests {
             .iter()
             .map(|u| NodeUrl::parse(u).unwrap())
             .collect();
-        let nodes = Nodes::connect(&urls, Duration::from_millis(50), None, "r").unwrap();
+        let nodes = Nodes::connect(
+            &RedisMode::Redlock,
+            &urls,
+            Duration::from_millis(50),
+            None,
+            "r",
+        )
+        .unwrap();
         // No connection is opened: the request answers with the node's name.
         let names = |node: Arc<Node>| async move { Ok(node.address().to_owned()) };
         nodes.hold_out(1);

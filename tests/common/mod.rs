@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
 pub mod fleet;
 mod process;
 mod proxy;

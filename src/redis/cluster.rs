@@ -1,0 +1,96 @@
+//! Cluster mode: the configured `nodes` are seeds of one Redis Cluster, reached through
+//! redis-rs's cluster client, which learns the slot map from them, routes each command to the
+//! shard that owns its key's hash slot, follows `MOVED`/`ASK`, and refreshes the map when a
+//! primary fails and its replica takes over. To the pool it is one logical member (quorum 1):
+//! a cluster already decides which node owns a key, so a majority over shards means nothing.
+//!
+//! Every key is under one hash tag (`{prefix}:…`, see `crate::config::RedisMode::key_prefix`),
+//! so a look's `MGET` over many jobs' keys, a pipeline of acquires and a script's `KEYS` stay
+//! in one slot: no `CROSSSLOT`, and no redirection once the map is known.
+//!
+//! Pub/sub needs nothing of the cluster client: a classic `PUBLISH` on any node reaches the
+//! subscribers of every node over the cluster bus, so the member subscribes on the first seed
+//! that takes it, and on the next one when that one dies ([`super::Node::subscribe`]).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::node::{client, Node, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
+
+/// Attempts of one request within the cluster client (its redirections, and its retries while
+/// a failover moves a shard); the caller's wait bounds them anyway.
+const CLUSTER_RETRIES: u32 = 6;
+
+/// The connection a node talks through: one server's, or a whole cluster's.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server: a multiplexed connection, reopened in the background.
+    Single(ConnectionManager),
+    /// A Redis Cluster: one connection per node, each command routed by its key's slot.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl Node {
+    /// The one logical member of a cluster whose seeds are `seeds`: its connection is opened
+    /// lazily (the first request learns the slot map), and its name is `cluster(seed, …)`.
+    pub fn cluster(
+        seeds: &[NodeUrl],
+        timeout: Duration,
+        ca_file: Option<&[u8]>,
+    ) -> Result<Self, NodeSetupError> {
+        let setup = |source| NodeSetupError {
+            url: seeds[0].clone(),
+            source,
+        };
+        let mut builder = ClusterClientBuilder::new(seeds.iter().map(|u| u.expose().as_str()))
+            .retries(CLUSTER_RETRIES)
+            .connection_timeout(CONNECT_TIMEOUT);
+        if let Some(ca) = ca_file {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca.to_vec()),
+            });
+        }
+        let cluster = builder.build().map_err(setup)?;
+        let config = ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT);
+        let conn = cluster.get_pending_async_connection_with_config(config);
+        let clients = (seeds.iter())
+            .map(|seed| client(seed, ca_file))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = seeds.iter().map(NodeUrl::address).collect();
+        let address = format!("cluster({})", names.join(", "));
+        Ok(Node::over(address, clients, Conn::Cluster(conn), timeout))
+    }
+}

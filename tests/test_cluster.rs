@@ -1,0 +1,246 @@
+//! Redis Cluster mode, against real clusters (3 primaries, one replica each,
+//! `cluster-node-timeout` 1 s) of redis-server 7.0 and valkey-server 9: a healthy cluster runs
+//! every slot once with no `CROSSSLOT`/`MOVED`/`ASK` error; the primary of slotcron's shard
+//! SIGKILLed, its replica promoted, no slot runs twice and every slot from 6 s after the kill
+//! runs once. In redlock mode a cluster node is refused at start, saying to set the mode.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use common::cluster::ShardedCluster;
+use common::{tools, write_config, Receiver, Replica};
+use slotcron::time::schedule::Slot;
+
+/// Jobs every second.
+const JOBS: usize = 12;
+/// The healthy stretch, then the stretch after the kill.
+const HEALTHY: Duration = Duration::from_secs(8);
+const AFTER_KILL: Duration = Duration::from_secs(14);
+/// From this long after the kill, every slot runs once.
+const RECOVERED_BY: Duration = Duration::from_secs(6);
+/// `run` must give up this fast on a node set it refuses.
+const REFUSED_WITHIN: Duration = Duration::from_secs(15);
+
+/// jobs.toml: [`JOBS`] jobs every second, raced on the cluster whose seeds are `seeds`.
+fn cluster_toml(seeds: &[String], receiver: &str) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("{s:?}")).collect();
+    let mut text = format!(
+        "[scheduler]\nmax_clock_skew = \"1s\"\n[redis]\nmode = \"cluster\"\nnodes = [{}]\n\
+         node_timeout = \"300ms\"\n",
+        seeds.join(", ")
+    );
+    for j in 0..JOBS {
+        text.push_str(&format!(
+            "[[job]]\nname = \"c{j:02}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n\
+             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
+        ));
+    }
+    text
+}
+
+/// Every job's idempotency key (`{job}/{slot}`) for each second in (from, to).
+fn expected(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut t = Slot::at(from).instant() + chrono::Duration::seconds(1);
+    while t < to {
+        let slot = Slot::at(t).rfc3339_utc();
+        keys.extend((0..JOBS).map(|j| format!("c{j:02}/{slot}")));
+        t += chrono::Duration::seconds(1);
+    }
+    keys
+}
+
+/// Of `keys`, those delivered `n` times where `wrong(n)`.
+fn counted(
+    counts: &BTreeMap<String, usize>,
+    keys: &[String],
+    wrong: fn(usize) -> bool,
+) -> Vec<String> {
+    let n = |k: &String| counts.get(k).copied().unwrap_or(0);
+    keys.iter().filter(|k| wrong(n(k))).cloned().collect()
+}
+
+/// Lines that report a redirection or a cross-slot command.
+fn redirections(lines: &[String]) -> Vec<&String> {
+    let words = ["crossslot", "moved", "ask:", " ask "];
+    let bad = |l: &&String| words.iter().any(|w| l.to_lowercase().contains(w));
+    lines.iter().filter(bad).collect()
+}
+
+/// Slot lines of `outcome` in `lines`.
+fn outcome_lines<'a>(lines: &'a [String], outcome: &str) -> Vec<&'a String> {
+    let tag = format!("\"outcome\":\"{outcome}\"");
+    lines.iter().filter(|l| l.contains(&tag)).collect()
+}
+
+/// Three replicas of `config`, each started.
+fn start_fleet(config: &Path) -> Vec<Replica> {
+    let replicas: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| Replica::run(config, id, &[]))
+        .collect();
+    for r in &replicas {
+        let started = r.wait_for_json(REFUSED_WITHIN, |l| l["message"] == "slotcron started");
+        assert!(
+            started.is_some(),
+            "{} did not start: {:#?}",
+            r.name(),
+            r.lines()
+        );
+    }
+    replicas
+}
+
+/// What a fleet did around a primary's kill.
+struct Failover {
+    /// Deliveries per `{job}/{slot}`.
+    counts: BTreeMap<String, usize>,
+    /// Every replica's lines up to the kill.
+    healthy_lines: Vec<String>,
+    /// Every replica's lines.
+    lines: Vec<String>,
+    healthy_from: DateTime<Utc>,
+    killed_at: DateTime<Utc>,
+    /// The last slot counted (the stop cuts the ones after).
+    until: DateTime<Utc>,
+    /// How long the killed primary's replica took to say it is primary.
+    promoted: Option<Duration>,
+}
+
+/// Three replicas on `cluster` for [`HEALTHY`], then the primary of the shard that carries
+/// slotcron's keys SIGKILLed, [`AFTER_KILL`] more.
+fn kill_slotcrons_primary(cluster: &ShardedCluster, receiver: &Receiver) -> Failover {
+    let shard = cluster.shard_of("{slotcron}");
+    // The killed primary first among the seeds: the replicas subscribe on it, and must
+    // subscribe again on another seed when it dies.
+    let mut seeds = cluster.seed_urls();
+    seeds.swap(0, shard);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &cluster_toml(&seeds, &receiver.uri()));
+    let replicas = start_fleet(&config);
+    let healthy_from = Utc::now();
+    std::thread::sleep(HEALTHY);
+    let healthy_lines = replicas.iter().flat_map(Replica::lines).collect();
+    let (killed_at, killed) = (Utc::now(), Instant::now());
+    cluster.primary(shard).kill();
+    let promoted = cluster.wait_for_promotion(shard, AFTER_KILL);
+    std::thread::sleep(AFTER_KILL.saturating_sub(killed.elapsed()));
+    let until = Utc::now() - chrono::Duration::milliseconds(1500);
+    std::thread::sleep(Duration::from_millis(1000));
+    replicas.iter().for_each(Replica::terminate);
+    Failover {
+        counts: receiver.counts_by_idempotency_key(),
+        healthy_lines,
+        lines: replicas.iter().flat_map(Replica::lines).collect(),
+        healthy_from,
+        killed_at,
+        until,
+        promoted,
+    }
+}
+
+impl Failover {
+    /// The measured cost, printed for FAULTS.md: slots lost after the kill, the first slot
+    /// that ran again, the promotion time.
+    fn report(&self, server: &str) {
+        let after = expected(self.killed_at, self.until);
+        let lost = counted(&self.counts, &after, |n| n == 0);
+        let first = (after.iter().find(|k| self.counts.contains_key(*k)))
+            .map(|k| k.split_once('/').unwrap().1.to_owned());
+        eprintln!(
+            "cluster on {server}: primary killed at {}; replica promoted after {:?}; {} of {} \
+             slots after the kill lost; first slot run again: {first:?}",
+            self.killed_at,
+            self.promoted,
+            lost.len(),
+            after.len(),
+        );
+    }
+
+    /// The done-when promises.
+    fn check(&self) {
+        let healthy = expected(
+            self.healthy_from,
+            self.killed_at - chrono::Duration::milliseconds(500),
+        );
+        assert!(
+            healthy.len() >= 6 * JOBS,
+            "healthy stretch too short: {}",
+            healthy.len()
+        );
+        let not_once = counted(&self.counts, &healthy, |n| n != 1);
+        assert_eq!(not_once, Vec::<String>::new(), "healthy: not once");
+        let unavailable = outcome_lines(&self.healthy_lines, "unavailable");
+        assert_eq!(unavailable, Vec::<&String>::new(), "healthy: unavailable");
+        assert_eq!(redirections(&self.healthy_lines), Vec::<&String>::new());
+        let twice: BTreeMap<&String, &usize> =
+            self.counts.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "slots run twice: {twice:?}");
+        assert!(
+            self.promoted.is_some(),
+            "no replica promoted within {AFTER_KILL:?}"
+        );
+        let recovered = self.killed_at + chrono::Duration::from_std(RECOVERED_BY).unwrap();
+        let must_run = expected(recovered, self.until);
+        assert!(
+            must_run.len() >= 6 * JOBS,
+            "too few slots after recovery: {}",
+            must_run.len()
+        );
+        let not_once = counted(&self.counts, &must_run, |n| n != 1);
+        assert_eq!(
+            not_once,
+            Vec::<String>::new(),
+            "lines:\n{}",
+            self.lines.join("\n")
+        );
+    }
+}
+
+/// The done-when scenario on a cluster of `bin`.
+fn a_primary_killed(bin: &Path, server: &str) {
+    let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, &[]);
+    let receiver = Receiver::start();
+    let failover = kill_slotcrons_primary(&cluster, &receiver);
+    failover.report(server);
+    failover.check();
+}
+
+#[test]
+fn cluster_redis_7_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once() {
+    a_primary_killed(Path::new(&common::redis_server_bin()), "redis 7.0");
+}
+
+#[test]
+fn cluster_valkey_9_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once() {
+    let Some(valkey) = tools::valkey_server() else {
+        return;
+    };
+    a_primary_killed(&valkey, "valkey 9");
+}
+
+#[test]
+fn redlock_refuses_a_cluster_node_saying_to_set_mode_cluster() {
+    let cluster = ShardedCluster::start(3, 0, 1000, &[]);
+    let node = &cluster.seed_urls()[0];
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let uri = receiver.uri();
+    let text = common::fleet::FleetToml::new(std::slice::from_ref(node), &uri, "slotcron");
+    let replica = Replica::run(write_config(dir.path(), &text.render()), "r1", &[]);
+    let status = replica.wait_timeout(REFUSED_WITHIN);
+    let output = replica.lines().join("\n");
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "run did not exit non-zero within {REFUSED_WITHIN:?} ({status:?}):\n{output}"
+    );
+    let expected = format!("{node} is a node of a Redis Cluster");
+    assert!(output.contains(&expected), "no {expected:?} in:\n{output}");
+    assert!(
+        output.contains(r#"set mode = \"cluster\""#),
+        "no advice in:\n{output}"
+    );
+}
