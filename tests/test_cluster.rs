@@ -244,3 +244,60 @@ fn redlock_refuses_a_cluster_node_saying_to_set_mode_cluster() {
         "no advice in:\n{output}"
     );
 }
+
+/// `[redis]` with `lines`, one job: the config's text.
+fn with_redis(lines: &str) -> String {
+    format!(
+        "[redis]\nnodes = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n{lines}\n\
+         [[job]]\nname = \"j\"\nschedule = \"* * * * *\"\n[job.action]\ntype = \"http\"\n\
+         url = \"http://127.0.0.1:9/hook\"\n"
+    )
+}
+
+/// The errors `text` gives, one per line.
+fn errors_of(text: &str) -> String {
+    let env = std::collections::HashMap::new();
+    match slotcron::config::parse(Path::new("jobs.toml"), text, &env) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn check_names_the_cluster_mode_its_guarantee_and_the_hash_tagged_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &with_redis("mode = \"cluster\""));
+    let out = common::slotcron_cli(&config, &["check"]);
+    assert!(out.contains("lock: cluster, 2 seed node(s)"), "{out}");
+    assert!(out.contains("key_prefix \"{slotcron}\""), "{out}");
+    assert!(out.contains("one shard decides"), "{out}");
+    // Two seeds are no even-count majority: nothing votes in a cluster.
+    assert!(!out.contains("an even count"), "{out}");
+    let redlock = write_config(dir.path(), &with_redis(""));
+    let out = common::slotcron_cli(&redlock, &["check"]);
+    assert!(out.contains("lock: redlock over 2 node(s)"), "{out}");
+    assert!(out.contains("key_prefix \"slotcron\""), "{out}");
+}
+
+#[test]
+fn a_mode_missing_its_keys_or_unknown_is_refused_naming_the_field() {
+    let sentinel = errors_of(&with_redis("mode = \"sentinel\""));
+    assert!(sentinel.contains("[redis] field \"master\""), "{sentinel}");
+    assert!(sentinel.contains("(master = \"NAME\")"), "{sentinel}");
+    let unknown = errors_of(&with_redis("mode = \"shards\""));
+    assert!(
+        unknown.contains("[redis] field \"mode\"") && unknown.contains("\"shards\" is not a mode"),
+        "{unknown}"
+    );
+    let master = errors_of(&with_redis("master = \"m\""));
+    assert!(master.contains("needs mode = \"sentinel\""), "{master}");
+    let braces = format!(
+        "[scheduler]\nkey_prefix = \"{{x}}\"\n{}",
+        with_redis("mode = \"cluster\"")
+    );
+    let braces = errors_of(&braces);
+    assert!(
+        braces.contains("[scheduler] field \"key_prefix\"") && braces.contains("has a brace"),
+        "{braces}"
+    );
+}

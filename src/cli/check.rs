@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::shared::{load_or_exit, ConfigArg};
-use crate::config::{Config, Job};
+use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
 use crate::time::schedule::Slot;
 
@@ -30,21 +30,38 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The lock `check` reports: the nodes and the prefix, or standalone.
+/// The lock `check` reports: the mode, its nodes, what it guarantees and the prefix, or
+/// standalone.
 fn describe_lock(config: &Config) -> String {
-    match &config.redis {
-        Some(redis) => {
-            let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
-            // The prefix names the fleet: two deployments on one Redis need different ones.
+    let Some(redis) = &config.redis else {
+        return "standalone (in-process lock, one replica only)".to_owned();
+    };
+    let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
+    let (what, guarantee) = match &redis.mode {
+        RedisMode::Redlock => (
+            format!("redlock over {} node(s)", nodes.len()),
+            "a slot runs once while a majority of the nodes answers, through any one node's loss",
+        ),
+        RedisMode::Sentinel { master } => (
             format!(
-                "redlock over {} node(s): {}, key_prefix {:?}",
-                nodes.len(),
-                nodes.join(", "),
-                config.scheduler.key_prefix
-            )
-        }
-        None => "standalone (in-process lock, one replica only)".to_owned(),
-    }
+                "sentinel, primary {master:?} found through {} sentinel(s)",
+                nodes.len()
+            ),
+            "one primary decides, followed across a failover",
+        ),
+        RedisMode::Cluster => (
+            format!("cluster, {} seed node(s)", nodes.len()),
+            "one shard decides (all keys under one hash tag); a primary's failover is followed, \
+             and slots due before its replica is promoted may be missed; a won key not yet \
+             replicated is lost with the primary",
+        ),
+    };
+    // The prefix names the fleet: two deployments on one Redis need different ones.
+    format!(
+        "{what}: {}, key_prefix {:?} ({guarantee})",
+        nodes.join(", "),
+        config.scheduler.key_prefix
+    )
 }
 
 /// The text `check` prints: the lock, then each job with its next slots in its zone.
