@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::cluster::ShardedCluster;
+use common::cluster::{cluster_acl_args, ShardedCluster};
 use common::{tools, write_config, Receiver, Replica};
 use slotcron::time::schedule::Slot;
 
@@ -177,6 +177,12 @@ impl Failover {
         let unavailable = outcome_lines(&self.healthy_lines, "unavailable");
         assert_eq!(unavailable, Vec::<&String>::new(), "healthy: unavailable");
         assert_eq!(redirections(&self.healthy_lines), Vec::<&String>::new());
+        let refused: Vec<&String> = self.lines.iter().filter(|l| l.contains("NOPERM")).collect();
+        assert_eq!(
+            refused,
+            Vec::<&String>::new(),
+            "a command the ACL line refuses"
+        );
         let twice: BTreeMap<&String, &usize> =
             self.counts.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "slots run twice: {twice:?}");
@@ -201,9 +207,9 @@ impl Failover {
     }
 }
 
-/// The done-when scenario on a cluster of `bin`.
-fn a_primary_killed(bin: &Path, server: &str) {
-    let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, &[]);
+/// The done-when scenario on a cluster of `bin` started with `extra` arguments.
+fn a_primary_killed(bin: &Path, extra: &[String], server: &str) {
+    let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, extra);
     let receiver = Receiver::start();
     let failover = kill_slotcrons_primary(&cluster, &receiver);
     failover.report(server);
@@ -212,15 +218,17 @@ fn a_primary_killed(bin: &Path, server: &str) {
 
 #[test]
 fn cluster_redis_7_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once() {
-    a_primary_killed(Path::new(&common::redis_server_bin()), "redis 7.0");
+    a_primary_killed(Path::new(&common::redis_server_bin()), &[], "redis 7.0");
 }
 
 #[test]
-fn cluster_valkey_9_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once() {
+fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once(
+) {
     let Some(valkey) = tools::valkey_server() else {
         return;
     };
-    a_primary_killed(&valkey, "valkey 9");
+    let acl = cluster_acl_args();
+    a_primary_killed(&valkey, &acl, "valkey 9, ACL line");
 }
 
 #[test]

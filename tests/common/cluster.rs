@@ -17,6 +17,27 @@ pub struct ShardedCluster {
     /// Each node's cluster bus port (its own `--cluster-port`: port + 10000 may not exist).
     buses: Vec<u16>,
     primaries: usize,
+    /// Started with [`cluster_acl_args`]: the harness speaks as [`ADMIN`], the default user is off.
+    acl: bool,
+}
+
+/// The harness's own user when the cluster runs the README's ACL line (the default user off).
+pub const ADMIN: &str = "admin";
+const ADMIN_PASSWORD: &str = "admin-s3cret";
+
+/// The README's least-privilege ACL line for a cluster (`[redis] mode = "cluster"`): the key
+/// and channel patterns are the prefix in its hash tag (`{slotcron}:*`). Plus the harness's
+/// admin user, which replicas also sync with (`masteruser`).
+pub fn cluster_acl_args() -> Vec<String> {
+    let (user, admin) = (format!(">{ACL_PASSWORD}"), format!(">{ADMIN_PASSWORD}"));
+    let line = [ACL_USER, "on", &user, "~{slotcron}:*", "&{slotcron}:*"];
+    let rights = ["+@all", "-@dangerous", "-@admin"];
+    let mut args = vec!["--user".to_owned()];
+    args.extend(line.iter().chain(&rights).map(|w| w.to_string()));
+    args.extend(["--user", ADMIN, "on", &admin, "~*", "&*", "+@all"].map(str::to_owned));
+    args.extend(["--user", "default", "off"].map(str::to_owned));
+    args.extend(["--masteruser", ADMIN, "--masterauth", ADMIN_PASSWORD].map(str::to_owned));
+    args
 }
 
 impl ShardedCluster {
@@ -48,10 +69,12 @@ impl ShardedCluster {
         let (nodes, buses) = (0..primaries * (1 + replicas))
             .map(|_| start_node(bin, node_timeout_ms, extra))
             .unzip();
+        let acl = extra.iter().any(|a| a == "--masteruser");
         let cluster = ShardedCluster {
             nodes,
             buses,
             primaries,
+            acl,
         };
         cluster.form(replicas);
         cluster
@@ -102,14 +125,25 @@ impl ShardedCluster {
         wait_until(FORM_DEADLINE, all).unwrap_or_else(|| panic!("cluster: not {what}"));
     }
 
-    /// Runs a command on node `i` as the default user (the harness's own, not the ACL user).
+    /// Node `i`'s URL for the harness (the default user, or [`ADMIN`] under the ACL).
+    fn admin_url(&self, i: usize) -> String {
+        match self.acl {
+            true => format!(
+                "redis://{ADMIN}:{ADMIN_PASSWORD}@127.0.0.1:{}",
+                self.nodes[i].port()
+            ),
+            false => self.nodes[i].auth_url(),
+        }
+    }
+
+    /// Runs a command on node `i` as the harness (not the ACL user).
     fn admin(&self, i: usize, args: &[&str]) -> ::redis::Value {
-        redis_cmd(&self.nodes[i].auth_url(), args)
+        redis_cmd(&self.admin_url(i), args)
             .unwrap_or_else(|e| panic!("cluster node {i}: {args:?}: {e}"))
     }
 
     fn text(&self, i: usize, args: &[&str]) -> String {
-        redis_query::<String>(&self.nodes[i].auth_url(), args).unwrap_or_default()
+        redis_query::<String>(&self.admin_url(i), args).unwrap_or_default()
     }
 
     /// Node `i`'s cluster id.
@@ -141,18 +175,23 @@ impl ShardedCluster {
         &self.nodes[i]
     }
 
-    /// The primaries' URLs: the seeds a config lists.
+    /// The primaries' URLs: the seeds a config lists (with the ACL user's credentials when
+    /// the cluster runs the ACL line).
     pub fn seed_urls(&self) -> Vec<String> {
-        self.nodes[..self.primaries]
-            .iter()
-            .map(RedisServer::url)
-            .collect()
+        let url = |node: &RedisServer| match self.acl {
+            true => format!(
+                "redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{}",
+                node.port()
+            ),
+            false => node.url(),
+        };
+        self.nodes[..self.primaries].iter().map(url).collect()
     }
 
     /// The shard (as formed) that owns the hash slot of `key`.
     pub fn shard_of(&self, key: &str) -> usize {
-        let slot: i64 = redis_query(&self.nodes[0].auth_url(), &["CLUSTER", "KEYSLOT", key])
-            .expect("CLUSTER KEYSLOT");
+        let slot: i64 =
+            redis_query(&self.admin_url(0), &["CLUSTER", "KEYSLOT", key]).expect("CLUSTER KEYSLOT");
         let per = i64::from(SLOTS / self.primaries as u16);
         (slot / per).min(self.primaries as i64 - 1) as usize
     }
