@@ -112,8 +112,14 @@ struct Failover {
 }
 
 /// Three replicas on `cluster` for [`HEALTHY`], then the primary of the shard that carries
-/// slotcron's keys SIGKILLed, [`AFTER_KILL`] more.
-fn kill_slotcrons_primary(cluster: &ShardedCluster, receiver: &Receiver) -> Failover {
+/// slotcron's keys SIGKILLed, [`AFTER_KILL`] more. With `unreplicated`, that primary's replica
+/// is paused (SIGSTOP) that long before the kill and resumed right after it, so the keys won
+/// meanwhile never reach it: the promoted replica has not seen them.
+fn kill_slotcrons_primary(
+    cluster: &ShardedCluster,
+    receiver: &Receiver,
+    unreplicated: Option<Duration>,
+) -> Failover {
     let shard = cluster.shard_of("{slotcron}");
     // The killed primary first among the seeds: the replicas subscribe on it, and must
     // subscribe again on another seed when it dies.
@@ -123,10 +129,16 @@ fn kill_slotcrons_primary(cluster: &ShardedCluster, receiver: &Receiver) -> Fail
     let config = write_config(dir.path(), &cluster_toml(&seeds, &receiver.uri()));
     let replicas = start_fleet(&config);
     let healthy_from = Utc::now();
-    std::thread::sleep(HEALTHY);
+    let paused = unreplicated.unwrap_or_default();
+    std::thread::sleep(HEALTHY - paused);
+    if unreplicated.is_some() {
+        cluster.replica_of(shard).pause();
+        std::thread::sleep(paused);
+    }
     let healthy_lines = replicas.iter().flat_map(Replica::lines).collect();
     let (killed_at, killed) = (Utc::now(), Instant::now());
     cluster.primary(shard).kill();
+    cluster.replica_of(shard).resume();
     let promoted = cluster.wait_for_promotion(shard, AFTER_KILL);
     std::thread::sleep(AFTER_KILL.saturating_sub(killed.elapsed()));
     let until = Utc::now() - chrono::Duration::milliseconds(1500);
@@ -211,7 +223,7 @@ impl Failover {
 fn a_primary_killed(bin: &Path, extra: &[String], server: &str) {
     let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, extra);
     let receiver = Receiver::start();
-    let failover = kill_slotcrons_primary(&cluster, &receiver);
+    let failover = kill_slotcrons_primary(&cluster, &receiver, None);
     failover.report(server);
     failover.check();
 }
@@ -229,6 +241,15 @@ fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_
     };
     let acl = cluster_acl_args();
     a_primary_killed(&valkey, &acl, "valkey 9, ACL line");
+}
+
+#[test]
+fn cluster_redis_7_replica_paused_so_won_keys_are_not_replicated_then_the_primary_killed() {
+    let cluster = ShardedCluster::start(3, 1, 1000, &[]);
+    let receiver = Receiver::start();
+    let failover = kill_slotcrons_primary(&cluster, &receiver, Some(Duration::from_secs(3)));
+    failover.report("redis 7.0, replica paused 3 s before the kill");
+    failover.check();
 }
 
 #[test]
