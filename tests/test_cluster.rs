@@ -162,11 +162,15 @@ impl Failover {
         let after = expected(self.killed_at, self.until);
         let lost = counted(&self.counts, &after, |n| n == 0);
         let first = (after.iter().find(|k| self.counts.contains_key(*k)))
-            .map(|k| k.split_once('/').unwrap().1.to_owned());
+            .and_then(|k| DateTime::parse_from_rfc3339(k.split_once('/').unwrap().1).ok())
+            .map(|slot| (slot.with_timezone(&Utc) - self.killed_at).num_milliseconds());
+        let healthy = expected(self.healthy_from, self.killed_at);
+        let once = counted(&self.counts, &healthy, |n| n == 1).len();
         eprintln!(
-            "cluster on {server}: primary killed at {}; replica promoted after {:?}; {} of {} \
-             slots after the kill lost; first slot run again: {first:?}",
-            self.killed_at,
+            "cluster on {server}: healthy {once} of {} slots once; replica promoted {:?} after \
+             the kill; {} of {} slots after the kill lost; the first slot that ran again was due \
+             {first:?} ms after the kill",
+            healthy.len(),
             self.promoted,
             lost.len(),
             after.len(),
