@@ -256,6 +256,45 @@ fn cluster_redis_7_replica_paused_so_won_keys_are_not_replicated_then_the_primar
     failover.check();
 }
 
+/// `/readyz`'s body once it has `shard`'s line saying `wanted`.
+fn readyz_with(port: u16, wanted: &str, within: Duration) -> String {
+    let ready = || common::http_get(port, "/readyz").filter(|r| r.body.contains(wanted));
+    let reply = common::wait_until(within, ready);
+    let last = common::http_get(port, "/readyz").map(|r| r.body);
+    reply
+        .map(|r| r.body)
+        .unwrap_or_else(|| panic!("no {wanted:?} in /readyz: {last:?}"))
+}
+
+#[test]
+fn readyz_and_the_status_page_show_the_shards_and_a_promoted_replica() {
+    let cluster = ShardedCluster::start(3, 1, 1000, &[]);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let port = common::free_port();
+    let text = cluster_toml(&cluster.seed_urls(), &receiver.uri());
+    let text = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{text}");
+    let replica = Replica::run(write_config(dir.path(), &text), "r1", &[]);
+    let address = |node: &common::RedisServer| format!("127.0.0.1:{}", node.port());
+    let (primary, standby) = (address(cluster.primary(0)), address(cluster.replica_of(0)));
+    let before = format!("cluster shard slots 0-5460: primary {primary}, replicas {standby}");
+    let body = readyz_with(port, &before, REFUSED_WITHIN);
+    assert!(
+        body.starts_with("ready: 1/1 redis nodes answer, 1 needed"),
+        "{body}"
+    );
+    assert_eq!(body.matches("cluster shard ").count(), 3, "{body}");
+    let page = common::http_get(port, "/").expect("the status page");
+    assert!(
+        page.body.contains(&format!("primary {primary}")),
+        "{}",
+        page.body
+    );
+    cluster.primary(0).kill();
+    let after = format!("cluster shard slots 0-5460: primary {standby}");
+    readyz_with(port, &after, AFTER_KILL);
+    drop(replica);
+}
+
 #[test]
 fn redlock_refuses_a_cluster_node_saying_to_set_mode_cluster() {
     let cluster = ShardedCluster::start(3, 0, 1000, &[]);

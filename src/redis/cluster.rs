@@ -94,3 +94,62 @@ impl Node {
         Ok(Node::over(address, clients, Conn::Cluster(conn), timeout))
     }
 }
+
+/// One range of hash slots and the nodes that serve it (`CLUSTER SLOTS`), for `/readyz` and
+/// the status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// The first and last hash slot of the range.
+    pub slots: (u16, u16),
+    /// The primary, `host:port`.
+    pub primary: String,
+    /// Its replicas, `host:port`.
+    pub replicas: Vec<String>,
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (first, last) = self.slots;
+        write!(f, "slots {first}-{last}: primary {}", self.primary)?;
+        match self.replicas.is_empty() {
+            true => write!(f, ", no replica"),
+            false => write!(f, ", replicas {}", self.replicas.join(" ")),
+        }
+    }
+}
+
+impl Node {
+    /// The cluster's shards as the cluster says now, within `wait`; `None` for a node that is
+    /// not a cluster, or no answer.
+    pub async fn shards(&self, wait: Duration) -> Option<Vec<Shard>> {
+        if !matches!(self.conn, Conn::Cluster(_)) {
+            return None;
+        }
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let ranges: Vec<Vec<Value>> = self.query(&cmd, wait).await.ok()?;
+        let mut shards: Vec<Shard> = ranges.iter().filter_map(|r| shard(r)).collect();
+        shards.sort_by_key(|s| s.slots);
+        Some(shards)
+    }
+}
+
+/// One `CLUSTER SLOTS` entry: first slot, last slot, then the primary and each replica as
+/// `[host, port, id, …]`.
+fn shard(range: &[Value]) -> Option<Shard> {
+    let slot = |v: &Value| redis::from_redis_value_ref::<u16>(v).ok();
+    let address = |v: &Value| {
+        let node: Vec<Value> = redis::from_redis_value_ref(v).ok()?;
+        let host: String = redis::from_redis_value_ref(node.first()?).ok()?;
+        let port: u16 = redis::from_redis_value_ref(node.get(1)?).ok()?;
+        Some(format!("{host}:{port}"))
+    };
+    let [first, last, primary, replicas @ ..] = range else {
+        return None;
+    };
+    Some(Shard {
+        slots: (slot(first)?, slot(last)?),
+        primary: address(primary)?,
+        replicas: replicas.iter().filter_map(address).collect(),
+    })
+}

@@ -7,6 +7,8 @@
 //! - [`scripts`]: the compare-and-set scripts a lock needs on one node, and the token they compare.
 //! - [`pubsub`]: one subscribed connection per node and channel, for the fleet's notifications.
 //! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
+//! - [`cluster`]: cluster mode: the one member a Redis Cluster is, reached through its seeds
+//!   (redis-rs's cluster client routes each key to its shard and follows failovers).
 //!
 //! # The topology seam
 //! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
@@ -17,6 +19,9 @@
 //!   configured URLs) and [`Nodes::ask_some`] (the members a request is sent to), and
 //! - **what makes a decision**: [`Nodes::quorum`] (a majority of N here; one for a single
 //!   logical primary).
+//!
+//! Cluster mode is built there: [`Nodes::connect`] makes the whole cluster one member (its
+//! connection routes each key to its shard), so the quorum is one and nothing else changes.
 //!
 //! Everything above (`lock`, history, membership, the fleet clock, pub/sub) asks the pool and
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
@@ -29,6 +34,7 @@ pub mod pool;
 pub mod pubsub;
 pub mod scripts;
 
+pub use cluster::Shard;
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
 pub use scripts::{Claim, NodeReply, Token};
