@@ -22,6 +22,8 @@ const HEALTHY: Duration = Duration::from_secs(8);
 const AFTER_KILL: Duration = Duration::from_secs(14);
 /// From this long after the kill, every slot runs once.
 const RECOVERED_BY: Duration = Duration::from_secs(6);
+/// How long a pause may take to reach a replica (pub/sub: one hop, and a resubscription).
+const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(2);
 /// `run` must give up this fast on a node set it refuses.
 const REFUSED_WITHIN: Duration = Duration::from_secs(15);
 
@@ -267,7 +269,7 @@ fn readyz_with(port: u16, wanted: &str, within: Duration) -> String {
 }
 
 #[test]
-fn readyz_and_the_status_page_show_the_shards_and_a_promoted_replica() {
+fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the_failover() {
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let port = common::free_port();
@@ -289,10 +291,32 @@ fn readyz_and_the_status_page_show_the_shards_and_a_promoted_replica() {
         "{}",
         page.body
     );
+    // The first seed is the one the replica subscribed on: killed, it subscribes on the next.
     cluster.primary(0).kill();
     let after = format!("cluster shard slots 0-5460: primary {standby}");
     readyz_with(port, &after, AFTER_KILL);
+    paused_through_pub_sub(&receiver, &dir.path().join("slotcron.toml"));
     drop(replica);
+}
+
+/// A pause reaches the replica only on pub/sub (`{prefix}:control`): once paused, the job's
+/// slots stop within [`PAUSE_HEARD_WITHIN`] while the other jobs go on.
+fn paused_through_pub_sub(receiver: &Receiver, config: &Path) {
+    common::slotcron_cli(config, &["pause", "c00", "--by", "ops"]);
+    let paused_at = Utc::now() + chrono::Duration::from_std(PAUSE_HEARD_WITHIN).unwrap();
+    std::thread::sleep(PAUSE_HEARD_WITHIN + Duration::from_secs(2));
+    let later = |job: &str| {
+        let keys = receiver.counts_by_idempotency_key().into_keys();
+        let slots = keys.filter_map(|k| k.strip_prefix(&format!("{job}/")).map(str::to_owned));
+        let slots = slots.filter_map(|s| DateTime::parse_from_rfc3339(&s).ok());
+        slots.filter(|s| *s > paused_at).count()
+    };
+    assert_eq!(
+        later("c00"),
+        0,
+        "c00 ran after its pause: not heard on pub/sub"
+    );
+    assert!(later("c01") >= 1, "c01 stopped too");
 }
 
 #[test]
