@@ -245,3 +245,16 @@ impl Loader<'_> {
             .ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_wraps_the_prefix_in_a_hash_tag_and_redlock_keeps_it() {
+        assert_eq!(RedisMode::Cluster.key_prefix("slotcron"), "{slotcron}");
+        assert_eq!(RedisMode::Redlock.key_prefix("slotcron"), "slotcron");
+        let sentinel = RedisMode::Sentinel { master: "m".into() };
+        assert_eq!(sentinel.key_prefix("slotcron"), "slotcron");
+    }
+}

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::time::schedule::Slot;
 
+use crate::config::RedisMode;
 use crate::redis::{NodeError, Nodes};
 
 pub use crate::redis::Token;
@@ -218,6 +219,10 @@ impl SlotLock {
     /// A short description for the start-up log line.
     pub fn describe(&self) -> String {
         match self {
+            SlotLock::Redlock(lock) if *lock.nodes().mode() == RedisMode::Cluster => {
+                let names: Vec<&str> = lock.nodes().iter().map(|n| n.address()).collect();
+                format!("one member over a Redis Cluster: {}", names.join(", "))
+            }
             SlotLock::Redlock(lock) => format!("redlock over {} node(s)", lock.node_count()),
             SlotLock::Local(_) => "in-process (standalone)".to_owned(),
         }

@@ -153,3 +153,34 @@ fn shard(range: &[Value]) -> Option<Shard> {
         replicas: replicas.iter().filter_map(address).collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"0123abcd".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn a_cluster_slots_entry_is_a_shard_with_its_primary_and_replicas() {
+        let entry = [
+            Value::Int(0),
+            Value::Int(5460),
+            node("10.0.0.1", 6379),
+            node("10.0.0.4", 6379),
+        ];
+        let both = shard(&entry).unwrap();
+        assert_eq!(
+            both.to_string(),
+            "slots 0-5460: primary 10.0.0.1:6379, replicas 10.0.0.4:6379"
+        );
+        let alone = shard(&entry[..3]).unwrap().to_string();
+        assert_eq!(alone, "slots 0-5460: primary 10.0.0.1:6379, no replica");
+        assert_eq!(shard(&entry[..2]), None);
+    }
+}

@@ -165,6 +165,8 @@ type Pending<T> = BoxFuture<'static, (usize, Result<T, NodeError>)>;
 /// The Redis nodes of one replica; shared (`Arc`) by the lock, the history, the rate budget, the
 /// fleet clock and the status endpoints.
 pub struct Nodes {
+    /// How the members were made of the configured URLs.
+    mode: RedisMode,
     members: Vec<Member>,
     /// Requests whose callers stopped waiting, awaited to the end of their own bound so that
     /// their outcome reaches the view. Waited for at shutdown ([`Nodes::settle`]).
@@ -211,9 +213,15 @@ impl Nodes {
             })
             .collect();
         Ok(Nodes {
+            mode: mode.clone(),
             members,
             stragglers: TaskTracker::new(),
         })
+    }
+
+    /// The mode the members were made in.
+    pub fn mode(&self) -> &RedisMode {
+        &self.mode
     }
 
     /// How many nodes.
