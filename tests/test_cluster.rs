@@ -291,7 +291,7 @@ fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the
         "{}",
         page.body
     );
-    // The first seed is the one the replica subscribed on: killed, it subscribes on the next.
+    // The first seed, one the replica subscribed on: the others must still carry a pause.
     cluster.primary(0).kill();
     let after = format!("cluster shard slots 0-5460: primary {standby}");
     readyz_with(port, &after, AFTER_KILL);

@@ -9,8 +9,9 @@
 //! in one slot: no `CROSSSLOT`, and no redirection once the map is known.
 //!
 //! Pub/sub needs nothing of the cluster client: a classic `PUBLISH` on any node reaches the
-//! subscribers of every node over the cluster bus, so the member subscribes on the first seed
-//! that takes it, and on the next one when that one dies ([`super::Node::subscribe`]).
+//! subscribers of every node over the cluster bus, so the member subscribes on each seed (see
+//! [`super::Node::subscription_points`]): a seed dead or hung leaves the others hearing, as a
+//! node does in redlock mode.
 
 use std::time::Duration;
 

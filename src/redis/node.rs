@@ -172,8 +172,7 @@ impl fmt::Display for NodeError {
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs): the
-    /// node's own, or each seed of a cluster (tried in turn: a subscriber on any node of a
-    /// cluster hears every `PUBLISH`).
+    /// node's own, or one per seed of a cluster.
     pub(super) clients: Vec<redis::Client>,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
     pub(super) conn: Conn,
@@ -238,27 +237,38 @@ impl Node {
         &self.address
     }
 
-    /// A dedicated connection subscribed to `channel`, opened within `wait` (on the first of
-    /// a cluster's seeds that takes it).
+    /// A dedicated connection subscribed to `channel`, opened within `wait`.
     pub async fn subscribe(
         &self,
         channel: &str,
         wait: Duration,
     ) -> Result<redis::aio::PubSub, NodeError> {
-        let mut failure = NodeErrorKind::Down("no node to subscribe on".into());
-        for client in &self.clients {
-            let open = async {
-                let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(channel).await?;
-                Ok::<_, redis::RedisError>(pubsub)
-            };
-            failure = match tokio::time::timeout(wait, open).await {
-                Ok(Ok(pubsub)) => return Ok(pubsub),
-                Ok(Err(e)) => NodeErrorKind::Down(e.to_string()),
-                Err(_) => NodeErrorKind::Timeout(wait),
-            };
+        self.subscribe_via(0, channel, wait).await
+    }
+
+    /// Where this node can be subscribed on: one for a node, each seed for a cluster (a
+    /// subscriber on any node of a cluster hears every `PUBLISH`).
+    pub fn subscription_points(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// [`Self::subscribe`] on subscription point `point` (see [`Self::subscription_points`]).
+    pub async fn subscribe_via(
+        &self,
+        point: usize,
+        channel: &str,
+        wait: Duration,
+    ) -> Result<redis::aio::PubSub, NodeError> {
+        let open = async {
+            let mut pubsub = self.clients[point].get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(wait, open).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(e)) => Err(self.error(NodeErrorKind::Down(e.to_string()))),
+            Err(_) => Err(self.error(NodeErrorKind::Timeout(wait))),
         }
-        Err(self.error(failure))
     }
 
     /// The race's bound on one answer (`node_timeout`).
