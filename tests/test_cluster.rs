@@ -15,6 +15,17 @@ use common::cluster::{cluster_acl_args, ShardedCluster};
 use common::{tools, write_config, Receiver, Replica};
 use slotcron::time::schedule::Slot;
 
+/// Held by each test that runs a cluster and a fleet on a clock: one at a time, so two of them
+/// do not share the machine's two cores while their lateness is measured.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the other cluster tests to end.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 /// Jobs every second.
 const JOBS: usize = 12;
 /// The healthy stretch, then the stretch after the kill.
@@ -227,6 +238,7 @@ impl Failover {
 
 /// The done-when scenario on a cluster of `bin` started with `extra` arguments.
 fn a_primary_killed(bin: &Path, extra: &[String], server: &str) {
+    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, extra);
     let receiver = Receiver::start();
     let failover = kill_slotcrons_primary(&cluster, &receiver, None);
@@ -251,6 +263,7 @@ fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_
 
 #[test]
 fn cluster_redis_7_replica_paused_so_won_keys_are_not_replicated_then_the_primary_killed() {
+    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let receiver = Receiver::start();
     let failover = kill_slotcrons_primary(&cluster, &receiver, Some(Duration::from_secs(3)));
@@ -270,6 +283,7 @@ fn readyz_with(port: u16, wanted: &str, within: Duration) -> String {
 
 #[test]
 fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the_failover() {
+    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let port = common::free_port();
@@ -321,7 +335,20 @@ fn paused_through_pub_sub(receiver: &Receiver, config: &Path) {
 
 #[test]
 fn redlock_refuses_a_cluster_node_saying_to_set_mode_cluster() {
-    let cluster = ShardedCluster::start(3, 0, 1000, &[]);
+    refuses_a_cluster_node(Path::new(&common::redis_server_bin()));
+}
+
+#[test]
+fn redlock_refuses_a_valkey_9_cluster_node_saying_to_set_mode_cluster() {
+    let Some(valkey) = tools::valkey_server() else {
+        return;
+    };
+    refuses_a_cluster_node(&valkey);
+}
+
+/// One node of a cluster of `bin` listed in redlock mode: `run` exits non-zero, saying so.
+fn refuses_a_cluster_node(bin: &Path) {
+    let cluster = ShardedCluster::start_bin(bin, 3, 0, 1000, &[]);
     let node = &cluster.seed_urls()[0];
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let uri = receiver.uri();
