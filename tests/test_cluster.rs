@@ -424,3 +424,33 @@ fn a_mode_missing_its_keys_or_unknown_is_refused_naming_the_field() {
         "{braces}"
     );
 }
+
+#[test]
+fn a_cluster_down_at_start_is_used_once_it_is_up() {
+    let _alone = one_at_a_time();
+    let cluster = ShardedCluster::start(3, 0, 1000, &[]);
+    cluster.nodes().iter().for_each(common::RedisServer::kill);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let text = cluster_toml(&cluster.seed_urls(), &receiver.uri());
+    let replica = Replica::run(write_config(dir.path(), &text), "r1", &[]);
+    let started = replica.wait_for_json(REFUSED_WITHIN, |l| l["message"] == "slotcron started");
+    assert!(started.is_some(), "did not start: {:#?}", replica.lines());
+    cluster
+        .nodes()
+        .iter()
+        .for_each(common::RedisServer::restart);
+    let up = Utc::now();
+    let ran = || {
+        let after = expected(up + chrono::Duration::seconds(1), Utc::now());
+        let counts = receiver.counts_by_idempotency_key();
+        (!counted(&counts, &after, |n| n == 0).len().eq(&after.len())).then_some(())
+    };
+    let ran = common::wait_until(AFTER_KILL, ran);
+    assert!(
+        ran.is_some(),
+        "no slot ran once the cluster was up: {:#?}",
+        replica.lines()
+    );
+    let took = (Utc::now() - up).num_milliseconds();
+    eprintln!("cluster down at start: a slot ran within {took} ms of the nodes' restart");
+}
