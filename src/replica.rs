@@ -19,7 +19,7 @@ use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::catch_up;
 use crate::config::Candidates;
-use crate::config::{self, ClockMode, Config, Job};
+use crate::config::{self, ClockMode, Config, Job, RedisMode};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
 use crate::fleet::handoff::{HandoffRequest, Handoffs, Seen};
@@ -125,14 +125,20 @@ impl Replica {
         client: reqwest::Client,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
-            .map_err(anyhow::Error::msg)
+        let nodes = Nodes::open(redis, &name)
+            .await
             .context("preparing Redis connections")?;
-        let lock = Arc::new(lock);
+        let lock = Arc::new(Redlock::over(Arc::new(nodes), &name, redis.lock.clone()));
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
         let prefix = config.scheduler.key_prefix.clone();
-        let unchecked = independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
+        // Redlock's premise; a sentinel's or a cluster's primaries have replicas by design.
+        let unchecked = match redis.mode {
+            RedisMode::Redlock => {
+                Some(independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?)
+            }
+            RedisMode::Sentinel { .. } | RedisMode::Cluster => None,
+        };
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;
@@ -156,7 +162,7 @@ impl Replica {
             key_prefix: prefix,
             liveness: Arc::default(),
             fleet: Some((fleet, nodes)),
-            unchecked: Some(unchecked),
+            unchecked,
             shutdown: CancellationToken::new(),
             name,
         })

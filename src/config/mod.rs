@@ -29,7 +29,7 @@ use crate::action::Action;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
 use durations::DurationRange;
-pub use endpoints::{HttpConfig, RedisConfig};
+pub use endpoints::{HttpConfig, RedisConfig, RedisMode};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 pub use scheduler::{

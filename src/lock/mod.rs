@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::time::schedule::Slot;
 
-use crate::redis::{NodeError, Nodes};
+use crate::redis::{NodeError, Nodes, Replication};
 
 pub use crate::redis::Token;
 pub use local::LocalLock;
@@ -196,6 +196,18 @@ impl SlotLock {
         match self {
             SlotLock::Redlock(lock) => lock.extend(lease, ttl).await,
             SlotLock::Local(lock) => lock.extend(lease, ttl),
+        }
+    }
+
+    /// How many replicas of the primary holding `lease` have it ([`Nodes::replicated`]);
+    /// `None` where no replica is waited for (redlock mode, standalone).
+    pub async fn replicated(&self, lease: &Lease) -> Option<Replication> {
+        match self {
+            SlotLock::Redlock(lock) => {
+                let nodes = lock.nodes();
+                nodes.replicated(lease.key.as_str(), lease.validity).await
+            }
+            SlotLock::Local(_) => None,
         }
     }
 

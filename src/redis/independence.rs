@@ -167,7 +167,7 @@ impl Unchecked {
     /// Checks node `i` against the others; `None` while it does not answer.
     async fn check_late(&self, nodes: &Nodes, i: usize, replica: &str) -> Option<()> {
         let node = nodes.iter().nth(i).expect("a node of the pool");
-        let role = role(node, self.wait).await.ok()?;
+        let role = role(&node, self.wait).await.ok()?;
         let url = &self.urls[i];
         let mut found = Vec::new();
         if !is_primary(&role) {
@@ -189,12 +189,12 @@ impl Unchecked {
     }
 }
 
-fn is_primary(role: &str) -> bool {
+pub(super) fn is_primary(role: &str) -> bool {
     role == "master" || role == "primary"
 }
 
 /// The node's role, from `HELLO`'s reply (`master`/`primary` or `replica`/`slave`).
-async fn role(node: &Node, wait: Duration) -> Result<String, NodeError> {
+pub(super) async fn role(node: &Node, wait: Duration) -> Result<String, NodeError> {
     let mut hello: HashMap<String, redis::Value> = node.query(&redis::cmd("HELLO"), wait).await?;
     let role = hello.remove("role").map(redis::from_redis_value::<String>);
     match role {

@@ -7,6 +7,8 @@
 //! - [`scripts`]: the compare-and-set scripts a lock needs on one node, and the token they compare.
 //! - [`pubsub`]: one subscribed connection per node and channel, for the fleet's notifications.
 //! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
+//! - [`sentinel`]: sentinel mode: the primary found through the sentinels, and followed.
+//! - [`replication`]: `WAIT`: a winner's lock acknowledged by the primary's replicas.
 //!
 //! # The topology seam
 //! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
@@ -26,8 +28,11 @@ pub mod independence;
 pub mod node;
 pub mod pool;
 pub mod pubsub;
+pub mod replication;
 pub mod scripts;
+pub mod sentinel;
 
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
+pub use replication::Replication;
 pub use scripts::{Claim, NodeReply, Token};

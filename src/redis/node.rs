@@ -171,7 +171,7 @@ impl fmt::Display for NodeError {
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs).
-    client: redis::Client,
+    pub(super) client: redis::Client,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
     pub(super) conn: ConnectionManager,
     /// The race's bound on one answer (`node_timeout`).

@@ -19,15 +19,19 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
+use super::replication::{self, Replication};
+use super::sentinel::{self, Follower, Sentinels};
+use crate::config::{RedisConfig, RedisMode};
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -45,13 +49,31 @@ struct Health {
     /// Kept out of every request: a node not (yet) checked to be an independent primary (see
     /// [`super::independence`]).
     held_out: AtomicBool,
+    /// Told when a request gets no answer or `READONLY`: the member's server may have changed
+    /// (a Sentinel failover); `None` where a member is one server for good.
+    trouble: Option<Arc<Notify>>,
 }
 
 impl Health {
+    /// A member's view, healthy until a request says otherwise.
+    fn new(address: &str, replica: &Arc<str>, trouble: Option<Arc<Notify>>) -> Arc<Self> {
+        Arc::new(Health {
+            address: address.to_owned(),
+            replica: replica.clone(),
+            suspect: AtomicBool::new(false),
+            held_out: AtomicBool::new(false),
+            trouble,
+        })
+    }
+
     /// The one health rule: an answer (a value or an error reply) makes the node healthy; a
     /// timeout or a failed connection makes it suspect. Logs the change, once.
     fn observe<T>(&self, result: &Result<T, NodeError>) {
         let suspect = result.as_ref().is_err_and(|e| !e.node_answered());
+        let moved = result.as_ref().is_err_and(sentinel::is_read_only);
+        if let Some(trouble) = self.trouble.as_ref().filter(|_| suspect || moved) {
+            trouble.notify_one();
+        }
         if self.suspect.swap(suspect, Ordering::Relaxed) == suspect {
             return;
         }
@@ -77,9 +99,47 @@ impl Health {
 /// One node and the view of it.
 #[derive(Debug)]
 struct Member {
-    /// In an `Arc` so a request can outlive the call that sent it (see [`Nodes::ask`]).
-    node: Arc<Node>,
+    /// The member's server: one for good, or the primary of the moment (sentinel mode).
+    node: Arc<Current>,
     health: Arc<Health>,
+}
+
+/// A member's node now; replaced when its server changes ([`super::sentinel`]). Each request
+/// takes the node of its moment, in an `Arc` so the request can outlive the call that sent it
+/// (see [`Nodes::ask`]).
+#[derive(Debug)]
+pub(super) struct Current(RwLock<Arc<Node>>);
+
+impl Current {
+    fn new(node: Arc<Node>) -> Arc<Self> {
+        Arc::new(Current(RwLock::new(node)))
+    }
+
+    /// The node now.
+    pub(super) fn get(&self) -> Arc<Node> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// From now on, requests go to `node`.
+    pub(super) fn set(&self, node: Arc<Node>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = node;
+    }
+}
+
+/// What the members are (`[redis] mode`): the topology seam of [`super`].
+#[derive(Debug)]
+enum Topology {
+    /// Independent primaries: a majority decides.
+    Redlock,
+    /// One member, the primary the sentinels name, followed across failovers.
+    Sentinel {
+        sentinels: Arc<Sentinels>,
+        follower: Follower,
+        wait_replicas: u32,
+    },
 }
 
 /// How one node stands in the view, for the readiness probe, the status page and the metric.
@@ -165,6 +225,7 @@ type Pending<T> = BoxFuture<'static, (usize, Result<T, NodeError>)>;
 /// fleet clock and the status endpoints.
 pub struct Nodes {
     members: Vec<Member>,
+    topology: Topology,
     /// Requests whose callers stopped waiting, awaited to the end of their own bound so that
     /// their outcome reaches the view. Waited for at shutdown ([`Nodes::settle`]).
     stragglers: TaskTracker,
@@ -173,7 +234,11 @@ pub struct Nodes {
 impl fmt::Debug for Nodes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.members.iter().map(|m| m.node.address()))
+            .entries(
+                self.members
+                    .iter()
+                    .map(|m| m.node.get().address().to_owned()),
+            )
             .finish()
     }
 }
@@ -193,20 +258,90 @@ impl Nodes {
             .map(|url| {
                 let node = Node::new(url, node_timeout, ca_file)?;
                 Ok(Member {
-                    health: Arc::new(Health {
-                        address: node.address().to_owned(),
-                        replica: replica.clone(),
-                        suspect: AtomicBool::new(false),
-                        held_out: AtomicBool::new(false),
-                    }),
-                    node: Arc::new(node),
+                    health: Health::new(node.address(), &replica, None),
+                    node: Current::new(Arc::new(node)),
                 })
             })
             .collect::<Result<Vec<_>, NodeSetupError>>()?;
         Ok(Nodes {
             members,
+            topology: Topology::Redlock,
             stragglers: TaskTracker::new(),
         })
+    }
+
+    /// The pool `redis` configures (`[redis] mode`). In sentinel mode the primary is found
+    /// before this returns (an error when no sentinel names one), then followed.
+    pub async fn open(redis: &RedisConfig, replica: &str) -> anyhow::Result<Self> {
+        let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
+        match &redis.mode {
+            // Cluster mode: `super::cluster` (issue 25's other part); seeds as nodes until then.
+            RedisMode::Redlock | RedisMode::Cluster => {
+                Ok(Self::connect(urls, timeout, ca, replica)?)
+            }
+            RedisMode::Sentinel { master } => {
+                let auth = &redis.primary_auth;
+                let sentinels = Sentinels::new(urls, master, auth, timeout, ca, replica)?;
+                Ok(Self::follow(sentinels, redis.wait_replicas, replica).await?)
+            }
+        }
+    }
+
+    /// One member, the primary `sentinels` name now, followed from then on.
+    async fn follow(
+        sentinels: Sentinels,
+        wait_replicas: u32,
+        replica: &str,
+    ) -> Result<Self, sentinel::NoPrimary> {
+        let primary = sentinels.resolve(None, sentinel::RESOLVE_WAIT).await?;
+        let (sentinels, trouble) = (Arc::new(sentinels), Arc::new(Notify::new()));
+        let name = format!("sentinel master {}", sentinels.master());
+        let member = Member {
+            health: Health::new(&name, &Arc::from(replica), Some(trouble.clone())),
+            node: Current::new(primary),
+        };
+        let follower = Follower::start(
+            sentinels.clone(),
+            member.node.clone(),
+            trouble,
+            replica.into(),
+        );
+        Ok(Nodes {
+            members: vec![member],
+            topology: Topology::Sentinel {
+                sentinels,
+                follower,
+                wait_replicas,
+            },
+            stragglers: TaskTracker::new(),
+        })
+    }
+
+    /// `mode` as configured, and what it rests on now: the nodes' count (redlock), or the
+    /// monitored name and the primary followed (sentinel). For `/readyz` and the status page.
+    pub fn describe(&self) -> String {
+        match &self.topology {
+            Topology::Redlock => format!("redlock over {} node(s)", self.len()),
+            Topology::Sentinel { sentinels, .. } => format!(
+                "sentinel master {:?}, primary {}",
+                sentinels.master(),
+                self.members[0].node.get().address()
+            ),
+        }
+    }
+
+    /// Waits until the replicas of the primary holding `key` have every write made before
+    /// (the winner's lock), each bounded: `WAIT wait_replicas` (see [`super::replication`]).
+    /// `None` in redlock mode: each node is an independent primary, and the majority itself
+    /// keeps a lock through the loss of a node's key.
+    pub async fn replicated(&self, key: &str, ttl: Duration) -> Option<Replication> {
+        match &self.topology {
+            Topology::Redlock => None,
+            Topology::Sentinel { wait_replicas, .. } => {
+                let node = self.members[0].node.get();
+                Some(replication::wait(&node, key, ttl, *wait_replicas).await)
+            }
+        }
     }
 
     /// How many nodes.
@@ -224,9 +359,9 @@ impl Nodes {
         quorum(self.members.len())
     }
 
-    /// The nodes, in the configured order.
-    pub fn iter(&self) -> impl Iterator<Item = &Node> {
-        self.members.iter().map(|m| &*m.node)
+    /// The nodes, in the configured order, each as it is now.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<Node>> + '_ {
+        self.members.iter().map(|m| m.node.get())
     }
 
     /// The view: which nodes are up (not suspect) now.
@@ -234,7 +369,7 @@ impl Nodes {
         self.members
             .iter()
             .map(|m| NodeState {
-                address: m.node.address().to_owned(),
+                address: m.node.get().address().to_owned(),
                 up: !m.health.is_suspect(),
             })
             .collect()
@@ -271,14 +406,14 @@ impl Nodes {
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let asked: Vec<bool> = (self.members.iter())
-            .map(|m| !m.health.is_held_out() && to(&m.node))
+            .map(|m| !m.health.is_held_out() && to(&m.node.get()))
             .collect();
         let mut pending: FuturesUnordered<Pending<T>> = self
             .members
             .iter()
             .enumerate()
             .filter(|(i, _)| asked[*i])
-            .map(|(i, member)| observed(i, member.health.clone(), request(member.node.clone())))
+            .map(|(i, member)| observed(i, member.health.clone(), request(member.node.get())))
             .collect();
         let mut replies = Replies {
             answers: (0..self.members.len()).map(|_| None).collect(),
@@ -310,7 +445,7 @@ impl Nodes {
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let member = &self.members[i];
-        let (_, answer) = observed(i, member.health.clone(), request(member.node.clone())).await;
+        let (_, answer) = observed(i, member.health.clone(), request(member.node.get())).await;
         answer
     }
 
@@ -374,6 +509,9 @@ impl Nodes {
     /// Waits for the requests still out (each within its bound): at shutdown, so no task
     /// outlives the replica.
     pub async fn settle(&self) {
+        if let Topology::Sentinel { follower, .. } = &self.topology {
+            follower.stop().await;
+        }
         self.stragglers.close();
         self.stragglers.wait().await;
         self.stragglers.reopen();
@@ -422,12 +560,7 @@ mod tests {
 
     #[test]
     fn a_timeout_or_a_broken_connection_makes_a_node_suspect_and_an_answer_healthy() {
-        let health = Health {
-            address: "n:1".into(),
-            replica: Arc::from("r"),
-            suspect: AtomicBool::new(false),
-            held_out: AtomicBool::new(false),
-        };
+        let health = Health::new("n:1", &Arc::from("r"), None);
         health.observe(&error(NodeErrorKind::Timeout(Duration::from_millis(50))));
         assert!(health.is_suspect());
         // An error reply comes from a node that serves.
