@@ -19,7 +19,7 @@ use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::catch_up;
 use crate::config::Candidates;
-use crate::config::{self, ClockMode, Config, Job, RedisMode};
+use crate::config::{self, ClockMode, Config, Job};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
 use crate::fleet::handoff::{HandoffRequest, Handoffs, Seen};
@@ -125,20 +125,17 @@ impl Replica {
         client: reqwest::Client,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let nodes = Nodes::open(redis, &name)
+        let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
+        let nodes = Nodes::open(urls, timeout, ca, &redis.topology(), &name)
             .await
             .context("preparing Redis connections")?;
         let lock = Arc::new(Redlock::over(Arc::new(nodes), &name, redis.lock.clone()));
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
         let prefix = config.scheduler.key_prefix.clone();
-        // Redlock's premise; a sentinel's or a cluster's primaries have replicas by design.
-        let unchecked = match redis.mode {
-            RedisMode::Redlock => {
-                Some(independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?)
-            }
-            RedisMode::Sentinel { .. } | RedisMode::Cluster => None,
-        };
+        let (urls, topology) = (&redis.nodes, &redis.topology());
+        let unchecked =
+            independence::check_for(topology, &nodes, urls, &prefix, STARTUP_PING).await?;
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;

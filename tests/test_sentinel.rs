@@ -335,3 +335,11 @@ fn unreplicated_then_killed(set: &SentinelSet, server: &str) {
 fn redis_7_sentinel_unreplicated_wins_then_a_failover_are_counted_and_slots_resume() {
     unreplicated_then_killed(&SentinelSet::start(), "redis 7.0");
 }
+
+#[test]
+fn valkey_9_sentinel_unreplicated_wins_then_a_failover_are_counted_and_slots_resume() {
+    let Some(valkey) = common::tools::valkey_server() else {
+        return;
+    };
+    unreplicated_then_killed(&SentinelSet::start_bin(&valkey), "valkey 9");
+}

@@ -96,8 +96,9 @@ pub(crate) fn connect(
     name: &str,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<Arc<Nodes>, ExitCode> {
+    let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
     runtime
-        .block_on(Nodes::open(redis, name))
+        .block_on(Nodes::open(urls, timeout, ca, &redis.topology(), name))
         .map(Arc::new)
         .map_err(|e| {
             eprintln!("slotcron: {e:#}");

@@ -11,7 +11,7 @@ use super::raw::{RawHttpServer, RawRedis};
 use super::{read_error, ConfigError, Loader, Section};
 use crate::lock::LockConfig;
 use crate::redis::sentinel::PrimaryAuth;
-use crate::redis::NodeUrl;
+use crate::redis::{NodeUrl, Topology};
 
 #[derive(Debug, Clone)]
 /// `[redis]`: the nodes the fleet races on.
@@ -43,6 +43,21 @@ pub enum RedisMode {
     },
     /// `nodes` are seeds of a Redis Cluster; each key lives on the shard owning its hash slot.
     Cluster,
+}
+
+impl RedisConfig {
+    /// The pool's layout, as the Redis layer takes it ([`crate::redis::Nodes::open`]).
+    pub fn topology(&self) -> Topology {
+        match &self.mode {
+            RedisMode::Redlock => Topology::Redlock,
+            RedisMode::Sentinel { master } => Topology::Sentinel {
+                master: master.clone(),
+                auth: self.primary_auth.clone(),
+                wait_replicas: self.wait_replicas,
+            },
+            RedisMode::Cluster => Topology::Cluster,
+        }
+    }
 }
 
 impl RedisMode {

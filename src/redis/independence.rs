@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeUrl};
 use super::pool::{Nodes, Replies};
+use super::topology::Topology;
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
@@ -91,6 +92,21 @@ pub struct Unchecked {
     wait: Duration,
     /// Their places in the pool.
     nodes: Vec<usize>,
+}
+
+/// [`check`] in redlock mode; `None` in the others, whose primaries have replicas by design
+/// (and whose one logical member is not a configured URL).
+pub async fn check_for(
+    topology: &Topology,
+    nodes: &Nodes,
+    urls: &[NodeUrl],
+    prefix: &str,
+    wait: Duration,
+) -> Result<Option<Unchecked>, NotIndependent> {
+    match topology {
+        Topology::Redlock => check(nodes, urls, prefix, wait).await.map(Some),
+        Topology::Sentinel { .. } | Topology::Cluster => Ok(None),
+    }
 }
 
 /// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`,

@@ -9,6 +9,7 @@
 //! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
 //! - [`sentinel`]: sentinel mode: the primary found through the sentinels, and followed.
 //! - [`replication`]: `WAIT`: a winner's lock acknowledged by the primary's replicas.
+//! - [`topology`]: `[redis] mode`: what the members are, found and followed ([`Nodes::open`]).
 //!
 //! # The topology seam
 //! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
@@ -31,8 +32,10 @@ pub mod pubsub;
 pub mod replication;
 pub mod scripts;
 pub mod sentinel;
+pub mod topology;
 
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
 pub use replication::Replication;
 pub use scripts::{Claim, NodeReply, Token};
+pub use topology::{OpenError, Topology};

@@ -29,9 +29,8 @@ use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
-use super::replication::{self, Replication};
-use super::sentinel::{self, Follower, Sentinels};
-use crate::config::{RedisConfig, RedisMode};
+use super::sentinel;
+use super::topology::Layout;
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -40,7 +39,7 @@ pub fn quorum(n: usize) -> usize {
 
 /// The replica's view of one node: suspect or healthy, changed only by [`Health::observe`].
 #[derive(Debug)]
-struct Health {
+pub(super) struct Health {
     address: String,
     replica: Arc<str>,
     /// True from a request that got no answer until the next answer. An atomic, not a lock:
@@ -56,7 +55,11 @@ struct Health {
 
 impl Health {
     /// A member's view, healthy until a request says otherwise.
-    fn new(address: &str, replica: &Arc<str>, trouble: Option<Arc<Notify>>) -> Arc<Self> {
+    pub(super) fn new(
+        address: &str,
+        replica: &Arc<str>,
+        trouble: Option<Arc<Notify>>,
+    ) -> Arc<Self> {
         Arc::new(Health {
             address: address.to_owned(),
             replica: replica.clone(),
@@ -98,10 +101,10 @@ impl Health {
 
 /// One node and the view of it.
 #[derive(Debug)]
-struct Member {
+pub(super) struct Member {
     /// The member's server: one for good, or the primary of the moment (sentinel mode).
-    node: Arc<Current>,
-    health: Arc<Health>,
+    pub(super) node: Arc<Current>,
+    pub(super) health: Arc<Health>,
 }
 
 /// A member's node now; replaced when its server changes ([`super::sentinel`]). Each request
@@ -111,7 +114,7 @@ struct Member {
 pub(super) struct Current(RwLock<Arc<Node>>);
 
 impl Current {
-    fn new(node: Arc<Node>) -> Arc<Self> {
+    pub(super) fn new(node: Arc<Node>) -> Arc<Self> {
         Arc::new(Current(RwLock::new(node)))
     }
 
@@ -127,19 +130,6 @@ impl Current {
     pub(super) fn set(&self, node: Arc<Node>) {
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = node;
     }
-}
-
-/// What the members are (`[redis] mode`): the topology seam of [`super`].
-#[derive(Debug)]
-enum Topology {
-    /// Independent primaries: a majority decides.
-    Redlock,
-    /// One member, the primary the sentinels name, followed across failovers.
-    Sentinel {
-        sentinels: Arc<Sentinels>,
-        follower: Follower,
-        wait_replicas: u32,
-    },
 }
 
 /// How one node stands in the view, for the readiness probe, the status page and the metric.
@@ -224,11 +214,12 @@ type Pending<T> = BoxFuture<'static, (usize, Result<T, NodeError>)>;
 /// The Redis nodes of one replica; shared (`Arc`) by the lock, the history, the rate budget, the
 /// fleet clock and the status endpoints.
 pub struct Nodes {
-    members: Vec<Member>,
-    topology: Topology,
+    pub(super) members: Vec<Member>,
+    /// What the members are, and what follows them ([`super::topology`]).
+    pub(super) layout: Layout,
     /// Requests whose callers stopped waiting, awaited to the end of their own bound so that
     /// their outcome reaches the view. Waited for at shutdown ([`Nodes::settle`]).
-    stragglers: TaskTracker,
+    pub(super) stragglers: TaskTracker,
 }
 
 impl fmt::Debug for Nodes {
@@ -265,83 +256,9 @@ impl Nodes {
             .collect::<Result<Vec<_>, NodeSetupError>>()?;
         Ok(Nodes {
             members,
-            topology: Topology::Redlock,
+            layout: Layout::Redlock,
             stragglers: TaskTracker::new(),
         })
-    }
-
-    /// The pool `redis` configures (`[redis] mode`). In sentinel mode the primary is found
-    /// before this returns (an error when no sentinel names one), then followed.
-    pub async fn open(redis: &RedisConfig, replica: &str) -> anyhow::Result<Self> {
-        let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
-        match &redis.mode {
-            // Cluster mode: `super::cluster` (issue 25's other part); seeds as nodes until then.
-            RedisMode::Redlock | RedisMode::Cluster => {
-                Ok(Self::connect(urls, timeout, ca, replica)?)
-            }
-            RedisMode::Sentinel { master } => {
-                let auth = &redis.primary_auth;
-                let sentinels = Sentinels::new(urls, master, auth, timeout, ca, replica)?;
-                Ok(Self::follow(sentinels, redis.wait_replicas, replica).await?)
-            }
-        }
-    }
-
-    /// One member, the primary `sentinels` name now, followed from then on.
-    async fn follow(
-        sentinels: Sentinels,
-        wait_replicas: u32,
-        replica: &str,
-    ) -> Result<Self, sentinel::NoPrimary> {
-        let primary = sentinels.resolve(None, sentinel::RESOLVE_WAIT).await?;
-        let (sentinels, trouble) = (Arc::new(sentinels), Arc::new(Notify::new()));
-        let name = format!("sentinel master {}", sentinels.master());
-        let member = Member {
-            health: Health::new(&name, &Arc::from(replica), Some(trouble.clone())),
-            node: Current::new(primary),
-        };
-        let follower = Follower::start(
-            sentinels.clone(),
-            member.node.clone(),
-            trouble,
-            replica.into(),
-        );
-        Ok(Nodes {
-            members: vec![member],
-            topology: Topology::Sentinel {
-                sentinels,
-                follower,
-                wait_replicas,
-            },
-            stragglers: TaskTracker::new(),
-        })
-    }
-
-    /// `mode` as configured, and what it rests on now: the nodes' count (redlock), or the
-    /// monitored name and the primary followed (sentinel). For `/readyz` and the status page.
-    pub fn describe(&self) -> String {
-        match &self.topology {
-            Topology::Redlock => format!("redlock over {} node(s)", self.len()),
-            Topology::Sentinel { sentinels, .. } => format!(
-                "sentinel master {:?}, primary {}",
-                sentinels.master(),
-                self.members[0].node.get().address()
-            ),
-        }
-    }
-
-    /// Waits until the replicas of the primary holding `key` have every write made before
-    /// (the winner's lock), each bounded: `WAIT wait_replicas` (see [`super::replication`]).
-    /// `None` in redlock mode: each node is an independent primary, and the majority itself
-    /// keeps a lock through the loss of a node's key.
-    pub async fn replicated(&self, key: &str, ttl: Duration) -> Option<Replication> {
-        match &self.topology {
-            Topology::Redlock => None,
-            Topology::Sentinel { wait_replicas, .. } => {
-                let node = self.members[0].node.get();
-                Some(replication::wait(&node, key, ttl, *wait_replicas).await)
-            }
-        }
     }
 
     /// How many nodes.
@@ -509,9 +426,7 @@ impl Nodes {
     /// Waits for the requests still out (each within its bound): at shutdown, so no task
     /// outlives the replica.
     pub async fn settle(&self) {
-        if let Topology::Sentinel { follower, .. } = &self.topology {
-            follower.stop().await;
-        }
+        self.layout.stop().await;
         self.stragglers.close();
         self.stragglers.wait().await;
         self.stragglers.reopen();
