@@ -102,6 +102,8 @@ fn check_names_each_mode_and_what_it_guarantees() {
 struct Fleet {
     replicas: Vec<Replica>,
     receiver: Receiver,
+    /// The first replica's status server (`[http] listen`).
+    http: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -109,10 +111,16 @@ impl Fleet {
     fn start(set: &SentinelSet) -> Self {
         let receiver = Receiver::start();
         let dir = tempfile::tempdir().unwrap();
-        let path = write_config(dir.path(), &fleet_toml(&set.urls(), &receiver.uri()));
-        let path = path.to_str().unwrap().to_owned();
+        let text = fleet_toml(&set.urls(), &receiver.uri());
+        let http = common::free_port();
+        // The first replica serves /readyz and the status page.
+        let served = format!("{text}[http]\nlisten = \"127.0.0.1:{http}\"\n");
+        let paths = [
+            common::write_file(dir.path(), "served.toml", &served),
+            write_config(dir.path(), &text),
+        ];
         let replicas: Vec<Replica> = (0..REPLICAS)
-            .map(|i| Replica::run(&path, &format!("replica-{i}"), &[]))
+            .map(|i| Replica::run(&paths[i.min(1)], &format!("replica-{i}"), &[]))
             .collect();
         for r in &replicas {
             let started = r.wait_for_json(Duration::from_secs(15), |l| {
@@ -127,8 +135,18 @@ impl Fleet {
         Fleet {
             replicas,
             receiver,
+            http,
             _dir: dir,
         }
+    }
+
+    /// `/readyz`'s body, and the status page's, from the first replica.
+    fn readyz_and_page(&self) -> (String, String) {
+        let get = |path| common::http_get(self.http, path).map(|r| r.body);
+        (
+            get("/readyz").unwrap_or_default(),
+            get("/").unwrap_or_default(),
+        )
     }
 
     /// Deliveries per (job, slot).
@@ -215,8 +233,8 @@ impl std::fmt::Display for Cost {
              {} of slots before the kill",
             self.duplicates.len(),
             self.duplicates,
-            self.bound,
             self.missed_in_failover,
+            self.bound,
             self.missed_after.len(),
             self.back_after,
             self.unreplicated,
@@ -275,9 +293,22 @@ fn primary_killed(set: &SentinelSet, server: &str) {
     let fleet = Fleet::start(set);
     let start = Utc::now();
     std::thread::sleep(BEFORE_KILL);
+    let (readyz, page) = fleet.readyz_and_page();
+    let at = |server: &common::RedisServer| format!("primary 127.0.0.1:{}", server.port());
+    assert!(
+        readyz.starts_with("ready") && readyz.contains(&at(&set.primary)),
+        "{readyz}"
+    );
+    let header = format!("master {MASTER}, primary):");
+    assert!(page.contains(&header), "no {header:?} on the status page");
     let killed = Utc::now();
     set.primary.kill();
     std::thread::sleep(Duration::from_secs(10));
+    let (readyz, _) = fleet.readyz_and_page();
+    assert!(
+        readyz.starts_with("ready") && readyz.contains(&at(&set.replica)),
+        "{readyz}"
+    );
     set.primary.restart();
     std::thread::sleep(Duration::from_secs(5));
     let end = Utc::now() - chrono::Duration::seconds(1);
