@@ -514,13 +514,14 @@ fn reload(replica: &Replica, old: &Config) -> Option<Config> {
 /// Warns about the changes a reload does not apply: they would split the fleet mid-flight.
 fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     let nodes = |c: &Config| {
-        c.redis
-            .as_ref()
-            .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
+        let nodes = |r: &config::RedisConfig| -> Vec<String> {
+            r.nodes.iter().map(ToString::to_string).collect()
+        };
+        c.redis.as_ref().map(|r| (nodes(r), r.topology()))
     };
     if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix {
         tracing::warn!(
-            "[redis] nodes or key_prefix changed: this takes effect at the next restart, and \
+            "[redis] nodes, mode or key_prefix changed: this takes effect at the next restart, and \
             while a rollout restarts replicas one by one, the replicas on the old nodes or prefix \
             and those on the new one race apart, so every slot runs twice until the rollout \
             ends; to avoid it, stop every replica, then start them all with the new file"
