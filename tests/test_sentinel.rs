@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use common::{write_config, Receiver, Replica, SentinelSet, MASTER};
+use common::{write_config, Receiver, Replica, SentinelSet, ACL_PASSWORD, ACL_USER, MASTER};
 use slotcron::config;
 
 const JOBS: usize = 5;
@@ -108,10 +108,10 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn start(set: &SentinelSet) -> Self {
+    fn start(set: &SentinelSet, acl: bool) -> Self {
         let receiver = Receiver::start();
         let dir = tempfile::tempdir().unwrap();
-        let text = fleet_toml(&set.urls(), &receiver.uri());
+        let text = fleet_toml(&set.urls(), &receiver.uri(), acl);
         let http = common::free_port();
         // The first replica serves /readyz and the status page.
         let served = format!("{text}[http]\nlisten = \"127.0.0.1:{http}\"\n");
@@ -179,11 +179,19 @@ impl Fleet {
     }
 }
 
-fn fleet_toml(sentinels: &[String], receiver: &str) -> String {
+/// The fleet's file; `acl`: the primary as the README's least-privilege user (the sentinels
+/// without a password: the credentials differ), under the ACL line's key prefix.
+fn fleet_toml(sentinels: &[String], receiver: &str, acl: bool) -> String {
     let nodes: Vec<String> = sentinels.iter().map(|n| format!("{n:?}")).collect();
+    let auth = match acl {
+        true => {
+            format!("primary_username = \"{ACL_USER}\"\nprimary_password = \"{ACL_PASSWORD}\"\n")
+        }
+        false => String::new(),
+    };
     let mut text = format!(
-        "[scheduler]\nkey_prefix = \"sentinel\"\nmax_clock_skew = \"2s\"\n\
-         [redis]\nmode = \"sentinel\"\nmaster = \"{MASTER}\"\nnodes = [{}]\nnode_timeout = \"250ms\"\n",
+        "[scheduler]\nkey_prefix = \"slotcron\"\nmax_clock_skew = \"2s\"\n\
+         [redis]\nmode = \"sentinel\"\nmaster = \"{MASTER}\"\nnodes = [{}]\nnode_timeout = \"250ms\"\n{auth}",
         nodes.join(", ")
     );
     for i in 0..JOBS {
@@ -290,7 +298,7 @@ fn cost(
 /// The primary killed after [`BEFORE_KILL`], started again on its port 10 s later: no slot
 /// twice, every slot from [`RECOVERY_BOUND`] s after the kill once.
 fn primary_killed(set: &SentinelSet, server: &str) {
-    let fleet = Fleet::start(set);
+    let fleet = Fleet::start(set, true);
     let start = Utc::now();
     std::thread::sleep(BEFORE_KILL);
     let (readyz, page) = fleet.readyz_and_page();
@@ -337,23 +345,24 @@ fn primary_killed(set: &SentinelSet, server: &str) {
 }
 
 #[test]
-fn redis_7_sentinel_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
-    primary_killed(&SentinelSet::start(), "redis 7.0");
+fn redis_7_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
+    let redis = std::path::PathBuf::from(common::redis_server_bin());
+    primary_killed(&SentinelSet::start_bin(&redis, true), "redis 7.0");
 }
 
 #[test]
-fn valkey_9_sentinel_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
+fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
     let Some(valkey) = common::tools::valkey_server() else {
         return;
     };
-    primary_killed(&SentinelSet::start_bin(&valkey), "valkey 9");
+    primary_killed(&SentinelSet::start_bin(&valkey, true), "valkey 9");
 }
 
 /// The replica paused (SIGSTOP) so that the slots won meanwhile are not replicated (WAIT
 /// says so: their runs are counted unreplicated), then the primary killed and the replica let
 /// go, to be promoted without those keys.
 fn unreplicated_then_killed(set: &SentinelSet, server: &str) {
-    let fleet = Fleet::start(set);
+    let fleet = Fleet::start(set, false);
     let start = Utc::now();
     std::thread::sleep(BEFORE_KILL);
     set.replica.pause();
@@ -386,5 +395,5 @@ fn valkey_9_sentinel_unreplicated_wins_then_a_failover_are_counted_and_slots_res
     let Some(valkey) = common::tools::valkey_server() else {
         return;
     };
-    unreplicated_then_killed(&SentinelSet::start_bin(&valkey), "valkey 9");
+    unreplicated_then_killed(&SentinelSet::start_bin(&valkey, false), "valkey 9");
 }

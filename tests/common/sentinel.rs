@@ -6,6 +6,13 @@ use super::*;
 /// The name the sentinels monitor the primary under.
 pub const MASTER: &str = "mymaster";
 
+/// The replication and Sentinel user of a set under the ACL line (`+@all`: the replica's
+/// `PSYNC` and Sentinel's `REPLICAOF` are `@admin`), beside the README's least-privilege
+/// [`ACL_USER`], which slotcron uses.
+const ADMIN_USER: &str = "repl";
+/// Its password.
+const ADMIN_PASSWORD: &str = "repl-s3cret";
+
 /// How long the sentinels may take to know each other and the replica (hello messages every
 /// 2 s).
 const DISCOVERY: Duration = Duration::from_secs(20);
@@ -19,8 +26,8 @@ pub struct SentinelProc {
 
 impl SentinelProc {
     /// Starts `bin --sentinel` monitoring `primary` with quorum 2, down-after 1 s and
-    /// failover-timeout 3 s.
-    fn start(bin: &Path, primary: u16) -> Self {
+    /// failover-timeout 3 s; `acl`: as [`ADMIN_USER`] (the sentinel itself needs no password).
+    fn start(bin: &Path, primary: u16, acl: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("slotcron-sentinel-")
             .tempdir()
@@ -32,8 +39,14 @@ impl SentinelProc {
              sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
              sentinel down-after-milliseconds {MASTER} 1000\n\
              sentinel failover-timeout {MASTER} 3000\n\
-             sentinel parallel-syncs {MASTER} 1\n",
-            dir = dir.path().display()
+             sentinel parallel-syncs {MASTER} 1\n{auth}",
+            dir = dir.path().display(),
+            auth = match acl {
+                true => format!(
+                    "sentinel auth-user {MASTER} {ADMIN_USER}\nsentinel auth-pass {MASTER} {ADMIN_PASSWORD}\n"
+                ),
+                false => String::new(),
+            }
         );
         std::fs::write(&conf, text).unwrap();
         let log = std::fs::File::create(dir.path().join("sentinel.log")).unwrap();
@@ -93,27 +106,45 @@ pub struct SentinelSet {
     pub replica: RedisServer,
     /// The three sentinels.
     pub sentinels: Vec<SentinelProc>,
+    /// The data nodes run under the README's ACL line (default user off).
+    acl: bool,
 }
 
 impl SentinelSet {
     /// Starts the set on redis-server.
     pub fn start() -> Self {
-        Self::start_bin(Path::new(&redis_server_bin()))
+        Self::start_bin(Path::new(&redis_server_bin()), false)
     }
 
     /// Starts the set on `bin` (redis-server or valkey-server), and waits until each sentinel
-    /// knows the replica and the two other sentinels (a failover needs them).
-    pub fn start_bin(bin: &Path) -> Self {
-        let primary = RedisServer::start_bin(bin, &[], &[]);
+    /// knows the replica and the two other sentinels (a failover needs them). `acl`: the data
+    /// nodes have the README's ACL user ([`ACL_USER`]), an admin user for replication and
+    /// Sentinel, and the default user off.
+    pub fn start_bin(bin: &Path, acl: bool) -> Self {
+        let mut args: Vec<String> = Vec::new();
+        if acl {
+            args = acl_args();
+            let admin = format!(">{ADMIN_PASSWORD}");
+            args.extend(
+                ["--user", ADMIN_USER, "on", &admin, "~*", "&*", "+@all"].map(str::to_owned),
+            );
+            args.extend(
+                ["--masteruser", ADMIN_USER, "--masterauth", ADMIN_PASSWORD].map(str::to_owned),
+            );
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let primary = RedisServer::start_bin(bin, &args, &[]);
         let port = primary.port().to_string();
-        let replica = RedisServer::start_bin(bin, &["--replicaof", "127.0.0.1", &port], &[]);
+        let replica_args = [&args[..], &["--replicaof", "127.0.0.1", &port]].concat();
+        let replica = RedisServer::start_bin(bin, &replica_args, &[]);
         let sentinels = (0..3)
-            .map(|_| SentinelProc::start(bin, primary.port()))
+            .map(|_| SentinelProc::start(bin, primary.port(), acl))
             .collect();
         let set = SentinelSet {
             primary,
             replica,
             sentinels,
+            acl,
         };
         let known = || set.sentinels.iter().all(|s| set.knows_all(s)).then_some(());
         if wait_until(DISCOVERY, known).is_none() {
@@ -132,8 +163,20 @@ impl SentinelSet {
     }
 
     fn replica_linked(&self) -> bool {
-        let info = redis_query::<String>(&self.replica.url(), &["INFO", "replication"]);
+        let url = self.admin_url(&self.replica);
+        let info = redis_query::<String>(&url, &["INFO", "replication"]);
         info.is_ok_and(|i| i.contains("master_link_status:up"))
+    }
+
+    /// `server`'s URL as a user that may run anything.
+    pub fn admin_url(&self, server: &RedisServer) -> String {
+        match self.acl {
+            true => format!(
+                "redis://{ADMIN_USER}:{ADMIN_PASSWORD}@127.0.0.1:{}",
+                server.port()
+            ),
+            false => server.url(),
+        }
     }
 
     /// The sentinels' URLs: `[redis] nodes` in sentinel mode.
