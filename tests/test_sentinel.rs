@@ -3,7 +3,9 @@
 //! (quorum 2, down-after 1 s, failover-timeout 3 s), five jobs every second, through forced
 //! failovers on Redis 7.0 and Valkey 9: the primary SIGKILLed (and started again 10 s later,
 //! when Sentinel makes it a replica), and the replica paused so that won keys are not
-//! replicated, then the primary killed. What each costs is measured and printed.
+//! replicated, then the primary killed. What each costs is measured and printed. The kill cases
+//! run under the README's ACL line, slotcron connecting to the primary with credentials of its
+//! own (`primary_username`, `primary_password`).
 
 mod common;
 
@@ -95,6 +97,26 @@ fn check_names_each_mode_and_what_it_guarantees() {
     assert!(
         !format!("{sentinel:?}").contains("\"pw\""),
         "the password is scrubbed from Debug"
+    );
+}
+
+#[test]
+fn run_exits_naming_the_master_when_no_sentinel_names_a_primary() {
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let nowhere = [format!("redis://127.0.0.1:{}", common::free_port())];
+    let path = write_config(dir.path(), &fleet_toml(&nowhere, &receiver.uri(), false));
+    let replica = Replica::run(&path, "r1", &[]);
+    let status = replica.wait_timeout(Duration::from_secs(15));
+    let output = replica.lines().join("\n");
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {output}");
+    let expected = format!("no sentinel of [redis] nodes names a primary for master \"{MASTER}\"");
+    let errors = replica
+        .json_lines()
+        .into_iter()
+        .filter_map(|l| l["error"].as_str().map(str::to_owned));
+    assert!(
+        errors.into_iter().any(|e| e.contains(&expected)),
+        "no {expected:?} in:\n{output}"
     );
 }
 
@@ -345,13 +367,15 @@ fn primary_killed(set: &SentinelSet, server: &str) {
 }
 
 #[test]
-fn redis_7_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
+fn redis_7_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill(
+) {
     let redis = std::path::PathBuf::from(common::redis_server_bin());
     primary_killed(&SentinelSet::start_bin(&redis, true), "redis 7.0");
 }
 
 #[test]
-fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill() {
+fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill(
+) {
     let Some(valkey) = common::tools::valkey_server() else {
         return;
     };
