@@ -21,6 +21,10 @@
 //! - **what makes a decision**: [`Nodes::quorum`] (a majority of N here; one for a single
 //!   logical primary).
 //!
+//! [`Nodes::open`] ([`topology`]) picks the layout from `[redis] mode`: redlock as above; sentinel
+//! as one member, the primary of the moment, quorum 1 ([`sentinel`] swaps its node at a
+//! failover); and adds what a mode needs of a won lock ([`Nodes::replicated`]: `WAIT`).
+//!
 //! Everything above (`lock`, history, membership, the fleet clock, pub/sub) asks the pool and
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
 //! (an enum of how members are found and routed, chosen by the configuration), not to callers.

@@ -488,6 +488,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_answer_or_readonly_tells_the_follower_an_error_reply_does_not() {
+        let trouble = Arc::new(Notify::new());
+        let health = Health::new("n:1", &Arc::from("r"), Some(trouble.clone()));
+        let told = || async {
+            let wait = tokio::time::timeout(Duration::from_millis(20), trouble.notified());
+            wait.await.is_ok()
+        };
+        health.observe(&error(NodeErrorKind::Reply("WRONGTYPE".into())));
+        assert!(!told().await);
+        health.observe(&error(NodeErrorKind::Reply(
+            "ReadOnly: You can't write".into(),
+        )));
+        assert!(told().await);
+        health.observe(&error(NodeErrorKind::Down("refused".into())));
+        assert!(told().await);
+    }
+
+    #[tokio::test]
     async fn a_node_held_out_is_asked_nothing_and_down_in_the_view_until_admitted() {
         let urls: Vec<NodeUrl> = ["redis://127.0.0.1:1", "redis://127.0.0.1:2"]
             .iter()

@@ -136,10 +136,13 @@ impl Nodes {
     /// Waits until the replicas of the primary holding `key` have every write made before
     /// (the winner's lock), bounded: `WAIT wait_replicas` (see [`super::replication`]).
     /// `None` in redlock mode: each node is an independent primary, and the majority itself
-    /// keeps a lock through the loss of a node's key.
+    /// keeps a lock through the loss of a node's key; and with `wait_replicas = 0`.
     pub async fn replicated(&self, key: &str, ttl: Duration) -> Option<Replication> {
         match &self.layout {
-            Layout::Redlock => None,
+            Layout::Redlock
+            | Layout::Sentinel {
+                wait_replicas: 0, ..
+            } => None,
             Layout::Sentinel { wait_replicas, .. } => {
                 let node = self.members[0].node.get();
                 Some(replication::wait(&node, key, ttl, *wait_replicas).await)
