@@ -15,7 +15,7 @@
 //! sentinels, then `ROLE` on the answer) and cache it, but nothing follows `+switch-master` or
 //! drops a connection to a primary that was demoted (redis-rs #1438, open): a multiplexed
 //! connection that stays open stays on the old server. Its check also uses `ROLE`, which the
-//! least-privilege ACL line (`-@dangerous`) refuses; `HELLO` is allowed. What is missing is
+//! least-privilege ACL line refuses (`NOPERM` on Redis 7.0); `HELLO` is allowed. What is missing is
 //! small (a subscription per sentinel, one resolve), and the pool already has every piece.
 
 use std::collections::HashMap;

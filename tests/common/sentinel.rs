@@ -27,13 +27,38 @@ pub struct SentinelProc {
 impl SentinelProc {
     /// Starts `bin --sentinel` monitoring `primary` with quorum 2, down-after 1 s and
     /// failover-timeout 3 s; `acl`: as [`ADMIN_USER`] (the sentinel itself needs no password).
+    /// Tried again on another port when the free port found was taken meanwhile.
     fn start(bin: &Path, primary: u16, acl: bool) -> Self {
+        let mut log = String::new();
+        for _ in 0..5 {
+            let sentinel = Self::spawn(bin, primary, acl);
+            let url = sentinel.url();
+            let answers = || redis_ping(&url, Duration::from_millis(200)).then_some(());
+            // Alive after it answered: a server of another test on the port answers too.
+            if wait_until(REDIS_START_DEADLINE, answers).is_some() && sentinel.is_running() {
+                return sentinel;
+            }
+            log = sentinel.log();
+            if !log.contains("Address already in use") {
+                break;
+            }
+        }
+        panic!("a sentinel did not start:\n{log}");
+    }
+
+    fn spawn(bin: &Path, primary: u16, acl: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("slotcron-sentinel-")
             .tempdir()
             .unwrap();
         let port = free_port();
         let conf = dir.path().join("sentinel.conf");
+        let auth = match acl {
+            true => format!(
+                "sentinel auth-user {MASTER} {ADMIN_USER}\nsentinel auth-pass {MASTER} {ADMIN_PASSWORD}\n"
+            ),
+            false => String::new(),
+        };
         let text = format!(
             "port {port}\nbind 127.0.0.1\ndir {dir}\n\
              sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
@@ -41,12 +66,6 @@ impl SentinelProc {
              sentinel failover-timeout {MASTER} 3000\n\
              sentinel parallel-syncs {MASTER} 1\n{auth}",
             dir = dir.path().display(),
-            auth = match acl {
-                true => format!(
-                    "sentinel auth-user {MASTER} {ADMIN_USER}\nsentinel auth-pass {MASTER} {ADMIN_PASSWORD}\n"
-                ),
-                false => String::new(),
-            }
         );
         std::fs::write(&conf, text).unwrap();
         let log = std::fs::File::create(dir.path().join("sentinel.log")).unwrap();
@@ -58,17 +77,18 @@ impl SentinelProc {
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {} --sentinel: {e}", bin.display()));
-        let sentinel = SentinelProc {
+        SentinelProc {
             port,
             child: Mutex::new(Some(child)),
             dir,
-        };
-        let url = sentinel.url();
-        let answers = || redis_ping(&url, Duration::from_millis(200)).then_some(());
-        if wait_until(REDIS_START_DEADLINE, answers).is_none() {
-            panic!("sentinel :{port} did not start:\n{}", sentinel.log());
         }
-        sentinel
+    }
+
+    fn is_running(&self) -> bool {
+        let mut child = lock(&self.child);
+        child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// `redis://127.0.0.1:PORT`.
