@@ -69,12 +69,15 @@ pub struct NoPrimary {
 
 /// How to reach the primary: the sentinels, the name they know it by, how to connect to it.
 pub(super) struct Sentinels {
+    /// The name asked for, and looked for in `+switch-master` announcements.
     master: String,
     /// The sentinels, a pool of their own (their health kept like the data nodes').
     pool: Arc<Nodes>,
     /// A sentinel's URL with the primary's credentials: the host and port are the resolution's.
     template: NodeUrl,
+    /// The data nodes' `node_timeout`, for each primary's node.
     node_timeout: Duration,
+    /// `ca_file`: a `rediss://` primary is checked against the same roots as the sentinels.
     ca: Option<Vec<u8>>,
 }
 
@@ -190,7 +193,9 @@ fn with_auth(url: &NodeUrl, auth: &PrimaryAuth) -> NodeUrl {
 /// [`Follower::stop`] (the pool's `settle`), or cancelled when the pool is dropped.
 #[derive(Debug)]
 pub(super) struct Follower {
+    /// Ends the follower and the sentinels' subscriptions.
     stop: CancellationToken,
+    /// The follower and the subscriptions, awaited by [`Follower::stop`].
     tasks: TaskTracker,
 }
 
@@ -232,10 +237,15 @@ impl Drop for Follower {
 
 /// The follower's state.
 struct Follow {
+    /// Where a resolution asks.
     sentinels: Arc<Sentinels>,
+    /// The pool member's node, replaced by each new primary.
     current: Arc<Current>,
+    /// Notified by the pool's health rule: the primary did not answer, or refused a write.
     trouble: Arc<Notify>,
+    /// This replica's name, for the log lines.
     replica: Arc<str>,
+    /// Shutdown.
     stop: CancellationToken,
 }
 

@@ -38,8 +38,11 @@ pub(super) enum Layout {
     Redlock,
     /// One member, the primary the sentinels name, followed across failovers.
     Sentinel {
+        /// Named by [`Nodes::describe`].
         sentinels: Arc<Sentinels>,
+        /// Kept to be stopped at shutdown (and dropped with the pool).
         follower: Follower,
+        /// `WAIT`'s count ([`Nodes::replicated`]).
         wait_replicas: u32,
     },
 }
