@@ -252,6 +252,8 @@ struct Cost {
     unreplicated: usize,
     /// Of them, runs of slots before the kill.
     unreplicated_before_kill: usize,
+    /// Of them, runs of slots over a second before the kill (their `WAIT` ended before it).
+    unreplicated_while_healthy: usize,
 }
 
 impl std::fmt::Display for Cost {
@@ -314,6 +316,8 @@ fn cost(
         back_after,
         unreplicated: fleet.count_lines(UNREPLICATED, None),
         unreplicated_before_kill: fleet.count_lines(UNREPLICATED, Some(killed)),
+        unreplicated_while_healthy: fleet
+            .count_lines(UNREPLICATED, Some(killed - chrono::Duration::seconds(1))),
     }
 }
 
@@ -349,6 +353,10 @@ fn primary_killed(set: &SentinelSet, server: &str) {
         promoted,
         Some(set.replica.port()),
         "Sentinel promoted the replica"
+    );
+    assert_eq!(
+        cost.unreplicated_while_healthy, 0,
+        "with the replica up, WAIT saw every lock replicated: {cost}"
     );
     assert!(
         cost.duplicates.is_empty(),
