@@ -30,37 +30,33 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The lock `check` reports: the mode, its nodes, what it guarantees and the prefix, or
-/// standalone.
+/// The lock `check` reports: the mode, its nodes and what it guarantees, and the prefix; or
+/// standalone. Offline: nothing is asked of Redis.
 fn describe_lock(config: &Config) -> String {
     let Some(redis) = &config.redis else {
         return "standalone (in-process lock, one replica only)".to_owned();
     };
     let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
-    let (what, guarantee) = match &redis.mode {
-        RedisMode::Redlock => (
-            format!("redlock over {} node(s)", nodes.len()),
-            "a slot runs once while a majority of the nodes answers, through any one node's loss",
+    let (nodes, mode) = (nodes.join(", "), &redis.mode);
+    let over = match mode {
+        RedisMode::Redlock => format!("redlock over {} node(s): {nodes}", redis.nodes.len()),
+        RedisMode::Sentinel { master } => format!(
+            "sentinel: master {master:?} through {} sentinel(s): {nodes}, wait_replicas {}",
+            redis.nodes.len(),
+            redis.wait_replicas
         ),
-        RedisMode::Sentinel { master } => (
-            format!(
-                "sentinel, primary {master:?} found through {} sentinel(s)",
-                nodes.len()
-            ),
-            "one primary decides, followed across a failover",
-        ),
-        RedisMode::Cluster => (
-            format!("cluster, {} seed node(s)", nodes.len()),
-            "one shard decides (all keys under one hash tag); a primary's failover is followed, \
-             and slots due before its replica is promoted may be missed; a won key not yet \
-             replicated is lost with the primary",
+        RedisMode::Cluster => format!(
+            "cluster, {} seed node(s): {nodes}, wait_replicas {}",
+            redis.nodes.len(),
+            redis.wait_replicas
         ),
     };
     // The prefix names the fleet: two deployments on one Redis need different ones.
     format!(
-        "{what}: {}, key_prefix {:?} ({guarantee})",
-        nodes.join(", "),
-        config.scheduler.key_prefix
+        "{over}, key_prefix {:?}\nguarantee ({} mode): {}",
+        config.scheduler.key_prefix,
+        mode.name(),
+        mode.guarantee()
     )
 }
 

@@ -209,8 +209,7 @@ impl Redlock {
         config: LockConfig,
         ca_file: Option<&[u8]>,
     ) -> Result<Self, crate::redis::NodeSetupError> {
-        let mode = &crate::config::RedisMode::Redlock;
-        let nodes = Nodes::connect(mode, urls, config.node_timeout, ca_file, replica)?;
+        let nodes = Nodes::connect(urls, config.node_timeout, ca_file, replica)?;
         Ok(Self::over(Arc::new(nodes), replica, config))
     }
 
@@ -373,17 +372,17 @@ impl Redlock {
     /// Releases our token on every node that took it or did not answer (a timed-out SET may
     /// have landed). Nodes that answered with another holder are left alone.
     async fn release_partial(&self, race: &Race, replies: &[Option<NodeReply>]) {
-        let targets: Vec<&str> = self
+        let targets: Vec<String> = self
             .nodes
             .iter()
             .zip(replies)
             .filter(|(_, r)| matches!(r, Some(NodeReply::Acquired | NodeReply::Failed(_))))
-            .map(|(node, _)| node.address())
+            .map(|(node, _)| node.address().to_owned())
             .collect();
         let (key, token) = (race.claim.key.clone(), race.claim.token.clone());
         self.nodes
             .ask_some(
-                |node| targets.contains(&node.address()),
+                |node| targets.iter().any(|t| t == node.address()),
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
                     async move {

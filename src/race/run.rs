@@ -20,6 +20,7 @@ impl RaceContext {
     pub async fn run(&self, won: Won) -> SlotResult {
         let won = &won;
         let mut record = self.start_record(won);
+        self.confirm_replicated(won).await;
         let ran = self.execute(won, &record).await;
         self.release_running(won).await;
         let result = self.conclude(won, ran).await;
@@ -31,6 +32,22 @@ impl RaceContext {
                 .await;
         }
         result
+    }
+
+    /// Waits for the lock's replicas (`WAIT`, sentinel and cluster modes). Too few in time:
+    /// the slot still runs (a new primary has no replica yet, and a slot not run is a loss
+    /// too), logged and counted, since a failover now could run it twice.
+    async fn confirm_replicated(&self, won: &Won) {
+        let Some(replication) = self.lock.replicated(&won.lease).await else {
+            return;
+        };
+        if replication.is_short() {
+            self.metrics.unreplicated_run(&won.job.name);
+            tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %self.replica,
+                acked = replication.acked, wanted = replication.wanted,
+                "the slot's lock reached fewer replicas than wait_replicas: running it anyway \
+                (a failover now could run it twice)");
+        }
     }
 
     /// Records the run's end. A win some node refused (it held another replica's token) may be

@@ -85,14 +85,16 @@ impl Node {
             });
         }
         let cluster = builder.build().map_err(setup)?;
-        let config = ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT);
-        let conn = cluster.get_pending_async_connection_with_config(config);
+        let config = || ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT);
+        let conn = cluster.get_pending_async_connection_with_config(config());
         let clients = (seeds.iter())
             .map(|seed| client(seed, ca_file))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = seeds.iter().map(NodeUrl::address).collect();
         let address = format!("cluster({})", names.join(", "));
-        Ok(Node::over(address, clients, Conn::Cluster(conn), timeout))
+        let mut node = Node::over(address, clients, Conn::Cluster(conn), timeout);
+        node.waits = Some(cluster.get_pending_async_connection_with_config(config()));
+        Ok(node)
     }
 }
 

@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeUrl};
 use super::pool::{Nodes, Replies};
-use crate::config::RedisMode;
+use super::topology::Topology;
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
@@ -102,25 +102,30 @@ pub struct Unchecked {
     nodes: Vec<usize>,
 }
 
+/// [`check`] in redlock mode; `None` in the others, whose primaries have replicas by design
+/// (and whose one logical member is not a configured URL).
+pub async fn check_for(
+    topology: &Topology,
+    nodes: &Nodes,
+    urls: &[NodeUrl],
+    prefix: &str,
+    wait: Duration,
+) -> Result<Option<Unchecked>, NotIndependent> {
+    match topology {
+        Topology::Redlock => check(nodes, urls, prefix, wait).await.map(Some),
+        Topology::Sentinel { .. } | Topology::Cluster { .. } => Ok(None),
+    }
+}
+
 /// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`,
 /// not waiting for a node already suspect (start-up's ping found it down or hung: it is checked
 /// later); channels are named under `prefix` (the ACL's `&prefix:*`).
 pub async fn check(
-    mode: &RedisMode,
     nodes: &Nodes,
     urls: &[NodeUrl],
     prefix: &str,
     wait: Duration,
 ) -> Result<Unchecked, NotIndependent> {
-    if *mode != RedisMode::Redlock {
-        // One logical primary (cluster): no majority whose members must be independent.
-        return Ok(Unchecked {
-            urls: urls.into(),
-            prefix: prefix.into(),
-            wait,
-            nodes: Vec::new(),
-        });
-    }
     let roles = nodes
         .ask(
             move |node| async move { role(&node, wait).await },
@@ -183,7 +188,7 @@ impl Unchecked {
     /// Checks node `i` against the others; `None` while it does not answer.
     async fn check_late(&self, nodes: &Nodes, i: usize, replica: &str) -> Option<()> {
         let node = nodes.iter().nth(i).expect("a node of the pool");
-        let role = role(node, self.wait).await.ok()?;
+        let role = role(&node, self.wait).await.ok()?;
         let url = &self.urls[i];
         let mut found: Vec<Dependence> = role.finding(url).into_iter().collect();
         let subscribe_on: Vec<bool> = (0..nodes.len()).map(|j| j == i).collect();
@@ -216,7 +221,7 @@ impl Role {
     fn finding(&self, url: &NodeUrl) -> Option<Dependence> {
         if self.cluster {
             Some(Dependence::ClusterNode(url.clone()))
-        } else if self.role != "master" && self.role != "primary" {
+        } else if !is_primary(&self.role) {
             Some(Dependence::Replica(url.clone()))
         } else {
             None
@@ -227,6 +232,20 @@ impl Role {
 /// The node's role, from `HELLO`'s reply, and whether it is a cluster node (`CLUSTER INFO` is
 /// in neither `@admin` nor `@dangerous`, so the least-privilege ACL allows it).
 async fn role(node: &Node, wait: Duration) -> Result<Role, NodeError> {
+    let role = hello_role(node, wait).await?;
+    let mut info = redis::cmd("CLUSTER");
+    info.arg("INFO");
+    let cluster = node.query::<redis::Value>(&info, wait).await.is_ok();
+    Ok(Role { role, cluster })
+}
+
+/// Whether a `HELLO` role is a primary's.
+pub(super) fn is_primary(role: &str) -> bool {
+    role == "master" || role == "primary"
+}
+
+/// The node's role, from `HELLO`'s reply (`master`/`primary` or `replica`/`slave`), lowercase.
+pub(super) async fn hello_role(node: &Node, wait: Duration) -> Result<String, NodeError> {
     let mut hello: HashMap<String, redis::Value> = node.query(&redis::cmd("HELLO"), wait).await?;
     let role = hello.remove("role").map(redis::from_redis_value::<String>);
     let Some(Ok(role)) = role else {
@@ -234,13 +253,7 @@ async fn role(node: &Node, wait: Duration) -> Result<Role, NodeError> {
             "HELLO's reply has no role".into(),
         )));
     };
-    let mut info = redis::cmd("CLUSTER");
-    info.arg("INFO");
-    let cluster = node.query::<redis::Value>(&info, wait).await.is_ok();
-    Ok(Role {
-        role: role.to_lowercase(),
-        cluster,
-    })
+    Ok(role.to_lowercase())
 }
 
 /// The pairs `(i, j)`, `i < j`, of nodes that are one server: one of them subscribed to its

@@ -66,11 +66,12 @@ async fn subscribe_node(
     heard: mpsc::Sender<Heard>,
     shutdown: CancellationToken,
 ) {
-    let Some(node) = nodes.iter().nth(index) else {
-        return;
-    };
     let mut again = false;
     loop {
+        // Taken again at each subscription: a member's server changes (a Sentinel failover).
+        let Some(node) = nodes.iter().nth(index) else {
+            return;
+        };
         let subscribed = tokio::select! {
             _ = shutdown.cancelled() => return,
             subscribed = node.subscribe_via(point, &channel, SUBSCRIBE_TIMEOUT) => subscribed,

@@ -166,8 +166,9 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let word = if up >= needed { "ready" } else { "not ready" };
+    let topology = state.lock.nodes().map(|n| n.describe()).unwrap_or_default();
     let mut text = format!(
-        "{word}: {up}/{} redis nodes answer, {needed} needed\n",
+        "{word}: {up}/{} redis nodes answer, {needed} needed ({topology})\n",
         nodes.len()
     );
     for shard in shards(&state.lock).await {

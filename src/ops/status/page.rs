@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::fleet::fleet;
 use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
 use super::{probe, shards, Sources};
-use crate::config::{Config, Job};
+use crate::config::{Config, Job, RedisMode};
 use crate::fleet::control::paused_intervals;
 use crate::record::watermark;
 
@@ -184,6 +184,11 @@ fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
         now => moment(page.frame.now, page.frame),
         zone => page.frame.zone.name(),
         standalone => page.config.redis.is_none(),
+        mode => page.config.redis.as_ref().map(|r| r.mode.name()),
+        master => page.config.redis.as_ref().and_then(|r| match &r.mode {
+            RedisMode::Sentinel { master } => Some(master.as_str()),
+            _ => None,
+        }),
         nodes => page.nodes.iter().map(|(n, up)| context! { address => n, up => up }).collect::<Vec<_>>(),
         shards => page.shards,
         filter => page.wanted,
