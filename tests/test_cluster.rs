@@ -2,7 +2,9 @@
 //! `cluster-node-timeout` 1 s) of redis-server 7.0 and valkey-server 9: a healthy cluster runs
 //! every slot once with no `CROSSSLOT`/`MOVED`/`ASK` error; the primary of slotcron's shard
 //! SIGKILLed, its replica promoted, no slot runs twice and every slot from 6 s after the kill
-//! runs once. In redlock mode a cluster node is refused at start, saying to set the mode.
+//! runs once. `WAIT` goes to the lock key's shard primary: with its replica up no run is
+//! counted unreplicated, with the replica paused every run is. In redlock mode a cluster node
+//! is refused at start, saying to set the mode.
 
 mod common;
 
@@ -35,6 +37,8 @@ const AFTER_KILL: Duration = Duration::from_secs(14);
 const RECOVERED_BY: Duration = Duration::from_secs(6);
 /// How long a pause may take to reach a replica (pub/sub: one hop, and a resubscription).
 const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(2);
+/// The WARN line of a run whose lock fewer replicas than `wait_replicas` acknowledged (`WAIT`).
+const UNREPLICATED: &str = "the slot's lock reached fewer replicas";
 /// `run` must give up this fast on a node set it refuses.
 const REFUSED_WITHIN: Duration = Duration::from_secs(15);
 
@@ -117,6 +121,8 @@ struct Failover {
     /// Every replica's lines.
     lines: Vec<String>,
     healthy_from: DateTime<Utc>,
+    /// When the replica of slotcron's shard was paused (SIGSTOP), if it was.
+    paused_at: Option<DateTime<Utc>>,
     killed_at: DateTime<Utc>,
     /// The last slot counted (the stop cuts the ones after).
     until: DateTime<Utc>,
@@ -144,10 +150,12 @@ fn kill_slotcrons_primary(
     let healthy_from = Utc::now();
     let paused = unreplicated.unwrap_or_default();
     std::thread::sleep(HEALTHY - paused);
-    if unreplicated.is_some() {
+    let paused_at = unreplicated.map(|_| {
         cluster.replica_of(shard).pause();
+        let at = Utc::now();
         std::thread::sleep(paused);
-    }
+        at
+    });
     let healthy_lines = replicas.iter().flat_map(Replica::lines).collect();
     let (killed_at, killed) = (Utc::now(), Instant::now());
     cluster.primary(shard).kill();
@@ -162,10 +170,22 @@ fn kill_slotcrons_primary(
         healthy_lines,
         lines: replicas.iter().flat_map(Replica::lines).collect(),
         healthy_from,
+        paused_at,
         killed_at,
         until,
         promoted,
     }
+}
+
+/// The slots of the unreplicated-run lines in `lines` (`WAIT` short), one per line.
+fn unreplicated_slots(lines: &[String]) -> Vec<DateTime<Utc>> {
+    let slot = |l: &String| {
+        let line: serde_json::Value = serde_json::from_str(l).ok()?;
+        let slot = DateTime::parse_from_rfc3339(line["slot"].as_str()?).ok()?;
+        Some(slot.with_timezone(&Utc))
+    };
+    let unreplicated = lines.iter().filter(|l| l.contains(UNREPLICATED));
+    unreplicated.filter_map(slot).collect()
 }
 
 impl Failover {
@@ -179,15 +199,32 @@ impl Failover {
             .map(|slot| (slot.with_timezone(&Utc) - self.killed_at).num_milliseconds());
         let healthy = expected(self.healthy_from, self.killed_at);
         let once = counted(&self.counts, &healthy, |n| n == 1).len();
+        let (acked, paused, after_kill) = self.unreplicated();
         eprintln!(
             "cluster on {server}: healthy {once} of {} slots once; replica promoted {:?} after \
              the kill; {} of {} slots after the kill lost; the first slot that ran again was due \
-             {first:?} ms after the kill",
+             {first:?} ms after the kill; runs counted unreplicated: {acked} with the replica \
+             up, {paused} of slots while it was paused, {after_kill} after the kill",
             healthy.len(),
             self.promoted,
             lost.len(),
             after.len(),
         );
+    }
+
+    /// Runs counted unreplicated (`WAIT` short): of slots over a second before the pause (or
+    /// the kill), the replica up; of slots while the replica was paused; of slots after the
+    /// kill (the promoted replica has no replica of its own).
+    fn unreplicated(&self) -> (usize, usize, usize) {
+        let slots = unreplicated_slots(&self.lines);
+        let quiet_until = self.paused_at.unwrap_or(self.killed_at) - chrono::Duration::seconds(1);
+        let in_pause =
+            |t: &&DateTime<Utc>| self.paused_at.is_some_and(|p| **t >= p) && **t < self.killed_at;
+        (
+            slots.iter().filter(|t| **t < quiet_until).count(),
+            slots.iter().filter(in_pause).count(),
+            slots.iter().filter(|t| **t >= self.killed_at).count(),
+        )
     }
 
     /// The done-when promises.
@@ -233,6 +270,23 @@ impl Failover {
             "lines:\n{}",
             self.lines.join("\n")
         );
+        self.check_wait();
+    }
+
+    /// `WAIT` on the lock key's shard primary: with its replica up every lock is acknowledged
+    /// (no run counted unreplicated); while the replica is paused each run is counted.
+    fn check_wait(&self) {
+        let (acked, paused, _) = self.unreplicated();
+        assert_eq!(acked, 0, "runs counted unreplicated with the replica up");
+        if let Some(paused_at) = self.paused_at {
+            // Every slot raced and waited for while the replica was stopped: each run counted.
+            let stalled = expected(paused_at, self.killed_at - chrono::Duration::seconds(1));
+            let ran = counted(&self.counts, &stalled, |n| n > 0).len();
+            assert!(
+                ran > 0 && paused >= ran,
+                "{paused} run(s) counted unreplicated while the replica was paused, {ran} ran"
+            );
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 //! [`super::Node::subscription_points`]): a seed dead or hung leaves the others hearing, as a
 //! node does in redlock mode.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -25,6 +26,25 @@ use super::node::{client, Node, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
 /// Attempts of one request within the cluster client (its redirections, and its retries while
 /// a failover moves a shard); the caller's wait bounds them anyway.
 const CLUSTER_RETRIES: u32 = 6;
+/// Connections kept for `WAIT`s. A `WAIT` holds its connection up to its timeout (200 ms each
+/// while the shard's primary has no replica, right after a failover): on one connection a
+/// replica's winners of one second would wait one after another, and a run outlast its second
+/// (measured: slots skipped as overlapping). Each opens a socket to every node when first used.
+const WAIT_CONNECTIONS: usize = 8;
+
+/// A cluster's connections for `WAIT` (see [`super::replication`]), taken in turn.
+pub struct Waits {
+    conns: Vec<ClusterConnection>,
+    next: AtomicUsize,
+}
+
+impl Waits {
+    /// The next connection, in turn.
+    pub(super) fn next(&self) -> ClusterConnection {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        self.conns[i].clone()
+    }
+}
 
 /// The connection a node talks through: one server's, or a whole cluster's.
 #[derive(Clone)]
@@ -93,7 +113,13 @@ impl Node {
         let names: Vec<String> = seeds.iter().map(NodeUrl::address).collect();
         let address = format!("cluster({})", names.join(", "));
         let mut node = Node::over(address, clients, Conn::Cluster(conn), timeout);
-        node.waits = Some(cluster.get_pending_async_connection_with_config(config()));
+        let conns = (0..WAIT_CONNECTIONS)
+            .map(|_| cluster.get_pending_async_connection_with_config(config()))
+            .collect();
+        node.waits = Some(Waits {
+            conns,
+            next: AtomicUsize::new(0),
+        });
         Ok(node)
     }
 }

@@ -176,9 +176,9 @@ pub struct Node {
     pub(super) clients: Vec<redis::Client>,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
     pub(super) conn: Conn,
-    /// A cluster's second connection, for `WAIT` alone (see [`super::replication`]): a `WAIT`
-    /// blocks its connection, and on `conn` it would hold up every race on the shard.
-    pub(super) waits: Option<redis::cluster_async::ClusterConnection>,
+    /// A cluster's connections for `WAIT` alone (see [`super::replication`]): a `WAIT` blocks
+    /// its connection, and on `conn` it would hold up every race on the shard.
+    pub(super) waits: Option<super::cluster::Waits>,
     /// The race's bound on one answer (`node_timeout`).
     timeout: Duration,
     /// The lock's scripts, and which acquire form this node understands.

@@ -15,8 +15,8 @@
 //! In cluster mode redis-rs would send a bare `WAIT` to every primary and keep the smallest
 //! count (its routing table says so), which is not the lock's shard's answer: the mark and the
 //! `WAIT` go as one pipeline routed by the mark's hash slot to that slot's primary
-//! (`route_pipeline`), on the cluster member's connection kept for `WAIT`s
-//! ([`Node`]'s `waits`), so a `WAIT` blocked for its whole timeout holds up no race.
+//! (`route_pipeline`), on one of the cluster member's connections kept for `WAIT`s
+//! ([`super::cluster::Waits`]), so a `WAIT` blocked for its whole timeout holds up no race.
 
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ pub(super) async fn wait(node: &Node, key: &str, ttl: Duration, wanted: u32) -> 
         .arg(wanted)
         .arg(WAIT_TIMEOUT.as_millis() as u64);
     let asked = async {
-        let replies = match node.waits.clone() {
+        let replies = match node.waits.as_ref().map(|waits| waits.next()) {
             Some(mut cluster) => {
                 let primary = Route::with_key(&mark, SlotAddr::Master);
                 let route = SingleNodeRoutingInfo::SpecificNode(primary);
