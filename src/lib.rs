@@ -84,7 +84,9 @@
 //! - [`redis`]: everything that talks to Redis: the node pool (fan-out, quorum, its one view of
 //!   the nodes' health), one node, the lock's scripts, the fleet's pub/sub, and the check that
 //!   the nodes are independent primaries; the seam where the topology modes (redlock, sentinel,
-//!   cluster) differ.
+//!   cluster) differ (`topology`), sentinel mode's primary found and followed (`sentinel`),
+//!   cluster mode's one member over a Redis Cluster (`cluster`), and `WAIT` for a won lock's
+//!   replicas (`replication`).
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`watch`]: reload when the configuration file changes.

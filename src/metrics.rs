@@ -140,6 +140,8 @@ pub struct Metrics {
     missed: Family<JobLabels, Counter>,
     /// Slots run twice under one fence, found by a replica that ran one (counted once, fleet-wide).
     duplicates: Family<JobLabels, Counter>,
+    /// Won slots run though fewer replicas than `wait_replicas` had their lock (`WAIT`).
+    unreplicated: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
     /// Jobs whose next slot lies past their built-in calendar's data.
     calendar_beyond: Family<JobLabels, Gauge>,
@@ -180,6 +182,7 @@ impl Metrics {
             handoffs: Family::default(),
             missed: Family::default(),
             duplicates: Family::default(),
+            unreplicated: Family::default(),
             paused: Family::default(),
             calendar_beyond: Family::default(),
             clock_steps: Counter::default(),
@@ -218,6 +221,7 @@ impl Metrics {
         drop(self.budget_wait_seconds.get_or_create(&labels));
         drop(self.handoffs.get_or_create(&labels));
         drop(self.missed.get_or_create(&labels));
+        drop(self.unreplicated.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
     }
 
@@ -270,6 +274,11 @@ impl Metrics {
                 self.duplicates.get_or_create(&job(job_name)).inc();
             }
         }
+    }
+
+    /// A won slot of `job_name` run though its lock was not acknowledged by enough replicas.
+    pub fn unreplicated_run(&self, job_name: &str) {
+        self.unreplicated.get_or_create(&job(job_name)).inc();
     }
 
     /// What a run's ending sets besides its counter: the job's last success or failure time,

@@ -125,14 +125,17 @@ impl Replica {
         client: reqwest::Client,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let lock = Redlock::new(&redis.nodes, &name, redis.lock.clone(), redis.ca.as_deref())
-            .map_err(anyhow::Error::msg)
+        let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
+        let nodes = Nodes::open(urls, timeout, ca, &redis.topology(), &name)
+            .await
             .context("preparing Redis connections")?;
-        let lock = Arc::new(lock);
+        let lock = Arc::new(Redlock::over(Arc::new(nodes), &name, redis.lock.clone()));
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
         let prefix = config.scheduler.key_prefix.clone();
-        let unchecked = independence::check(&nodes, &redis.nodes, &prefix, STARTUP_PING).await?;
+        let (urls, topology) = (&redis.nodes, &redis.topology());
+        let unchecked =
+            independence::check_for(topology, &nodes, urls, &prefix, STARTUP_PING).await?;
         let skew = config.scheduler.max_clock_skew;
         let fleet = FleetClock::new(clock, config.scheduler.clock == ClockMode::Redis);
         fleet_clock::measure_and_report(&fleet, &nodes, &metrics, skew, &name).await;
@@ -156,7 +159,7 @@ impl Replica {
             key_prefix: prefix,
             liveness: Arc::default(),
             fleet: Some((fleet, nodes)),
-            unchecked: Some(unchecked),
+            unchecked,
             shutdown: CancellationToken::new(),
             name,
         })
@@ -510,13 +513,14 @@ fn reload(replica: &Replica, old: &Config) -> Option<Config> {
 /// Warns about the changes a reload does not apply: they would split the fleet mid-flight.
 fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     let nodes = |c: &Config| {
-        c.redis
-            .as_ref()
-            .map(|r| r.nodes.iter().map(ToString::to_string).collect::<Vec<_>>())
+        let nodes = |r: &config::RedisConfig| -> Vec<String> {
+            r.nodes.iter().map(ToString::to_string).collect()
+        };
+        c.redis.as_ref().map(|r| (nodes(r), r.topology()))
     };
     if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix {
         tracing::warn!(
-            "[redis] nodes or key_prefix changed: this takes effect at the next restart, and \
+            "[redis] nodes, mode or key_prefix changed: this takes effect at the next restart, and \
             while a rollout restarts replicas one by one, the replicas on the old nodes or prefix \
             and those on the new one race apart, so every slot runs twice until the rollout \
             ends; to avoid it, stop every replica, then start them all with the new file"

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::shared::{load_or_exit, ConfigArg};
-use crate::config::{Config, Job};
+use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
 use crate::time::schedule::Slot;
 
@@ -30,21 +30,34 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The lock `check` reports: the nodes and the prefix, or standalone.
+/// The lock `check` reports: the mode, its nodes and what it guarantees, and the prefix; or
+/// standalone. Offline: nothing is asked of Redis.
 fn describe_lock(config: &Config) -> String {
-    match &config.redis {
-        Some(redis) => {
-            let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
-            // The prefix names the fleet: two deployments on one Redis need different ones.
-            format!(
-                "redlock over {} node(s): {}, key_prefix {:?}",
-                nodes.len(),
-                nodes.join(", "),
-                config.scheduler.key_prefix
-            )
-        }
-        None => "standalone (in-process lock, one replica only)".to_owned(),
-    }
+    let Some(redis) = &config.redis else {
+        return "standalone (in-process lock, one replica only)".to_owned();
+    };
+    let nodes: Vec<String> = redis.nodes.iter().map(ToString::to_string).collect();
+    let (nodes, mode) = (nodes.join(", "), &redis.mode);
+    let over = match mode {
+        RedisMode::Redlock => format!("redlock over {} node(s): {nodes}", redis.nodes.len()),
+        RedisMode::Sentinel { master } => format!(
+            "sentinel: master {master:?} through {} sentinel(s): {nodes}, wait_replicas {}",
+            redis.nodes.len(),
+            redis.wait_replicas
+        ),
+        RedisMode::Cluster => format!(
+            "cluster, {} seed node(s): {nodes}, wait_replicas {}",
+            redis.nodes.len(),
+            redis.wait_replicas
+        ),
+    };
+    // The prefix names the fleet: two deployments on one Redis need different ones.
+    format!(
+        "{over}, key_prefix {:?}\nguarantee ({} mode): {}",
+        config.scheduler.key_prefix,
+        mode.name(),
+        mode.guarantee()
+    )
 }
 
 /// The text `check` prints: the lock, then each job with its next slots in its zone.

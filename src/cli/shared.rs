@@ -89,25 +89,21 @@ pub(crate) fn default_replica_id() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
-/// The pool of the config's Redis nodes for a CLI command; `name` is its replica id in logs.
+/// The pool of the config's Redis nodes for a CLI command (`[redis] mode`'s: in sentinel mode,
+/// the primary is found first); `name` is its replica id in logs.
 pub(crate) fn connect(
     redis: &RedisConfig,
     name: &str,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<Arc<Nodes>, ExitCode> {
-    // The nodes' connections are opened on the runtime.
-    let _entered = runtime.enter();
-    Nodes::connect(
-        &redis.nodes,
-        redis.lock.node_timeout,
-        redis.ca.as_deref(),
-        name,
-    )
-    .map(Arc::new)
-    .map_err(|e| {
-        eprintln!("slotcron: {e}");
-        ExitCode::from(EXIT_RUNTIME)
-    })
+    let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
+    runtime
+        .block_on(Nodes::open(urls, timeout, ca, &redis.topology(), name))
+        .map(Arc::new)
+        .map_err(|e| {
+            eprintln!("slotcron: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        })
 }
 
 /// The message for a job name the file does not schedule (disabled, or unknown).

@@ -10,17 +10,104 @@ use super::durations;
 use super::raw::{RawHttpServer, RawRedis};
 use super::{read_error, ConfigError, Loader, Section};
 use crate::lock::LockConfig;
-use crate::redis::NodeUrl;
+use crate::redis::sentinel::PrimaryAuth;
+use crate::redis::{NodeUrl, Topology};
 
 #[derive(Debug, Clone)]
 /// `[redis]`: the nodes the fleet races on.
 pub struct RedisConfig {
-    /// The nodes; a majority decides each slot.
+    /// What the nodes are (`mode`).
+    pub mode: RedisMode,
+    /// The nodes (redlock: a majority decides each slot; sentinel: the sentinels; cluster: the
+    /// seed nodes).
     pub nodes: Vec<NodeUrl>,
     /// The Redlock's timings.
     pub lock: LockConfig,
     /// PEM root certificates for `rediss://` nodes (`ca_file`); `None`: the system's roots.
     pub ca: Option<Vec<u8>>,
+    /// Replicas that must acknowledge a won slot's key before it runs (`WAIT`), in the modes
+    /// whose primary has replicas; fewer in time and the slot still runs, counted.
+    pub wait_replicas: u32,
+    /// Sentinel mode: the primary's credentials (`primary_username`, `primary_password`).
+    pub primary_auth: PrimaryAuth,
+}
+
+/// `[redis] mode`: what `nodes` are, and what a slot's lock rests on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// `nodes` are independent primaries; a majority decides each slot (the default).
+    Redlock,
+    /// `nodes` are sentinels; the lock lives on the primary they name `master`.
+    Sentinel {
+        /// The name the sentinels monitor the primary under.
+        master: String,
+    },
+    /// `nodes` are seeds of a Redis Cluster; each key lives on the shard owning its hash slot.
+    Cluster,
+}
+
+impl RedisConfig {
+    /// The pool's layout, as the Redis layer takes it ([`crate::redis::Nodes::open`]).
+    pub fn topology(&self) -> Topology {
+        match &self.mode {
+            RedisMode::Redlock => Topology::Redlock,
+            RedisMode::Sentinel { master } => Topology::Sentinel {
+                master: master.clone(),
+                auth: self.primary_auth.clone(),
+                wait_replicas: self.wait_replicas,
+            },
+            RedisMode::Cluster => Topology::Cluster {
+                wait_replicas: self.wait_replicas,
+            },
+        }
+    }
+}
+
+impl RedisMode {
+    /// The prefix every Redis key and channel starts with, from `[scheduler] key_prefix`: as
+    /// written, except in a cluster, where it is wrapped in a hash tag (`{slotcron}`) so every
+    /// key hashes to one slot and a multi-key command (an `MGET` over many jobs' keys, a
+    /// pipeline, a script's `KEYS`) is never refused as `CROSSSLOT`. The cost: one shard
+    /// carries all of slotcron's keys (a few per job).
+    pub fn key_prefix(&self, configured: &str) -> String {
+        match self {
+            RedisMode::Cluster => format!("{{{configured}}}"),
+            RedisMode::Redlock | RedisMode::Sentinel { .. } => configured.to_owned(),
+        }
+    }
+
+    /// The mode as `mode` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RedisMode::Redlock => "redlock",
+            RedisMode::Sentinel { .. } => "sentinel",
+            RedisMode::Cluster => "cluster",
+        }
+    }
+
+    /// What the mode guarantees, for `check` (README, Redis topologies, says it at length).
+    pub fn guarantee(&self) -> &'static str {
+        match self {
+            RedisMode::Redlock => {
+                "a slot runs at most once while a majority of the nodes keep their keys \
+                 (a node lost or restarted empty costs nothing while the others are a majority)"
+            }
+            RedisMode::Cluster => {
+                "one shard decides (every key under one hash tag): a slot runs at most once \
+                 while that shard's primary lives; a failover can lose a lock the promoted \
+                 replica had not received, so a slot may run twice then, and slots due before \
+                 the promotion are missed (WAIT on the shard's primary narrows the first; a slot \
+                 whose key no replica acknowledged still runs, counted in \
+                 slotcron_unreplicated_runs_total)"
+            }
+            RedisMode::Sentinel { .. } => {
+                "a slot runs at most once while the primary lives; a failover can lose a lock \
+                 the new primary had not received, so a slot may run twice then (WAIT narrows \
+                 that window; a slot whose key no replica acknowledged still runs, counted in \
+                 slotcron_unreplicated_runs_total)"
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +116,13 @@ pub struct HttpConfig {
     /// Where `/healthz`, `/readyz`, `/metrics` and the status page listen.
     pub listen: std::net::SocketAddr,
 }
+
+/// The error for `mode = "sentinel"` without `master`.
+const SENTINEL_NEEDS_MASTER: &str = "mode = \"sentinel\" needs the monitored primary's name \
+    (master = \"NAME\"): the name the sentinels monitor the primary under";
+/// The warning for `wait_replicas` in redlock mode.
+const NO_WAIT_IN_REDLOCK: &str = "[redis] wait_replicas is not used in mode = \"redlock\": each \
+    node is an independent primary, and the majority itself keeps a lock through one node's loss";
 
 impl Loader<'_> {
     /// `Some(None)`: no [http]. `None`: errors were recorded.
@@ -60,16 +154,83 @@ impl Loader<'_> {
         };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
         let before = self.errors.len();
-        let nodes = self.redis_nodes(&raw.nodes);
+        let mode = self.redis_mode(&raw);
+        let nodes = self.redis_nodes(&raw.nodes, mode.as_ref());
         let lock = self.lock_config(&raw);
-        let ca = raw
-            .ca_file
-            .and_then(|file| self.read_beside(&file, Section::Redis, "ca_file"));
-        (self.errors.len() == before).then_some(Some(RedisConfig { nodes, lock, ca }))
+        let primary_auth = self.primary_auth(&raw, mode.as_ref());
+        let ca = (raw.ca_file.as_ref())
+            .and_then(|file| self.read_beside(file, Section::Redis, "ca_file"));
+        (self.errors.len() == before).then_some(Some(RedisConfig {
+            nodes,
+            lock,
+            ca,
+            mode: mode?,
+            wait_replicas: raw.wait_replicas.unwrap_or(1),
+            primary_auth,
+        }))
     }
 
-    /// `nodes`: each a Redis URL, none twice; an even count is warned about.
-    fn redis_nodes(&mut self, raw_nodes: &[String]) -> Vec<NodeUrl> {
+    /// `mode`, and `master` with it (required by sentinel, refused by the others).
+    fn redis_mode(&mut self, raw: &RawRedis) -> Option<RedisMode> {
+        let mode = match raw.mode.as_deref().unwrap_or("redlock") {
+            "redlock" => RedisMode::Redlock,
+            "cluster" => RedisMode::Cluster,
+            "sentinel" => match raw.master.as_deref().map(str::trim) {
+                Some(master) if !master.is_empty() => RedisMode::Sentinel {
+                    master: master.to_owned(),
+                },
+                _ => return self.redis_error("master", SENTINEL_NEEDS_MASTER),
+            },
+            other => {
+                let message = format!(
+                    "{other:?} is not a mode: use \"redlock\", \"sentinel\" or \"cluster\""
+                );
+                return self.redis_error("mode", message);
+            }
+        };
+        if raw.master.is_some() && !matches!(mode, RedisMode::Sentinel { .. }) {
+            let message = "names a Sentinel primary: it needs mode = \"sentinel\"";
+            return self.redis_error("master", message);
+        }
+        if raw.wait_replicas.is_some() && mode == RedisMode::Redlock {
+            self.warnings.push(NO_WAIT_IN_REDLOCK.to_owned());
+        }
+        Some(mode)
+    }
+
+    /// `primary_username` and `primary_password` (`${VAR}` expanded, the password scrubbed):
+    /// sentinel mode only.
+    fn primary_auth(&mut self, raw: &RawRedis, mode: Option<&RedisMode>) -> PrimaryAuth {
+        let keys = [
+            ("primary_username", &raw.primary_username),
+            ("primary_password", &raw.primary_password),
+        ];
+        let sentinel = matches!(mode, Some(RedisMode::Sentinel { .. }));
+        let mut values = keys.map(|(field, value)| {
+            let value = value.as_ref()?;
+            if !sentinel {
+                self.redis_error::<()>(field, "is for mode = \"sentinel\" only");
+            }
+            self.expand(value, &Section::Redis, field)
+        });
+        let password = values[1].take();
+        self.scrubber.add(password.as_deref().unwrap_or(""));
+        PrimaryAuth {
+            username: values[0].take(),
+            password,
+        }
+    }
+
+    /// Records an error on `[redis] field`; `None` for the caller to return.
+    fn redis_error<T>(&mut self, field: &str, message: impl Into<String>) -> Option<T> {
+        self.errors
+            .push(ConfigError::field(Section::Redis, field, message));
+        None
+    }
+
+    /// `nodes`: each a Redis URL, none twice; an even count is warned about in redlock mode
+    /// (sentinels and cluster seeds are not a majority of ours).
+    fn redis_nodes(&mut self, raw_nodes: &[String], mode: Option<&RedisMode>) -> Vec<NodeUrl> {
         if raw_nodes.is_empty() {
             self.errors.push(ConfigError::field(
                 Section::Redis,
@@ -106,7 +267,8 @@ impl Loader<'_> {
                 None => {}
             }
         }
-        if nodes.len().is_multiple_of(2) && !nodes.is_empty() {
+        let redlock = mode == Some(&RedisMode::Redlock);
+        if redlock && nodes.len().is_multiple_of(2) && !nodes.is_empty() {
             self.warnings.push(format!(
                 "{} Redis nodes: an even count tolerates no more failures than {} (use 1, 3 or 5)",
                 nodes.len(),
@@ -139,6 +301,24 @@ impl Loader<'_> {
         lock
     }
 
+    /// The prefix of every key in `mode` ([`RedisMode::key_prefix`]); in a cluster, a prefix
+    /// with a brace of its own is refused (the hash tag would not be the whole prefix). `None`:
+    /// the error was recorded.
+    pub(super) fn key_prefix_for(&mut self, configured: &str, mode: &RedisMode) -> Option<String> {
+        if *mode == RedisMode::Cluster && configured.contains(['{', '}']) {
+            self.errors.push(ConfigError::field(
+                Section::Scheduler,
+                "key_prefix",
+                format!(
+                    "{configured:?} has a brace: with mode = \"cluster\" slotcron wraps the \
+                     prefix in a hash tag itself ({{PREFIX}}), so write it without braces"
+                ),
+            ));
+            return None;
+        }
+        Some(mode.key_prefix(configured))
+    }
+
     /// Reads a file named in jobs.toml, relative to jobs.toml's directory.
     pub(super) fn read_beside(
         &mut self,
@@ -154,5 +334,18 @@ impl Loader<'_> {
                     .push(ConfigError::field(section, field, message));
             })
             .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_wraps_the_prefix_in_a_hash_tag_and_redlock_keeps_it() {
+        assert_eq!(RedisMode::Cluster.key_prefix("slotcron"), "{slotcron}");
+        assert_eq!(RedisMode::Redlock.key_prefix("slotcron"), "slotcron");
+        let sentinel = RedisMode::Sentinel { master: "m".into() };
+        assert_eq!(sentinel.key_prefix("slotcron"), "slotcron");
     }
 }

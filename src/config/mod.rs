@@ -29,7 +29,7 @@ use crate::action::Action;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
 use durations::DurationRange;
-pub use endpoints::{HttpConfig, RedisConfig};
+pub use endpoints::{HttpConfig, RedisConfig, RedisMode};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 pub use scheduler::{
@@ -241,9 +241,12 @@ impl<'e> Loader<'e> {
                 .flatten();
         }
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
-        let scheduler = scheduler?;
+        let mut scheduler = scheduler?;
         self.check_something_runs(&jobs, &disabled);
         let redis = redis?;
+        if let Some(redis) = &redis {
+            scheduler.key_prefix = self.key_prefix_for(&scheduler.key_prefix, &redis.mode)?;
+        }
         let http = http?;
         self.coverage_warnings();
         if redis.is_none() {

@@ -82,6 +82,18 @@ pub struct RawRedis {
     pub retry_delay: Option<Duration>,
     /// The CA that signs `rediss://` nodes' certificates, relative to the config's directory.
     pub ca_file: Option<std::path::PathBuf>,
+    /// `"redlock"` (the default), `"sentinel"` or `"cluster"`: a string, so the checker's error
+    /// names the field and the words it takes.
+    pub mode: Option<String>,
+    /// Sentinel mode: the name the sentinels monitor the primary under.
+    pub master: Option<String>,
+    /// Sentinel and cluster modes: replicas of the lock's primary that must acknowledge a won
+    /// slot before it runs.
+    pub wait_replicas: Option<u32>,
+    /// Sentinel mode: the primary's user, when not the sentinels' (`nodes`' URLs).
+    pub primary_username: Option<String>,
+    /// Sentinel mode: the primary's password, when not the sentinels'.
+    pub primary_password: Option<String>,
 }
 
 /// One `[[job]]` as written: the cron, zone, calendar and alert stay strings here because

@@ -473,18 +473,18 @@ async fn write_back(nodes: &Nodes, key: &str, event: &PauseEvent, stale: &[bool]
     if !stale.contains(&true) {
         return;
     }
-    let stale_nodes: Vec<&str> = nodes
+    let stale_nodes: Vec<String> = nodes
         .iter()
         .zip(stale)
         .filter(|(_, s)| **s)
-        .map(|(n, _)| n.address())
+        .map(|(n, _)| n.address().to_owned())
         .collect();
     tracing::info!(key, nodes = ?stale_nodes, "pause state repaired onto nodes that lacked it");
     let mut cmd = redis::cmd("SET");
     cmd.arg(key)
         .arg(serde_json::to_string(event).unwrap_or_default());
     let cmd = Arc::new(cmd);
-    let targets: Vec<String> = stale_nodes.iter().map(|a| (*a).to_owned()).collect();
+    let targets = stale_nodes;
     nodes
         .ask_some(
             |node| targets.iter().any(|t| t == node.address()),

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::time::schedule::Slot;
 
-use crate::redis::{NodeError, Nodes};
+use crate::redis::{NodeError, Nodes, Replication};
 
 pub use crate::redis::Token;
 pub use local::LocalLock;
@@ -199,6 +199,18 @@ impl SlotLock {
         }
     }
 
+    /// How many replicas of the primary holding `lease` have it ([`Nodes::replicated`]);
+    /// `None` where no replica is waited for (redlock mode, standalone).
+    pub async fn replicated(&self, lease: &Lease) -> Option<Replication> {
+        match self {
+            SlotLock::Redlock(lock) => {
+                let nodes = lock.nodes();
+                nodes.replicated(lease.key.as_str(), lease.validity).await
+            }
+            SlotLock::Local(_) => None,
+        }
+    }
+
     /// How many nodes make a majority (1 in standalone mode).
     pub fn quorum(&self) -> usize {
         match self {
@@ -218,7 +230,7 @@ impl SlotLock {
     /// A short description for the start-up log line.
     pub fn describe(&self) -> String {
         match self {
-            SlotLock::Redlock(lock) => format!("redlock over {} node(s)", lock.node_count()),
+            SlotLock::Redlock(lock) => lock.nodes().describe(),
             SlotLock::Local(_) => "in-process (standalone)".to_owned(),
         }
     }

@@ -201,7 +201,8 @@ pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
 }
 
 impl Redlock {
-    /// Prepares a pool of connections to `urls` (opened lazily, reopened in the background).
+    /// Prepares a pool of connections to the independent nodes `urls` (opened lazily, reopened
+    /// in the background).
     pub fn new(
         urls: &[NodeUrl],
         replica: &str,
@@ -371,17 +372,17 @@ impl Redlock {
     /// Releases our token on every node that took it or did not answer (a timed-out SET may
     /// have landed). Nodes that answered with another holder are left alone.
     async fn release_partial(&self, race: &Race, replies: &[Option<NodeReply>]) {
-        let targets: Vec<&str> = self
+        let targets: Vec<String> = self
             .nodes
             .iter()
             .zip(replies)
             .filter(|(_, r)| matches!(r, Some(NodeReply::Acquired | NodeReply::Failed(_))))
-            .map(|(node, _)| node.address())
+            .map(|(node, _)| node.address().to_owned())
             .collect();
         let (key, token) = (race.claim.key.clone(), race.claim.token.clone());
         self.nodes
             .ask_some(
-                |node| targets.contains(&node.address()),
+                |node| targets.iter().any(|t| t == node.address()),
                 |node| {
                     let (key, token) = (key.clone(), token.clone());
                     async move {

@@ -88,6 +88,11 @@ impl Metrics {
             self.duplicates.clone(),
         );
         r.register(
+            "unreplicated_runs",
+            "Won slots run though fewer replicas than wait_replicas acknowledged their lock (WAIT; sentinel and cluster modes): a failover then could run them twice",
+            self.unreplicated.clone(),
+        );
+        r.register(
             "job_paused",
             "1 while the job is paused fleet-wide (slotcron pause), as of its latest slot",
             self.paused.clone(),

@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeUrl};
 use super::pool::{Nodes, Replies};
+use super::topology::Topology;
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
@@ -41,6 +42,9 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 pub enum Dependence {
     /// The node is a replica (`HELLO` says `role replica`): it refuses every write.
     Replica(NodeUrl),
+    /// The node is part of a Redis Cluster (`CLUSTER INFO` answers): it serves only the keys
+    /// of its own hash slots and answers `MOVED` for the others.
+    ClusterNode(NodeUrl),
     /// Two entries reach the same server.
     SameServer(NodeUrl, NodeUrl),
     /// The node answered `HELLO` but took no subscription (an ACL without the key prefix's
@@ -54,6 +58,11 @@ impl fmt::Display for Dependence {
             Dependence::Replica(url) => write!(
                 f,
                 "{url} is a replica (HELLO says role replica): list the primaries only"
+            ),
+            Dependence::ClusterNode(url) => write!(
+                f,
+                "{url} is a node of a Redis Cluster (CLUSTER INFO answers): it refuses the keys \
+                 of other shards (MOVED); set mode = \"cluster\" in [redis] and list seed nodes"
             ),
             Dependence::SameServer(a, b) => write!(
                 f,
@@ -93,6 +102,21 @@ pub struct Unchecked {
     nodes: Vec<usize>,
 }
 
+/// [`check`] in redlock mode; `None` in the others, whose primaries have replicas by design
+/// (and whose one logical member is not a configured URL).
+pub async fn check_for(
+    topology: &Topology,
+    nodes: &Nodes,
+    urls: &[NodeUrl],
+    prefix: &str,
+    wait: Duration,
+) -> Result<Option<Unchecked>, NotIndependent> {
+    match topology {
+        Topology::Redlock => check(nodes, urls, prefix, wait).await.map(Some),
+        Topology::Sentinel { .. } | Topology::Cluster { .. } => Ok(None),
+    }
+}
+
 /// Checks the nodes of `nodes` (configured as `urls`, same order) that answer within `wait`,
 /// not waiting for a node already suspect (start-up's ping found it down or hung: it is checked
 /// later); channels are named under `prefix` (the ACL's `&prefix:*`).
@@ -110,11 +134,8 @@ pub async fn check(
         .await
         .into_answers();
     let answered: Vec<bool> = roles.iter().map(|r| matches!(r, Some(Ok(_)))).collect();
-    let mut found: Vec<Dependence> = roles
-        .iter()
-        .zip(urls)
-        .filter(|(role, _)| matches!(role, Some(Ok(r)) if !is_primary(r)))
-        .map(|(_, url)| Dependence::Replica(url.clone()))
+    let mut found: Vec<Dependence> = (roles.iter().zip(urls))
+        .filter_map(|(role, url)| role.as_ref()?.as_ref().ok()?.finding(url))
         .collect();
     let same = same_servers(nodes, &answered, prefix, wait).await;
     let unsubscribed = |i: usize| NotIndependent(vec![Dependence::NoSubscription(urls[i].clone())]);
@@ -167,12 +188,9 @@ impl Unchecked {
     /// Checks node `i` against the others; `None` while it does not answer.
     async fn check_late(&self, nodes: &Nodes, i: usize, replica: &str) -> Option<()> {
         let node = nodes.iter().nth(i).expect("a node of the pool");
-        let role = role(node, self.wait).await.ok()?;
+        let role = role(&node, self.wait).await.ok()?;
         let url = &self.urls[i];
-        let mut found = Vec::new();
-        if !is_primary(&role) {
-            found.push(Dependence::Replica(url.clone()));
-        }
+        let mut found: Vec<Dependence> = role.finding(url).into_iter().collect();
         let subscribe_on: Vec<bool> = (0..nodes.len()).map(|j| j == i).collect();
         let same = same_servers(nodes, &subscribe_on, &self.prefix, self.wait).await;
         let same = same.ok()?;
@@ -189,20 +207,53 @@ impl Unchecked {
     }
 }
 
-fn is_primary(role: &str) -> bool {
+/// What a node says it is: its role, and whether it is part of a cluster.
+#[derive(Debug)]
+struct Role {
+    /// From `HELLO`: `master`/`primary` or `replica`/`slave`, lowercase.
+    role: String,
+    /// `CLUSTER INFO` answered (a node without cluster support refuses it).
+    cluster: bool,
+}
+
+impl Role {
+    /// Why a node in this role cannot be one of Redlock's independent primaries, if it cannot.
+    fn finding(&self, url: &NodeUrl) -> Option<Dependence> {
+        if self.cluster {
+            Some(Dependence::ClusterNode(url.clone()))
+        } else if !is_primary(&self.role) {
+            Some(Dependence::Replica(url.clone()))
+        } else {
+            None
+        }
+    }
+}
+
+/// The node's role, from `HELLO`'s reply, and whether it is a cluster node (`CLUSTER INFO` is
+/// in neither `@admin` nor `@dangerous`, so the least-privilege ACL allows it).
+async fn role(node: &Node, wait: Duration) -> Result<Role, NodeError> {
+    let role = hello_role(node, wait).await?;
+    let mut info = redis::cmd("CLUSTER");
+    info.arg("INFO");
+    let cluster = node.query::<redis::Value>(&info, wait).await.is_ok();
+    Ok(Role { role, cluster })
+}
+
+/// Whether a `HELLO` role is a primary's.
+pub(super) fn is_primary(role: &str) -> bool {
     role == "master" || role == "primary"
 }
 
-/// The node's role, from `HELLO`'s reply (`master`/`primary` or `replica`/`slave`).
-async fn role(node: &Node, wait: Duration) -> Result<String, NodeError> {
+/// The node's role, from `HELLO`'s reply (`master`/`primary` or `replica`/`slave`), lowercase.
+pub(super) async fn hello_role(node: &Node, wait: Duration) -> Result<String, NodeError> {
     let mut hello: HashMap<String, redis::Value> = node.query(&redis::cmd("HELLO"), wait).await?;
     let role = hello.remove("role").map(redis::from_redis_value::<String>);
-    match role {
-        Some(Ok(role)) => Ok(role.to_lowercase()),
-        _ => Err(node.error(super::NodeErrorKind::Unexpected(
+    let Some(Ok(role)) = role else {
+        return Err(node.error(super::NodeErrorKind::Unexpected(
             "HELLO's reply has no role".into(),
-        ))),
-    }
+        )));
+    };
+    Ok(role.to_lowercase())
 }
 
 /// The pairs `(i, j)`, `i < j`, of nodes that are one server: one of them subscribed to its

@@ -7,27 +7,45 @@
 //! - [`scripts`]: the compare-and-set scripts a lock needs on one node, and the token they compare.
 //! - [`pubsub`]: one subscribed connection per node and channel, for the fleet's notifications.
 //! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
+//! - [`cluster`]: cluster mode: the one member a Redis Cluster is, reached through its seeds
+//!   (redis-rs's cluster client routes each key to its shard and follows failovers).
+//! - [`sentinel`]: sentinel mode: the primary found through the sentinels, and followed.
+//! - [`replication`]: `WAIT`: a winner's lock acknowledged by the primary's replicas.
+//! - [`topology`]: `[redis] mode`: what the members are, found and followed ([`Nodes::open`]).
 //!
 //! # The topology seam
-//! Today the pool is the Redlock topology: N independent primaries, every request sent to each,
-//! a decision made by a majority of answers. The other topologies (Sentinel: one primary found
+//! The default pool is the Redlock topology: N independent primaries, every request sent to
+//! each, a decision made by a majority of answers. The other topologies (Sentinel: one primary found
 //! through the sentinels and followed across failovers; Cluster: keys routed to the shard that
 //! owns their hash slot) differ in exactly two places, and only there:
-//! - **which members there are and where a request goes**: [`Nodes::connect`] (members from the
+//! - **which members there are and where a request goes**: [`Nodes::open`] (members from the
 //!   configured URLs) and [`Nodes::ask_some`] (the members a request is sent to), and
 //! - **what makes a decision**: [`Nodes::quorum`] (a majority of N here; one for a single
 //!   logical primary).
+//!
+//! [`Nodes::open`] ([`topology`]) picks the layout from `[redis] mode`, one arm each: redlock as
+//! above ([`Nodes::connect`]); sentinel as one member, the primary of the moment, quorum 1
+//! ([`sentinel`] swaps its node at a failover); cluster as one member, the whole cluster (its
+//! connection routes each key to its shard, [`cluster`]), quorum 1. It adds what a mode needs of
+//! a won lock ([`Nodes::replicated`]: `WAIT`, on the primary, or the lock key's shard primary).
 //!
 //! Everything above (`lock`, history, membership, the fleet clock, pub/sub) asks the pool and
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
 //! (an enum of how members are found and routed, chosen by the configuration), not to callers.
 
+pub mod cluster;
 pub mod independence;
 pub mod node;
 pub mod pool;
 pub mod pubsub;
+pub mod replication;
 pub mod scripts;
+pub mod sentinel;
+pub mod topology;
 
+pub use cluster::Shard;
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
+pub use replication::Replication;
 pub use scripts::{Claim, NodeReply, Token};
+pub use topology::{OpenError, Topology};

@@ -12,10 +12,11 @@ use redis::io::tcp::TcpSettings;
 use redis::IntoConnectionInfo;
 use url::Url;
 
+use super::cluster::Conn;
 use super::scripts::Scripts;
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Retries of a failed (re)connection attempt: none. A failed attempt fails the calls waiting on
 /// it at once, and the call that sees the failure starts a new attempt in the background, which
 /// the next call uses (a node that comes back is used again within a call or two). With retries
@@ -170,10 +171,14 @@ impl fmt::Display for NodeError {
 /// One Redis node. Its health is not here: the pool keeps one view of it for every call.
 pub struct Node {
     address: String,
-    /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs).
-    client: redis::Client,
+    /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs): the
+    /// node's own, or one per seed of a cluster.
+    pub(super) clients: Vec<redis::Client>,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
-    pub(super) conn: ConnectionManager,
+    pub(super) conn: Conn,
+    /// A cluster's connections for `WAIT` alone (see [`super::replication`]): a `WAIT` blocks
+    /// its connection, and on `conn` it would hold up every race on the shard.
+    pub(super) waits: Option<super::cluster::Waits>,
     /// The race's bound on one answer (`node_timeout`).
     timeout: Duration,
     /// The lock's scripts, and which acquire form this node understands.
@@ -195,40 +200,40 @@ impl Node {
         timeout: Duration,
         ca_file: Option<&[u8]>,
     ) -> Result<Self, NodeSetupError> {
-        let setup = |source| NodeSetupError {
-            url: url.clone(),
-            source,
-        };
-        crate::tls::ensure_crypto_provider();
-        let info = url
-            .expose()
-            .as_str()
-            .into_connection_info()
-            .map_err(setup)?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let client = match ca_file {
-            Some(ca) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.to_vec()),
-                },
-            ),
-            None => redis::Client::open(info),
-        }
-        .map_err(setup)?;
+        let client = client(url, ca_file)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_number_of_retries(CONNECT_RETRIES);
         let conn =
-            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(setup)?;
-        Ok(Node {
-            address: url.address(),
-            client,
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|source| {
+                NodeSetupError {
+                    url: url.clone(),
+                    source,
+                }
+            })?;
+        Ok(Node::over(
+            url.address(),
+            vec![client],
+            Conn::Single(conn),
+            timeout,
+        ))
+    }
+
+    /// A node named `address` that talks through `conn` and subscribes through `clients`.
+    pub(super) fn over(
+        address: String,
+        clients: Vec<redis::Client>,
+        conn: Conn,
+        timeout: Duration,
+    ) -> Self {
+        Node {
+            address,
+            clients,
             conn,
+            waits: None,
             timeout,
             scripts: Scripts::new(),
-        })
+        }
     }
 
     /// The node's `host:port`.
@@ -242,8 +247,24 @@ impl Node {
         channel: &str,
         wait: Duration,
     ) -> Result<redis::aio::PubSub, NodeError> {
+        self.subscribe_via(0, channel, wait).await
+    }
+
+    /// Where this node can be subscribed on: one for a node, each seed for a cluster (a
+    /// subscriber on any node of a cluster hears every `PUBLISH`).
+    pub fn subscription_points(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// [`Self::subscribe`] on subscription point `point` (see [`Self::subscription_points`]).
+    pub async fn subscribe_via(
+        &self,
+        point: usize,
+        channel: &str,
+        wait: Duration,
+    ) -> Result<redis::aio::PubSub, NodeError> {
         let open = async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
+            let mut pubsub = self.clients[point].get_async_pubsub().await?;
             pubsub.subscribe(channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
@@ -326,6 +347,35 @@ impl Node {
             kind,
         }
     }
+}
+
+/// A client of `url` (with `ca_file`'s roots for `rediss://`), its sockets with TCP_NODELAY.
+pub(super) fn client(
+    url: &NodeUrl,
+    ca_file: Option<&[u8]>,
+) -> Result<redis::Client, NodeSetupError> {
+    let setup = |source| NodeSetupError {
+        url: url.clone(),
+        source,
+    };
+    crate::tls::ensure_crypto_provider();
+    let info = url
+        .expose()
+        .as_str()
+        .into_connection_info()
+        .map_err(setup)?
+        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    match ca_file {
+        Some(ca) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca.to_vec()),
+            },
+        ),
+        None => redis::Client::open(info),
+    }
+    .map_err(setup)
 }
 
 #[cfg(test)]

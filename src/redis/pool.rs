@@ -19,15 +19,18 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
 use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
+use super::sentinel;
+use super::topology::Layout;
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -36,7 +39,7 @@ pub fn quorum(n: usize) -> usize {
 
 /// The replica's view of one node: suspect or healthy, changed only by [`Health::observe`].
 #[derive(Debug)]
-struct Health {
+pub(super) struct Health {
     address: String,
     replica: Arc<str>,
     /// True from a request that got no answer until the next answer. An atomic, not a lock:
@@ -45,13 +48,35 @@ struct Health {
     /// Kept out of every request: a node not (yet) checked to be an independent primary (see
     /// [`super::independence`]).
     held_out: AtomicBool,
+    /// Told when a request gets no answer or `READONLY`: the member's server may have changed
+    /// (a Sentinel failover); `None` where a member is one server for good.
+    trouble: Option<Arc<Notify>>,
 }
 
 impl Health {
+    /// A member's view, healthy until a request says otherwise.
+    pub(super) fn new(
+        address: &str,
+        replica: &Arc<str>,
+        trouble: Option<Arc<Notify>>,
+    ) -> Arc<Self> {
+        Arc::new(Health {
+            address: address.to_owned(),
+            replica: replica.clone(),
+            suspect: AtomicBool::new(false),
+            held_out: AtomicBool::new(false),
+            trouble,
+        })
+    }
+
     /// The one health rule: an answer (a value or an error reply) makes the node healthy; a
     /// timeout or a failed connection makes it suspect. Logs the change, once.
     fn observe<T>(&self, result: &Result<T, NodeError>) {
         let suspect = result.as_ref().is_err_and(|e| !e.node_answered());
+        let moved = result.as_ref().is_err_and(sentinel::is_read_only);
+        if let Some(trouble) = self.trouble.as_ref().filter(|_| suspect || moved) {
+            trouble.notify_one();
+        }
         if self.suspect.swap(suspect, Ordering::Relaxed) == suspect {
             return;
         }
@@ -76,10 +101,35 @@ impl Health {
 
 /// One node and the view of it.
 #[derive(Debug)]
-struct Member {
-    /// In an `Arc` so a request can outlive the call that sent it (see [`Nodes::ask`]).
-    node: Arc<Node>,
-    health: Arc<Health>,
+pub(super) struct Member {
+    /// The member's server: one for good, or the primary of the moment (sentinel mode).
+    pub(super) node: Arc<Current>,
+    pub(super) health: Arc<Health>,
+}
+
+/// A member's node now; replaced when its server changes ([`super::sentinel`]). Each request
+/// takes the node of its moment, in an `Arc` so the request can outlive the call that sent it
+/// (see [`Nodes::ask`]).
+#[derive(Debug)]
+pub(super) struct Current(RwLock<Arc<Node>>);
+
+impl Current {
+    pub(super) fn new(node: Arc<Node>) -> Arc<Self> {
+        Arc::new(Current(RwLock::new(node)))
+    }
+
+    /// The node now.
+    pub(super) fn get(&self) -> Arc<Node> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// From now on, requests go to `node`.
+    pub(super) fn set(&self, node: Arc<Node>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = node;
+    }
 }
 
 /// How one node stands in the view, for the readiness probe, the status page and the metric.
@@ -164,49 +214,57 @@ type Pending<T> = BoxFuture<'static, (usize, Result<T, NodeError>)>;
 /// The Redis nodes of one replica; shared (`Arc`) by the lock, the history, the rate budget, the
 /// fleet clock and the status endpoints.
 pub struct Nodes {
-    members: Vec<Member>,
+    pub(super) members: Vec<Member>,
+    /// What the members are, and what follows them ([`super::topology`]).
+    pub(super) layout: Layout,
     /// Requests whose callers stopped waiting, awaited to the end of their own bound so that
     /// their outcome reaches the view. Waited for at shutdown ([`Nodes::settle`]).
-    stragglers: TaskTracker,
+    pub(super) stragglers: TaskTracker,
 }
 
 impl fmt::Debug for Nodes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.members.iter().map(|m| m.node.address()))
+            .entries(
+                self.members
+                    .iter()
+                    .map(|m| m.node.get().address().to_owned()),
+            )
             .finish()
     }
 }
 
 impl Nodes {
-    /// Prepares a connection to each of `urls` (opened lazily, reopened in the background),
-    /// all healthy in the view until a request says otherwise.
+    /// Prepares a connection to each of `urls`, independent servers (redlock mode's nodes, and
+    /// sentinel mode's sentinels): opened lazily, reopened in the background, all healthy in the
+    /// view until a request says otherwise. The other modes' members: [`Nodes::open`].
     pub fn connect(
         urls: &[NodeUrl],
         node_timeout: Duration,
         ca_file: Option<&[u8]>,
         replica: &str,
     ) -> Result<Self, NodeSetupError> {
-        let replica: Arc<str> = Arc::from(replica);
-        let members = urls
-            .iter()
-            .map(|url| {
-                let node = Node::new(url, node_timeout, ca_file)?;
-                Ok(Member {
-                    health: Arc::new(Health {
-                        address: node.address().to_owned(),
-                        replica: replica.clone(),
-                        suspect: AtomicBool::new(false),
-                        held_out: AtomicBool::new(false),
-                    }),
-                    node: Arc::new(node),
-                })
-            })
+        let nodes = (urls.iter())
+            .map(|url| Node::new(url, node_timeout, ca_file))
             .collect::<Result<Vec<_>, NodeSetupError>>()?;
-        Ok(Nodes {
+        Ok(Self::of(nodes, Layout::Redlock, replica))
+    }
+
+    /// A pool whose members are `nodes`, each one server (or one cluster) for good, laid out as
+    /// `layout`.
+    pub(super) fn of(nodes: Vec<Node>, layout: Layout, replica: &str) -> Self {
+        let replica: Arc<str> = Arc::from(replica);
+        let members = (nodes.into_iter())
+            .map(|node| Member {
+                health: Health::new(node.address(), &replica, None),
+                node: Current::new(Arc::new(node)),
+            })
+            .collect();
+        Nodes {
             members,
+            layout,
             stragglers: TaskTracker::new(),
-        })
+        }
     }
 
     /// How many nodes.
@@ -224,9 +282,9 @@ impl Nodes {
         quorum(self.members.len())
     }
 
-    /// The nodes, in the configured order.
-    pub fn iter(&self) -> impl Iterator<Item = &Node> {
-        self.members.iter().map(|m| &*m.node)
+    /// The nodes, in the configured order, each as it is now.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<Node>> + '_ {
+        self.members.iter().map(|m| m.node.get())
     }
 
     /// The view: which nodes are up (not suspect) now.
@@ -234,7 +292,7 @@ impl Nodes {
         self.members
             .iter()
             .map(|m| NodeState {
-                address: m.node.address().to_owned(),
+                address: m.node.get().address().to_owned(),
                 up: !m.health.is_suspect(),
             })
             .collect()
@@ -271,14 +329,14 @@ impl Nodes {
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let asked: Vec<bool> = (self.members.iter())
-            .map(|m| !m.health.is_held_out() && to(&m.node))
+            .map(|m| !m.health.is_held_out() && to(&m.node.get()))
             .collect();
         let mut pending: FuturesUnordered<Pending<T>> = self
             .members
             .iter()
             .enumerate()
             .filter(|(i, _)| asked[*i])
-            .map(|(i, member)| observed(i, member.health.clone(), request(member.node.clone())))
+            .map(|(i, member)| observed(i, member.health.clone(), request(member.node.get())))
             .collect();
         let mut replies = Replies {
             answers: (0..self.members.len()).map(|_| None).collect(),
@@ -310,7 +368,7 @@ impl Nodes {
         Fut: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let member = &self.members[i];
-        let (_, answer) = observed(i, member.health.clone(), request(member.node.clone())).await;
+        let (_, answer) = observed(i, member.health.clone(), request(member.node.get())).await;
         answer
     }
 
@@ -374,6 +432,7 @@ impl Nodes {
     /// Waits for the requests still out (each within its bound): at shutdown, so no task
     /// outlives the replica.
     pub async fn settle(&self) {
+        self.layout.stop().await;
         self.stragglers.close();
         self.stragglers.wait().await;
         self.stragglers.reopen();
@@ -422,12 +481,7 @@ mod tests {
 
     #[test]
     fn a_timeout_or_a_broken_connection_makes_a_node_suspect_and_an_answer_healthy() {
-        let health = Health {
-            address: "n:1".into(),
-            replica: Arc::from("r"),
-            suspect: AtomicBool::new(false),
-            held_out: AtomicBool::new(false),
-        };
+        let health = Health::new("n:1", &Arc::from("r"), None);
         health.observe(&error(NodeErrorKind::Timeout(Duration::from_millis(50))));
         assert!(health.is_suspect());
         // An error reply comes from a node that serves.
@@ -437,6 +491,24 @@ mod tests {
         assert!(health.is_suspect());
         health.observe(&Ok::<(), NodeError>(()));
         assert!(!health.is_suspect());
+    }
+
+    #[tokio::test]
+    async fn no_answer_or_readonly_tells_the_follower_an_error_reply_does_not() {
+        let trouble = Arc::new(Notify::new());
+        let health = Health::new("n:1", &Arc::from("r"), Some(trouble.clone()));
+        let told = || async {
+            let wait = tokio::time::timeout(Duration::from_millis(20), trouble.notified());
+            wait.await.is_ok()
+        };
+        health.observe(&error(NodeErrorKind::Reply("WRONGTYPE".into())));
+        assert!(!told().await);
+        health.observe(&error(NodeErrorKind::Reply(
+            "ReadOnly: You can't write".into(),
+        )));
+        assert!(told().await);
+        health.observe(&error(NodeErrorKind::Down("refused".into())));
+        assert!(told().await);
     }
 
     #[tokio::test]

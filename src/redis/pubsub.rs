@@ -33,8 +33,9 @@ pub enum Heard {
     },
 }
 
-/// Subscribes to `channel` on every node of `lock`, each node in a tracked task that
-/// resubscribes after a failure until `shutdown`.
+/// Subscribes to `channel` on every node of `lock` (on every seed of a cluster, so one seed
+/// hung or dead leaves the others hearing), each in a tracked task that resubscribes after a
+/// failure until `shutdown`.
 pub fn subscribe_all(
     nodes: &Arc<Nodes>,
     channel: &str,
@@ -42,34 +43,38 @@ pub fn subscribe_all(
     shutdown: &CancellationToken,
 ) -> mpsc::Receiver<Heard> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    for index in 0..nodes.len() {
-        tracker.spawn(subscribe_node(
-            nodes.clone(),
-            index,
-            channel.to_owned(),
-            tx.clone(),
-            shutdown.clone(),
-        ));
+    for (index, node) in nodes.iter().enumerate() {
+        for point in 0..node.subscription_points() {
+            tracker.spawn(subscribe_node(
+                nodes.clone(),
+                (index, point),
+                channel.to_owned(),
+                tx.clone(),
+                shutdown.clone(),
+            ));
+        }
     }
     rx
 }
 
-/// Keeps node `index` subscribed to `channel`, forwarding what it hears, until shutdown.
+/// Keeps node `index` subscribed to `channel` at subscription `point`, forwarding what it
+/// hears, until shutdown.
 async fn subscribe_node(
     nodes: Arc<Nodes>,
-    index: usize,
+    (index, point): (usize, usize),
     channel: String,
     heard: mpsc::Sender<Heard>,
     shutdown: CancellationToken,
 ) {
-    let Some(node) = nodes.iter().nth(index) else {
-        return;
-    };
     let mut again = false;
     loop {
+        // Taken again at each subscription: a member's server changes (a Sentinel failover).
+        let Some(node) = nodes.iter().nth(index) else {
+            return;
+        };
         let subscribed = tokio::select! {
             _ = shutdown.cancelled() => return,
-            subscribed = node.subscribe(&channel, SUBSCRIBE_TIMEOUT) => subscribed,
+            subscribed = node.subscribe_via(point, &channel, SUBSCRIBE_TIMEOUT) => subscribed,
         };
         match subscribed {
             Ok(pubsub) => {

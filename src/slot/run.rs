@@ -39,9 +39,26 @@ pub(super) struct Ran {
 /// (the end is recorded on it).
 pub(super) async fn run(ctx: &SlotEnv, won: &Won) -> (Ran, RunRecord) {
     let record = won.start_record(&ctx.replica);
+    confirm_replicated(ctx, won).await;
     let ran = execute(ctx, won, &record).await;
     release_running(ctx, won).await;
     (ran, record)
+}
+
+/// Waits for the lock's replicas (`WAIT`, sentinel and cluster modes). Too few in time: the
+/// slot still runs (a new primary has no replica yet, and a slot not run is a loss too),
+/// logged and counted, since a failover now could run it twice.
+async fn confirm_replicated(ctx: &SlotEnv, won: &Won) {
+    let Some(replication) = ctx.lock.replicated(&won.lease).await else {
+        return;
+    };
+    if replication.is_short() {
+        ctx.metrics.unreplicated_run(&won.job.name);
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %ctx.replica,
+            acked = replication.acked, wanted = replication.wanted,
+            "the slot's lock reached fewer replicas than wait_replicas: running it anyway \
+            (a failover now could run it twice)");
+    }
 }
 
 /// Releases the job's running lease, warning when a majority did not confirm it.

@@ -24,12 +24,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
 pub mod fleet;
 mod process;
 mod proxy;
 pub mod raw_http;
 mod receivers;
 mod redis;
+mod sentinel;
 pub mod tools;
 
 // Each test binary uses some of these only: the rest would warn as unused re-exports.
@@ -41,6 +43,8 @@ pub use self::proxy::*;
 pub use self::receivers::*;
 #[allow(unused_imports)]
 pub use self::redis::*;
+#[allow(unused_imports)]
+pub use self::sentinel::*;
 
 use nix::sys::signal::{kill as send_signal, Signal};
 use nix::unistd::Pid;

@@ -135,6 +135,20 @@ async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// A cluster's shards as it says now (`slots A-B: primary …, replicas …`); empty unless the
+/// mode is cluster.
+async fn shards(lock: &SlotLock) -> Vec<String> {
+    let Some(nodes) = lock.nodes() else {
+        return Vec::new();
+    };
+    let mut shards = Vec::new();
+    for node in nodes.iter() {
+        let found = node.shards(PROBE_TIMEOUT).await.unwrap_or_default();
+        shards.extend(found.iter().map(ToString::to_string));
+    }
+    shards
+}
+
 async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
     if !state.clock.measured() {
         let why = "not ready: the fleet clock is not measured yet (no Redis node answered TIME)\n";
@@ -152,14 +166,15 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let word = if up >= needed { "ready" } else { "not ready" };
-    (
-        status,
-        format!(
-            "{word}: {up}/{} redis nodes answer, {needed} needed\n",
-            nodes.len()
-        ),
-    )
-        .into_response()
+    let topology = state.lock.nodes().map(|n| n.describe()).unwrap_or_default();
+    let mut text = format!(
+        "{word}: {up}/{} redis nodes answer, {needed} needed ({topology})\n",
+        nodes.len()
+    );
+    for shard in shards(&state.lock).await {
+        text.push_str(&format!("cluster shard {shard}\n"));
+    }
+    (status, text).into_response()
 }
 
 async fn metrics(AxumState(state): AxumState<Sources>, headers: HeaderMap) -> Response {

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::fleet::fleet;
 use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
-use super::{probe, Sources};
-use crate::config::{Config, Job};
+use super::{probe, shards, Sources};
+use crate::config::{Config, Job, RedisMode};
 use crate::fleet::control::paused_intervals;
 use crate::record::watermark;
 
@@ -60,7 +60,11 @@ pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) 
         .map(str::trim)
         .filter(|s| !s.is_empty());
     let jobs = select(&config.jobs, wanted);
-    let (reads, nodes) = tokio::join!(read_all(&sources, &jobs, &frame), probe(&sources.lock));
+    let (reads, nodes, shards) = tokio::join!(
+        read_all(&sources, &jobs, &frame),
+        probe(&sources.lock),
+        shards(&sources.lock)
+    );
     let views = views(&config, &jobs, &reads, &frame);
     let unknown = wanted.is_some() && jobs.is_empty();
     let status = if unknown {
@@ -75,6 +79,7 @@ pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) 
         wanted,
         open: &open_runs(filter.runs.as_deref()),
         nodes: &nodes,
+        shards: &shards,
         live: &sources.membership.live(&sources.name),
         reads: &reads,
         views: &views,
@@ -159,6 +164,8 @@ struct Page<'a> {
     /// The jobs whose table of last runs is open.
     open: &'a [String],
     nodes: &'a [(String, bool)],
+    /// A cluster's shards (empty unless the mode is cluster).
+    shards: &'a [String],
     /// The replicas of the membership view (this one alone without membership).
     live: &'a [String],
     reads: &'a [Reads],
@@ -177,7 +184,13 @@ fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
         now => moment(page.frame.now, page.frame),
         zone => page.frame.zone.name(),
         standalone => page.config.redis.is_none(),
+        mode => page.config.redis.as_ref().map(|r| r.mode.name()),
+        master => page.config.redis.as_ref().and_then(|r| match &r.mode {
+            RedisMode::Sentinel { master } => Some(master.as_str()),
+            _ => None,
+        }),
         nodes => page.nodes.iter().map(|(n, up)| context! { address => n, up => up }).collect::<Vec<_>>(),
+        shards => page.shards,
         filter => page.wanted,
         unknown => page.wanted.is_some() && page.views.is_empty(),
         job_names => page.config.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
@@ -265,6 +278,7 @@ mod tests {
             wanted,
             open: &[],
             nodes: &[],
+            shards: &[],
             live: &[],
             reads,
             views: &views,
@@ -304,6 +318,7 @@ mod tests {
             wanted: Some("x y"),
             open: &open,
             nodes: &[],
+            shards: &[],
             live: &[],
             reads: &[],
             views: &[],
