@@ -18,6 +18,11 @@
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
 //! `replica`, `outcome` and counted, both in one place (`report`).
+//!
+//! Each step takes only the parts of the replica's [`SlotEnv`] it uses, which [`due`] hands
+//! out: [`Books`] (the log line, the counters, the history), [`Race`] (the lock, the clocks,
+//! the window and key bounds), [`Contenders`] (pauses, membership, candidates) and [`Outbox`]
+//! (the action's client, templates, budgets, alerts, handoffs).
 
 mod alerts;
 mod candidates;
