@@ -68,7 +68,7 @@ pub(super) async fn judge(
 }
 
 /// A handoff offer is taken only by a replica that has not had the slot, on a measured clock,
-/// before the slot's deadline ([`SlotEnv::handoff_deadline`]).
+/// before the slot's deadline ([`Race::handoff_deadline`]).
 fn judge_offer(
     race: &Race,
     books: &Books,
