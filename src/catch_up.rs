@@ -39,7 +39,7 @@ pub(crate) async fn look_back(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
     // A slot a job was paused at was not missed. The logs only grow, and a change made after
     // this read covers no slot before it: read once, for both passes.
     let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
-    let logs = ctx.control.logs(&names).await;
+    let logs = ctx.contenders().control().logs(&names).await;
     let paused: Vec<Vec<PausedSpan>> = logs.iter().map(|log| paused_intervals(log)).collect();
     let turns = Semaphore::new(LOOK_BACKS_AT_ONCE);
     let catching = jobs
@@ -66,14 +66,14 @@ pub(crate) async fn mark_first_seen(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
 /// be told apart).
 async fn watermarks(ctx: &SlotEnv, jobs: &[Arc<Job>]) -> Vec<Option<DateTime<Utc>>> {
     let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
-    let now = ctx.clock.fleet_now();
-    let read = watermark::first_seen(&ctx.history, &names, now).await;
+    let now = ctx.race().clock().fleet_now();
+    let read = watermark::first_seen(ctx.books().history(), &names, now).await;
     jobs.iter()
         .zip(read)
         .map(|(job, watermark)| {
             watermark
                 .inspect_err(|e| {
-                    tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+                    tracing::warn!(job = %job.name, replica = %ctx.books().replica(), error = %e,
                         "the fleet's watermark cannot be read: missed slots cannot be told apart, \
                         so none is caught up or reported; the next start records it");
                 })
@@ -91,10 +91,15 @@ async fn read_runs(
     doing: &str,
 ) -> Option<Vec<RunRecord>> {
     let _turn = turns.acquire().await.ok()?;
-    match ctx.history.read(&job.name, MAX_CATCH_UP_ALL).await {
+    match ctx
+        .books()
+        .history()
+        .read(&job.name, MAX_CATCH_UP_ALL)
+        .await
+    {
         Ok(runs) => Some(runs),
         Err(e) => {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, error = %e,
+            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), error = %e,
                 "{doing} skipped: the run history cannot be read, so missed slots cannot be told apart");
             None
         }
@@ -114,14 +119,14 @@ async fn report_missed(
     paused: &[Vec<PausedSpan>],
     turns: &Semaphore,
 ) {
-    let started = ctx.clock.fleet_now();
+    let started = ctx.race().clock().fleet_now();
     // The slots just before the start may still be running elsewhere (a run is recorded when it
     // ends): judge them once their timeout and start window are over. Later slots are this
     // replica's to race.
     let longest = jobs.iter().map(|job| job.timeout).max().unwrap_or_default();
     tokio::select! {
-        _ = ctx.shutdown.cancelled() => return,
-        _ = tokio::time::sleep(longest + ctx.start_window()) => {}
+        _ = ctx.shutdown().cancelled() => return,
+        _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
     }
     let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
     let owed = jobs.iter().zip(watermarks).zip(paused);
@@ -157,7 +162,7 @@ impl Missed<'_> {
         let (all, paused) = (CatchUpPolicy::All, self.paused);
         let mut missed = missed_slots(&job.schedule, self.started, self.floor, &runs, paused, all);
         if missed.len() > MAX_MISSED_ALERTS {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, missed = missed.len(),
+            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), missed = missed.len(),
                 "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
                 missed.len() - MAX_MISSED_ALERTS);
             missed.drain(..missed.len() - MAX_MISSED_ALERTS);
@@ -181,7 +186,7 @@ async fn catch_up(
     turns: &Semaphore,
 ) {
     let Some(catch_up) = job.catch_up else { return };
-    let now = ctx.clock.fleet_now();
+    let now = ctx.race().clock().fleet_now();
     let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
     let floor = (now - window).max(watermark);
     if job
@@ -199,12 +204,12 @@ async fn catch_up(
     let total = missed.len();
     for (started, slot) in missed.into_iter().enumerate() {
         // No new slot starts after SIGTERM, caught-up ones included.
-        if ctx.shutdown.is_cancelled() {
-            tracing::warn!(job = %job.name, replica = %ctx.replica, left = total - started,
+        if ctx.shutdown().is_cancelled() {
+            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), left = total - started,
                 "catch-up stopped at shutdown: the slots left are not started");
             return;
         }
-        tracing::info!(job = %job.name, %slot, replica = %ctx.replica, "catching up a missed slot");
+        tracing::info!(job = %job.name, %slot, replica = %ctx.books().replica(), "catching up a missed slot");
         crate::slot::once(ctx, Trigger::CatchUp, job.clone(), slot).await;
     }
 }

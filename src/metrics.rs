@@ -255,7 +255,7 @@ impl Metrics {
     /// names: `slotcron_races_total`, `slotcron_runs_total` (where `done` and `failed` also
     /// set the job's last success or failure time, and `handed_off` counts a handoff) or
     /// `slotcron_missed_slots_total`. Called by the one place that logs a slot's line
-    /// (`SlotEnv::report`), so the counters and the log lines agree.
+    /// (`Books::report` in `slot`), so the counters and the log lines agree.
     pub fn slot(&self, job_name: &str, outcome: Outcome) {
         match outcome.series() {
             Series::Race => {

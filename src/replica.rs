@@ -32,7 +32,7 @@ use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{independence, Nodes};
 use crate::scheduler;
-use crate::slot::{SlotEnv, Trigger, MIN_START_WINDOW};
+use crate::slot::{Books, Contenders, Outbox, Race, SlotEnv, Trigger, MIN_START_WINDOW};
 use crate::time::fleet_clock::{self, FleetClock};
 use crate::time::schedule::SharedClock;
 
@@ -173,27 +173,29 @@ impl Replica {
     /// The slot context for one configuration, ended by `shutdown` (the library handle's, for
     /// the runs it starts outside the schedule).
     pub fn context_until(&self, config: &Config, shutdown: &CancellationToken) -> Arc<SlotEnv> {
-        Arc::new(SlotEnv {
-            replica: self.name.clone(),
-            lock: self.lock.clone(),
-            client: self.client.clone(),
-            templates: config.templates.clone(),
-            scrubber: config.scrubber.clone(),
-            clock: self.clock.clone(),
-            fleet: self.fleet.as_ref().map(|(clock, _)| clock.clone()),
-            key_prefix: self.key_prefix.clone(),
-            max_clock_skew: config.scheduler.max_clock_skew,
-            history: self.history.clone(),
-            metrics: self.metrics.clone(),
-            budgets: self.budgets.clone(),
-            handoffs: self.handoffs.clone(),
-            control: self.control.clone(),
-            membership: self.membership.clone(),
-            candidates: config.scheduler.candidates,
-            candidate_stagger: config.scheduler.candidate_stagger,
-            alerts: Arc::new(config.alerts.clone()),
-            shutdown: shutdown.clone(),
-        })
+        let books = Books::new(
+            self.name.clone(),
+            self.metrics.clone(),
+            self.history.clone(),
+        );
+        let race = Race::new(
+            self.lock.clone(),
+            self.clock.clone(),
+            self.fleet.as_ref().map(|(clock, _)| clock.clone()),
+            self.key_prefix.clone(),
+            config.scheduler.max_clock_skew,
+        );
+        let (control, membership) = (self.control.clone(), self.membership.clone());
+        let contenders = Contenders::new(control, membership, &config.scheduler);
+        let (client, budgets) = (self.client.clone(), self.budgets.clone());
+        let outbox = Outbox::new(client, budgets, self.handoffs.clone(), config);
+        Arc::new(SlotEnv::new(
+            books,
+            race,
+            contenders,
+            outbox,
+            shutdown.clone(),
+        ))
     }
 }
 
@@ -441,11 +443,11 @@ fn start_generation(
     let ctx = replica.context(config);
     // Once per process: a reload says `reloaded` instead (wait_for_reload).
     if first {
-        tracing::info!(replica = %ctx.replica, jobs = config.jobs.len(), lock = %ctx.lock.describe(),
+        tracing::info!(replica = %ctx.books().replica(), jobs = config.jobs.len(), lock = %ctx.race().lock().describe(),
             config = %config.path.display(), "slotcron started");
     }
     for name in &config.disabled {
-        tracing::info!(replica = %ctx.replica, job = %name, "job disabled (enabled = false)");
+        tracing::info!(replica = %ctx.books().replica(), job = %name, "job disabled (enabled = false)");
     }
     if first {
         tracker.spawn(catch_up::look_back(ctx.clone(), config.jobs.clone()));

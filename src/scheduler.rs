@@ -100,11 +100,10 @@ pub(crate) async fn timeline(
         return;
     };
     let mut rearms = fleet.as_ref().map(|f| f.rearms());
-    let mut timeline = Timeline::new(jobs.clone(), from, &ctx.replica);
+    let (clock, replica) = (ctx.race().clock(), ctx.books().replica());
+    let mut timeline = Timeline::new(jobs.clone(), from, replica);
     while let Some(slot) = timeline.next() {
-        let wait = (slot.instant() - ctx.clock.now())
-            .to_std()
-            .unwrap_or_default();
+        let wait = (slot.instant() - clock.now()).to_std().unwrap_or_default();
         let deadline = tokio::time::Instant::now() + wait;
         liveness.sleeping_until(deadline);
         let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, rearms.as_mut()).await;
@@ -126,9 +125,9 @@ pub(crate) async fn timeline(
         if let Some(rearms) = rearms.as_mut().filter(rearm) {
             // The stepped clock may now be off the fleet clock past the start window: the
             // replica leaves the candidates at once, before the others count on it again.
-            tracker.spawn(ctx.membership.clone().withdraw_if_off());
+            tracker.spawn(ctx.contenders().membership().clone().withdraw_if_off());
             rearms.borrow_and_update();
-            timeline = Timeline::new(jobs.clone(), ctx.clock.now(), &ctx.replica);
+            timeline = Timeline::new(jobs.clone(), clock.now(), replica);
         }
     }
 }
@@ -165,7 +164,7 @@ async fn armed_from(
         Some(handover) => handover.await.ok(),
         None => None,
     };
-    let now = ctx.clock.now();
+    let now = ctx.race().clock().now();
     Some(pending.map_or(now, |pending| pending.min(now)))
 }
 
@@ -173,7 +172,7 @@ async fn armed_from(
 /// [`JUMP_BOUND`] after `deadline` (the process or its VM stood still) has the fleet clock
 /// measured again at once.
 fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::Instant) {
-    fleet.report_step(&ctx.metrics, &ctx.replica);
+    fleet.report_step(ctx.books().metrics(), ctx.books().replica());
     if tokio::time::Instant::now().saturating_duration_since(deadline) > JUMP_BOUND {
         fleet.suspect();
     }
@@ -183,9 +182,9 @@ fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::I
 /// starts their race. A replica that wakes late still races the slots inside the start
 /// window (the race decides); slots older than that belonged to replicas that were awake.
 fn race_due(ctx: &Arc<SlotEnv>, timeline: &mut Timeline, slot: Slot, tracker: &TaskTracker) {
-    let window = chrono::Duration::from_std(ctx.start_window()).unwrap_or_default();
-    let after = slot.instant().max(ctx.clock.now() - window);
-    let due = timeline.take_due(slot, after, &ctx.replica);
+    let window = chrono::Duration::from_std(ctx.race().start_window()).unwrap_or_default();
+    let after = slot.instant().max(ctx.race().clock().now() - window);
+    let due = timeline.take_due(slot, after, ctx.books().replica());
     tracker.spawn(race_instant(ctx.clone(), due, slot));
 }
 
@@ -239,8 +238,9 @@ async fn wait_until_due(
             _ = &mut stepped => return Wake::Rearm,
         }
         // Between two timers, a step moves a wall-clock timeline's deadline.
-        if fleet.is_some_and(|f| f.report_step(&ctx.metrics, &ctx.replica) && f.schedules_on_wall())
-        {
+        if fleet.is_some_and(|f| {
+            f.report_step(ctx.books().metrics(), ctx.books().replica()) && f.schedules_on_wall()
+        }) {
             return Wake::Rearm;
         }
     }
@@ -252,13 +252,13 @@ async fn wait_until_due(
 /// waiting longer would hold up every later slot.
 fn until_due(ctx: &SlotEnv, slot: Slot) -> Duration {
     let left = |now: DateTime<Utc>| (slot.instant() - now).to_std().unwrap_or_default();
-    let fleet = left(ctx.clock.fleet_now());
-    let fleet = if fleet <= ctx.start_window() {
+    let fleet = left(ctx.race().clock().fleet_now());
+    let fleet = if fleet <= ctx.race().start_window() {
         fleet
     } else {
         Duration::ZERO
     };
-    left(ctx.clock.now()).max(fleet)
+    left(ctx.race().clock().now()).max(fleet)
 }
 
 /// Takes the jobs due at `slot` through their slot's life, as one batch ([`crate::slot::due`]):

@@ -492,7 +492,7 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     let counted = [&winner, &late]
         .iter()
         .map(|r| {
-            let text = r.metrics.encode();
+            let text = r.books().metrics().encode();
             text.lines()
                 .find_map(|l| {
                     l.strip_prefix(r#"slotcron_duplicate_runs_total{slotcron_job="push"} "#)
@@ -729,7 +729,10 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
     let ctx = connect(&config, "tester").await.context(&config);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // What a running replica learns from the pause's announcement.
-    ctx.control.refresh(std::slice::from_ref(&job.name)).await;
+    ctx.contenders()
+        .control()
+        .refresh(std::slice::from_ref(&job.name))
+        .await;
     // The first whole second after the pause: a pause holds from its instant on.
     let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
     tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;

@@ -142,7 +142,7 @@ fn catch_up_pause(
     let result = runtime.block_on(async {
         let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
         let ctx = replica.context(config);
-        let now = ctx.clock.fleet_now();
+        let now = ctx.race().clock().fleet_now();
         let end = pause.until.map_or(now, |u| u.min(now));
         let newest = job
             .schedule
@@ -153,7 +153,7 @@ fn catch_up_pause(
         let Some(slot) = newest else {
             return anyhow::Ok(Caught::NoSlot);
         };
-        let runs = ctx.history.read(&job.name, HISTORY_CAP).await?;
+        let runs = ctx.books().history().read(&job.name, HISTORY_CAP).await?;
         if let Some(run) = runs.iter().find(|r| r.slot == slot) {
             return Ok(Caught::Ran(slot, run.replica.clone()));
         }

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::record::Twice;
 use super::report::SlotLine;
-use super::{SlotEnv, SlotResult, Won};
+use super::{Books, Outbox, Race, SlotEnv, SlotResult, Won};
 use crate::action::SendContext;
 use crate::config::Job;
 use crate::lock::{Acquire, SlotKey};
 use crate::outcome::Outcome;
-use crate::record::history::RunRecord;
 use crate::time::schedule::{Fence, Slot};
 
 /// How long a slot's `missed` key is kept: longer than a starting replica looks back.
@@ -21,9 +21,10 @@ pub const ALERT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The winner alone sees its failure: a failed slot alerts the job's `on_failure` once across
 /// the fleet.
-pub(super) async fn on_failure(ctx: &SlotEnv, won: &Won, result: &SlotResult) {
+pub(super) async fn on_failure(outbox: &Outbox, books: &Books, won: &Won, result: &SlotResult) {
     if let SlotResult::Failed { error, .. } = result {
-        ctx.alert(&won.job, won.slot, won.fence, Outcome::Failed, error)
+        outbox
+            .alert(books, &won.job, won.slot, won.fence, Outcome::Failed, error)
             .await;
     }
 }
@@ -33,51 +34,73 @@ impl SlotEnv {
     /// `missed` key, and the winner counts it and tells the job's alert, so it is reported once
     /// across the fleet. The key outlives the look-back of a replica starting later.
     pub async fn report_missed(&self, job: &Job, slot: Slot) {
-        let key = SlotKey::missed(&self.key_prefix, &job.name, slot);
-        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
+        let (race, books) = (self.race(), self.books());
+        let key = SlotKey::missed(race.key_prefix(), &job.name, slot);
+        let Acquire::Won(_) = race.lock().acquire(&key, MISSED_KEY_TTL).await else {
             return;
         };
-        self.report(SlotLine::new(
+        books.report(SlotLine::new(
             &job.name,
             slot,
             Outcome::Missed,
             "no replica ran this slot",
         ));
         let why = "no replica ran this slot (none was up, or Redis was unavailable to all)";
-        self.alert(job, slot, Fence::new(slot, 0), Outcome::Missed, why)
+        let fence = Fence::new(slot, 0);
+        let outbox = self.outbox();
+        outbox
+            .alert(books, job, slot, fence, Outcome::Missed, why)
             .await;
     }
+}
 
-    /// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
-    /// beside it): the runs that find it race for its `duplicate` key, and the winner logs
-    /// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
-    pub(super) async fn report_duplicate(&self, job: &Job, run: &RunRecord, other: &RunRecord) {
-        let key = SlotKey::duplicate(&self.key_prefix, &job.name, run.slot);
-        let Acquire::Won(_) = self.lock.acquire(&key, MISSED_KEY_TTL).await else {
-            return;
-        };
-        let why = format!(
-            "the slot ran twice under fence {}: by {} (started {}) and by {} (started {})",
-            run.fence.get(),
-            other.replica,
-            other.started.to_rfc3339(),
-            run.replica,
-            run.started.to_rfc3339()
-        );
-        self.report(SlotLine {
-            winner: Some(&other.replica),
-            fence: Some(run.fence.get()),
-            ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
-        });
-        self.alert(job, run.slot, run.fence, Outcome::Duplicate, &why)
-            .await;
-    }
+/// Reports a slot that ran twice under one fence (`run` here, `other` by the record found
+/// beside it): the runs that find it race for its `duplicate` key, and the winner logs
+/// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
+pub(super) async fn duplicate(
+    race: &Race,
+    outbox: &Outbox,
+    books: &Books,
+    job: &Job,
+    twice: &Twice,
+) {
+    let Twice { run, other } = twice;
+    let key = SlotKey::duplicate(race.key_prefix(), &job.name, run.slot);
+    let Acquire::Won(_) = race.lock().acquire(&key, MISSED_KEY_TTL).await else {
+        return;
+    };
+    let why = format!(
+        "the slot ran twice under fence {}: by {} (started {}) and by {} (started {})",
+        run.fence.get(),
+        other.replica,
+        other.started.to_rfc3339(),
+        run.replica,
+        run.started.to_rfc3339()
+    );
+    books.report(SlotLine {
+        winner: Some(&other.replica),
+        fence: Some(run.fence.get()),
+        ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
+    });
+    outbox
+        .alert(books, job, run.slot, run.fence, Outcome::Duplicate, &why)
+        .await;
+}
 
+impl Outbox {
     /// Tells the job's `on_failure` alert that `slot` ended `outcome`. The alert's own failure
     /// is logged and goes no further: an alert never alerts about itself.
-    pub async fn alert(&self, job: &Job, slot: Slot, fence: Fence, outcome: Outcome, error: &str) {
+    pub async fn alert(
+        &self,
+        books: &Books,
+        job: &Job,
+        slot: Slot,
+        fence: Fence,
+        outcome: Outcome,
+        error: &str,
+    ) {
         let Some(name) = &job.on_failure else { return };
-        let Some(action) = self.alerts.get(name) else {
+        let Some(action) = self.alerts().get(name) else {
             return;
         };
         let deadline = Instant::now() + ALERT_TIMEOUT;
@@ -85,23 +108,25 @@ impl SlotEnv {
             job: &job.name,
             slot,
             zone: job.zone(),
-            replica: &self.replica,
+            replica: books.replica(),
             fence,
             trigger: None,
             deadline,
             valid_until: deadline,
             about: Some((outcome.as_str(), error)),
-            client: &self.client,
-            templates: &self.templates,
-            budgets: &self.budgets,
-            metrics: &self.metrics,
+            client: self.client(),
+            templates: self.templates(),
+            budgets: self.budgets(),
+            metrics: books.metrics(),
         };
         match action.execute(&ctx).await {
-            Ok(_) => tracing::info!(job = %job.name, %slot, replica = %self.replica, alert = %name,
-                about = %outcome, "alert sent"),
+            Ok(_) => {
+                tracing::info!(job = %job.name, %slot, replica = %books.replica(), alert = %name,
+                about = %outcome, "alert sent")
+            }
             Err(e) => {
-                tracing::error!(job = %job.name, %slot, replica = %self.replica, alert = %name,
-                about = %outcome, error = %self.scrubber.scrub(&e.to_string()), "the alert could not be sent")
+                tracing::error!(job = %job.name, %slot, replica = %books.replica(), alert = %name,
+                about = %outcome, error = %self.scrubber().scrub(&e.to_string()), "the alert could not be sent")
             }
         }
     }

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{SlotEnv, SlotResult, Trigger, MIN_START_WINDOW};
+use super::{Books, Contenders, Race, SlotResult, Trigger, MIN_START_WINDOW};
 use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
 use crate::fleet::membership;
 use crate::lock::{SlotKey, Token};
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
+use tokio_util::sync::CancellationToken;
 
 /// How much longer than the last candidate the lookout waits before it looks. The candidates'
 /// races (each answer bounded by the node timeout) have normally ended by then; when the nodes
@@ -34,21 +35,22 @@ pub const LOOKOUT_AFTER: Duration = Duration::from_millis(250);
 /// replica may have died: this replica moves up one place for it. With `candidates = "all"`,
 /// and for every trigger but the schedule: one group, unranked.
 pub(super) fn places(
-    ctx: &SlotEnv,
+    contenders: &Contenders,
+    books: &Books,
     trigger: &Trigger,
     jobs: Vec<Arc<Job>>,
     slot: Slot,
     ended: &mut Vec<SlotResult>,
 ) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
-    let (Candidates::Top(k), Trigger::Schedule) = (ctx.candidates, trigger) else {
+    let (Candidates::Top(k), Trigger::Schedule) = (contenders.candidates(), trigger) else {
         return vec![(None, jobs)];
     };
-    let live = ctx.membership.live(&ctx.replica);
-    let late = ctx.membership.late(&ctx.replica);
-    ctx.metrics.fleet_replicas(live.len());
+    let live = contenders.membership().live(books.replica());
+    let late = contenders.membership().late(books.replica());
+    books.metrics().fleet_replicas(live.len());
     let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
     for job in jobs {
-        let rank = membership::rank(&live, &ctx.replica, &job.name, slot);
+        let rank = membership::rank(&live, books.replica(), &job.name, slot);
         let covering = late
             .iter()
             .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
@@ -59,7 +61,7 @@ pub(super) fn places(
             continue;
         }
         let message = format!("not one of the slot's {k} candidates: not racing");
-        ctx.report(SlotLine {
+        books.report(SlotLine {
             rank: Some(rank),
             fleet: Some(live.len()),
             ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
@@ -75,13 +77,17 @@ pub(super) fn places(
 /// Waits as long as the replica at place `rank` waits after the slot before it races
 /// ([`stagger`]); false when the replica shuts down meanwhile (the slot is left to the
 /// higher places).
-pub(super) async fn wait_for_place(ctx: &SlotEnv, rank: Option<usize>) -> bool {
-    let stagger = stagger(ctx.candidates, ctx.candidate_stagger, rank);
+pub(super) async fn wait_for_place(
+    contenders: &Contenders,
+    shutdown: &CancellationToken,
+    rank: Option<usize>,
+) -> bool {
+    let stagger = stagger(contenders.candidates(), contenders.stagger(), rank);
     if stagger.is_zero() {
         return true;
     }
     tokio::select! {
-        _ = ctx.shutdown.cancelled() => false,
+        _ = shutdown.cancelled() => false,
         _ = tokio::time::sleep(stagger) => true,
     }
 }
@@ -91,7 +97,9 @@ pub(super) async fn wait_for_place(ctx: &SlotEnv, rank: Option<usize>) -> bool {
 /// the slots it finds held: a candidate logs each as `lost` to the holder, the lookout as
 /// `standby` (each in `ended`). When the look cannot be made, every slot is raced.
 pub(super) async fn unheld(
-    ctx: &SlotEnv,
+    race: &Race,
+    contenders: &Contenders,
+    books: &Books,
     jobs: Vec<Arc<Job>>,
     slot: Slot,
     rank: Option<usize>,
@@ -102,15 +110,15 @@ pub(super) async fn unheld(
     }
     let keys: Vec<SlotKey> = jobs
         .iter()
-        .map(|job| SlotKey::new(&ctx.key_prefix, &job.name, slot))
+        .map(|job| SlotKey::new(race.key_prefix(), &job.name, slot))
         .collect();
-    let Some(holders) = ctx.lock.look(&keys).await else {
+    let Some(holders) = race.lock().look(&keys).await else {
         return jobs;
     };
     let mut free = Vec::with_capacity(jobs.len());
     for (job, holder) in jobs.into_iter().zip(holders) {
         match holder {
-            Some(holder) => ended.push(report_held(ctx, &job, slot, rank, holder)),
+            Some(holder) => ended.push(report_held(contenders, books, &job, slot, rank, holder)),
             None => free.push(job),
         }
     }
@@ -120,19 +128,20 @@ pub(super) async fn unheld(
 /// Logs a slot a look found held by `holder`: `lost` for a candidate (as the race it would
 /// have lost), `standby` for the lookout (which only stands in for dead candidates).
 fn report_held(
-    ctx: &SlotEnv,
+    contenders: &Contenders,
+    books: &Books,
     job: &Job,
     slot: Slot,
     rank: Option<usize>,
     holder: Token,
 ) -> SlotResult {
-    if !is_lookout(ctx.candidates, rank) {
-        ctx.report_lost(job, slot, &Trigger::Schedule, rank, &holder);
+    if !is_lookout(contenders.candidates(), rank) {
+        books.report_lost(job, slot, &Trigger::Schedule, rank, &holder);
         return SlotResult::Lost { holder };
     }
     let winner = holder.replica();
     let message = format!("lookout: {winner} has the slot: not racing");
-    ctx.report(SlotLine {
+    books.report(SlotLine {
         trigger: Some(&Trigger::Schedule),
         rank,
         winner: Some(winner),

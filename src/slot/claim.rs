@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::record;
 use super::report::SlotLine;
-use super::{SlotEnv, SlotResult, Trigger, RUNNING_LEASE_TTL};
+use super::{Books, Race, SlotResult, Trigger, RUNNING_LEASE_TTL};
 use crate::config::{Job, Overlap};
 use crate::lock::{Acquire, Lease, SlotKey};
 use crate::outcome::Outcome;
@@ -95,17 +95,18 @@ pub(super) enum Raced {
 }
 
 /// The key `job`'s `slot` is raced on: the slot's own, or a handoff offer's.
-fn key(ctx: &SlotEnv, trigger: &Trigger, job: &Job, slot: Slot) -> SlotKey {
+fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> SlotKey {
     match trigger.offer() {
-        Some(offer) => SlotKey::handoff(&ctx.key_prefix, &job.name, slot, offer.handoff),
-        None => SlotKey::new(&ctx.key_prefix, &job.name, slot),
+        Some(offer) => SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
+        None => SlotKey::new(race.key_prefix(), &job.name, slot),
     }
 }
 
 /// Races for `slot` of every job of `jobs` as one batch. Logs each outcome, with this
 /// replica's `rank` among the candidates; one claim per job, in order.
 pub(super) async fn claim(
-    ctx: &SlotEnv,
+    race: &Race,
+    books: &Books,
     trigger: &Trigger,
     jobs: &[Arc<Job>],
     slot: Slot,
@@ -113,23 +114,23 @@ pub(super) async fn claim(
 ) -> Vec<Raced> {
     let keys: Vec<(SlotKey, Duration)> = jobs
         .iter()
-        .map(|job| (key(ctx, trigger, job, slot), ctx.key_ttl(job)))
+        .map(|job| (key(race, trigger, job, slot), race.key_ttl(job)))
         .collect();
     let raced_at = Instant::now();
-    let acquired = ctx.lock.acquire_many(&keys).await;
+    let acquired = race.lock().acquire_many(&keys).await;
     let elapsed = raced_at.elapsed();
     let mut claims: Vec<Raced> = jobs
         .iter()
         .zip(acquired)
-        .map(|(job, acquired)| settle(ctx, trigger, job, slot, rank, acquired, elapsed))
+        .map(|(job, acquired)| settle(books, trigger, job, slot, rank, acquired, elapsed))
         .collect();
-    take_running_leases(ctx, &mut claims).await;
+    take_running_leases(race, books, &mut claims).await;
     claims
 }
 
 /// Logs a race's outcome (the line that names the winner) and counts it.
 fn settle(
-    ctx: &SlotEnv,
+    books: &Books,
     trigger: &Trigger,
     job: &Arc<Job>,
     slot: Slot,
@@ -137,7 +138,7 @@ fn settle(
     acquired: Acquire,
     lock_time: Duration,
 ) -> Raced {
-    ctx.metrics.lock_latency(lock_time);
+    books.metrics().lock_latency(lock_time);
     let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
         trigger: Some(trigger),
         rank,
@@ -145,7 +146,7 @@ fn settle(
     };
     match acquired {
         Acquire::Won(lease) => {
-            ctx.report(SlotLine {
+            books.report(SlotLine {
                 previous_winner: trigger.offer().map(|o| o.previous_winner.as_str()),
                 validity_ms: Some(lease.validity.as_millis() as u64),
                 lock_us: Some(lock_time.as_micros() as u64),
@@ -154,11 +155,11 @@ fn settle(
             Raced::Won(Won::new(job, slot, trigger, lease))
         }
         Acquire::Lost { holder } => {
-            ctx.report_lost(job, slot, trigger, rank, &holder);
+            books.report_lost(job, slot, trigger, rank, &holder);
             Raced::Settled(SlotResult::Lost { holder })
         }
         Acquire::Unavailable(why) => {
-            ctx.report(SlotLine {
+            books.report(SlotLine {
                 error: Some(&why),
                 ..line(
                     Outcome::Unavailable,
@@ -174,7 +175,7 @@ fn settle(
 /// batch; a win whose job's previous run still holds it (or whose lease cannot be decided)
 /// becomes `skipped`, and the winner records the skip, so the ledger shows why the slot did
 /// not run.
-async fn take_running_leases(ctx: &SlotEnv, claims: &mut [Raced]) {
+async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
     let mut waiting: Vec<&mut Raced> = claims
         .iter_mut()
         .filter(|claim| matches!(claim, Raced::Won(won) if won.job.overlap == Overlap::Skip))
@@ -185,18 +186,18 @@ async fn take_running_leases(ctx: &SlotEnv, claims: &mut [Raced]) {
     let keys: Vec<(SlotKey, Duration)> = waiting
         .iter()
         .filter_map(|claim| match claim {
-            Raced::Won(won) => Some(SlotKey::running(&ctx.key_prefix, &won.job.name)),
+            Raced::Won(won) => Some(SlotKey::running(race.key_prefix(), &won.job.name)),
             Raced::Settled(_) => None,
         })
         .map(|key| (key, RUNNING_LEASE_TTL))
         .collect();
-    let leases = ctx.lock.acquire_many(&keys).await;
+    let leases = race.lock().acquire_many(&keys).await;
     for (claim, acquired) in waiting.iter_mut().zip(leases) {
         let Raced::Won(won) = claim else { continue };
-        match running_lease(ctx, &won.job, won.slot, acquired) {
+        match running_lease(books, &won.job, won.slot, acquired) {
             Ok(running) => won.running = Some(running),
             Err(skipped) => {
-                record::not_run(ctx, won, &skipped).await;
+                record::not_run(books, won, &skipped).await;
                 **claim = Raced::Settled(skipped);
             }
         }
@@ -205,7 +206,7 @@ async fn take_running_leases(ctx: &SlotEnv, claims: &mut [Raced]) {
 
 /// The job's running lease, or the `skipped` result when the previous run still holds it.
 fn running_lease(
-    ctx: &SlotEnv,
+    books: &Books,
     job: &Job,
     slot: Slot,
     acquired: Acquire,
@@ -225,7 +226,7 @@ fn running_lease(
             "cannot tell whether the previous run is still going: slot skipped".to_owned(),
         ),
     };
-    ctx.report(SlotLine {
+    books.report(SlotLine {
         reason: Some("overlap"),
         running_on: holder.as_ref().map(|h| h.replica()),
         error: error.as_ref().map(|e| e as &dyn std::fmt::Display),

@@ -1,6 +1,8 @@
-//! What one replica needs to take slots through their life under one configuration, and the
-//! bounds every step derives from it (the start window, a slot key's life, a handoff's
-//! deadline).
+//! What one replica needs to take slots through their life under one configuration, in small
+//! parts by concern, so each step takes only the parts it uses: [`Books`] (where an ending is
+//! written), [`Race`] (the lock, the clocks and the bounds every step derives from them: the
+//! start window, a slot key's life, a handoff's deadline), [`Contenders`] (who races a slot),
+//! [`Outbox`] (where a slot's message goes). [`SlotEnv`] holds them for the spine.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,8 +15,7 @@ use super::{Trigger, KEY_MARGIN, MIN_START_WINDOW};
 use crate::action::rate::Budgets;
 use crate::action::template::Templates;
 use crate::action::Action;
-use crate::config::Candidates;
-use crate::config::Job;
+use crate::config::{Candidates, Config, Job, SchedulerConfig};
 use crate::fleet::control::Control;
 use crate::fleet::handoff::Handoffs;
 use crate::fleet::membership::Membership;
@@ -27,52 +28,199 @@ use crate::time::schedule::{SharedClock, Slot};
 
 /// What one replica needs to take slots through their life, under one configuration: built
 /// per generation (`Replica::context` in the `replica` module), so a reload never changes it
-/// under a slot already racing or running.
+/// under a slot already racing or running. The spine ([`super::due`]) hands each step the
+/// parts it uses.
 pub struct SlotEnv {
-    /// This replica's id: the lock's token names it, so the losers' lines say who won.
-    pub replica: String,
-    /// The Redlock over the nodes (or the in-process lock standalone) the slots are raced on.
-    pub lock: SlotLock,
-    /// One HTTP client for every action: its connection pool outlives the slots.
-    pub client: reqwest::Client,
-    /// The configuration's message templates, compiled once at load.
-    pub templates: Arc<Templates>,
-    /// Removes the configuration's secrets from error texts before they are logged or recorded.
-    pub scrubber: Arc<Scrubber>,
-    /// The timeline's clock and the fleet clock the window guard judges slots on.
-    pub clock: SharedClock,
-    /// The fleet clock behind `clock` with `[redis]`: measured again before each race, so a
-    /// freeze since the last measurement is seen before a stale slot is raced.
-    pub fleet: Option<Arc<FleetClock>>,
-    /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
-    pub key_prefix: String,
-    /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
-    /// replica whose clock lags still finds the slot taken.
-    pub max_clock_skew: Duration,
-    /// Where each run is recorded: the ledger, catch-up and `slotcron history` read it.
-    pub history: History,
-    /// Counts every slot's outcome (where its line is logged) and the races' and runs' timings.
-    pub metrics: Arc<Metrics>,
-    /// The fleet-wide rate budgets the actions draw on (a robot's 20 messages a minute).
-    pub budgets: Budgets,
-    /// Where a slot this replica could not deliver is offered to the fleet.
-    pub handoffs: Handoffs,
-    /// The fleet-wide pauses: a paused job's slots are not raced.
-    pub control: Control,
-    /// The live replicas a slot's candidates are ranked among.
-    pub membership: Membership,
-    /// `[scheduler] candidates`: how many replicas race each scheduled slot.
-    pub candidates: Candidates,
-    /// `[scheduler] candidate_stagger`: each further rank waits this much longer to race.
-    pub candidate_stagger: Duration,
-    /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
-    pub alerts: Arc<BTreeMap<String, Arc<Action>>>,
+    books: Books,
+    race: Race,
+    contenders: Contenders,
+    outbox: Outbox,
     /// The replica's shutdown (not a reload's): ends the wait before reporting missed slots,
     /// and tells a handoff offer made while shutting down that this replica no longer listens.
-    pub shutdown: CancellationToken,
+    shutdown: CancellationToken,
+}
+
+/// Where a slot's ending is written: its log line (as this replica), its counter, and its
+/// run's history record.
+pub struct Books {
+    /// This replica's id: the lock's token names it, so the losers' lines say who won.
+    replica: String,
+    /// Counts every slot's outcome (where its line is logged) and the races' and runs' timings.
+    metrics: Arc<Metrics>,
+    /// Where each run is recorded: the ledger, catch-up and `slotcron history` read it.
+    history: History,
+}
+
+/// What a slot is raced on: the lock, the clocks its window is judged on, the keys' prefix,
+/// and the skew bound the window and the keys' life derive from.
+pub struct Race {
+    /// The Redlock over the nodes (or the in-process lock standalone) the slots are raced on.
+    lock: SlotLock,
+    /// The timeline's clock and the fleet clock the window guard judges slots on.
+    clock: SharedClock,
+    /// The fleet clock behind `clock` with `[redis]`: measured again before each race, so a
+    /// freeze since the last measurement is seen before a stale slot is raced.
+    fleet: Option<Arc<FleetClock>>,
+    /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
+    key_prefix: String,
+    /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
+    /// replica whose clock lags still finds the slot taken.
+    max_clock_skew: Duration,
+}
+
+/// Who races a slot: not a job paused fleet-wide, and (with `candidates`) the replicas ranked
+/// first among the live ones, each further rank later by the stagger.
+pub struct Contenders {
+    /// The fleet-wide pauses: a paused job's slots are not raced.
+    control: Control,
+    /// The live replicas a slot's candidates are ranked among.
+    membership: Membership,
+    /// `[scheduler] candidates`: how many replicas race each scheduled slot.
+    candidates: Candidates,
+    /// `[scheduler] candidate_stagger`: each further rank waits this much longer to race.
+    stagger: Duration,
+}
+
+/// Where a slot's message goes: the receiver (through the shared client, the templates and
+/// the fleet's rate budgets), the fleet (a handoff offer), or the job's alert.
+pub struct Outbox {
+    /// One HTTP client for every action: its connection pool outlives the slots.
+    client: reqwest::Client,
+    /// The configuration's message templates, compiled once at load.
+    templates: Arc<Templates>,
+    /// Removes the configuration's secrets from error texts before they are logged or recorded.
+    scrubber: Arc<Scrubber>,
+    /// The fleet-wide rate budgets the actions draw on (a robot's 20 messages a minute).
+    budgets: Budgets,
+    /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
+    alerts: Arc<BTreeMap<String, Arc<Action>>>,
+    /// Where a slot this replica could not deliver is offered to the fleet.
+    handoffs: Handoffs,
 }
 
 impl SlotEnv {
+    /// Holds the parts, and the replica's `shutdown` (not a reload's).
+    pub fn new(
+        books: Books,
+        race: Race,
+        contenders: Contenders,
+        outbox: Outbox,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            books,
+            race,
+            contenders,
+            outbox,
+            shutdown,
+        }
+    }
+
+    /// Where a slot's ending is written.
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// What a slot is raced on.
+    pub fn race(&self) -> &Race {
+        &self.race
+    }
+
+    /// Who races a slot.
+    pub fn contenders(&self) -> &Contenders {
+        &self.contenders
+    }
+
+    /// Where a slot's message goes.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// The replica's shutdown (not a reload's).
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Waits until the fleet clock has been measured once (at once without `[redis]`); false
+    /// when the replica shuts down first.
+    pub async fn until_measured(&self) -> bool {
+        self.race.until_measured(&self.shutdown).await
+    }
+
+    /// Takes a scheduled `slot` of `job` through its life ([`super::once`]): the test seam,
+    /// through the same entry as the timeline.
+    #[doc(hidden)]
+    pub async fn run_slot(self: &Arc<Self>, job: &Arc<Job>, slot: Slot) -> super::SlotResult {
+        super::once(self, Trigger::Schedule, job.clone(), slot)
+            .await
+            .expect("a scheduled slot always ends with a result")
+    }
+}
+
+impl Books {
+    /// The books of `replica`.
+    pub fn new(replica: String, metrics: Arc<Metrics>, history: History) -> Self {
+        Self {
+            replica,
+            metrics,
+            history,
+        }
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// The replica's counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Where each run is recorded.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+}
+
+impl Race {
+    /// The race on `lock`, judged on `clock` (measured again on `fleet` with `[redis]`).
+    pub fn new(
+        lock: SlotLock,
+        clock: SharedClock,
+        fleet: Option<Arc<FleetClock>>,
+        key_prefix: String,
+        max_clock_skew: Duration,
+    ) -> Self {
+        Self {
+            lock,
+            clock,
+            fleet,
+            key_prefix,
+            max_clock_skew,
+        }
+    }
+
+    /// The lock the slots are raced on.
+    pub fn lock(&self) -> &SlotLock {
+        &self.lock
+    }
+
+    /// The timeline's clock and the fleet clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// The fleet clock behind [`Race::clock`], with `[redis]`.
+    pub fn fleet(&self) -> Option<&Arc<FleetClock>> {
+        self.fleet.as_ref()
+    }
+
+    /// The prefix of every Redis key.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
     /// How long after its slot a replica (by its own clock) still races for it.
     pub fn start_window(&self) -> Duration {
         self.max_clock_skew.max(MIN_START_WINDOW)
@@ -92,20 +240,94 @@ impl SlotEnv {
     }
 
     /// Waits until the fleet clock has been measured once (at once without `[redis]`); false
-    /// when the replica shuts down first.
-    pub async fn until_measured(&self) -> bool {
+    /// when `shutdown` comes first.
+    pub async fn until_measured(&self, shutdown: &CancellationToken) -> bool {
         match &self.fleet {
-            Some(fleet) => fleet.until_measured(&self.shutdown).await,
+            Some(fleet) => fleet.until_measured(shutdown).await,
             None => true,
         }
     }
+}
 
-    /// Takes a scheduled `slot` of `job` through its life ([`super::once`]): the test seam,
-    /// through the same entry as the timeline.
-    #[doc(hidden)]
-    pub async fn run_slot(self: &Arc<Self>, job: &Arc<Job>, slot: Slot) -> super::SlotResult {
-        super::once(self, Trigger::Schedule, job.clone(), slot)
-            .await
-            .expect("a scheduled slot always ends with a result")
+impl Contenders {
+    /// The contenders: not paused on `control`, ranked among `membership`'s live replicas as
+    /// `scheduler` says (`candidates`, `candidate_stagger`).
+    pub fn new(control: Control, membership: Membership, scheduler: &SchedulerConfig) -> Self {
+        Self {
+            control,
+            membership,
+            candidates: scheduler.candidates,
+            stagger: scheduler.candidate_stagger,
+        }
+    }
+
+    /// The fleet-wide pauses.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// The live replicas.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// How many replicas race each scheduled slot.
+    pub fn candidates(&self) -> Candidates {
+        self.candidates
+    }
+
+    /// How much longer each further rank waits to race.
+    pub fn stagger(&self) -> Duration {
+        self.stagger
+    }
+}
+
+impl Outbox {
+    /// The outbox: `client` sends, drawing on `budgets`, with `config`'s templates, scrubber
+    /// and alerts; undelivered slots go to `handoffs`.
+    pub fn new(
+        client: reqwest::Client,
+        budgets: Budgets,
+        handoffs: Handoffs,
+        config: &Config,
+    ) -> Self {
+        Self {
+            client,
+            templates: config.templates.clone(),
+            scrubber: config.scrubber.clone(),
+            budgets,
+            alerts: Arc::new(config.alerts.clone()),
+            handoffs,
+        }
+    }
+
+    /// The HTTP client every action sends with.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// The configuration's message templates.
+    pub fn templates(&self) -> &Arc<Templates> {
+        &self.templates
+    }
+
+    /// Removes the configuration's secrets from error texts.
+    pub fn scrubber(&self) -> &Arc<Scrubber> {
+        &self.scrubber
+    }
+
+    /// The fleet-wide rate budgets.
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    /// The `[alert.NAME]` actions.
+    pub fn alerts(&self) -> &BTreeMap<String, Arc<Action>> {
+        &self.alerts
+    }
+
+    /// Where undelivered slots are offered to the fleet.
+    pub fn handoffs(&self) -> &Handoffs {
+        &self.handoffs
     }
 }

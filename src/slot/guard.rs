@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::report::SlotLine;
-use super::{SlotEnv, SlotResult, Trigger, KEY_MARGIN};
+use super::{Books, Race, SlotResult, Trigger, KEY_MARGIN};
 use crate::config::Job;
 use crate::fleet::handoff::HandoffRequest;
 use crate::outcome::Outcome;
@@ -48,36 +48,43 @@ pub(super) enum Outside {
 /// Judges `slot` of `jobs` (the batch of one instant): a handoff offer by its deadline
 /// ([`judge_offer`]), any other slot by its window ([`window`]).
 pub(super) async fn judge(
-    ctx: &SlotEnv,
+    race: &Race,
+    books: &Books,
     trigger: &Trigger,
     jobs: &[Arc<Job>],
     slot: Slot,
 ) -> Verdict {
     if let Trigger::Handoff(offer) = trigger {
         return match jobs.first() {
-            Some(job) => judge_offer(ctx, offer, job, slot),
+            Some(job) => judge_offer(race, books, offer, job, slot),
             None => Verdict::NotOurs,
         };
     }
-    let ttl = jobs.iter().map(|job| ctx.key_ttl(job)).min();
-    match window(ctx, trigger, slot, ttl.unwrap_or_default()).await {
+    let ttl = jobs.iter().map(|job| race.key_ttl(job)).min();
+    match window(race, books, trigger, slot, ttl.unwrap_or_default()).await {
         Some(outside) => Verdict::Outside(outside),
         None => Verdict::Inside,
     }
 }
 
 /// A handoff offer is taken only by a replica that has not had the slot, on a measured clock,
-/// before the slot's deadline ([`SlotEnv::handoff_deadline`]).
-fn judge_offer(ctx: &SlotEnv, offer: &HandoffRequest, job: &Job, slot: Slot) -> Verdict {
-    if offer.excludes(&ctx.replica) {
+/// before the slot's deadline ([`Race::handoff_deadline`]).
+fn judge_offer(
+    race: &Race,
+    books: &Books,
+    offer: &HandoffRequest,
+    job: &Job,
+    slot: Slot,
+) -> Verdict {
+    if offer.excludes(books.replica()) {
         return Verdict::NotOurs;
     }
-    if !ctx.clock.measured() {
-        tracing::debug!(job = %job.name, replica = %ctx.replica,
+    if !race.clock().measured() {
+        tracing::debug!(job = %job.name, replica = %books.replica(),
             "handoff offer not taken: the fleet clock is not measured yet");
         return Verdict::NotOurs;
     }
-    match (ctx.clock.now() - ctx.handoff_deadline(job, slot)).to_std() {
+    match (race.clock().now() - race.handoff_deadline(job, slot)).to_std() {
         Ok(late) => Verdict::Outside(Outside::PastDeadline(late)),
         Err(_) => Verdict::Inside,
     }
@@ -87,8 +94,8 @@ fn judge_offer(ctx: &SlotEnv, offer: &HandoffRequest, job: &Job, slot: Slot) -> 
 /// never past its key's `ttl` less [`KEY_MARGIN`], after which the winner's key may have
 /// expired and a second win would run the slot twice. (The start window is below that bound
 /// by construction; this keeps it so whatever the window becomes.)
-pub(super) fn latest_start(ctx: &SlotEnv, ttl: Duration) -> Duration {
-    ctx.start_window().min(ttl.saturating_sub(KEY_MARGIN))
+pub(super) fn latest_start(race: &Race, ttl: Duration) -> Duration {
+    race.start_window().min(ttl.saturating_sub(KEY_MARGIN))
 }
 
 /// The guard before every race, on the fleet clock (not the timeline's): a replica never
@@ -97,11 +104,17 @@ pub(super) fn latest_start(ctx: &SlotEnv, ttl: Duration) -> Duration {
 /// first (`FleetClock::verify`), and a clock never measured races nothing. A slot up to
 /// [`EARLY_WAIT`] ahead is waited for; one further ahead is skipped as early. A scheduled slot
 /// past [`latest_start`] (for keys of `ttl`) is skipped as late.
-async fn window(ctx: &SlotEnv, trigger: &Trigger, slot: Slot, ttl: Duration) -> Option<Outside> {
-    if let (Some(fleet), Some(nodes)) = (&ctx.fleet, ctx.lock.nodes()) {
-        fleet.verify(nodes, &ctx.metrics, &ctx.replica).await;
+async fn window(
+    race: &Race,
+    books: &Books,
+    trigger: &Trigger,
+    slot: Slot,
+    ttl: Duration,
+) -> Option<Outside> {
+    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
+        fleet.verify(nodes, books.metrics(), books.replica()).await;
     }
-    if !ctx.clock.measured() {
+    if !race.clock().measured() {
         return Some(Outside::Unmeasured);
     }
     let ahead = |now: DateTime<Utc>| {
@@ -110,25 +123,25 @@ async fn window(ctx: &SlotEnv, trigger: &Trigger, slot: Slot, ttl: Duration) -> 
             .ok()
             .filter(|d| !d.is_zero())
     };
-    if let Some(early) = ahead(ctx.clock.fleet_now()) {
+    if let Some(early) = ahead(race.clock().fleet_now()) {
         if early > EARLY_WAIT {
             return Some(Outside::Early(early));
         }
         tokio::time::sleep(early).await;
-        if let Some(early) = ahead(ctx.clock.fleet_now()) {
+        if let Some(early) = ahead(race.clock().fleet_now()) {
             return Some(Outside::Early(early));
         }
     }
-    let late = (ctx.clock.fleet_now() - slot.instant())
+    let late = (race.clock().fleet_now() - slot.instant())
         .to_std()
         .unwrap_or_default();
-    (matches!(trigger, Trigger::Schedule) && late > latest_start(ctx, ttl))
+    (matches!(trigger, Trigger::Schedule) && late > latest_start(race, ttl))
         .then_some(Outside::Late(late))
 }
 
 /// Logs and counts a slot the guard refused.
 pub(super) fn skip(
-    ctx: &SlotEnv,
+    books: &Books,
     trigger: &Trigger,
     job: &Job,
     slot: Slot,
@@ -159,7 +172,7 @@ pub(super) fn skip(
             SlotResult::Unmeasured,
         ),
     };
-    ctx.report(skipped_line(trigger, job, slot, outside, reason, message));
+    books.report(skipped_line(trigger, job, slot, outside, reason, message));
     result
 }
 

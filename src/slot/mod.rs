@@ -18,6 +18,11 @@
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
 //! `replica`, `outcome` and counted, both in one place (`report`).
+//!
+//! Each step takes only the parts of the replica's [`SlotEnv`] it uses, which [`due`] hands
+//! out: [`Books`] (the log line, the counters, the history), [`Race`] (the lock, the clocks,
+//! the window and key bounds), [`Contenders`] (pauses, membership, candidates) and [`Outbox`]
+//! (the action's client, templates, budgets, alerts, handoffs).
 
 mod alerts;
 mod candidates;
@@ -33,7 +38,7 @@ mod run;
 pub use alerts::{ALERT_TIMEOUT, MISSED_KEY_TTL};
 pub use candidates::{stagger_warning, LOOKOUT_AFTER};
 pub use claim::Won;
-pub use env::SlotEnv;
+pub use env::{Books, Contenders, Outbox, Race, SlotEnv};
 pub use guard::EARLY_WAIT;
 pub use offer::HANDOFF_CLAIM_WAIT;
 pub use run::START_RECORD_DELAY;
@@ -115,8 +120,16 @@ pub async fn due(
     slot: Slot,
 ) -> Vec<SlotResult> {
     let mut ended = Vec::new();
-    let jobs = paused::unpaused(ctx, &trigger, jobs, slot, &mut ended);
-    let places = candidates::places(ctx, &trigger, jobs, slot, &mut ended);
+    let (contenders, books) = (ctx.contenders(), ctx.books());
+    let jobs = paused::unpaused(
+        contenders.control(),
+        books,
+        &trigger,
+        jobs,
+        slot,
+        &mut ended,
+    );
+    let places = candidates::places(contenders, books, &trigger, jobs, slot, &mut ended);
     let races = places
         .into_iter()
         .map(|(rank, jobs)| race_place(ctx, &trigger, jobs, slot, rank));
@@ -148,24 +161,25 @@ async fn race_place(
     rank: Option<usize>,
 ) -> Vec<SlotResult> {
     let mut ended = Vec::new();
-    if !candidates::wait_for_place(ctx, rank).await {
+    let (race, contenders, books) = (ctx.race(), ctx.contenders(), ctx.books());
+    if !candidates::wait_for_place(contenders, ctx.shutdown(), rank).await {
         return ended;
     }
-    let jobs = candidates::unheld(ctx, jobs, slot, rank, &mut ended).await;
+    let jobs = candidates::unheld(race, contenders, books, jobs, slot, rank, &mut ended).await;
     if jobs.is_empty() {
         return ended;
     }
-    match guard::judge(ctx, trigger, &jobs, slot).await {
+    match guard::judge(race, books, trigger, &jobs, slot).await {
         Verdict::Inside => {}
         Verdict::Outside(outside) => {
-            let skip = |job: &Arc<Job>| guard::skip(ctx, trigger, job, slot, outside);
+            let skip = |job: &Arc<Job>| guard::skip(books, trigger, job, slot, outside);
             ended.extend(jobs.iter().map(skip));
             return ended;
         }
         Verdict::NotOurs => return ended,
     }
     let mut runs = JoinSet::new();
-    for raced in claim::claim(ctx, trigger, &jobs, slot, rank).await {
+    for raced in claim::claim(race, books, trigger, &jobs, slot, rank).await {
         match raced {
             Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
             Raced::Settled(result) => ended.push(result),
@@ -176,12 +190,15 @@ async fn race_place(
 }
 
 /// A won slot, to its end: the run; a run where nothing left this replica offered to the
-/// fleet; the record; the alert of a failure.
+/// fleet; the record (and the report of a second run found beside it); the alert of a failure.
 async fn run_won(ctx: Arc<SlotEnv>, won: Won) -> SlotResult {
-    let (ran, record) = run::run(&ctx, &won).await;
+    let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
+    let (ran, record) = run::run(race, outbox, books, &won).await;
     let result = offer::conclude(&ctx, &won, ran).await;
-    record::finish(&ctx, &won, record, &result).await;
-    alerts::on_failure(&ctx, &won, &result).await;
+    if let Some(twice) = record::finish(books, &won, record, &result).await {
+        alerts::duplicate(race, outbox, books, &won.job, &twice).await;
+    }
+    alerts::on_failure(outbox, books, &won, &result).await;
     result
 }
 

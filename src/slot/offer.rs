@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::report::SlotLine;
 use super::run::{Ran, SendFailure};
-use super::{SlotEnv, SlotResult, Won};
+use super::{Books, Race, SlotEnv, SlotResult, Won};
 use crate::fleet::handoff::HandoffRequest;
 use crate::lock::{Acquire, SlotKey, Unavailable};
 use crate::outcome::Outcome;
@@ -32,11 +32,14 @@ enum Unclaimed {
 }
 
 /// Logs how the run ended and counts it; a failure where nothing left this replica is offered
-/// to the fleet instead (once per slot, while its deadline allows).
-pub(super) async fn conclude(ctx: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
+/// to the fleet instead (once per slot, while its deadline allows). The one step that takes
+/// the whole env: an offer is judged on the race's clock, sent through the outbox's handoffs,
+/// told whether this replica still listens (shutdown), and logged in the books.
+pub(super) async fn conclude(env: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
+    let books = env.books();
     let failure = match ran.sent {
         Ok(delivery) => {
-            ctx.report(SlotLine {
+            books.report(SlotLine {
                 attempts: Some(delivery.attempts),
                 lateness_ms: Some(ran.lateness.as_millis() as u64),
                 ..won.line(Outcome::Done, "ran the slot", ran.duration)
@@ -48,14 +51,14 @@ pub(super) async fn conclude(ctx: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
         }
         Err(failure) => failure,
     };
-    let failure = match offerable(ctx, won, failure) {
-        Ok(reason) => match hand_off(ctx, won, reason, ran.duration).await {
+    let failure = match offerable(env.race(), won, failure) {
+        Ok(reason) => match hand_off(env, won, reason, ran.duration).await {
             Ok(handed_off) => return handed_off,
             Err(failure) => failure,
         },
         Err(failure) => failure,
     };
-    ctx.report(SlotLine {
+    books.report(SlotLine {
         delivery: Some(failure.delivery.as_str()),
         attempts: Some(failure.attempts),
         error: Some(&failure.error),
@@ -71,8 +74,8 @@ pub(super) async fn conclude(ctx: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
 
 /// The failure as a handoff offer's reason when it may be handed off: nothing left this
 /// replica, the slot has not been handed off already, and its deadline is not past.
-fn offerable(ctx: &SlotEnv, won: &Won, failure: SendFailure) -> Result<SendFailure, SendFailure> {
-    let open = ctx.clock.now() < ctx.handoff_deadline(&won.job, won.slot);
+fn offerable(race: &Race, won: &Won, failure: SendFailure) -> Result<SendFailure, SendFailure> {
+    let open = race.clock().now() < race.handoff_deadline(&won.job, won.slot);
     if failure.local && won.fence.handoff() < Fence::MAX_HANDOFF && open {
         Ok(failure)
     } else {
@@ -84,16 +87,14 @@ fn offerable(ctx: &SlotEnv, won: &Won, failure: SendFailure) -> Result<SendFailu
 /// handoff key); the failure back, its error saying so, when no replica subscribed or none
 /// claimed it in time ([`HANDOFF_CLAIM_WAIT`]).
 async fn hand_off(
-    ctx: &SlotEnv,
+    env: &SlotEnv,
     won: &Won,
     failure: SendFailure,
     duration: Duration,
 ) -> Result<SlotResult, SendFailure> {
-    let offer = offer_of(ctx, won, &failure);
-    let heard = ctx
-        .handoffs
-        .offer(&offer, !ctx.shutdown.is_cancelled())
-        .await;
+    let offer = offer_of(env.books(), won, &failure);
+    let listening = !env.shutdown().is_cancelled();
+    let heard = env.outbox().handoffs().offer(&offer, listening).await;
     let unclaimed = |why: Unclaimed| SendFailure {
         error: format!("{}; {why}", failure.error),
         ..failure.clone()
@@ -101,8 +102,10 @@ async fn hand_off(
     if heard == 0 {
         return Err(unclaimed(Unclaimed::NobodyHeard));
     }
-    let taker = claimed_by(ctx, won, &offer).await.map_err(unclaimed)?;
-    ctx.report(SlotLine {
+    let taker = claimed_by(env.race(), won, &offer)
+        .await
+        .map_err(unclaimed)?;
+    env.books().report(SlotLine {
         attempts: Some(failure.attempts),
         reason: Some(&failure.error),
         winner: Some(&taker),
@@ -120,18 +123,18 @@ async fn hand_off(
 }
 
 /// The offer of `won`'s slot to every replica that has not had it.
-fn offer_of(ctx: &SlotEnv, won: &Won, failure: &SendFailure) -> HandoffRequest {
+fn offer_of(books: &Books, won: &Won, failure: &SendFailure) -> HandoffRequest {
     let mut excluded = won
         .trigger
         .offer()
         .map(|o| o.excluded.clone())
         .unwrap_or_default();
-    excluded.push(ctx.replica.clone());
+    excluded.push(books.replica().to_owned());
     HandoffRequest {
         job: won.job.name.clone(),
         slot_ms: won.slot.epoch_ms(),
         handoff: won.fence.handoff() + 1,
-        previous_winner: ctx.replica.clone(),
+        previous_winner: books.replica().to_owned(),
         excluded,
         reason: failure.error.clone(),
     }
@@ -140,13 +143,13 @@ fn offer_of(ctx: &SlotEnv, won: &Won, failure: &SendFailure) -> HandoffRequest {
 /// Who claimed `offer`: after [`HANDOFF_CLAIM_WAIT`] (cut to the slot's deadline) the offerer
 /// races for the offer's key itself. Losing names the taker; winning means no replica took the
 /// offer, and none can any more (the error says which).
-async fn claimed_by(ctx: &SlotEnv, won: &Won, offer: &HandoffRequest) -> Result<String, Unclaimed> {
-    let left = (ctx.handoff_deadline(&won.job, won.slot) - ctx.clock.now())
+async fn claimed_by(race: &Race, won: &Won, offer: &HandoffRequest) -> Result<String, Unclaimed> {
+    let left = (race.handoff_deadline(&won.job, won.slot) - race.clock().now())
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
-    let key = SlotKey::handoff(&ctx.key_prefix, &won.job.name, won.slot, offer.handoff);
-    match ctx.lock.acquire(&key, ctx.key_ttl(&won.job)).await {
+    let key = SlotKey::handoff(race.key_prefix(), &won.job.name, won.slot, offer.handoff);
+    match race.lock().acquire(&key, race.key_ttl(&won.job)).await {
         Acquire::Lost { holder } => Ok(holder.replica().to_owned()),
         Acquire::Won(_) => Err(Unclaimed::NotTaken(HANDOFF_CLAIM_WAIT.min(left))),
         Acquire::Unavailable(why) => Err(Unclaimed::Unknown(why)),

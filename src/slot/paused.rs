@@ -5,15 +5,17 @@
 use std::sync::Arc;
 
 use super::report::SlotLine;
-use super::{SlotEnv, SlotResult, Trigger};
+use super::{Books, SlotResult, Trigger};
 use crate::config::Job;
+use crate::fleet::control::Control;
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
 
 /// `jobs` less the ones paused at `slot` (scheduled slots only), each of which logs `paused`,
 /// is counted and ends `Paused` in `ended`.
 pub(super) fn unpaused(
-    ctx: &SlotEnv,
+    control: &Control,
+    books: &Books,
     trigger: &Trigger,
     jobs: Vec<Arc<Job>>,
     slot: Slot,
@@ -24,10 +26,10 @@ pub(super) fn unpaused(
     }
     jobs.into_iter()
         .filter(|job| {
-            let pause = ctx.control.paused(&job.name, slot.instant());
-            ctx.metrics.paused(&job.name, pause.is_some());
+            let pause = control.paused(&job.name, slot.instant());
+            books.metrics().paused(&job.name, pause.is_some());
             let Some(pause) = pause else { return true };
-            ctx.report(SlotLine {
+            books.report(SlotLine {
                 paused_by: Some(&pause.by),
                 paused_at: Some(pause.at.to_rfc3339()),
                 until: pause.until.map(|u| u.to_rfc3339()),

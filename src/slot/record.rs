@@ -4,7 +4,7 @@
 
 use chrono::Utc;
 
-use super::{SlotEnv, SlotResult, Won};
+use super::{Books, SlotResult, Won};
 use crate::action::DeliveryState;
 use crate::record::history::{other_run, RunRecord, RunState};
 
@@ -15,24 +15,40 @@ const DUPLICATE_LOOK: usize = 64;
 
 /// Records how the run of `won` ended (`record` is its start). A win some node refused (it
 /// held another replica's token) may be a second run of the slot: then the record's write also
-/// reads back the records under its fence, and another run found there is reported. An
-/// uncontested win costs one write.
-pub(super) async fn finish(ctx: &SlotEnv, won: &Won, mut record: RunRecord, result: &SlotResult) {
+/// reads back the records under its fence, and another run found there is returned, to be
+/// reported ([`super::alerts::duplicate`]). An uncontested win costs one write.
+pub(super) async fn finish(
+    books: &Books,
+    won: &Won,
+    mut record: RunRecord,
+    result: &SlotResult,
+) -> Option<Twice> {
     ended(&mut record, result);
     if !won.lease.contested {
-        return ctx.history.record(&record).await;
+        books.history().record(&record).await;
+        return None;
     }
-    let recent = ctx.history.record_and_read(&record, DUPLICATE_LOOK).await;
-    if let Some(other) = other_run(&record, &recent) {
-        ctx.report_duplicate(&won.job, &record, other).await;
-    }
+    let recent = books
+        .history()
+        .record_and_read(&record, DUPLICATE_LOOK)
+        .await;
+    let other = other_run(&record, &recent).cloned();
+    other.map(|other| Twice { run: record, other })
+}
+
+/// A slot that ran twice under one fence: this replica's run, and the other found beside it.
+pub(super) struct Twice {
+    /// This replica's run, as recorded.
+    pub(super) run: RunRecord,
+    /// The other run's record, found under the same fence.
+    pub(super) other: RunRecord,
 }
 
 /// Records a win that did not run (`overlap = "skip"`): the ledger shows why.
-pub(super) async fn not_run(ctx: &SlotEnv, won: &Won, result: &SlotResult) {
-    let mut record = won.start_record(&ctx.replica);
+pub(super) async fn not_run(books: &Books, won: &Won, result: &SlotResult) {
+    let mut record = won.start_record(books.replica());
     ended(&mut record, result);
-    ctx.history.record(&record).await;
+    books.history().record(&record).await;
 }
 
 /// The run's final record: its ending, attempts, error and delivery.

@@ -1,4 +1,4 @@
-//! The one place a slot's log line is written and its outcome counted ([`SlotEnv::report`]):
+//! The one place a slot's log line is written and its outcome counted ([`Books::report`]):
 //! the stable field names (README, "Logs: who won") are spelled once, and a line and its
 //! counter cannot disagree.
 
@@ -7,7 +7,7 @@ use std::fmt::Display;
 
 use tracing::Level;
 
-use super::{SlotEnv, Trigger};
+use super::{Books, Trigger};
 use crate::lock::Token;
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
@@ -136,12 +136,12 @@ impl SlotLine<'_> {
     }
 }
 
-impl SlotEnv {
+impl Books {
     /// Logs `line` as this replica and counts its outcome: every outcome of a slot on this
     /// replica goes through here, once.
     pub(super) fn report(&self, line: SlotLine<'_>) {
-        line.emit(&self.replica);
-        self.metrics.slot(line.job, line.outcome);
+        line.emit(self.replica());
+        self.metrics().slot(line.job, line.outcome);
     }
 
     /// Logs `job`'s slot as lost to `holder`: after a race, or after a look that found the

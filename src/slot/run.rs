@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{SlotEnv, Trigger, Won, RUNNING_LEASE_TTL};
+use super::{Books, Outbox, Race, Trigger, Won, RUNNING_LEASE_TTL};
 use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
 use crate::lock::Lease;
 use crate::record::history::RunRecord;
@@ -37,24 +37,29 @@ pub(super) struct Ran {
 /// Runs a won slot (the winner's part); then the running lease is released, so the next slot,
 /// or the replica taking a handoff, is not held up. With the run, its record as it started
 /// (the end is recorded on it).
-pub(super) async fn run(ctx: &SlotEnv, won: &Won) -> (Ran, RunRecord) {
-    let record = won.start_record(&ctx.replica);
-    confirm_replicated(ctx, won).await;
-    let ran = execute(ctx, won, &record).await;
-    release_running(ctx, won).await;
+pub(super) async fn run(
+    race: &Race,
+    outbox: &Outbox,
+    books: &Books,
+    won: &Won,
+) -> (Ran, RunRecord) {
+    let record = won.start_record(books.replica());
+    confirm_replicated(race, books, won).await;
+    let ran = execute(race, outbox, books, won, &record).await;
+    release_running(race, books, won).await;
     (ran, record)
 }
 
 /// Waits for the lock's replicas (`WAIT`, sentinel and cluster modes). Too few in time: the
 /// slot still runs (a new primary has no replica yet, and a slot not run is a loss too),
 /// logged and counted, since a failover now could run it twice.
-async fn confirm_replicated(ctx: &SlotEnv, won: &Won) {
-    let Some(replication) = ctx.lock.replicated(&won.lease).await else {
+async fn confirm_replicated(race: &Race, books: &Books, won: &Won) {
+    let Some(replication) = race.lock().replicated(&won.lease).await else {
         return;
     };
     if replication.is_short() {
-        ctx.metrics.unreplicated_run(&won.job.name);
-        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %ctx.replica,
+        books.metrics().unreplicated_run(&won.job.name);
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica(),
             acked = replication.acked, wanted = replication.wanted,
             "the slot's lock reached fewer replicas than wait_replicas: running it anyway \
             (a failover now could run it twice)");
@@ -62,11 +67,11 @@ async fn confirm_replicated(ctx: &SlotEnv, won: &Won) {
 }
 
 /// Releases the job's running lease, warning when a majority did not confirm it.
-async fn release_running(ctx: &SlotEnv, won: &Won) {
+async fn release_running(race: &Race, books: &Books, won: &Won) {
     let Some(running) = &won.running else { return };
-    let released = ctx.lock.release(running).await;
-    if released < ctx.lock.quorum() {
-        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %ctx.replica, nodes = released,
+    let released = race.lock().release(running).await;
+    if released < race.lock().quorum() {
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica(), nodes = released,
             "the running lease was released on {released} node(s), fewer than a majority: \
             the job's slots are skipped as overlapping until it expires (at most {} s)",
             RUNNING_LEASE_TTL.as_secs());
@@ -76,28 +81,34 @@ async fn release_running(ctx: &SlotEnv, won: &Won) {
 /// Runs the action inside the lease, keeping the running lease alive, while the start of the
 /// run is recorded (at once for `catch_up` jobs, else only once the run is slow; a history
 /// write never delays a send).
-async fn execute(ctx: &SlotEnv, won: &Won, record: &RunRecord) -> Ran {
+async fn execute(
+    race: &Race,
+    outbox: &Outbox,
+    books: &Books,
+    won: &Won,
+    record: &RunRecord,
+) -> Ran {
     let started = Instant::now();
     let run = async {
-        let lateness = (ctx.clock.now() - won.slot.instant())
+        let lateness = (race.clock().now() - won.slot.instant())
             .to_std()
             .unwrap_or_default();
-        ctx.metrics.lateness(&won.job.name, lateness);
-        let action = send(ctx, won);
+        books.metrics().lateness(&won.job.name, lateness);
+        let action = send(race, outbox, books, won);
         let sent = match &won.running {
-            Some(running) => with_watchdog(ctx, action, running).await,
+            Some(running) => with_watchdog(race, books, action, running).await,
             None => action.await,
         };
         let duration = started.elapsed();
-        ctx.metrics.action_duration(&won.job.name, duration);
+        books.metrics().action_duration(&won.job.name, duration);
         (sent, duration, lateness)
     };
     let (sent, duration, lateness) = if won.job.catch_up.is_some() {
         // Recorded at once: a slot whose winner dies mid-run must not look missed to the
         // catch-up of a replica starting later.
-        tokio::join!(ctx.history.record(record), run).1
+        tokio::join!(books.history().record(record), run).1
     } else {
-        record_start_if_slow(ctx, record, run).await
+        record_start_if_slow(books, record, run).await
     };
     Ran {
         sent,
@@ -110,7 +121,7 @@ async fn execute(ctx: &SlotEnv, won: &Won, record: &RunRecord) -> Ran {
 /// meanwhile, so the history shows it running. A shorter run is recorded once, at its end:
 /// half the history writes for the usual run of a few milliseconds.
 async fn record_start_if_slow<T>(
-    ctx: &SlotEnv,
+    books: &Books,
     record: &RunRecord,
     run: impl std::future::Future<Output = T>,
 ) -> T {
@@ -120,40 +131,45 @@ async fn record_start_if_slow<T>(
         outcome = &mut run => return outcome,
         () = tokio::time::sleep(START_RECORD_DELAY) => {}
     }
-    tokio::join!(ctx.history.record(record), run).1
+    tokio::join!(books.history().record(record), run).1
 }
 
 /// Runs the job's action for `won`: the deadline is the job's timeout, cut short by the lock's
 /// validity and, on a handoff, by the slot's deadline. The one call from a slot's life into
 /// the action layer.
-async fn send(ctx: &SlotEnv, won: &Won) -> Result<Delivery, SendFailure> {
+async fn send(
+    race: &Race,
+    outbox: &Outbox,
+    books: &Books,
+    won: &Won,
+) -> Result<Delivery, SendFailure> {
     let job = &won.job;
     let mut deadline = (Instant::now() + job.timeout).min(won.lease.valid_until);
     if let Trigger::Handoff(_) = won.trigger {
-        let left = (ctx.handoff_deadline(job, won.slot) - ctx.clock.now()).to_std();
+        let left = (race.handoff_deadline(job, won.slot) - race.clock().now()).to_std();
         deadline = deadline.min(Instant::now() + left.unwrap_or_default());
     }
     let send = SendContext {
         job: &job.name,
         slot: won.slot,
         zone: job.zone(),
-        replica: &ctx.replica,
+        replica: books.replica(),
         fence: won.fence,
         trigger: Some(won.trigger.kind()),
         deadline,
         valid_until: won.lease.valid_until,
         about: None,
-        client: &ctx.client,
-        templates: &ctx.templates,
-        budgets: &ctx.budgets,
-        metrics: &ctx.metrics,
+        client: outbox.client(),
+        templates: outbox.templates(),
+        budgets: outbox.budgets(),
+        metrics: books.metrics(),
     };
     let sent = match send.check_validity(1, false) {
         Ok(()) => job.action.execute(&send).await,
         Err(expired) => Err(expired),
     };
     sent.map_err(|e: ActionError| SendFailure {
-        error: ctx.scrubber.scrub(&e.to_string()),
+        error: outbox.scrubber().scrub(&e.to_string()),
         attempts: e.attempts(),
         delivery: e.delivery(),
         local: e.is_local(),
@@ -162,7 +178,8 @@ async fn send(ctx: &SlotEnv, won: &Won) -> Result<Delivery, SendFailure> {
 
 /// Drives `action` while extending the running lease every third of its TTL.
 async fn with_watchdog<T>(
-    ctx: &SlotEnv,
+    race: &Race,
+    books: &Books,
     action: impl std::future::Future<Output = T>,
     running: &Lease,
 ) -> T {
@@ -171,8 +188,8 @@ async fn with_watchdog<T>(
         tokio::select! {
             result = &mut action => return result,
             _ = tokio::time::sleep(RUNNING_LEASE_TTL / 3) => {
-                if !ctx.lock.extend(running, RUNNING_LEASE_TTL).await {
-                    tracing::warn!(key = %running.key, replica = %ctx.replica,
+                if !race.lock().extend(running, RUNNING_LEASE_TTL).await {
+                    tracing::warn!(key = %running.key, replica = %books.replica(),
                         "could not extend the running lease on a majority; another slot may start");
                 }
             }
