@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::cluster::{cluster_acl_args, ShardedCluster};
 use common::{tools, write_config, Receiver, Replica};
-use slotcron::time::schedule::Slot;
 use slotcron::slot::RUNNING_LEASE_TTL;
+use slotcron::time::schedule::Slot;
 
 /// Held by each test that runs a cluster and a fleet on a clock: one at a time, so two of them
 /// do not share the machine's two cores while their lateness is measured.
