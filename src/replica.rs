@@ -266,12 +266,18 @@ pub async fn run_with_reload(
     shutdown: CancellationToken,
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
+    warn_at_start(&config, &replica);
+    let replica = Replica::connect(&config, replica, clock).await?;
+    run_replica(replica, config, shutdown, reloads).await
+}
+
+/// Logs what `check` warns about (the configuration's warnings and a stagger that outlasts the
+/// start window), once, before the replica connects: the binary's start and the library's.
+pub fn warn_at_start(config: &Config, replica: &str) {
     let stagger = crate::slot::stagger_warning(&config.scheduler);
     for warning in config.warnings.iter().chain(&stagger) {
         tracing::warn!(replica = %replica, "{warning}");
     }
-    let replica = Replica::connect(&config, replica, clock).await?;
-    run_replica(replica, config, shutdown, reloads).await
 }
 
 /// Runs the schedule on an already connected replica (tests reach its metrics and history).

@@ -197,10 +197,7 @@ impl Fleet {
             Some(config) => config,
             None => self.parts.config()?,
         };
-        let stagger = crate::slot::stagger_warning(&config.scheduler);
-        for warning in config.warnings.iter().chain(&stagger) {
-            tracing::warn!(replica = %self.replica, "{warning}");
-        }
+        replica::warn_at_start(&config, &self.replica);
         let replica = Replica::connect(&config, self.replica, Arc::new(SystemClock))
             .await
             .map_err(|e| Error::run(&e))?;
