@@ -132,6 +132,9 @@ pub struct Metrics {
     /// Set at each scrape from the schedule, so alerts can speak in intervals of the job.
     interval_seconds: Family<JobLabels, SecondsGauge>,
     node_up: Family<NodeLabels, Gauge>,
+    /// Each node's `TIME` minus the fleet clock (their median): names a node whose host clock
+    /// is off, which the median does not follow.
+    node_clock_offset_seconds: Family<NodeLabels, SecondsGauge>,
     clock_offset_seconds: SecondsGauge,
     budget_waits: Family<JobLabels, Counter>,
     budget_wait_seconds: Family<JobLabels, Seconds>,
@@ -176,6 +179,7 @@ impl Metrics {
             last_failure: Family::default(),
             interval_seconds: Family::default(),
             node_up: Family::default(),
+            node_clock_offset_seconds: Family::default(),
             clock_offset_seconds: Gauge::default(),
             budget_waits: Family::default(),
             budget_wait_seconds: Family::default(),
@@ -351,6 +355,15 @@ impl Metrics {
             .set(i64::from(up));
     }
 
+    /// Node `node`'s `TIME` minus the fleet clock, as last measured.
+    pub fn node_clock_offset(&self, node: &str, offset_ms: i64) {
+        self.node_clock_offset_seconds
+            .get_or_create(&NodeLabels {
+                node: node.to_owned(),
+            })
+            .set(offset_ms as f64 / 1000.0);
+    }
+
     /// Records a wait for `job_name`'s rate budget.
     pub fn budget_wait(&self, job_name: &str, waited: Duration) {
         let labels = job(job_name);
@@ -450,6 +463,7 @@ mod tests {
         m.slot("standup", Outcome::Won);
         m.lock_latency(Duration::from_micros(300));
         m.node_up("127.0.0.1:6379", true);
+        m.node_clock_offset("127.0.0.1:6380", -40_000);
         let text = m.encode();
         assert!(
             text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="won"} 1"#),
@@ -461,6 +475,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"slotcron_redis_node_up{node="127.0.0.1:6379"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"slotcron_redis_node_clock_offset_seconds{node="127.0.0.1:6380"} -40.0"#
+            ),
             "{text}"
         );
     }

@@ -1,7 +1,8 @@
 //! The fleet clock defends itself, on real processes over real Redis nodes: a replica never
 //! races on its own clock before the nodes' `TIME` has been measured (a cold start whose
 //! connections are refused at first), and a freeze that neither local clock sees (a VM paused
-//! and resumed) is caught against the nodes' time before a stale slot is raced.
+//! and resumed) is caught against the nodes' time before a stale slot is raced. And the fleet
+//! clock is the nodes' median: one node whose host clock is off is named, not followed.
 
 mod common;
 
@@ -11,8 +12,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::fleet::FleetToml;
-use common::tools::{libfaketime, set_offset};
-use common::{write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+use common::tools::{libfaketime, set_offset, valkey_server};
+use common::{write_config, FaultyProxy, Receiver, RedisCluster, RedisServer, Replica};
 
 /// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
 /// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.
@@ -290,5 +291,178 @@ fn readyz_is_not_ready_until_the_fleet_clock_is_measured() {
     assert!(
         lines.iter().any(|l| l.contains("racing slots from now")),
         "{lines:?}"
+    );
+}
+
+/// How far the slow node's host clock is behind (issue 29, case 2: a Redis host with a bad NTP).
+const SLOW_NODE_S: i64 = 40;
+/// A judged window of slots: each must arrive exactly once. Long enough that a fleet clock
+/// flapping between the nodes (as main's did) misses or repeats some of it.
+const JUDGED_S: u64 = 30;
+/// The logged lateness and the receiver's may differ by the fleet clock's error (a `TIME` round
+/// trip on loopback) and the send itself: the issue's bound for the median of the slots.
+const LATENESS_AGREEMENT_MS: i64 = 100;
+/// No single slot's two latenesses may differ by more than this: a loaded machine can delay one
+/// send by a few hundred ms; a fleet clock on the slow node makes it 40 s.
+const LATENESS_AGREEMENT_ANY_MS: i64 = 1_000;
+
+/// Each slot's `lateness_ms` from the `done` lines of `replicas`.
+fn logged_lateness(replicas: &[Replica]) -> BTreeMap<DateTime<Utc>, i64> {
+    replicas
+        .iter()
+        .flat_map(Replica::json_lines)
+        .filter(|l| l["outcome"] == "done")
+        .filter_map(|l| {
+            let slot = l["slot"].as_str()?.parse().ok()?;
+            Some((slot, l["lateness_ms"].as_i64()?))
+        })
+        .collect()
+}
+
+/// The slots of every second in `[from, until)` that did not arrive.
+fn missing(arrived: &[Arrival], from: DateTime<Utc>, until: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let seen: std::collections::BTreeSet<i64> =
+        arrived.iter().map(|(slot, _)| slot.timestamp()).collect();
+    (from.timestamp() + 1..until.timestamp())
+        .filter(|s| !seen.contains(s))
+        .filter_map(|s| DateTime::from_timestamp(s, 0))
+        .collect()
+}
+
+/// For each arrival with a logged lateness: the receiver's lateness minus the logged one, in ms.
+fn lateness_gaps(arrived: &[Arrival], logged: &BTreeMap<DateTime<Utc>, i64>) -> Vec<i64> {
+    arrived
+        .iter()
+        .filter_map(|(slot, at)| Some((*at - *slot).num_milliseconds() - logged.get(slot)?))
+        .collect()
+}
+
+/// The value of metric `name` with label `node="{node}"`.
+fn node_metric(text: &str, name: &str, node: &str) -> Option<f64> {
+    let prefix = format!("{name}{{node=\"{node}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 29, case 2: three Valkey nodes, one of them under libfaketime 40 s slow (its wall clock
+/// only, as a host with a bad NTP), all up; three replicas. The fleet clock is the median, so
+/// it stays on the two true nodes: every slot of the window exactly once and on time, the
+/// lateness the replicas log is the lateness the receiver sees, the fleet clock never jumps,
+/// and the slow node is named in a warning and in `slotcron_redis_node_clock_offset_seconds`.
+#[test]
+fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_as_received() {
+    let (Some(lib), Some(valkey)) = (libfaketime(), valkey_server()) else {
+        return;
+    };
+    let preload = lib.to_string_lossy().into_owned();
+    let slow_by = format!("-{SLOW_NODE_S}s");
+    let slow_env = [
+        ("LD_PRELOAD", preload.as_str()),
+        ("FAKETIME", slow_by.as_str()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let nodes = [
+        RedisServer::start_bin(&valkey, &[], &[]),
+        RedisServer::start_bin(&valkey, &[], &slow_env),
+        RedisServer::start_bin(&valkey, &[], &[]),
+    ];
+    let slow_node = format!("127.0.0.1:{}", nodes[1].port());
+    let receiver = Receiver::start();
+    let (dir, served_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let text = tick_config(&urls, &receiver.uri(), "slownode");
+    let config = write_config(dir.path(), &text);
+    // One replica serves /metrics (one listen address per config).
+    let port = common::free_port();
+    let served = text.clone() + &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let served = write_config(served_dir.path(), &served);
+    let mut replicas = vec![
+        Replica::run(&served, "r1", &[]),
+        Replica::run(&config, "r2", &[]),
+        Replica::run(&config, "r3", &[]),
+    ];
+    wait_started(&replicas.iter().collect::<Vec<_>>());
+    // A second for the last replica's first measurement after its start line.
+    let from = Utc::now() + chrono::Duration::seconds(1);
+    std::thread::sleep(Duration::from_secs(JUDGED_S));
+    let until = Utc::now();
+    let metrics = common::http_get(port, "/metrics").map(|r| r.body);
+    // The slots of the window's last seconds finish their send before the stop.
+    std::thread::sleep(Duration::from_secs(2));
+    stop(&mut replicas);
+
+    let (arrived, duplicates) = arrivals(&receiver);
+    let in_window: Vec<Arrival> = arrived
+        .iter()
+        .copied()
+        .filter(|(slot, _)| *slot > from && *slot < until)
+        .collect();
+    let missed = missing(&in_window, from, until);
+    // Every request that arrived in the window, whatever its slot (main's came 40 s late).
+    let judged: Vec<Arrival> = arrived
+        .iter()
+        .copied()
+        .filter(|(_, at)| *at > from)
+        .collect();
+    let mut gaps = lateness_gaps(&judged, &logged_lateness(&replicas));
+    gaps.sort_unstable();
+    let median_gap = gaps.get(gaps.len() / 2).copied();
+    let jumps: usize = replicas
+        .iter()
+        .flat_map(Replica::json_lines)
+        .filter(|l| l["jump_ms"].is_i64())
+        .count();
+    eprintln!(
+        "window {from} .. {until}: {} slots arrived, missed {}, duplicated {duplicates:?}; \
+         receiver minus logged lateness: median {median_gap:?} ms, range {:?} .. {:?} ms; \
+         {jumps} jump warnings",
+        in_window.len(),
+        missed.len(),
+        gaps.first(),
+        gaps.last()
+    );
+    assert!(missed.is_empty(), "slots missed: {missed:?}");
+    assert_on_time_once(&arrived, &duplicates, from, chrono::Duration::seconds(10));
+    assert_eq!(jumps, 0, "the fleet clock jumped (followed the slow node)");
+    assert_eq!(gaps.len(), judged.len(), "a slot's lateness was not logged");
+    let median_gap = median_gap.expect("slots were judged");
+    assert!(
+        median_gap.abs() < LATENESS_AGREEMENT_MS,
+        "the replicas logged a lateness {median_gap} ms off the receiver's (median)"
+    );
+    for gap in &gaps {
+        assert!(
+            gap.abs() < LATENESS_AGREEMENT_ANY_MS,
+            "a slot's logged lateness was {gap} ms off the receiver's"
+        );
+    }
+    // Named in a warning (by every replica, at its first measurement) and in the metric.
+    for r in &replicas {
+        let named = r.json_lines().into_iter().find(|l| {
+            l["level"] == "WARN" && l["node"] == slow_node.as_str() && l["node_offset_ms"].is_i64()
+        });
+        let named = named.unwrap_or_else(|| {
+            panic!(
+                "{} did not name the slow node {slow_node}: {:?}",
+                r.name(),
+                r.lines()
+            )
+        });
+        let offset_ms = named["node_offset_ms"].as_i64().unwrap();
+        assert!(
+            (offset_ms + SLOW_NODE_S * 1000).abs() < 1_000,
+            "the slow node's offset was logged as {offset_ms} ms"
+        );
+    }
+    let metrics = metrics.expect("/metrics answered");
+    let offset = node_metric(
+        &metrics,
+        "slotcron_redis_node_clock_offset_seconds",
+        &slow_node,
+    );
+    assert!(
+        offset.is_some_and(|s| (s + SLOW_NODE_S as f64).abs() < 1.0),
+        "the slow node's clock offset metric: {offset:?}\n{metrics}"
     );
 }

@@ -117,6 +117,11 @@ impl Metrics {
             self.node_up.clone(),
         );
         r.register(
+            "redis_node_clock_offset_seconds",
+            "The node's TIME minus the fleet clock (the nodes' median), as last measured: a node off by more than 1 s is named in a warning and not followed",
+            self.node_clock_offset_seconds.clone(),
+        );
+        r.register(
             "clock_offset_seconds",
             "This replica's clock minus the fleet clock",
             self.clock_offset_seconds.clone(),

@@ -17,6 +17,13 @@
 //! again first (one `TIME` per node per instant), as does the measurer when a timeline wake
 //! comes later than it slept for; a measurement that moves the fleet's time by more than
 //! [`JUMP_BOUND`] is a jump, logged and counted like a step, and the timeline is re-armed.
+//!
+//! One node's host clock off (a bad NTP) must not move the fleet's time: a measurement waits
+//! until a majority of the nodes agree within [`AGREEMENT`] (or every reachable node answered),
+//! so the median lies among the agreeing nodes; the measurement at start and every minute waits
+//! for every reachable node and names each one off by more than [`AGREEMENT`] in a warning
+//! and in `slotcron_redis_node_clock_offset_seconds`. (Stopping at the first two answers of
+//! three took their lower one: the slow node, whenever it answered early.)
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -44,6 +51,10 @@ pub const MEASURE_RETRY: Duration = Duration::from_secs(1);
 pub const JUMP_BOUND: Duration = Duration::from_secs(1);
 /// Bound on one node's `TIME`.
 const TIME_TIMEOUT: Duration = Duration::from_millis(500);
+/// Two nodes' samples further apart than this disagree. An honest sample errs late by at most
+/// its round trip (bounded by [`TIME_TIMEOUT`]), so honest nodes agree within it, and a node
+/// off by more is named and outvoted, never followed.
+pub const AGREEMENT: Duration = Duration::from_secs(1);
 /// A wall clock that moved this much more (or less) than the monotonic clock since the last
 /// look has stepped. NTP slews by at most 0.5 ms a second, and the two clocks are read a few
 /// microseconds apart: a second is far above both, and far below any step worth a warning.
@@ -186,19 +197,35 @@ impl FleetClock {
     }
 
     /// Measures the fleet's time against `nodes` (those that are not suspect; the suspect ones
-    /// too when no other answers) and keeps it. Waits for a majority's answers at most (or
-    /// every node that is not suspect), so a hung node does not hold up the race that asks.
+    /// too when no other answers) and keeps it. Waits until a majority agree at most (or every
+    /// node that is not suspect has answered), so neither a hung node holds up the race that
+    /// asks nor one whose clock is off decides the fleet's time.
     pub async fn measure(&self, nodes: &Nodes) -> Measurement {
+        let samples = self.sample_nodes(nodes, Wait::Agreement).await;
+        self.keep(samples.median())
+    }
+
+    /// Each node's sample of the fleet's time at `base`, gathered until `wait` is met.
+    async fn sample_nodes(&self, nodes: &Nodes, wait: Wait) -> Samples {
         let base = self.base;
         let quorum = nodes.quorum();
         let replies = nodes
             .ask(
                 move |node| sample(base, node),
-                move |r| r.answered() >= quorum || (r.settled() && r.answered() > 0),
+                move |r| {
+                    let settled = r.settled() && r.answered() > 0;
+                    let agreed = || agree(r.values().flatten().copied().collect(), quorum);
+                    settled || (wait == Wait::Agreement && agreed())
+                },
             )
             .await;
-        let Some(fleet_at_base) = lower_median(replies.values().flatten().copied().collect())
-        else {
+        let by_node = replies.into_answers().into_iter().enumerate();
+        Samples(by_node.filter_map(|(i, a)| Some((i, a?.ok()??))).collect())
+    }
+
+    /// Keeps `fleet_at_base` (the median of a measurement's samples) as the fleet's time.
+    fn keep(&self, fleet_at_base: Option<i64>) -> Measurement {
+        let Some(fleet_at_base) = fleet_at_base else {
             return Measurement::NoAnswer;
         };
         // A swap: of two measurements at once, only one sees the move (and reports a jump).
@@ -296,6 +323,39 @@ async fn sample(base: Instant, node: Arc<Node>) -> Result<Option<i64>, NodeError
     }))
 }
 
+/// How long a measurement waits for the nodes' answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Until a majority of all nodes agree (or every node not suspect answered): before a race,
+    /// so a slow node does not hold it up. The median of answers a majority of the nodes agree
+    /// among lies within those (they outnumber the others), so it is honest.
+    Agreement,
+    /// Until every node not suspect answered: at start and every minute, to see (and name)
+    /// each node's clock.
+    Reachable,
+}
+
+/// One measurement's samples of the fleet's time at `base`: (the node's place in the pool, µs).
+#[derive(Debug)]
+struct Samples(Vec<(usize, i64)>);
+
+impl Samples {
+    /// The fleet's time at `base` they measure: their lower median.
+    fn median(&self) -> Option<i64> {
+        lower_median(self.0.iter().map(|&(_, at)| at).collect())
+    }
+}
+
+/// Whether `quorum` of `samples` lie within [`AGREEMENT`] of each other.
+fn agree(mut samples: Vec<i64>, quorum: usize) -> bool {
+    let bound = AGREEMENT.as_micros() as i64;
+    samples.sort_unstable();
+    quorum > 0
+        && samples
+            .windows(quorum)
+            .any(|w| w[quorum - 1] - w[0] <= bound)
+}
+
 /// The median of `samples`, the lower of the two middle ones when they are even: with one node
 /// down and another's host clock off, the fleet clock errs late, never early (the average of
 /// two would move it by half the bad node's error either way).
@@ -345,7 +405,9 @@ pub async fn measure_and_report(
     replica: &str,
 ) {
     clock.report_step(metrics, replica);
-    let measured = clock.measure(nodes).await;
+    let samples = clock.sample_nodes(nodes, Wait::Reachable).await;
+    let measured = clock.keep(samples.median());
+    report_nodes(nodes, &samples, metrics, replica);
     let offset = match measured {
         Measurement::NoAnswer => return report_no_answer(clock, replica),
         Measurement::First { offset } | Measurement::Again { offset, .. } => offset,
@@ -360,6 +422,37 @@ pub async fn measure_and_report(
         );
     }
     report_offset(clock, offset, metrics, max_skew, replica);
+}
+
+/// Exports each answering node's `TIME` against the fleet clock (their median), and names a
+/// node off by more than [`AGREEMENT`] in a warning: the median does not follow it, but its
+/// host's clock wants fixing, and with one more node off (or down) the fleet could follow it.
+fn report_nodes(nodes: &Nodes, samples: &Samples, metrics: &Metrics, replica: &str) {
+    let Some(fleet) = samples.median() else {
+        return;
+    };
+    let members: Vec<Arc<Node>> = nodes.iter().collect();
+    for &(i, at_base) in &samples.0 {
+        let Some(node) = members.get(i) else { continue };
+        let node_offset_ms = (at_base - fleet) / 1000;
+        metrics.node_clock_offset(node.address(), node_offset_ms);
+        if (at_base - fleet).unsigned_abs() > AGREEMENT.as_micros() as u64 {
+            tracing::warn!(
+                replica,
+                node = node.address(),
+                node_offset_ms,
+                "redis node {}'s clock is {} ms {} the fleet clock (the nodes' median TIME): \
+                 not followed; fix its host's NTP",
+                node.address(),
+                node_offset_ms.abs(),
+                if node_offset_ms > 0 {
+                    "ahead of"
+                } else {
+                    "behind"
+                }
+            );
+        }
+    }
 }
 
 /// No node answered `TIME`: before the first measurement the replica races nothing (said
@@ -481,5 +574,20 @@ mod tests {
         // One node down, one host clock 20 s ahead: the fleet clock stays on the good node's
         // time (the average would put it 10 s ahead, firing slots 10 s early).
         assert_eq!(lower_median(vec![20_000_000, 0]), Some(0));
+    }
+
+    #[test]
+    fn a_majority_agrees_only_within_the_bound() {
+        let s = 1_000_000;
+        // Three nodes, the first two answers one true and one 40 s slow: wait for the third.
+        assert!(!agree(vec![0, -40 * s], 2));
+        assert!(agree(vec![0, -40 * s, 2_000], 2));
+        assert!(agree(vec![0, 900_000], 2), "round trips differ");
+        assert!(!agree(vec![0], 2));
+        // Five nodes: three of four answers agree; the median of the four is among them.
+        let four = vec![-40 * s, 0, 3_000, 5_000];
+        assert!(agree(four.clone(), 3));
+        assert_eq!(lower_median(four), Some(0));
+        assert!(!agree(vec![-40 * s, 0, 3_000, 40 * s], 3));
     }
 }
