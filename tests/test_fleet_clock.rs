@@ -438,18 +438,18 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
         );
     }
     // Named in a warning (by every replica, at its first measurement) and in the metric.
-    for r in &replicas {
+    for (r, id) in replicas.iter().zip(["r1", "r2", "r3"]) {
         let named = r.json_lines().into_iter().find(|l| {
             l["level"] == "WARN" && l["node"] == slow_node.as_str() && l["node_offset_ms"].is_i64()
         });
         let named = named.unwrap_or_else(|| {
             panic!(
-                "{} did not name the slow node {slow_node}: {:?}",
-                r.name(),
+                "{id} did not name the slow node {slow_node}: {:?}",
                 r.lines()
             )
         });
         let offset_ms = named["node_offset_ms"].as_i64().unwrap();
+        eprintln!("{id} named {slow_node}: node_offset_ms {offset_ms}");
         assert!(
             (offset_ms + SLOW_NODE_S * 1000).abs() < 1_000,
             "the slow node's offset was logged as {offset_ms} ms"
@@ -461,6 +461,7 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
         "slotcron_redis_node_clock_offset_seconds",
         &slow_node,
     );
+    eprintln!("slotcron_redis_node_clock_offset_seconds of {slow_node}: {offset:?}");
     assert!(
         offset.is_some_and(|s| (s + SLOW_NODE_S as f64).abs() < 1.0),
         "the slow node's clock offset metric: {offset:?}\n{metrics}"
