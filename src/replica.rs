@@ -498,9 +498,8 @@ async fn wait_for_reload(
     }
 }
 
-/// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors
-/// (the running schedule is kept; a panic while checking is one such error); either way
-/// counted in `slotcron_config_reloads_total`.
+/// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
+/// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
 async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
     match config::load_guarded(&old.path).await {
         Ok(new) => {

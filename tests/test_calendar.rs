@@ -685,6 +685,8 @@ fn under_memory_limit(cmd: &mut Command) {
 
 /// Runs `cmd` to its end: its exit status, its stderr, and its peak resident memory in bytes
 /// as the kernel counted it for this child alone (`wait4`'s `ru_maxrss`).
+// The child is reaped by wait4, which std's `Child::wait` cannot do and also report usage.
+#[allow(clippy::zombie_processes)]
 fn run_measured(mut cmd: Command) -> (std::process::ExitStatus, String, u64) {
     use std::os::unix::process::ExitStatusExt;
     let stderr = tempfile::tempfile().unwrap();
