@@ -490,7 +490,7 @@ async fn wait_for_reload(
                     *reloads = None;
                     continue;
                 }
-                if let Some(new) = reload(replica, old) {
+                if let Some(new) = reload(replica, old).await {
                     return Some(new);
                 }
             }
@@ -498,10 +498,10 @@ async fn wait_for_reload(
     }
 }
 
-/// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors
-/// (the running schedule is kept); either way counted in `slotcron_config_reloads_total`.
-fn reload(replica: &Replica, old: &Config) -> Option<Config> {
-    match config::load(&old.path) {
+/// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
+/// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
+async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
+    match config::load_guarded(&old.path).await {
         Ok(new) => {
             warn_about_restart_only_changes(old, &new);
             replica.metrics.config_reload(ReloadResult::Applied);

@@ -4,7 +4,8 @@
 //! single, multi-day and yearly all-day events layered with inline days; the filtered schedule
 //! against the cron's own slots (a property test, across DST changes); a fleet of three
 //! replica processes on faked dates: a holiday runs nothing, a make-up workday runs once; and
-//! the warning and metric past the end of the `cn` data.
+//! the warning and metric past the end of the `cn` data; an event lasting millions of weeks
+//! refused by `check` (exit 2) and by a hot reload, in bounded memory.
 
 mod common;
 
@@ -624,4 +625,202 @@ proptest! {
             before = Some(slot);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// An .ics event that lasts millions of weeks (issue 29, case 6)
+// ---------------------------------------------------------------------------
+
+/// Peak memory a child may reach: the README's promise for a replica and for `check`.
+const MEMORY_PROMISE_BYTES: u64 = 100 * 1024 * 1024;
+/// The address space a child gets: a regression aborts at this limit (as it did under the
+/// issue's 2 GiB container limit) rather than taking the shared test machine's memory.
+const ADDRESS_SPACE_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
+
+/// The issue's two values: one overflows the date type, one expands to 35 million days.
+const OVERLONG_DURATIONS: [&str; 2] = ["P100000000W", "P5000000W"];
+
+/// An `.ics` file whose one all-day event, "Offsite", lasts `duration`.
+fn ics_lasting(duration: &str) -> String {
+    format!(
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//slotcron tests//EN\r\nBEGIN:VEVENT\r\n\
+         UID:offsite@slotcron\r\nDTSTAMP:20260101T000000Z\r\nDTSTART;VALUE=DATE:20260105\r\n\
+         DURATION:{duration}\r\nSUMMARY:Offsite\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+}
+
+/// A job every second; with `calendar`, also a `[calendar.office]` reading `typo.ics` and a
+/// daily job on its workdays.
+fn tick_config(calendar: bool) -> String {
+    let tick = "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\n\
+                [job.action]\ntype = \"log\"\ncontent = \"tick\"\n";
+    if !calendar {
+        return tick.to_owned();
+    }
+    format!(
+        "[calendar.office]\nics = \"typo.ics\"\n{tick}\
+         [[job]]\nname = \"standup\"\nschedule = \"0 30 9 * * *\"\ncalendar = \"office\"\n\
+         days = \"workdays\"\n[job.action]\ntype = \"log\"\ncontent = \"standup\"\n"
+    )
+}
+
+/// Caps `cmd`'s address space at [`ADDRESS_SPACE_LIMIT`].
+fn under_memory_limit(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: ADDRESS_SPACE_LIMIT,
+        rlim_max: ADDRESS_SPACE_LIMIT,
+    };
+    // SAFETY: setrlimit is async-signal-safe and only reads `limit`, copied into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// Runs `cmd` to its end: its exit status, its stderr, and its peak resident memory in bytes
+/// as the kernel counted it for this child alone (`wait4`'s `ru_maxrss`).
+// The child is reaped by wait4, which std's `Child::wait` cannot do and also report usage.
+#[allow(clippy::zombie_processes)]
+fn run_measured(mut cmd: Command) -> (std::process::ExitStatus, String, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let stderr = tempfile::tempfile().unwrap();
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(stderr.try_clone().unwrap());
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the child is ours and not yet waited for; both pointers are to our locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4 failed");
+    let mut text = String::new();
+    let mut stderr = stderr;
+    std::io::Seek::rewind(&mut stderr).unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+    let peak = u64::try_from(usage.ru_maxrss).unwrap() * 1024;
+    (std::process::ExitStatus::from_raw(status), text, peak)
+}
+
+/// The replica's peak resident memory so far, in bytes (`VmHWM` in /proc/PID/status).
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// The error must lead an operator to the line: the file, the calendar and the event.
+fn assert_names_file_calendar_and_event(error: &str, duration: &str) {
+    for piece in [
+        "typo.ics",
+        "calendar \"office\"",
+        "event \"Offsite\"",
+        &format!("DURATION {duration:?}"),
+    ] {
+        assert!(error.contains(piece), "{piece:?} not in: {error}");
+    }
+}
+
+/// Issue 29, case 6: `check` on an event lasting 100,000,000 weeks panicked (exit 101, an
+/// overflow), and on one lasting 5,000,000 weeks allocated past 5 GB. Both must be a config
+/// error (exit 2) naming file, calendar and event, in bounded memory.
+#[test]
+fn check_refuses_an_event_lasting_millions_of_weeks_with_exit_2_in_bounded_memory() {
+    for duration in OVERLONG_DURATIONS {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("typo.ics"), ics_lasting(duration)).unwrap();
+        let config = write_config(dir.path(), &tick_config(true));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
+        cmd.args(["check", "--config"]).arg(&config);
+        under_memory_limit(&mut cmd);
+        let (status, stderr, peak) = run_measured(cmd);
+        assert_eq!(status.code(), Some(2), "{duration}: {status}: {stderr}");
+        assert_names_file_calendar_and_event(&stderr, duration);
+        println!(
+            "check, {duration}: {status}, peak {} KiB: {stderr}",
+            peak >> 10
+        );
+        assert!(
+            peak < MEMORY_PROMISE_BYTES,
+            "{duration}: check peaked at {} MiB",
+            peak >> 20
+        );
+    }
+}
+
+/// Issue 29, case 6, by hot reload: the file arriving as a ConfigMap update made every
+/// watching replica exit. The reload must be rejected, with the same error, and the running
+/// schedule kept, in bounded memory.
+#[test]
+fn a_hot_reload_with_an_event_lasting_millions_of_weeks_is_rejected_and_the_schedule_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &tick_config(false));
+    let mut cmd = Replica::run_command(&path, "watcher");
+    under_memory_limit(&mut cmd);
+    let r = Replica::spawn_cmd("slotcron", cmd);
+    let ticks = |r: &Replica| {
+        r.json_lines()
+            .iter()
+            .filter(|l| l["message"] == "ran the slot" && l["job"] == "tick")
+            .count()
+    };
+    // Generous: a loaded 2-core machine starts a debug binary slowly.
+    let wait = Duration::from_secs(30);
+    assert!(
+        common::wait_until(wait, || (ticks(&r) >= 1).then_some(())).is_some(),
+        "tick never ran: {:?}",
+        r.lines()
+    );
+    for (i, duration) in OVERLONG_DURATIONS.iter().enumerate() {
+        std::fs::write(dir.path().join("typo.ics"), ics_lasting(duration)).unwrap();
+        // The watch follows jobs.toml: a distinct comment per round makes each a change.
+        std::fs::write(&path, format!("# round {i}\n{}", tick_config(true))).unwrap();
+        let rejected = common::wait_until(wait, || {
+            let exited = r.try_wait();
+            assert!(
+                exited.is_none(),
+                "{duration}: the replica exited: {exited:?}"
+            );
+            r.json_lines()
+                .into_iter()
+                .filter(|l| l["message"] == "reload rejected")
+                .nth(i)
+        });
+        let rejected = rejected.unwrap_or_else(|| panic!("{duration}: no rejected reload"));
+        assert_names_file_calendar_and_event(rejected["error"].as_str().unwrap(), duration);
+        let before = ticks(&r);
+        // Two more runs: the schedule kept running after the rejection.
+        let kept = common::wait_until(wait, || (ticks(&r) >= before + 2).then_some(()));
+        assert!(
+            kept.is_some(),
+            "{duration}: the schedule stopped: {:?}",
+            r.try_wait()
+        );
+        assert!(r.is_running(), "{duration}: the replica exited");
+    }
+    let peak = peak_memory(r.pid());
+    println!(
+        "replica after both rejected reloads: peak {} KiB",
+        peak >> 10
+    );
+    assert!(
+        peak < MEMORY_PROMISE_BYTES,
+        "the replica peaked at {} MiB",
+        peak >> 20
+    );
+    let reloaded = r
+        .json_lines()
+        .iter()
+        .filter(|l| l["message"] == "reloaded")
+        .count();
+    assert_eq!(reloaded, 0, "a bad file was applied");
 }

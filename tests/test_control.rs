@@ -1,6 +1,7 @@
 //! Control and visibility on a real fleet: `slotcron pause` stops a job on every replica within
 //! a slot and `resume` starts it again, and the slot ledger (`history --since`) gives every slot
-//! its fate: `paused` while paused, `missed` while no replica was up.
+//! its fate: `paused` while paused, `missed` while no replica was up; `history` flags a run
+//! `duplicate` only when its own job's slot ran twice, and reads a job no longer in the file.
 
 mod common;
 
@@ -930,5 +931,121 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     assert!(
         after >= 2,
         "the resume did not take: {after} slot(s) sent after it"
+    );
+}
+
+/// Three replicas with two jobs, `a` and `b`, every second on one prefix, posting to `receiver`.
+fn two_jobs_config(nodes: &[String], receiver: &Receiver, prefix: &str, jobs: [&str; 2]) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let job = |name: &str| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n\
+             [job.action]\ntype = \"http\"\nurl = \"{}\"\n",
+            receiver.url(&format!("/{name}"))
+        )
+    };
+    format!(
+        "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n{}{}",
+        nodes.join(", "),
+        job(jobs[0]),
+        job(jobs[1])
+    )
+}
+
+/// Requests per (path, slot): a slot that reached the receiver twice counts 2.
+fn deliveries(receiver: &Receiver) -> std::collections::BTreeMap<(String, String), usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for r in receiver.received() {
+        let slot = r.headers["x-slotcron-slot"].to_str().unwrap().to_owned();
+        *counts.entry((r.url.path().to_owned(), slot)).or_default() += 1;
+    }
+    counts
+}
+
+/// `slotcron history ARGS --config CONFIG`: its exit code and its JSON rows (stderr on failure).
+fn history_rows(config: &Path, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let args: Vec<&str> = std::iter::once("history")
+        .chain(args.iter().copied())
+        .collect();
+    let out = common::slotcron_cli_output(config, &args);
+    let rows = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (
+        out.status.code(),
+        rows,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn flagged(rows: &[Value]) -> Vec<&Value> {
+    rows.iter().filter(|r| r["duplicate"] == true).collect()
+}
+
+/// Issue 29, case 11: two jobs due at the same instant share a fence (the slot's time), and
+/// the merged listing (`history` without `--job`) compared fences across jobs, flagging 16 of
+/// 20 runs `duplicate` although every slot reached the receiver once. Also: `history --job`
+/// refused a job no longer in the file, so a renamed job's runs could not be read back.
+#[test]
+fn history_flags_no_duplicate_across_jobs_and_reads_a_job_no_longer_in_the_config() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "two-jobs";
+    let path = write_config(
+        dir.path(),
+        &two_jobs_config(&cluster.urls(), &receiver, prefix, ["a", "b"]),
+    );
+    let replicas = start(&path, 3);
+    // The observation period (the issue's 10 s, scaled): several slots of both jobs.
+    std::thread::sleep(Duration::from_secs(6));
+    stop(&replicas);
+    let delivered = deliveries(&receiver);
+    assert!(delivered.len() >= 6, "the fleet hardly ran: {delivered:?}");
+    assert!(
+        delivered.values().all(|&n| n == 1),
+        "the premise fails, a slot really ran twice: {delivered:?}"
+    );
+
+    let (_, merged, _) = history_rows(&path, &["--json", "--limit", "100"]);
+    let (_, only_a, _) = history_rows(&path, &["--json", "--limit", "100", "--job", "a"]);
+    // `b` renamed: the file no longer has it, but its runs are in Redis.
+    let renamed = write_config(
+        dir.path(),
+        &two_jobs_config(&cluster.urls(), &receiver, prefix, ["a", "b2"]),
+    );
+    let (code, removed, stderr) = history_rows(&renamed, &["--json", "--job", "b"]);
+    println!(
+        "{} runs merged, {} flagged; {} of a; {} of the removed b (exit {code:?})",
+        merged.len(),
+        flagged(&merged).len(),
+        only_a.len(),
+        removed.len()
+    );
+
+    assert_eq!(merged.len(), delivered.len(), "{merged:?}");
+    assert!(
+        flagged(&merged).is_empty(),
+        "{} of {} runs flagged duplicate: {:?}",
+        flagged(&merged).len(),
+        merged.len(),
+        flagged(&merged)
+    );
+    assert!(flagged(&only_a).is_empty(), "{only_a:?}");
+    assert_eq!(
+        code,
+        Some(0),
+        "history --job b after b was renamed: {stderr}"
+    );
+    let of_b = delivered.keys().filter(|(p, _)| p == "/b").count();
+    assert_eq!(removed.len(), of_b.min(20), "{removed:?}");
+    assert!(removed.iter().all(|r| r["job"] == "b"), "{removed:?}");
+    // A name that left no runs either is most likely a typo: still refused, naming the jobs.
+    let (code, _, stderr) = history_rows(&renamed, &["--json", "--job", "bb"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no job named \"bb\"; jobs: a, b2"),
+        "{stderr}"
     );
 }

@@ -72,13 +72,14 @@ pub(super) fn history(args: &HistoryArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_CONFIG);
     };
-    let jobs = match selected_jobs(&config, args.job.as_deref()) {
-        Ok(jobs) => jobs,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
+    let Selected { jobs, gone } = selected_jobs(&config, args.job.as_deref());
+    if let (Some(gone), true) = (&gone, args.since.is_some() || args.missed) {
+        eprintln!(
+            "{gone}: the ledger (--since, --missed) needs the job's schedule; without them, \
+             `history --job` lists the runs it left"
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -96,13 +97,15 @@ pub(super) fn history(args: &HistoryArgs) -> ExitCode {
         let control = Control::redis(nodes, prefix);
         return print_ledger(args, &config, &jobs, &history, &control, &runtime);
     }
-    print_latest_runs(args, &jobs, &history, &runtime)
+    print_latest_runs(args, &jobs, gone, &history, &runtime)
 }
 
-/// `history` without `--since`: the latest `--limit` runs of the selected jobs.
+/// `history` without `--since`: the latest `--limit` runs of the selected jobs. A job `gone`
+/// from the file is an error only when it left no runs either (a typo, most likely).
 fn print_latest_runs(
     args: &HistoryArgs,
     jobs: &[(String, Tz)],
+    gone: Option<UnknownJob>,
     history: &History,
     runtime: &tokio::runtime::Runtime,
 ) -> ExitCode {
@@ -114,7 +117,14 @@ fn print_latest_runs(
         anyhow::Ok(runs)
     });
     match result {
+        Ok(runs) if runs.is_empty() && gone.is_some() => {
+            eprintln!("{}", gone.map(|g| g.0).unwrap_or_default());
+            ExitCode::from(EXIT_CONFIG)
+        }
         Ok(mut runs) => {
+            if let Some(gone) = gone {
+                eprintln!("{gone}: listing the runs it left, times in the default zone");
+            }
             runs.sort_by(|a, b| b.slot.cmp(&a.slot).then_with(|| a.job.cmp(&b.job)));
             runs.truncate(args.limit);
             print_runs(&runs, jobs, args.json);
@@ -316,9 +326,18 @@ fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
     time_or_offset(text, Offset::Back)
 }
 
-/// The jobs to read, with their zones; disabled jobs are shown in the default zone.
-fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)>, UnknownJob> {
-    let all: Vec<(String, Tz)> = config
+/// The jobs `history` reads, with their zones.
+struct Selected {
+    jobs: Vec<(String, Tz)>,
+    /// Why the `--job` named is not in the file (renamed or removed): its runs are still in
+    /// Redis, so it is read anyway, in the default zone.
+    gone: Option<UnknownJob>,
+}
+
+/// The jobs to read, with their zones; disabled jobs, and a `--job` the file no longer has,
+/// are shown in the default zone.
+fn selected_jobs(config: &Config, only: Option<&str>) -> Selected {
+    let all = config
         .jobs
         .iter()
         .map(|j| (j.name.clone(), j.zone()))
@@ -327,13 +346,21 @@ fn selected_jobs(config: &Config, only: Option<&str>) -> Result<Vec<(String, Tz)
                 .disabled
                 .iter()
                 .map(|d| (d.clone(), config.scheduler.timezone)),
-        )
-        .collect();
-    match only {
-        None => Ok(all),
-        Some(name) => match all.into_iter().find(|(n, _)| n == name) {
-            Some(job) => Ok(vec![job]),
-            None => Err(UnknownJob(unknown_job(config, name))),
+        );
+    let Some(name) = only else {
+        return Selected {
+            jobs: all.collect(),
+            gone: None,
+        };
+    };
+    match all.into_iter().find(|(n, _)| n == name) {
+        Some(job) => Selected {
+            jobs: vec![job],
+            gone: None,
+        },
+        None => Selected {
+            jobs: vec![(name.to_owned(), config.scheduler.timezone)],
+            gone: Some(UnknownJob(unknown_job(config, name))),
         },
     }
 }

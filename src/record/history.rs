@@ -211,10 +211,18 @@ impl RunRecord {
         })
     }
 
-    /// What tells one run from another: its fence, its start (to the millisecond, as stored)
-    /// and its replica. Two runs of one slot under one fence mean the slot ran twice.
-    fn run_id(&self) -> (Fence, i64, &str) {
-        (self.fence, self.started.timestamp_millis(), &self.replica)
+    /// What tells one run from another: its job and fence, its start (to the millisecond, as
+    /// stored) and its replica. Two runs under one [`Self::lease`] mean the slot ran twice.
+    fn run_id(&self) -> (&str, Fence, i64, &str) {
+        let (job, fence) = self.lease();
+        (job, fence, self.started.timestamp_millis(), &self.replica)
+    }
+
+    /// The lock the run held: its job's slot key at its fence. A fence is the slot's time (plus
+    /// the handoff), so two jobs due at one instant share its value: it names a run only with
+    /// the job.
+    fn lease(&self) -> (&str, Fence) {
+        (&self.job, self.fence)
     }
 
     /// Of two records of the same slot, the one that says more: an end beats a start.
@@ -469,10 +477,10 @@ async fn read_nodes(
 /// `handed_off` and the taker's), and a slot run twice under the same fence (two nodes
 /// restarted empty, a clock fault) has two as well, which [`duplicates`] names.
 pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
-    let mut by_run: BTreeMap<(Fence, i64, String), RunRecord> = BTreeMap::new();
+    let mut by_run: BTreeMap<(Fence, i64, String, String), RunRecord> = BTreeMap::new();
     for record in records {
-        let (fence, started, replica) = record.run_id();
-        let run = (fence, started, replica.to_owned());
+        let (job, fence, started, replica) = record.run_id();
+        let run = (fence, started, replica.to_owned(), job.to_owned());
         match by_run.get(&run) {
             Some(existing) if !record.supersedes(existing) => {}
             _ => {
@@ -483,13 +491,16 @@ pub fn merge(records: Vec<RunRecord>) -> Vec<RunRecord> {
     by_run.into_values().rev().collect()
 }
 
-/// Another run in `runs` than `run` under the same fence: `run`'s slot ran twice.
+/// Another run in `runs` than `run` of the same job under the same fence: `run`'s slot ran
+/// twice. `runs` may hold several jobs (the merged `history`): another job's run at the same
+/// instant shares the fence's value, never the lease.
 pub fn other_run<'a>(run: &RunRecord, runs: &'a [RunRecord]) -> Option<&'a RunRecord> {
     runs.iter()
-        .find(|o| o.fence == run.fence && o.run_id() != run.run_id())
+        .find(|o| o.lease() == run.lease() && o.run_id() != run.run_id())
 }
 
-/// The runs in `runs` that share their fence with another run: a slot the lock let run twice.
+/// The runs in `runs` that share their job and fence with another run: a slot the lock let run
+/// twice.
 /// Each such run is named (so a slot run twice gives two), in the order given.
 pub fn duplicates(runs: &[RunRecord]) -> Vec<&RunRecord> {
     runs.iter()
@@ -623,5 +634,24 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         assert_eq!(RunRecord::from_fields(&fields), Some(r));
+    }
+
+    #[test]
+    fn two_jobs_at_one_instant_share_a_fence_value_but_no_run_is_a_duplicate() {
+        let a = record(10, RunState::Done, Some(10));
+        let b = RunRecord {
+            job: "k".into(),
+            ..a.clone()
+        };
+        assert_eq!(a.fence, b.fence);
+        let runs = [a.clone(), b.clone()];
+        assert!(duplicates(&runs).is_empty());
+        assert_eq!(merge(vec![a.clone(), b.clone()]).len(), 2);
+        let again = RunRecord {
+            replica: "r2".into(),
+            ..a.clone()
+        };
+        let runs = [a.clone(), b, again.clone()];
+        assert_eq!(duplicates(&runs), [&a, &again]);
     }
 }

@@ -38,6 +38,15 @@ impl Replica {
     /// `slotcron run --log-format json --replica-id ID --config CONFIG`, with extra environment
     /// variables: a replica as the tests run it.
     pub fn run(config: impl AsRef<Path>, id: &str, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::run_command(config.as_ref(), id);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self::spawn_cmd("slotcron", cmd)
+    }
+
+    /// The command [`Replica::run`] spawns, for a test that adds to it (a resource limit).
+    pub fn run_command(config: &Path, id: &str) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
         cmd.args([
             "run",
@@ -47,11 +56,8 @@ impl Replica {
             id,
             "--config",
         ])
-        .arg(config.as_ref());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Self::spawn_cmd("slotcron", cmd)
+        .arg(config);
+        cmd
     }
 
     /// Spawns a prepared command (e.g. wrapped in `faketime`, with a cwd);
@@ -343,13 +349,7 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
 /// `history`, `trigger`…); panics unless it exits 0. Returns its stdout. The caller's
 /// `RUST_LOG` is not passed on, so the log lines a test reads are the default `info` ones.
 pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let out = slotcron_cli_output(config, args);
     assert!(
         out.status.success(),
         "slotcron {args:?}: {}{}",
@@ -357,4 +357,15 @@ pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `slotcron ARGS --config CONFIG` to its end, whatever its exit: for a test of a failure.
+pub fn slotcron_cli_output(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
 }

@@ -5,8 +5,13 @@
 //! (exclusive, as RFC 5545 says), for a `DURATION` of days or weeks, or one day. Events with a
 //! time of day (meetings) and cancelled events are not days off. Recurring events are expanded
 //! up to [`HORIZON_YEAR`], a fixed year so every replica expands them the same way.
+//!
+//! Every expansion is bounded before it is done: an event's length times its occurrences must
+//! fit in what is left of [`MAX_DAYS`], counted without allocating a day. A typo such as
+//! `DURATION:P5000000W` (35 million days) is refused by name instead of filling memory or
+//! overflowing the date type.
 
-use chrono::{Datelike, Duration, NaiveDate, TimeZone};
+use chrono::{Datelike, NaiveDate, TimeZone};
 use icalendar::{Calendar as IcsFile, Component, DatePerhapsTime, Event, Property};
 use rrule::{RRule, RRuleSet, Tz, Unvalidated};
 
@@ -38,16 +43,12 @@ pub fn days_off(text: &str, source: &str) -> Result<Vec<(NaiveDate, Reason)>, Ic
         .map_err(|e: String| IcsError(parse_error(&e)))?;
     let mut days = Vec::new();
     for (i, event) in file.events().enumerate() {
+        let budget = MAX_DAYS - days.len();
         days.extend(
-            event_days(event, i)?
+            event_days(event, i, budget)?
                 .into_iter()
                 .map(|(date, what)| (date, Reason::new(what, source))),
         );
-        if days.len() > MAX_DAYS {
-            return Err(IcsError(format!(
-                "more than {MAX_DAYS} days off before {HORIZON_YEAR}"
-            )));
-        }
     }
     Ok(days)
 }
@@ -73,8 +74,13 @@ fn parse_error(error: &str) -> String {
 #[error("{0}")]
 struct EventProblem(String);
 
-/// The dates an event takes off, with its name; none for a timed or cancelled event.
-fn event_days(event: &Event, index: usize) -> Result<Vec<(NaiveDate, String)>, IcsError> {
+/// The dates an event takes off, with its name; none for a timed or cancelled event. More than
+/// `budget` days is refused before any is listed.
+fn event_days(
+    event: &Event,
+    index: usize,
+    budget: usize,
+) -> Result<Vec<(NaiveDate, String)>, IcsError> {
     let label = event
         .get_summary()
         .map_or_else(|| format!("event #{}", index + 1), str::to_owned);
@@ -87,11 +93,44 @@ fn event_days(event: &Event, index: usize) -> Result<Vec<(NaiveDate, String)>, I
     };
     let length = length_in_days(event, start).map_err(fail)?;
     let starts = occurrences(event, start).map_err(fail)?;
-    Ok(starts
-        .into_iter()
-        .flat_map(|first| (0..length).map(move |k| first + Duration::days(k)))
-        .map(|date| (date, label.clone()))
-        .collect())
+    within_budget(starts.len(), length, budget).map_err(fail)?;
+    let days = every_day(&starts, length).map_err(fail)?;
+    Ok(days.into_iter().map(|date| (date, label.clone())).collect())
+}
+
+/// Each of the `length` days from each of `starts` (already checked against the budget).
+fn every_day(starts: &[NaiveDate], length: u64) -> Result<Vec<NaiveDate>, EventProblem> {
+    let mut days = Vec::with_capacity(starts.len().saturating_mul(length as usize));
+    for &first in starts {
+        for k in 0..length {
+            // Unreachable with a 4-digit DTSTART and MAX_DAYS, but a panic is not how a
+            // config error should end if either changes.
+            let date = first
+                .checked_add_days(chrono::Days::new(k))
+                .ok_or_else(|| {
+                    EventProblem(format!(
+                        "{first} plus {k} days is past the last date there is"
+                    ))
+                })?;
+            days.push(date);
+        }
+    }
+    Ok(days)
+}
+
+/// Refuses `occurrences` of `length` days each when they come to more than `budget` days:
+/// the product is taken before a single day is listed.
+fn within_budget(occurrences: usize, length: u64, budget: usize) -> Result<(), EventProblem> {
+    let total = u64::try_from(occurrences)
+        .ok()
+        .and_then(|n| n.checked_mul(length));
+    match total {
+        Some(total) if total <= budget as u64 => Ok(()),
+        _ => Err(EventProblem(format!(
+            "{occurrences} occurrence(s) of {length} days come to more than the {budget} days off \
+             a file may still list (at most {MAX_DAYS} in all, before {HORIZON_YEAR})"
+        ))),
+    }
 }
 
 /// `DTSTART` as a date; `None` for a date-time (an event with a time of day).
@@ -110,39 +149,58 @@ fn start_date(event: &Event) -> Result<Option<NaiveDate>, EventProblem> {
     }
 }
 
-/// How many days the event takes: to DTEND (exclusive), for DURATION, or one.
-fn length_in_days(event: &Event, start: NaiveDate) -> Result<i64, EventProblem> {
-    if let Some(end) = event.properties().get("DTEND") {
-        return match DatePerhapsTime::from_property(end) {
-            Some(DatePerhapsTime::Date(end)) if end > start => Ok((end - start).num_days()),
-            Some(DatePerhapsTime::Date(_)) => Err(EventProblem(format!(
-                "DTEND {:?} is not after DTSTART (DTEND is the first day after the event)",
-                end.value()
-            ))),
-            _ => Err(EventProblem(format!(
-                "DTEND {:?} is not a date, but DTSTART is",
-                end.value()
-            ))),
-        };
+/// How many days the event takes: to DTEND (exclusive), for DURATION, or one; refused past
+/// [`MAX_DAYS`] with the property that says so, before any day is counted out.
+fn length_in_days(event: &Event, start: NaiveDate) -> Result<u64, EventProblem> {
+    let (property, value, days) = match event.properties().get("DTEND") {
+        Some(end) => ("DTEND", end.value(), days_to_end(end, start)?),
+        None => match event.property_value("DURATION") {
+            Some(duration) => (
+                "DURATION",
+                duration,
+                days_of(duration).ok_or_else(|| {
+                    EventProblem(format!(
+                    "DURATION {duration:?} is not a whole number of days or weeks (such as P3D)"
+                ))
+                })?,
+            ),
+            None => return Ok(1),
+        },
+    };
+    if days > MAX_DAYS as u64 {
+        return Err(EventProblem(format!(
+            "{property} {value:?} makes the event {days} days long; an event may last at most \
+             {MAX_DAYS} days (is it a typo?)"
+        )));
     }
-    match event.property_value("DURATION") {
-        Some(duration) => days_of(duration).ok_or_else(|| {
-            EventProblem(format!(
-                "DURATION {duration:?} is not a whole number of days or weeks (such as P3D)"
-            ))
-        }),
-        None => Ok(1),
+    Ok(days)
+}
+
+/// The days from `start` to DTEND `end` (exclusive), which must be a later date.
+fn days_to_end(end: &Property, start: NaiveDate) -> Result<u64, EventProblem> {
+    match DatePerhapsTime::from_property(end) {
+        Some(DatePerhapsTime::Date(end)) if end > start => {
+            Ok((end - start).num_days().unsigned_abs())
+        }
+        Some(DatePerhapsTime::Date(_)) => Err(EventProblem(format!(
+            "DTEND {:?} is not after DTSTART (DTEND is the first day after the event)",
+            end.value()
+        ))),
+        _ => Err(EventProblem(format!(
+            "DTEND {:?} is not a date, but DTSTART is",
+            end.value()
+        ))),
     }
 }
 
-/// `P3D` or `P2W` as days.
-fn days_of(duration: &str) -> Option<i64> {
+/// `P3D` or `P2W` as days; a count too large to multiply saturates (it is over any limit).
+fn days_of(duration: &str) -> Option<u64> {
     let body = duration.strip_prefix('P')?;
     let (count, unit) = body.split_at(body.len().checked_sub(1)?);
-    let count: i64 = count.parse().ok().filter(|n| *n > 0)?;
+    let count: u64 = count.parse().ok().filter(|n| *n > 0)?;
     match unit {
         "D" => Some(count),
-        "W" => Some(count * 7),
+        "W" => Some(count.saturating_mul(7)),
         _ => None,
     }
 }
@@ -221,6 +279,8 @@ mod tests {
     fn durations_in_days_and_weeks() {
         assert_eq!(days_of("P3D"), Some(3));
         assert_eq!(days_of("P1W"), Some(7));
+        assert_eq!(days_of("P100000000W"), Some(700_000_000));
+        assert_eq!(days_of("P9999999999999999999W"), Some(u64::MAX));
         assert_eq!(days_of("PT1H"), None);
         assert_eq!(days_of("P0D"), None);
         assert_eq!(days_of("P"), None);
@@ -245,5 +305,36 @@ mod tests {
     fn a_timed_or_cancelled_event_is_no_day_off() {
         let text = ics("BEGIN:VEVENT\r\nUID:m\r\nSUMMARY:Meeting\r\nDTSTART:20260105T090000Z\r\nDTEND:20260105T100000Z\r\nEND:VEVENT\r\nBEGIN:VEVENT\r\nUID:c\r\nSTATUS:CANCELLED\r\nDTSTART;VALUE=DATE:20260106\r\nEND:VEVENT\r\n");
         assert!(dates(&text).is_empty());
+    }
+
+    fn refusal(text: &str) -> String {
+        days_off(text, "t.ics").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_event_longer_than_the_limit_is_refused_by_name_before_it_is_expanded() {
+        for duration in ["P100000000W", "P5000000W", "P9999999999999999999W"] {
+            let text = ics(&format!("BEGIN:VEVENT\r\nUID:o\r\nSUMMARY:Offsite\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:{duration}\r\nEND:VEVENT\r\n"));
+            let error = refusal(&text);
+            assert!(
+                error.starts_with(&format!(
+                    "event \"Offsite\": DURATION {duration:?} makes the event"
+                )),
+                "{error}"
+            );
+        }
+        let text = ics("BEGIN:VEVENT\r\nUID:e\r\nSUMMARY:Forever\r\nDTSTART;VALUE=DATE:20260105\r\nDTEND;VALUE=DATE:99991231\r\nEND:VEVENT\r\n");
+        assert!(refusal(&text).starts_with("event \"Forever\": DTEND \"99991231\" makes the event"));
+    }
+
+    #[test]
+    fn occurrences_times_length_past_what_is_left_is_refused() {
+        // 74 yearly occurrences of 2000 days: 148,000 days, each occurrence well under the limit.
+        let text = ics("BEGIN:VEVENT\r\nUID:y\r\nSUMMARY:Sabbatical\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:P2000D\r\nRRULE:FREQ=YEARLY\r\nEND:VEVENT\r\n");
+        let error = refusal(&text);
+        assert!(
+            error.starts_with("event \"Sabbatical\": 74 occurrence(s) of 2000 days"),
+            "{error}"
+        );
     }
 }
