@@ -55,6 +55,22 @@ impl fmt::Debug for SecretUrl {
     }
 }
 
+/// Why a URL did not parse, in plain words (the url crate says "relative URL without a base"
+/// for a URL without its scheme).
+pub fn url_parse_problem(e: url::ParseError) -> String {
+    use url::ParseError as E;
+    match e {
+        E::RelativeUrlWithoutBase => "it has no scheme".to_owned(),
+        E::EmptyHost => "it has no host".to_owned(),
+        E::InvalidPort => "its port is not a number from 0 to 65535".to_owned(),
+        E::InvalidIpv4Address | E::InvalidIpv6Address => "its IP address is not valid".to_owned(),
+        E::InvalidDomainCharacter | E::IdnaError => {
+            "its host has a character a host name cannot have".to_owned()
+        }
+        other => other.to_string(),
+    }
+}
+
 /// `url` with its password, query values and token-like path segments masked.
 pub fn redacted(url: &Url) -> Url {
     let mut out = url.clone();

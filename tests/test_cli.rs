@@ -322,11 +322,11 @@ fn run_on_a_bad_file_exits_2_before_starting_anything() {
     let path = bad_config(dir.path());
     let (code, text) = run_to_exit(&path, Some(WEBHOOK));
     assert_eq!(code, Some(2), "{text}");
+    // `FILE:LINE:COLUMN: job "standup", field "schedule": ...`
+    let shown = path.display().to_string();
     assert!(
-        text.contains(&format!(
-            "{}: job \"standup\", field \"schedule\"",
-            path.display()
-        )),
+        text.lines()
+            .any(|l| l.starts_with(&shown) && l.contains(": job \"standup\", field \"schedule\"")),
         "{text}"
     );
     assert!(text.contains("nothing started"), "{text}");

@@ -119,8 +119,8 @@ fn cases() -> Vec<Case> {
         case("webhook not a URL", job("", &WECOM.replace("${WECOM_WEBHOOK}", "${NOT_A_URL}")), j, "action.webhook", &["not a URL"]),
         case("webhook is a key alone", job("", &WECOM.replace("${WECOM_WEBHOOK}", "693axxx6-7aoc-4bc4-97a0-0ec2sifa5aaa")), j, "action.webhook", &["key alone", "full webhook URL", "https://qyapi.weixin.qq.com"]),
         case("ftp webhook", job("", &WECOM.replace("${WECOM_WEBHOOK}", "ftp://example.com/x")), j, "action.webhook", &["\"ftp\"", "not http or https"]),
-        case("unknown action type", job("", "type = \"pager\""), j, "action.type", &["unknown variant `pager`"]),
-        case("unknown msgtype", job("", &WECOM.replace("\"text\"", "\"video\"")), j, "action.msgtype", &["unknown variant `video`"]),
+        case("unknown action type", job("", "type = \"pager\""), j, "action.type", &["unknown value \"pager\"", "wecom, dingtalk"]),
+        case("unknown msgtype", job("", &WECOM.replace("\"text\"", "\"video\"")), j, "action.msgtype", &["unknown value \"video\"", "text, markdown"]),
         case("missing msgtype", job("", &WECOM.replace("msgtype = \"text\"\n", "")), j, "action.msgtype", &["missing field"]),
         case("missing content", job("", &WECOM.replace("content = \"x\"", "")), j, "action.content", &["required by msgtype \"text\""]),
         case("markdown with mentioned_list", job("", &format!("{}\nmentioned_list = [\"@all\"]", WECOM.replace("\"text\"", "\"markdown\""))), j, "action.mentioned_list", &["not used by msgtype \"markdown\""]),
@@ -142,7 +142,7 @@ fn cases() -> Vec<Case> {
         case("zero node_timeout", format!("[redis]\nnodes = [\"redis://a:6379\"]\nnode_timeout = \"0s\"\n{GOOD_JOB}"), None, "node_timeout", &["[redis]", "0s is out of range", "1ms to 10s"]),
         case("absurd retry_delay", format!("[redis]\nnodes = [\"redis://a:6379\"]\nretry_delay = \"300000000000y\"\n{GOOD_JOB}"), None, "retry_delay", &["[redis]", "out of range", "0s to 1s"]),
         case("absurd rate window", job("", &format!("{WECOM}\nrate = \"1/300000000000y\"")), j, "action.rate", &["the window 300000000000years is out of range", "1ms to 1d"]),
-        case("bad duration", job("timeout = \"soon\"", WECOM), j, "timeout", &["invalid"]),
+        case("bad duration", job("timeout = \"soon\"", WECOM), j, "timeout", &["\"soon\" is not a duration", "\"30s\""]),
         case("http with a bad method", job("", "type = \"http\"\nurl = \"https://x.example/h\"\nmethod = \"FETCH\""), j, "action.method", &["unknown method \"FETCH\""]),
         case("http with a bad header name", job("", "type = \"http\"\nurl = \"https://x.example/h\"\nheaders = { \"Bad Header\" = \"v\" }"), j, "action.headers.Bad Header", &["not a valid HTTP header name"]),
         case("no jobs", "[scheduler]\ntimezone = \"UTC\"\n", None, "", &["no jobs"]),
@@ -157,7 +157,7 @@ fn cases() -> Vec<Case> {
         case("built-in calendar without its section", job("calendar = \"cn\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"cn\"", "[calendar.cn] with builtin = \"cn\""]),
         case("days without calendar", job("days = \"workdays\"", WECOM), j, "days", &["needs calendar"]),
         case("calendar without days", format!("{CN}{}", job("calendar = \"cn\"", WECOM)), j, "calendar", &["needs days"]),
-        case("days neither workdays nor holidays", format!("{CN}{}", job("calendar = \"cn\"\ndays = \"weekends\"", WECOM)), j, "days", &["unknown variant `weekends`"]),
+        case("days neither workdays nor holidays", format!("{CN}{}", job("calendar = \"cn\"\ndays = \"weekends\"", WECOM)), j, "days", &["unknown value \"weekends\"", "workdays, holidays"]),
         case("calendar never matching the cron", format!("[calendar.plain]\n{}", job("calendar = \"plain\"\ndays = \"workdays\"", WECOM).replace("* * * * *", "0 9 * * Sat,Sun")), j, "days", &["never falls on workdays", "\"plain\""]),
         case("unknown built-in calendar", format!("[calendar.us]\nbuiltin = \"us\"\n{GOOD_JOB}"), None, "builtin", &["calendar \"us\"", "unknown built-in calendar \"us\"", "built in: cn"]),
         case("unknown calendar field", format!("[calendar.office]\ncolour = 1\n{GOOD_JOB}"), None, "colour", &["calendar \"office\"", "unknown field"]),
@@ -881,4 +881,359 @@ proptest! {
             prop_assert!(!shown.contains(WEBHOOK_KEY), "{}", shown);
         }
     }
+}
+
+// --- Errors as cargo shows them: the place, the line, a caret, and the word meant. ---
+
+/// One mistake as a person makes it, and where the error must point: `marked` is the text the
+/// caret underlines, on the line of the file that holds `marked` after `after` (the first such
+/// line if `after` is empty); `meant` is the word a "did you mean" must offer, where one fits.
+/// A value that may be a secret (a webhook, a node) is shown masked: `"***"` under the caret.
+struct Mistake {
+    name: &'static str,
+    text: String,
+    after: &'static str,
+    marked: &'static str,
+    meant: Option<&'static str>,
+    masked: bool,
+}
+
+fn mistake(
+    name: &'static str,
+    text: impl Into<String>,
+    marked: &'static str,
+    meant: Option<&'static str>,
+) -> Mistake {
+    Mistake {
+        name,
+        text: text.into(),
+        after: "",
+        marked,
+        meant,
+        masked: false,
+    }
+}
+
+/// A `log` job `j` with `extra` job lines.
+fn log_job(extra: &str) -> String {
+    job(extra, "type = \"log\"\ncontent = \"x\"")
+}
+
+/// A secret file for the `NAME_file` mistakes (its path is absolute, so the test's directory
+/// does not matter).
+fn secret_file() -> &'static str {
+    static FILE: std::sync::OnceLock<tempfile::NamedTempFile> = std::sync::OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "https://x.example/send?key=k\n").unwrap();
+        file
+    });
+    file.path().to_str().unwrap()
+}
+
+fn mistakes() -> Vec<Mistake> {
+    let alert = "[alert.oncall]\ntype = \"log\"\ncontent = \"x\"\n";
+    vec![
+        mistake(
+            "misspelled job key",
+            log_job("timout = \"30s\""),
+            "timout",
+            Some("timeout"),
+        ),
+        mistake(
+            "misspelled scheduler key",
+            format!("[scheduler]\ntimezon = \"UTC\"\n{GOOD_JOB}"),
+            "timezon",
+            Some("timezone"),
+        ),
+        mistake(
+            "misspelled section",
+            format!("[shceduler]\ntimezone = \"UTC\"\n{GOOD_JOB}"),
+            "shceduler",
+            Some("[scheduler]"),
+        ),
+        mistake(
+            "misspelled job array",
+            "[[jobs]]\nname = \"j\"\n",
+            "jobs",
+            Some("[[job]]"),
+        ),
+        mistake(
+            "misspelled action key",
+            job("", &format!("{WECOM}\nmentioned_lst = [\"@all\"]")),
+            "mentioned_lst",
+            Some("mentioned_list"),
+        ),
+        mistake(
+            "misspelled NAME_file key",
+            job(
+                "",
+                &format!(
+                    "type = \"wecom\"\nwebhok_file = \"{}\"\nmsgtype = \"text\"\ncontent = \"x\"",
+                    secret_file()
+                ),
+            ),
+            "webhok_file",
+            Some("webhook_file"),
+        ),
+        mistake(
+            "misspelled redis key",
+            format!("[redis]\nnodes = [\"redis://a:6379\"]\nnode_timout = \"1s\"\n{GOOD_JOB}"),
+            "node_timout",
+            Some("node_timeout"),
+        ),
+        mistake(
+            "misspelled calendar key",
+            format!("[calendar.office]\nholiday = [\"2026-12-24\"]\n{GOOD_JOB}"),
+            "holiday",
+            Some("holidays"),
+        ),
+        mistake(
+            "misspelled zone in a job",
+            log_job("timezone = \"Asia/Shangai\""),
+            "\"Asia/Shangai\"",
+            Some("Asia/Shanghai"),
+        ),
+        mistake(
+            "misspelled zone in scheduler",
+            format!("[scheduler]\ntimezone = \"Europe/Londn\"\n{GOOD_JOB}"),
+            "\"Europe/Londn\"",
+            Some("Europe/London"),
+        ),
+        mistake(
+            "misspelled overlap",
+            log_job("overlap = \"alow\""),
+            "\"alow\"",
+            Some("allow"),
+        ),
+        mistake(
+            "misspelled catch_up_policy",
+            log_job("catch_up = \"1h\"\ncatch_up_policy = \"lastest\""),
+            "\"lastest\"",
+            Some("latest"),
+        ),
+        mistake(
+            "misspelled action type",
+            job("", "type = \"wecon\""),
+            "\"wecon\"",
+            Some("wecom"),
+        ),
+        mistake(
+            "misspelled msgtype",
+            job("", &WECOM.replace("\"text\"", "\"txt\"")),
+            "\"txt\"",
+            Some("text"),
+        ),
+        mistake(
+            "misspelled days",
+            format!("{CN}{}", log_job("calendar = \"cn\"\ndays = \"workday\"")),
+            "\"workday\"",
+            Some("workdays"),
+        ),
+        mistake(
+            "misspelled clock",
+            format!("[scheduler]\nclock = \"redsi\"\n{GOOD_JOB}"),
+            "\"redsi\"",
+            Some("redis"),
+        ),
+        mistake(
+            "misspelled redis mode",
+            format!("[redis]\nnodes = [\"redis://a:6379\"]\nmode = \"sentinal\"\n{GOOD_JOB}"),
+            "\"sentinal\"",
+            Some("sentinel"),
+        ),
+        mistake(
+            "misspelled calendar name",
+            format!(
+                "[calendar.office]\n{}",
+                log_job("calendar = \"ofice\"\ndays = \"workdays\"")
+            ),
+            "\"ofice\"",
+            Some("office"),
+        ),
+        mistake(
+            "misspelled alert name",
+            format!("{alert}{}", log_job("on_failure = \"oncal\"")),
+            "\"oncal\"",
+            Some("oncall"),
+        ),
+        mistake(
+            "cron minute 61",
+            log_job("").replace("* * * * *", "61 * * * *"),
+            "\"61 * * * *\"",
+            None,
+        ),
+        mistake(
+            "unset variable",
+            job("", &WECOM.replace("WECOM_WEBHOOK", "MISSING_HOOK")),
+            "\"${MISSING_HOOK}\"",
+            None,
+        ),
+        mistake("duration as a number", log_job("timeout = 30"), "30", None),
+        mistake(
+            "duration without a unit",
+            log_job("timeout = \"soon\""),
+            "\"soon\"",
+            None,
+        ),
+        Mistake {
+            masked: true,
+            ..mistake(
+                "webhook without its scheme",
+                job(
+                    "",
+                    &WECOM.replace(
+                        "${WECOM_WEBHOOK}",
+                        "qyapi.weixin.qq.com/cgi-bin/webhook/send",
+                    ),
+                ),
+                "\"qyapi.weixin.qq.com/cgi-bin/webhook/send\"",
+                None,
+            )
+        },
+        Mistake {
+            masked: true,
+            ..mistake(
+                "redis node without its scheme",
+                format!("[redis]\nnodes = [\"10.0.0.1:6379\"]\n{GOOD_JOB}"),
+                "\"10.0.0.1:6379\"",
+                None,
+            )
+        },
+        Mistake {
+            after: "name = \"standup\"\n",
+            ..mistake(
+                "duplicate job name",
+                format!("{GOOD_JOB}{GOOD_JOB}"),
+                "\"standup\"",
+                None,
+            )
+        },
+        mistake("zero timeout", log_job("timeout = \"0s\""), "\"0s\"", None),
+        mistake(
+            "missing schedule",
+            log_job("").replace("schedule = \"* * * * *\"\n", ""),
+            "[[job]]",
+            None,
+        ),
+    ]
+}
+
+/// Where `m.marked` is in `m.text`: its line, column (both from 1) and the line itself.
+fn expected_place(m: &Mistake) -> (usize, usize, &str) {
+    let from = m.text.find(m.after).unwrap() + m.after.len();
+    let at = from + m.text[from..].find(m.marked).unwrap();
+    let line_start = m.text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = m.text[..at].matches('\n').count() + 1;
+    let column = m.text[line_start..at].chars().count() + 1;
+    let text = m.text[line_start..].lines().next().unwrap();
+    (line, column, text)
+}
+
+/// The error of `m` as printed for a person (`{:#}`): the file, line and column, the source
+/// line, a caret under the marked text, and the word meant.
+fn check_mistake(m: &Mistake, shown: &str) -> Result<(), String> {
+    let (line, column, text) = expected_place(m);
+    let (text, marked) = match m.masked {
+        true => (text.replace(m.marked, "\"***\""), "\"***\""),
+        false => (text.to_owned(), m.marked),
+    };
+    let head = format!("jobs.toml:{line}:{column}: ");
+    let Some(start) = shown.find(&head) else {
+        return Err(format!("no error at {head:?}"));
+    };
+    let block: Vec<&str> = shown[start..].lines().take(4).collect();
+    let number = line.to_string();
+    let gutter = " ".repeat(number.len());
+    let caret = format!(
+        "{gutter} | {}{}",
+        " ".repeat(column - 1),
+        "^".repeat(marked.chars().count())
+    );
+    let expected = [format!("{gutter} |"), format!("{number} | {text}"), caret];
+    if block.len() != 4 || block[1..] != expected {
+        return Err(format!("not the line and a caret: expected {expected:#?}"));
+    }
+    if let Some(meant) = m.meant {
+        let said = format!("did you mean {meant:?}?");
+        let said_bare = format!("did you mean {meant}?");
+        if !block[0].contains(&said) && !block[0].contains(&said_bare) {
+            return Err(format!("does not say {said:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn each_config_mistake_shows_its_line_and_a_caret_and_the_word_meant() {
+    let mistakes = mistakes();
+    assert!(mistakes.len() >= 20);
+    let mut failures = Vec::new();
+    for m in &mistakes {
+        let shown = match parse(&m.text) {
+            Ok(_) => {
+                failures.push(format!("{}: accepted", m.name));
+                continue;
+            }
+            Err(errors) => format!("{errors:#}"),
+        };
+        if let Err(why) = check_mistake(m, &shown) {
+            failures.push(format!("{}: {why}\n    got:\n{shown}", m.name));
+        }
+        for secret in [WEBHOOK_KEY, ENV_SECRET] {
+            if shown.contains(secret) {
+                failures.push(format!("{}: shows {secret}", m.name));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} mistakes failed:\n{}",
+        failures.len(),
+        mistakes.len(),
+        failures.join("\n")
+    );
+}
+
+/// The job of issue 32: an unset variable, a misspelled key, an unknown zone and a cron with
+/// minute 61, each independent of the others.
+const FOUR_MISTAKES: &str = r#"[[job]]
+name = "report"
+schedule = "61 * * * *"
+timezone = "Europe/Londn"
+timout = "30s"
+[job.action]
+type = "wecom"
+webhook = "${REPORT_WEBHOOK}"
+msgtype = "text"
+content = "x"
+"#;
+
+#[test]
+fn four_independent_mistakes_in_one_job_are_reported_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.toml");
+    std::fs::write(&path, FOUR_MISTAKES).unwrap();
+    let out = bin()
+        .args(["check", "--config", path.to_str().unwrap()])
+        .env_remove("REPORT_WEBHOOK")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let file = path.display();
+    for (place, says) in [
+        ("3:12", "minute field"),
+        ("4:12", "did you mean \"Europe/London\"?"),
+        ("5:1", "did you mean \"timeout\"?"),
+        ("8:11", "REPORT_WEBHOOK is not set"),
+    ] {
+        let head = format!("{file}:{place}: job \"report\", field ");
+        let line = stderr.lines().find(|l| l.starts_with(&head));
+        assert!(
+            line.is_some_and(|l| l.contains(says)),
+            "no {head}...{says}:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("4 error(s)"), "{stderr}");
 }

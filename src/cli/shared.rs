@@ -53,7 +53,7 @@ pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, 
             path.display()
         );
         match format {
-            LogFormat::Text => eprintln!("{errors}\n{summary}"),
+            LogFormat::Text => eprintln!("{errors:#}\n{summary}"),
             LogFormat::Json => {
                 for line in errors.to_string().lines() {
                     eprintln!("{}", json_error(path, "configuration error", line));

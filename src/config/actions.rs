@@ -123,7 +123,10 @@ impl Check for ActionCheck<'_, '_> {
                  (https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY)"
                     .to_owned()
             }
-            Err(e) => format!("not a URL ({e})"),
+            Err(e) => format!(
+                "not a URL ({}): write it in full, starting with https://",
+                crate::secret::url_parse_problem(e)
+            ),
         };
         self.error(field, problem);
         None
@@ -186,6 +189,7 @@ fn read_file_field(
             if SECRET_FILE_FIELDS.contains(&name.as_str()) {
                 loader.scrubber.add(&text);
             }
+            loader.read_from_files.push(name.clone());
             table.insert(name, Value::String(text));
             true
         }

@@ -72,17 +72,15 @@ impl Loader<'_> {
         }
         if !self.alerts.broken.contains(name) {
             let known: Vec<&str> = self.alerts.checked.keys().map(String::as_str).collect();
+            let hint = match super::suggest::closest(name, known.iter().copied()) {
+                Some(near) => format!("; did you mean {near:?}?"),
+                None if known.is_empty() => " (defined: none)".to_owned(),
+                None => format!(" (defined: {})", known.join(", ")),
+            };
             self.errors.push(ConfigError::field(
                 section.clone(),
                 "on_failure",
-                format!(
-                    "{name:?} is not an [alert.NAME] section (defined: {})",
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
+                format!("{name:?} is not an [alert.NAME] section{hint}"),
             ));
         }
         None

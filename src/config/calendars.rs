@@ -174,6 +174,8 @@ impl Loader<'_> {
             let defined: Vec<&str> = self.calendars.checked.keys().map(String::as_str).collect();
             let hint = if cn::builtin(name).is_some() {
                 format!(" (for the built-in one add [calendar.{name}] with builtin = \"{name}\")")
+            } else if let Some(near) = super::suggest::closest(name, defined.iter().copied()) {
+                format!("; did you mean {near:?}?")
             } else if defined.is_empty() {
                 " (no [calendar.NAME] section is defined)".to_owned()
             } else {

@@ -182,9 +182,13 @@ impl Loader<'_> {
                 _ => return self.redis_error("master", SENTINEL_NEEDS_MASTER),
             },
             other => {
-                let message = format!(
-                    "{other:?} is not a mode: use \"redlock\", \"sentinel\" or \"cluster\""
-                );
+                const MODES: [&str; 3] = ["redlock", "sentinel", "cluster"];
+                let message = match super::suggest::closest(other, MODES) {
+                    Some(near) => format!("{other:?} is not a mode; did you mean {near:?}?"),
+                    None => format!(
+                        "{other:?} is not a mode: use \"redlock\", \"sentinel\" or \"cluster\""
+                    ),
+                };
                 return self.redis_error("mode", message);
             }
         };

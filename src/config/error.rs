@@ -1,4 +1,6 @@
-//! Config errors that name the file, the job and the field (and the line, for TOML syntax).
+//! Config errors that name the file, the job and the field, and the line and column they are
+//! at: `{}` prints one line per error (for logs), `{:#}` adds each error's source line with a
+//! caret under the place at fault, as cargo does (for a person at a terminal).
 
 use std::fmt;
 
@@ -51,6 +53,21 @@ pub struct ConfigError {
     pub location: Location,
     /// What is wrong.
     pub message: String,
+    /// The place in the file's text, when it can be told (not for the file as a whole).
+    pub source: Option<SourceLine>,
+}
+
+/// Where an error is in the file's text, with the line to show under the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLine {
+    /// The line, from 1.
+    pub line: usize,
+    /// The column, from 1, in characters.
+    pub column: usize,
+    /// The line as written, with any secret on it masked.
+    pub text: String,
+    /// How many characters the caret underlines (at least 1).
+    pub width: usize,
 }
 
 impl ConfigError {
@@ -59,6 +76,7 @@ impl ConfigError {
         ConfigError {
             location: Location::File,
             message: message.into(),
+            source: None,
         }
     }
 
@@ -70,6 +88,7 @@ impl ConfigError {
                 field: field.into(),
             },
             message: message.into(),
+            source: None,
         }
     }
 
@@ -112,37 +131,68 @@ impl fmt::Display for ConfigErrors {
                 writeln!(f)?;
             }
             write_one(f, &self.path, e)?;
+            if let Some(source) = e.source.as_ref().filter(|_| f.alternate()) {
+                write_source(f, source)?;
+            }
         }
         Ok(())
     }
 }
 
+impl ConfigErrors {
+    /// The same errors without their places in the text: for a configuration that is not a
+    /// file a person wrote (one built in code), whose lines mean nothing to its author.
+    pub fn without_source(mut self) -> Self {
+        for e in &mut self.errors {
+            e.source = None;
+        }
+        self
+    }
+}
+
+/// The source line under an error, cargo's way: a gutter with the line number, a caret below.
+fn write_source(f: &mut fmt::Formatter<'_>, source: &SourceLine) -> fmt::Result {
+    let number = source.line.to_string();
+    let gutter = " ".repeat(number.len());
+    let pad = " ".repeat(source.column.saturating_sub(1));
+    let caret = "^".repeat(source.width.max(1));
+    write!(
+        f,
+        "\n{gutter} |\n{number} | {}\n{gutter} | {pad}{caret}",
+        source.text
+    )
+}
+
 fn write_one(f: &mut fmt::Formatter<'_>, path: &str, e: &ConfigError) -> fmt::Result {
-    match &e.location {
-        Location::File => write!(f, "{path}: {}", e.message),
-        Location::Line {
-            line,
-            column,
-            job: Some(job),
-        } => {
-            write!(f, "{path}:{line}:{column}: job {job:?}: {}", e.message)
+    let message = &e.message;
+    match (&e.location, &e.source) {
+        (Location::File, _) => write!(f, "{path}: {message}"),
+        (Location::Line { line, column, job }, _) => {
+            write!(f, "{path}:{line}:{column}: ")?;
+            if let Some(job) = job {
+                write!(f, "job {job:?}: ")?;
+            }
+            write!(f, "{message}")
         }
-        Location::Line {
-            line,
-            column,
-            job: None,
-        } => write!(f, "{path}:{line}:{column}: {}", e.message),
-        Location::Field { section, field } => {
-            let section = match section {
-                Section::Top => String::new(),
-                Section::Scheduler => "[scheduler] ".to_owned(),
-                Section::Redis => "[redis] ".to_owned(),
-                Section::Http => "[http] ".to_owned(),
-                Section::Job(name) => format!("job {name:?}, "),
-                Section::Calendar(name) => format!("calendar {name:?}, "),
-                Section::Alert(name) => format!("alert {name:?}, "),
-            };
-            write!(f, "{path}: {section}field {field:?}: {}", e.message)
+        (Location::Field { section, field }, at) => {
+            match at {
+                Some(at) => write!(f, "{path}:{}:{}: ", at.line, at.column)?,
+                None => write!(f, "{path}: ")?,
+            }
+            write!(f, "{}field {field:?}: {message}", section_prefix(section))
         }
+    }
+}
+
+/// How a message names its section, before the field.
+fn section_prefix(section: &Section) -> String {
+    match section {
+        Section::Top => String::new(),
+        Section::Scheduler => "[scheduler] ".to_owned(),
+        Section::Redis => "[redis] ".to_owned(),
+        Section::Http => "[http] ".to_owned(),
+        Section::Job(name) => format!("job {name:?}, "),
+        Section::Calendar(name) => format!("calendar {name:?}, "),
+        Section::Alert(name) => format!("alert {name:?}, "),
     }
 }

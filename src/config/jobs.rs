@@ -41,27 +41,44 @@ impl Loader<'_> {
         };
         let mut names = HashSet::new();
         for (i, table) in tables.into_iter().enumerate() {
+            let first_error = self.errors.len();
             let name = job_name(&table, i);
-            if !names.insert(name.clone()) {
-                self.errors.push(ConfigError::field(
-                    Section::Job(name.clone()),
-                    "name",
-                    "duplicate job name: each job needs its own (it is part of the lock key)",
-                ));
-                continue;
-            }
-            let enabled = table
-                .get("enabled")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
-            match self.job(table, &name, enabled, scheduler) {
-                Some(job) if enabled => jobs.push(Arc::new(job)),
-                Some(_) => disabled.push(name),
-                None if !enabled => disabled.push(name),
-                None => {}
+            let checked = self.job_once(table, &name, &mut names, scheduler);
+            self.job_errors.push(super::locate::JobErrors {
+                errors: first_error..self.errors.len(),
+                index: i,
+            });
+            match checked {
+                Some((Some(job), true)) => jobs.push(Arc::new(job)),
+                Some((_, false)) => disabled.push(name),
+                Some((None, true)) | None => {}
             }
         }
         (jobs, disabled)
+    }
+
+    /// One `[[job]]`: `None` for a name seen before (an error), else the job if it checks,
+    /// and whether it is enabled.
+    fn job_once(
+        &mut self,
+        table: Value,
+        name: &str,
+        names: &mut HashSet<String>,
+        scheduler: Option<&SchedulerConfig>,
+    ) -> Option<(Option<Job>, bool)> {
+        if !names.insert(name.to_owned()) {
+            self.errors.push(ConfigError::field(
+                Section::Job(name.to_owned()),
+                "name",
+                "duplicate job name: each job needs its own (it is part of the lock key)",
+            ));
+            return None;
+        }
+        let enabled = table
+            .get("enabled")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        Some((self.job(table, name, enabled, scheduler), enabled))
     }
 
     fn job(
@@ -72,10 +89,12 @@ impl Loader<'_> {
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
-        self.read_action_files(enabled, &mut table, &section)?;
+        let before = self.errors.len();
+        // An unset variable or a missing secret file is reported and the job's other fields
+        // still checked; only its action, which needs those values, is not.
+        let action_read = self.read_action_files(enabled, &mut table, &section);
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
-        let before = self.errors.len();
         self.check_job_name(&raw.name, &section);
         let schedule = self.job_schedule(&raw, scheduler, &section);
         let timeout = self.bounded(
@@ -93,16 +112,13 @@ impl Loader<'_> {
         if !enabled {
             return None;
         }
-        let action = self.job_action(name, &section, raw.action);
+        let action = self.job_action(name, &section, raw.action, action_read);
         if self.errors.len() != before {
             return None;
         }
         let schedule = schedule?;
         self.calendar_in_use(&schedule);
-        let on_failure = match raw.on_failure.as_deref() {
-            Some(name) => self.on_failure(Some(name), &section)?,
-            None => self.default_on_failure.clone(),
-        };
+        let on_failure = self.job_on_failure(raw.on_failure.as_deref(), &section)?;
         Some(Job {
             name: raw.name,
             schedule,
@@ -114,6 +130,14 @@ impl Loader<'_> {
         })
     }
 
+    /// The alert of a job: its own `on_failure` (checked to exist), else `[scheduler]`'s.
+    fn job_on_failure(&mut self, own: Option<&str>, section: &Section) -> Option<Option<String>> {
+        match own {
+            Some(name) => self.on_failure(Some(name), section),
+            None => Some(self.default_on_failure.clone()),
+        }
+    }
+
     /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before
     /// typing (a disabled job's files and variables may be missing).
     fn read_action_files(
@@ -122,10 +146,12 @@ impl Loader<'_> {
         table: &mut Value,
         section: &Section,
     ) -> Option<()> {
+        self.read_from_files.clear();
         if let Some(action) = table.get_mut("action").filter(|_| enabled) {
-            self.expand_all(action, section, "action")?;
+            let expanded = self.expand_all(action, section, "action");
             let dir = self.config_dir.clone();
-            actions::read_file_fields(self, action, section, &dir)?;
+            let read = actions::read_file_fields(self, action, section, &dir);
+            return expanded.and(read);
         }
         Some(())
     }
@@ -153,6 +179,10 @@ impl Loader<'_> {
             })
             .ok()
             .filter(|_| zone.is_some());
+        // A refused `days` or `calendar` is reported; the other alone would be a second error.
+        if self.was_rejected("days") || self.was_rejected("calendar") {
+            return None;
+        }
         match self.day_filter(raw.calendar.as_deref(), raw.days, section) {
             Some(Some(filter)) => schedule.and_then(|s| self.on_days(s, filter, section)),
             Some(None) => schedule,
@@ -160,8 +190,17 @@ impl Loader<'_> {
         }
     }
 
-    /// The job's checked action (errors name `action.FIELD`).
-    fn job_action(&mut self, name: &str, section: &Section, raw: raw::RawAction) -> Option<Action> {
+    /// The job's checked action (errors name `action.FIELD`): its keys typed even when one of
+    /// its values could not be read (`read` is `None`), its values checked only when all were.
+    fn job_action(
+        &mut self,
+        name: &str,
+        section: &Section,
+        table: Value,
+        read: Option<()>,
+    ) -> Option<Action> {
+        let raw: raw::RawAction = self.typed_at(table, section, "action.")?;
+        read?;
         let config_dir = self.config_dir.clone();
         actions::ActionCheck {
             loader: self,
@@ -185,7 +224,8 @@ impl Loader<'_> {
             Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
         };
         let Some(window) = window else {
-            if policy == CatchUpPolicy::All {
+            // A refused `catch_up` is reported; the policy without it is not a second mistake.
+            if policy == CatchUpPolicy::All && !self.was_rejected("catch_up") {
                 self.errors.push(ConfigError::field(
                     section.clone(),
                     "catch_up_policy",

@@ -12,8 +12,11 @@ mod endpoints;
 pub mod env;
 pub mod error;
 mod jobs;
+mod locate;
 mod raw;
 mod scheduler;
+mod suggest;
+mod typed;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
-use serde::de::DeserializeOwned;
 use toml::{Table, Value};
 
 use crate::action::template::Templates;
@@ -217,10 +219,16 @@ pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErr
     let config = loader.load(path, text);
     match config {
         Some(config) if loader.errors.is_empty() => Ok(config),
-        _ => Err(ConfigErrors {
-            path: path.display().to_string(),
-            errors: loader.errors,
-        }),
+        _ => {
+            let mut errors = loader.errors;
+            locate::locate(text, &mut errors, &loader.job_errors, &loader.scrubber);
+            // In file order; the errors about the file as a whole (no line) last.
+            errors.sort_by_key(|e| e.source.as_ref().map_or(usize::MAX, |s| s.line));
+            Err(ConfigErrors {
+                path: path.display().to_string(),
+                errors,
+            })
+        }
     }
 }
 
@@ -239,6 +247,14 @@ struct Loader<'e> {
     alerts: alerts::Alerts,
     /// `[scheduler] on_failure`: the alert of every job without its own.
     default_on_failure: Option<String>,
+    /// Which errors belong to which `[[job]]` of the file, to find their lines.
+    job_errors: Vec<locate::JobErrors>,
+    /// The keys the last [`Loader::typed`] refused and left out (reported), so that the checks
+    /// which read them together with another key do not report the other key as well.
+    rejected: Vec<String>,
+    /// The keys of the action being checked that were set from `NAME_file`: an unknown one is
+    /// reported as the `NAME_file` the file has.
+    read_from_files: Vec<String>,
 }
 
 impl<'e> Loader<'e> {
@@ -253,6 +269,9 @@ impl<'e> Loader<'e> {
             calendars: calendars::Calendars::default(),
             alerts: alerts::Alerts::default(),
             default_on_failure: None,
+            job_errors: Vec::new(),
+            rejected: Vec::new(),
+            read_from_files: Vec::new(),
         }
     }
 
@@ -320,14 +339,23 @@ impl<'e> Loader<'e> {
     }
 
     fn check_top_level(&mut self, table: &Table) {
+        const SECTIONS: [&str; 6] = ["scheduler", "redis", "http", "calendar", "alert", "job"];
         for key in table.keys() {
-            if !["scheduler", "redis", "http", "calendar", "alert", "job"].contains(&key.as_str()) {
-                self.errors.push(ConfigError::field(
-                    Section::Top,
-                    key,
-                    "unknown section or key (expected [scheduler], [redis], [http], [calendar.NAME], [alert.NAME] or [[job]])",
-                ));
+            if SECTIONS.contains(&key.as_str()) {
+                continue;
             }
+            let message = match suggest::closest(key, SECTIONS) {
+                Some("job") => "unknown section or key; did you mean [[job]]?".to_owned(),
+                Some(near @ ("calendar" | "alert")) => {
+                    format!("unknown section or key; did you mean [{near}.NAME]?")
+                }
+                Some(near) => format!("unknown section or key; did you mean [{near}]?"),
+                None => "unknown section or key (expected [scheduler], [redis], [http], \
+                    [calendar.NAME], [alert.NAME] or [[job]])"
+                    .to_owned(),
+            };
+            self.errors
+                .push(ConfigError::field(Section::Top, key, message));
         }
     }
 
@@ -352,48 +380,38 @@ impl<'e> Loader<'e> {
     fn zone(&mut self, name: &str, section: Section) -> Option<Tz> {
         name.parse::<Tz>()
             .map_err(|_| {
-                self.errors.push(ConfigError::field(
-                    section,
-                    "timezone",
-                    format!("unknown time zone {name:?} (use an IANA name such as Asia/Shanghai or UTC)"),
-                ))
-            })
-            .ok()
-    }
-
-    /// Deserializes a section, naming the field on error.
-    fn typed<T: DeserializeOwned>(&mut self, value: Value, section: &Section) -> Option<T> {
-        // Kept to find which key held an unknown variant: serde's path stops at a tagged enum.
-        let raw = value.clone();
-        serde_path_to_error::deserialize(value)
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let message = first_line(&e.inner().to_string());
-                let field = variant_field(&raw, &path, &message)
-                    .unwrap_or_else(|| field_of(&path, &message));
                 self.errors
-                    .push(ConfigError::field(section.clone(), field, message));
+                    .push(ConfigError::field(section, "timezone", unknown_zone(name)))
             })
             .ok()
     }
 
-    /// Expands `${VAR}` in every string below `value`.
+    /// Expands `${VAR}` in every string below `value`; `None` if any could not be (each
+    /// reported: one unset variable does not hide the next).
     fn expand_all(&mut self, value: &mut Value, section: &Section, path: &str) -> Option<()> {
+        let mut ok = true;
         match value {
-            Value::String(s) => *s = self.expand(s, section, path)?,
+            Value::String(s) => match self.expand(s, section, path) {
+                Some(expanded) => *s = expanded,
+                None => ok = false,
+            },
             Value::Array(items) => {
                 for (i, item) in items.iter_mut().enumerate() {
-                    self.expand_all(item, section, &format!("{path}[{i}]"))?;
+                    ok &= self
+                        .expand_all(item, section, &format!("{path}[{i}]"))
+                        .is_some();
                 }
             }
             Value::Table(table) => {
                 for (key, item) in table.iter_mut() {
-                    self.expand_all(item, section, &format!("{path}.{key}"))?;
+                    ok &= self
+                        .expand_all(item, section, &format!("{path}.{key}"))
+                        .is_some();
                 }
             }
             _ => {}
         }
-        Some(())
+        ok.then_some(())
     }
 
     fn expand(&mut self, text: &str, section: &Section, field: &str) -> Option<String> {
@@ -413,47 +431,14 @@ impl<'e> Loader<'e> {
     }
 }
 
-/// The first line of a message (toml appends "in `table`" on the next).
-fn first_line(message: &str) -> String {
-    message.lines().next().unwrap_or_default().trim().to_owned()
-}
-
-/// For "unknown variant `x`" under `path`: the key of the table at `path` whose value is `x`
-/// (`action.msgtype` rather than just `action`).
-fn variant_field(raw: &Value, path: &str, message: &str) -> Option<String> {
-    let (_, rest) = message.split_once("unknown variant `")?;
-    let (variant, _) = rest.split_once('`')?;
-    let table = if path == "." {
-        Some(raw)
-    } else {
-        path.split('.').try_fold(raw, |v, key| v.get(key))
-    }?;
-    let (key, _) = table
-        .as_table()?
-        .iter()
-        .find(|(_, v)| v.as_str() == Some(variant))?;
-    Some(if path == "." {
-        key.clone()
-    } else {
-        format!("{path}.{key}")
-    })
-}
-
-/// The field an error is about: serde's path, plus the field named in "unknown/missing field `x`".
-fn field_of(path: &str, message: &str) -> String {
-    let named = ["unknown field `", "missing field `"]
-        .iter()
-        .find_map(|p| message.split_once(p))
-        .and_then(|(_, rest)| rest.split_once('`'))
-        .map(|(name, _)| name);
-    let base = if path == "." { "" } else { path };
-    // serde_path_to_error's path already ends at an unknown field outside a tagged enum.
-    let named = named.filter(|name| base.rsplit('.').next() != Some(*name));
-    match (base, named) {
-        ("", Some(name)) => name.to_owned(),
-        ("", None) => "(table)".to_owned(),
-        (base, Some(name)) => format!("{base}.{name}"),
-        (base, None) => base.to_owned(),
+/// The error for a zone chrono-tz does not know: the closest name when one is near.
+fn unknown_zone(name: &str) -> String {
+    let zones = chrono_tz::TZ_VARIANTS.iter().map(|z| z.name());
+    match suggest::closest(name, zones) {
+        Some(near) => format!("unknown time zone {name:?}; did you mean {near:?}?"),
+        None => {
+            format!("unknown time zone {name:?} (use an IANA name such as Asia/Shanghai or UTC)")
+        }
     }
 }
 
@@ -470,6 +455,7 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigError {
             job: enclosing_job(before),
         },
         message: format!("TOML syntax: {}", e.message().trim()),
+        source: None,
     }
 }
 
@@ -506,20 +492,6 @@ mod tests {
     }
 
     use super::*;
-
-    #[test]
-    fn field_of_paths() {
-        assert_eq!(field_of(".", "missing field `name`"), "name");
-        assert_eq!(
-            field_of("action", "unknown field `x`, expected one of"),
-            "action.x"
-        );
-        assert_eq!(field_of("timeout", "invalid type"), "timeout");
-        assert_eq!(
-            field_of("retries", "unknown field `retries`, expected one of"),
-            "retries"
-        );
-    }
 
     #[test]
     fn enclosing_job_reads_the_last_header() {

@@ -126,8 +126,9 @@ pub struct RawJob {
     pub days: Option<RawDays>,
     /// The `[alert.NAME]` told when a slot fails.
     pub on_failure: Option<String>,
-    /// `[job.action]`, by its `type`.
-    pub action: RawAction,
+    /// `[job.action]`: typed into a [`RawAction`] on its own, so that a mistake inside it does
+    /// not stop the checks of the job's other keys.
+    pub action: toml::Value,
 }
 
 /// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into

@@ -30,7 +30,10 @@ const CONNECT_RETRIES: usize = 0;
 #[derive(Debug, thiserror::Error)]
 pub enum BadNodeUrl {
     /// Not a URL at all.
-    #[error("not a URL: {0}")]
+    #[error(
+        "not a URL ({}): write it in full, such as \"redis://10.0.0.1:6379\" (rediss:// for TLS)",
+        crate::secret::url_parse_problem(*.0)
+    )]
     NotUrl(url::ParseError),
     /// A URL of another scheme (`http://…`).
     #[error("scheme {0:?} is not a Redis URL (use redis:// or rediss://)")]
@@ -60,7 +63,12 @@ pub struct NodeUrl(Url);
 impl NodeUrl {
     /// Checks `raw` as a Redis URL with a host (the password stays inside, never printed).
     pub fn parse(raw: &str) -> Result<Self, BadNodeUrl> {
-        let url = Url::parse(raw).map_err(BadNodeUrl::NotUrl)?;
+        let url = match Url::parse(raw) {
+            // `localhost:6379` parses, as the scheme "localhost".
+            Ok(_) if !raw.contains("://") => Err(url::ParseError::RelativeUrlWithoutBase),
+            parsed => parsed,
+        }
+        .map_err(BadNodeUrl::NotUrl)?;
         match url.scheme() {
             "redis" | "rediss" => {}
             other => return Err(BadNodeUrl::Scheme(other.to_owned())),

@@ -218,13 +218,31 @@ fn invalid(expression: &str, reason: String) -> ScheduleError {
             field,
             allowed,
             part: part.to_owned(),
-            reason: error.to_string(),
+            reason: plain_reason(&error, allowed),
         };
     }
     ScheduleError::Invalid {
         expression: expression.to_owned(),
         reason,
     }
+}
+
+/// croner's reason for refusing one field, in plain words: its variant's name ("Component
+/// error") dropped, and a number out of bounds said with the values the field takes.
+fn plain_reason(error: &croner::errors::CronError, allowed: &str) -> String {
+    use croner::errors::CronError;
+    let text = match error {
+        CronError::ComponentError(m) | CronError::InvalidPattern(m) => m.clone(),
+        other => other.to_string(),
+    };
+    if text.contains("out of bounds") || text.contains("exceeded max") {
+        return format!("out of range; write a value within {allowed}");
+    }
+    let text = text.trim_end_matches('.');
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
 }
 
 impl Schedule {
