@@ -457,7 +457,8 @@ fn errors_beside_node_passwords_never_print_them() {
     ];
     for text in &texts {
         let errors = parse(text).expect_err(text);
-        let shown = errors.to_string();
+        // The one-line form and the one with the source line under each error.
+        let shown = format!("{errors}\n{errors:#}");
         assert!(!shown.contains(REDIS_PASSWORD), "{shown}");
         assert!(
             !format!("{errors:?}").contains(REDIS_PASSWORD),
@@ -514,7 +515,7 @@ fn secrets_from_the_environment_never_appear_in_errors() {
             Ok(_) => panic!("accepted with W={value:?}:\n{text}"),
             Err(errors) => errors,
         };
-        let shown = errors.to_string();
+        let shown = format!("{errors}\n{errors:#}");
         assert!(
             !shown.contains(ENV_SECRET),
             "W={value:?} leaks into: {shown}"
@@ -1236,4 +1237,56 @@ fn four_independent_mistakes_in_one_job_are_reported_in_one_run() {
         );
     }
     assert!(stderr.contains("4 error(s)"), "{stderr}");
+}
+
+#[test]
+fn a_mistake_is_reported_once_not_with_the_errors_that_follow_from_it() {
+    let cases = [
+        // The file of a NAME_file cannot be read: not also "missing webhook".
+        job(
+            "",
+            &WECOM.replace(
+                "webhook = \"${WECOM_WEBHOOK}\"",
+                "webhook_file = \"/nonexistent/secret\"",
+            ),
+        ),
+        // A misspelled NAME_file: not also "missing webhook".
+        job(
+            "",
+            &format!(
+                "type = \"wecom\"\nwebhok_file = \"{}\"\nmsgtype = \"text\"\ncontent = \"x\"",
+                secret_file()
+            ),
+        ),
+        // A misspelled days: not also "calendar needs days".
+        format!("{CN}{}", log_job("calendar = \"cn\"\ndays = \"workday\"")),
+        // A catch_up that is no duration: not also "catch_up_policy needs catch_up".
+        log_job("catch_up = 5\ncatch_up_policy = \"all\""),
+        // A misspelled msgtype: not also "missing msgtype".
+        job("", &WECOM.replace("\"text\"", "\"txt\"")),
+    ];
+    for text in &cases {
+        let errors = parse(text).expect_err(text);
+        assert_eq!(errors.errors.len(), 1, "{errors}\n---\n{text}");
+    }
+}
+
+#[test]
+fn a_secret_on_the_line_shown_is_masked() {
+    let texts = [
+        // A literal key in a webhook of the wrong scheme: the URL is shown without it.
+        job("", &WECOM.replace("${WECOM_WEBHOOK}", &format!("ftp://x.example/send?key={WEBHOOK_KEY}"))),
+        // A key alone where the URL belongs: not shown at all.
+        job("", &WECOM.replace("${WECOM_WEBHOOK}", &format!("{WEBHOOK_KEY}-7aoc-4bc4-97a0"))),
+        // A header value on the line of a bad header name.
+        job("", &format!("type = \"http\"\nurl = \"https://x.example/h\"\nheaders = {{ \"Bad Header\" = \"{WEBHOOK_KEY}\" }}")),
+        // Passwords in the other URLs of the line of a duplicate node.
+        format!("[redis]\nnodes = [\"redis://:{WEBHOOK_KEY}@a:6379\", \"redis://:{WEBHOOK_KEY}@a\"]\n{GOOD_JOB}"),
+    ];
+    for text in &texts {
+        let errors = parse(text).expect_err(text);
+        let shown = format!("{errors:#}");
+        assert!(shown.contains(" | "), "no source line: {shown}");
+        assert!(!shown.contains(WEBHOOK_KEY), "{shown}");
+    }
 }

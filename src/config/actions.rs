@@ -166,6 +166,7 @@ fn read_file_field(
 ) -> bool {
     let name = key.trim_end_matches("_file").to_owned();
     let field = format!("action.{key}");
+    loader.file_keys.push(name.clone());
     let Some(Value::String(path)) = table.remove(key) else {
         loader.errors.push(ConfigError::field(
             section.clone(),
@@ -189,7 +190,6 @@ fn read_file_field(
             if SECRET_FILE_FIELDS.contains(&name.as_str()) {
                 loader.scrubber.add(&text);
             }
-            loader.read_from_files.push(name.clone());
             table.insert(name, Value::String(text));
             true
         }

@@ -64,8 +64,11 @@ pub struct SourceLine {
     pub line: usize,
     /// The column, from 1, in characters.
     pub column: usize,
-    /// The line as written, with any secret on it masked.
+    /// The line as written, with any secret on it masked and a long rest of it cut.
     pub text: String,
+    /// Where the caret starts in `text`, from 1: the column, unless a secret before it was
+    /// masked.
+    pub caret: usize,
     /// How many characters the caret underlines (at least 1).
     pub width: usize,
 }
@@ -154,7 +157,7 @@ impl ConfigErrors {
 fn write_source(f: &mut fmt::Formatter<'_>, source: &SourceLine) -> fmt::Result {
     let number = source.line.to_string();
     let gutter = " ".repeat(number.len());
-    let pad = " ".repeat(source.column.saturating_sub(1));
+    let pad = " ".repeat(source.caret.saturating_sub(1));
     let caret = "^".repeat(source.width.max(1));
     write!(
         f,

@@ -146,7 +146,7 @@ impl Loader<'_> {
         table: &mut Value,
         section: &Section,
     ) -> Option<()> {
-        self.read_from_files.clear();
+        self.file_keys.clear();
         if let Some(action) = table.get_mut("action").filter(|_| enabled) {
             let expanded = self.expand_all(action, section, "action");
             let dir = self.config_dir.clone();

@@ -182,6 +182,11 @@ fn offset_of(text: &str, line: usize, column: usize) -> Option<usize> {
     Some(start + within)
 }
 
+/// Longest text the caret underlines, and longest rest of the line shown after it (a
+/// 2048-byte template on one line would fill the terminal).
+const MAX_MARKED: usize = 60;
+const MAX_AFTER: usize = 40;
+
 /// The line holding `found`, its position, and the caret's width (to the span's end or the
 /// line's, whichever comes first); a secret value masked, and known secrets scrubbed.
 fn source_line(text: &str, found: Found, scrubber: &Scrubber) -> SourceLine {
@@ -189,55 +194,98 @@ fn source_line(text: &str, found: Found, scrubber: &Scrubber) -> SourceLine {
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let end = text.floor_char_boundary(found.span.end.clamp(start, line_end));
-    let (before, marked, after) = (
-        &text[line_start..start],
-        &text[start..end],
-        &text[end..line_end],
-    );
+    let raw_before = &text[line_start..start];
     let marked = match found.secret {
-        true => mask(marked),
-        false => marked.to_owned(),
+        true => mask(&text[start..end]),
+        false => text[start..end].to_owned(),
     };
-    let before = redact_urls(&scrubber.scrub(before));
-    let after = redact_urls(&scrubber.scrub(after));
-    let marked = redact_urls(&scrubber.scrub(&marked));
+    let shown = |part: &str, most: usize| cut(&redact_urls(&scrubber.scrub(part)), most);
+    let before = redact_urls(&scrubber.scrub(raw_before));
+    let marked = shown(&marked, MAX_MARKED);
+    let after = shown(text[end..line_end].trim_end_matches('\r'), MAX_AFTER);
     SourceLine {
         line: text[..line_start].matches('\n').count() + 1,
-        column: before.chars().count() + 1,
+        column: raw_before.chars().count() + 1,
+        caret: before.chars().count() + 1,
         width: marked.chars().count().max(1),
-        text: format!("{before}{marked}{after}")
-            .trim_end_matches('\r')
-            .to_owned(),
+        text: format!("{before}{marked}{after}"),
     }
 }
 
-/// A secret value as shown: a URL without its secret parts, a `${VAR}` as written (the name is
-/// no secret), anything else as `***`.
+/// `text`, cut to `most` characters and an ellipsis.
+fn cut(text: &str, most: usize) -> String {
+    match text.char_indices().nth(most) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// A secret value as shown: each string in it a URL without its secret parts, a `${VAR}` as
+/// written (the name is no secret), or `***`.
 fn mask(value: &str) -> String {
-    let inner = value.trim_matches('"');
-    let placeholder = inner.starts_with("${") && inner.ends_with('}') && !inner.contains(":-");
-    match url::Url::parse(inner) {
-        _ if placeholder => value.to_owned(),
-        Ok(url) if value.starts_with('"') => format!("\"{}\"", crate::secret::redacted(&url)),
-        _ if value.starts_with('"') => "\"***\"".to_owned(),
-        _ => "***".to_owned(),
-    }
+    map_strings(value, |inner| {
+        let placeholder = inner.starts_with("${") && inner.ends_with('}') && !inner.contains(":-");
+        match redact_url(inner) {
+            Some(url) => url,
+            None if placeholder => inner.to_owned(),
+            None => "***".to_owned(),
+        }
+    })
 }
 
-/// Every quoted URL of `text` without its password, query values and token-like path parts.
+/// Every URL in a string of `text` without its password, query values and token-like path
+/// parts.
 fn redact_urls(text: &str) -> String {
-    let parts: Vec<&str> = text.split('"').collect();
-    let redacted: Vec<String> = parts
-        .iter()
-        .enumerate()
-        .map(|(i, part)| match url::Url::parse(part) {
-            Ok(url) if i % 2 == 1 && part.contains("://") => {
-                crate::secret::redacted(&url).to_string()
-            }
-            _ => (*part).to_owned(),
-        })
-        .collect();
-    redacted.join("\"")
+    map_strings(text, |inner| {
+        redact_url(inner).unwrap_or_else(|| inner.to_owned())
+    })
+}
+
+/// `text` if it is a URL: without its secret parts, or as written when it has none.
+fn redact_url(text: &str) -> Option<String> {
+    let url = url::Url::parse(text)
+        .ok()
+        .filter(|_| text.contains("://"))?;
+    let redacted = crate::secret::redacted(&url);
+    Some(match redacted == url {
+        true => text.to_owned(),
+        false => redacted.to_string(),
+    })
+}
+
+/// `text` with the inside of each TOML string (`"..."`, `'...'`) replaced by `f` of it; an
+/// unterminated one runs to the end.
+fn map_strings(text: &str, f: impl Fn(&str) -> String) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(open) = rest.find(['"', '\'']) {
+        let quote = rest[open..].chars().next().unwrap_or('"');
+        out.push_str(&rest[..=open]);
+        let inside = &rest[open + 1..];
+        let close = string_end(inside, quote).unwrap_or(inside.len());
+        out.push_str(&f(&inside[..close]));
+        rest = &inside[close..];
+        if let Some(end) = rest.strip_prefix(quote) {
+            out.push(quote);
+            rest = end;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where a string opened by `quote` ends in `inside` (a `\"` in a basic string does not end it).
+fn string_end(inside: &str, quote: char) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in inside.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quote == '"' => escaped = true,
+            c if c == quote => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -260,6 +308,19 @@ mod tests {
         let source = errors[0].source.clone().unwrap();
         assert_eq!((source.line, source.column, source.width), (5, 1, 6));
         assert_eq!(source.text, "timout = \"3s\"");
+    }
+
+    #[test]
+    fn strings_are_masked_one_by_one() {
+        assert_eq!(
+            mask(r#"{ Authorization = "Bearer x\"y", X = '${V}' }"#),
+            r#"{ Authorization = "***", X = '${V}' }"#
+        );
+        assert_eq!(
+            redact_urls(r#"nodes = ["redis://:pw@h:1", "redis://h:2"]"#),
+            r#"nodes = ["redis://:***@h:1", "redis://h:2"]"#
+        );
+        assert_eq!(cut("abcdef", 3), "abc…");
     }
 
     #[test]

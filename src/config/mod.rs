@@ -252,9 +252,10 @@ struct Loader<'e> {
     /// The keys the last [`Loader::typed`] refused and left out (reported), so that the checks
     /// which read them together with another key do not report the other key as well.
     rejected: Vec<String>,
-    /// The keys of the action being checked that were set from `NAME_file`: an unknown one is
-    /// reported as the `NAME_file` the file has.
-    read_from_files: Vec<String>,
+    /// The keys of the action being checked that are given as `NAME_file`: an unknown one is
+    /// reported as the `NAME_file` the file has, and one whose file could not be read is not
+    /// reported missing as well.
+    file_keys: Vec<String>,
 }
 
 impl<'e> Loader<'e> {
@@ -271,7 +272,7 @@ impl<'e> Loader<'e> {
             default_on_failure: None,
             job_errors: Vec::new(),
             rejected: Vec::new(),
-            read_from_files: Vec::new(),
+            file_keys: Vec::new(),
         }
     }
 

@@ -61,16 +61,20 @@ impl Loader<'_> {
     fn as_written(&self, field: String, message: String) -> (String, String) {
         let key = field.rsplit('.').next().unwrap_or_default();
         let unknown = format!("unknown field `{key}`");
-        if !message.starts_with(&unknown) || !self.read_from_files.iter().any(|k| k == key) {
+        if !message.starts_with(&unknown) || !self.file_keys.iter().any(|k| k == key) {
             return (field, message);
         }
         let message = message.replacen(&unknown, &format!("unknown field `{key}_file`"), 1);
         (format!("{field}_file"), message)
     }
 
-    /// Whether a missing `field` is already explained by a key refused before: the field
-    /// itself, or a misspelling of it (`webhok_file` for `webhook`).
+    /// Whether a missing `field` is already explained: by a key refused before (the field
+    /// itself, or a misspelling of it: `webhok_file` for `webhook`), or by its `NAME_file`.
     fn explains_missing(&self, field: &str) -> bool {
+        let key = field.rsplit('.').next().unwrap_or(field);
+        if self.file_keys.iter().any(|k| k == key) {
+            return true;
+        }
         let forms = [field.to_owned(), format!("{field}_file")];
         self.rejected
             .iter()
