@@ -1290,3 +1290,25 @@ fn a_secret_on_the_line_shown_is_masked() {
         assert!(!shown.contains(WEBHOOK_KEY), "{shown}");
     }
 }
+
+#[test]
+fn every_syntax_error_is_reported_once_a_line_in_one_run() {
+    let text = "[[job]]\nname = \"a\"\nschedule = \"* * * * *\ntimeout = \"1s\"\n\
+        [[job]]\nname = \"b\"\nx = = 1\ny = 2\n[job.action]\ntype = \"log\"\ncontent = [1,\n";
+    let errors = parse(text).unwrap_err();
+    let places: Vec<(usize, Option<&str>)> = errors
+        .errors
+        .iter()
+        .map(|e| match e.location {
+            Location::Line { line, .. } => (line, e.job()),
+            _ => panic!("not a syntax error: {errors}"),
+        })
+        .collect();
+    assert_eq!(
+        places,
+        [(3, Some("a")), (7, Some("b")), (11, Some("b"))],
+        "{errors}"
+    );
+    let shown = format!("{errors:#}");
+    assert!(shown.contains("7 | x = = 1\n  |     ^"), "{shown}");
+}

@@ -286,7 +286,7 @@ impl<'e> Loader<'e> {
         let mut table = match text.parse::<Table>() {
             Ok(table) => table,
             Err(e) => {
-                self.errors.push(syntax_error(text, &e));
+                self.syntax_errors(text, &e);
                 return None;
             }
         };
@@ -325,6 +325,24 @@ impl<'e> Loader<'e> {
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
         })
+    }
+
+    /// Every syntax error of the file, one a line (the parser's own recovery: the errors that
+    /// follow from one on its line are left out); `first` if the recovery finds none.
+    fn syntax_errors(&mut self, text: &str, first: &toml::de::Error) {
+        let (_, all) = toml::de::DeTable::parse_recoverable(text);
+        let mut lines = std::collections::HashSet::new();
+        let errors = match all.is_empty() {
+            true => vec![syntax_error(text, first)],
+            false => all.iter().map(|e| syntax_error(text, e)).collect(),
+        };
+        for error in errors {
+            if let Location::Line { line, .. } = error.location {
+                if lines.insert(line) {
+                    self.errors.push(error);
+                }
+            }
+        }
     }
 
     /// A file without jobs, or with every job disabled, is an error (when nothing else is).
