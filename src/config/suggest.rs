@@ -75,8 +75,11 @@ pub(super) fn plain_serde_message(message: &str, extra: &[String]) -> String {
             "{value} is not a duration: write a number and a unit, such as \"30s\", \"5m\" or \"1h\""
         );
     }
-    if message.starts_with("invalid type: ") {
-        return message.replace(", expected a string", ", expected a string in quotes");
+    if let Some((found, expected)) = message
+        .strip_prefix("invalid type: ")
+        .and_then(|m| m.split_once(", expected "))
+    {
+        return format!("invalid type: {found}, expected {}", plain_type(expected));
     }
     if is_duration_error(message) {
         return format!(
@@ -84,6 +87,20 @@ pub(super) fn plain_serde_message(message: &str, extra: &[String]) -> String {
         );
     }
     message.to_owned()
+}
+
+/// serde's name of a type, as it is written in TOML.
+fn plain_type(expected: &str) -> String {
+    let plain = match expected {
+        "a string" => "a string in quotes",
+        "a sequence" => "a list in brackets: [\"...\", \"...\"]",
+        "a boolean" => "true or false",
+        "a map" => "a table: { key = \"value\" }",
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number (0 or more), not in quotes",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number, not in quotes",
+        other => other,
+    };
+    plain.to_owned()
 }
 
 /// humantime's refusals of a duration string (serde passes them on as they are).
@@ -103,15 +120,27 @@ fn is_duration_error(message: &str) -> bool {
 /// with the list of what the place takes when no word is close.
 fn unknown_word(rest: &str, what: &str, extra: &[String]) -> String {
     let (word, expected) = rest.split_once('`').unwrap_or((rest, ""));
-    let mut known = quoted_words(expected);
-    known.extend(extra.iter().map(String::as_str));
-    match closest(word, known.iter().copied()) {
+    let known = quoted_words(expected);
+    let every = known
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str));
+    match closest(word, every) {
         Some(near) => format!("unknown {what} {word:?}; did you mean {near:?}?"),
         None if known.is_empty() => format!("unknown {what} {word:?}: this table takes none"),
         None => format!(
-            "unknown {what} {word:?} (expected one of: {})",
-            known.join(", ")
+            "unknown {what} {word:?} (expected one of: {}{})",
+            known.join(", "),
+            file_forms_note(extra)
         ),
+    }
+}
+
+/// The `NAME_file` forms in a list of known keys: said once, with the first as an example.
+fn file_forms_note(extra: &[String]) -> String {
+    match extra.first() {
+        Some(first) => format!("; each also as NAME_file, such as {first}"),
+        None => String::new(),
     }
 }
 
