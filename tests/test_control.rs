@@ -901,14 +901,12 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
         &config(&cluster.urls(), &receiver.uri(), "skewed-ops"),
     );
     let replicas = start(&path, 2);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args(["pause", "push", "--by", "fast-laptop", "--config"])
-        .arg(&path)
-        .env("LD_PRELOAD", &lib)
-        .env("FAKETIME", "+300s")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let out = cli_on_clock(
+        &path,
+        &lib,
+        "+300s",
+        &["pause", "push", "--by", "fast-laptop"],
+    );
     assert!(out.status.success(), "{out:?}");
     let paused_at = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -930,5 +928,148 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     assert!(
         after >= 2,
         "the resume did not take: {after} slot(s) sent after it"
+    );
+}
+
+/// `slotcron ARGS --config PATH` run on a machine whose wall clock is off by `offset`
+/// (libfaketime's `FAKETIME`, e.g. `"-600s"`).
+fn cli_on_clock(path: &Path, lib: &Path, offset: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", offset)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// The slots the receiver got, by their slot time, strictly between `from` and `to`.
+fn sent_between(receiver: &Receiver, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let mut sent: Vec<DateTime<Utc>> = receiver
+        .received()
+        .iter()
+        .map(slot_time)
+        .filter(|s| *s > from && *s < to)
+        .collect();
+    sent.sort_unstable();
+    sent
+}
+
+/// A 2-replica fleet (a job every second) paused with `--until SPAN` from a machine whose
+/// clock is off by `offset`, watched until the job ran twice past the pause's end.
+struct PausedFromSkewedClock {
+    _cluster: RedisCluster,
+    receiver: Receiver,
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    lib: std::path::PathBuf,
+    replicas: Vec<Replica>,
+    /// The pause is stamped between these two instants, so it surely holds from `taken + 1
+    /// slot` (a slot already racing when it lands may still run) until `asked + SPAN`.
+    asked: DateTime<Utc>,
+    taken: DateTime<Utc>,
+    span: chrono::Duration,
+    /// Whether 2 slots past `taken + SPAN + 1 slot` ran within 60 s (a loaded machine's
+    /// scheduling delays, not the pause).
+    resumed: bool,
+}
+
+impl PausedFromSkewedClock {
+    fn run(offset: &str, span_s: i64) -> Option<Self> {
+        let lib = common::tools::libfaketime()?;
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("skewed{offset}");
+        let path = write_config(
+            dir.path(),
+            &config(&cluster.urls(), &receiver.uri(), &prefix),
+        );
+        let replicas = start(&path, 2);
+        let span = format!("{span_s}s");
+        let asked = Utc::now();
+        let out = cli_on_clock(&path, &lib, offset, &["pause", "push", "--until", &span]);
+        let taken = Utc::now();
+        assert!(out.status.success(), "{out:?}");
+        let span = chrono::Duration::seconds(span_s);
+        let ended = taken + span + chrono::Duration::seconds(1);
+        let resumed = common::wait_until(Duration::from_secs(60), || {
+            (sent_between(&receiver, ended, Utc::now()).len() >= 2).then_some(())
+        });
+        Some(PausedFromSkewedClock {
+            _cluster: cluster,
+            receiver,
+            _dir: dir,
+            path,
+            lib,
+            replicas,
+            asked,
+            taken,
+            span,
+            resumed: resumed.is_some(),
+        })
+    }
+
+    /// The slots sent while the pause surely held.
+    fn sent_while_held(&self) -> Vec<DateTime<Utc>> {
+        let one_slot = chrono::Duration::seconds(1);
+        sent_between(
+            &self.receiver,
+            self.taken + one_slot,
+            self.asked + self.span,
+        )
+    }
+}
+
+/// Issue 29, case 9 (scaled: 8 s for 5 min): `pause --until 8s` typed on a machine whose clock
+/// runs 10 minutes slow holds for 8 s from the moment it is taken, on the fleet clock (the
+/// laptop's `now + 8s` is 9:52 in the fleet's past: on main the pause never held). An absolute
+/// `--until` that is still ahead on the laptop's clock but past on the fleet's is refused
+/// (exit 2) instead of recording a pause that never holds.
+#[test]
+fn pause_until_from_a_slow_clock_holds_for_its_duration_on_the_fleet_clock() {
+    let Some(run) = PausedFromSkewedClock::run("-600s", 8) else {
+        return;
+    };
+    let past = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let refused = cli_on_clock(
+        &run.path,
+        &run.lib,
+        "-600s",
+        &["pause", "push", "--until", &past],
+    );
+    stop(&run.replicas);
+
+    let held = run.sent_while_held();
+    assert!(
+        held.is_empty(),
+        "--until 8s from a clock 10 min slow did not hold: sent {held:?} inside it"
+    );
+    assert!(run.resumed, "the pause did not end after 8 s");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("fleet"), "{said}");
+}
+
+/// Issue 29, case 9's other half (scaled: 4 s for 20 s): `pause --until 4s` typed on a machine
+/// whose clock runs 5 minutes fast ends 4 s after it is taken, not 5 min 4 s (on main it ended
+/// at the laptop's `now + 4s`, 304 s in the fleet's future).
+#[test]
+fn pause_until_from_a_fast_clock_ends_after_its_duration_on_the_fleet_clock() {
+    let Some(run) = PausedFromSkewedClock::run("+300s", 4) else {
+        return;
+    };
+    stop(&run.replicas);
+
+    let held = run.sent_while_held();
+    assert!(
+        held.is_empty(),
+        "the pause did not hold: sent {held:?} inside it"
+    );
+    assert!(
+        run.resumed,
+        "--until 4s from a clock 5 min fast did not end after 4 s: nothing sent in the 60 s after it"
     );
 }
