@@ -419,7 +419,9 @@ fn compare_destinations(
         move || {
             let config = read(&config);
             destinations::Own {
+                deployment: config.scheduler.deployment.clone(),
                 jobs: destinations::fingerprints(&config),
+                names: destinations::names(&config),
                 after: config.scheduler.destination_conflict_after,
             }
         },

@@ -794,36 +794,123 @@ fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
         Replica::run(&prod, "prod-2", &[]),
         Replica::run(&stag, "staging-1", &[]),
     ];
-    let conflict = |l: &Value| l["level"] == "ERROR" && l.get("other_replica").is_some();
+    let conflict = |l: &Value| {
+        let destination = l["level"] == "ERROR" && l.get("other_destination").is_some();
+        if destination {
+            assert_eq!(l["job"], "push");
+            assert_eq!(l["key_prefix"], "shared");
+        }
+        destination
+    };
+    let named = others_reported(&replicas, conflict);
+    assert_each_named_the_other_fleet(&replicas, &named);
+}
+
+/// The other fleet's replicas each of prod-1, prod-2 and staging-1 must report.
+const OTHER_FLEET: [&[&str]; 3] = [&["staging-1"], &["staging-1"], &["prod-1", "prod-2"]];
+
+/// Waits until each of prod-1, prod-2 and staging-1 in `replicas` has reported every replica
+/// of the other fleet ([`OTHER_FLEET`]) on lines `is_conflict` picks (staging-1 reports prod-1
+/// and prod-2 on lines of their own, in either order, so not the first line), or 30 s (the 2 s
+/// allowance plus a few 5 s exchange periods on a loaded machine); stops them and returns the
+/// replicas each named.
+fn others_reported(replicas: &[Replica], is_conflict: impl Fn(&Value) -> bool) -> Vec<Vec<String>> {
     let named = |r: &Replica| -> Vec<String> {
         let mut others: Vec<String> = r
             .json_lines()
             .into_iter()
-            .filter(|l| conflict(l))
-            .inspect(|l| {
-                assert_eq!(l["job"], "push");
-                assert_eq!(l["key_prefix"], "shared");
-            })
+            .filter(|l| is_conflict(l))
             .map(|l| l["other_replica"].as_str().unwrap().to_owned())
             .collect();
         others.sort_unstable();
         others.dedup();
         others
     };
-    // Each replica names every replica of the other fleet (staging-1 reports prod-1 and prod-2
-    // on lines of their own, in either order), so wait for all of them, not the first line.
-    let expected: [&[&str]; 3] = [&["staging-1"], &["staging-1"], &["prod-1", "prod-2"]];
-    for (r, others) in replicas.iter().zip(expected) {
-        let all = common::wait_until(Duration::from_secs(30), || {
+    for (r, others) in replicas.iter().zip(OTHER_FLEET) {
+        common::wait_until(Duration::from_secs(30), || {
             (named(r).len() >= others.len()).then_some(())
         });
-        assert!(all.is_some(), "{}: {:?}", r.name(), r.lines());
     }
-    stop(&replicas);
+    stop(replicas);
+    replicas.iter().map(named).collect()
+}
 
-    for (r, others) in replicas.iter().zip(expected) {
-        assert_eq!(named(r), others, "{}", r.name());
+/// Each replica named exactly the other fleet's replicas.
+fn assert_each_named_the_other_fleet(replicas: &[Replica], named: &[Vec<String>]) {
+    let ids = ["prod-1", "prod-2", "staging-1"];
+    assert_eq!(replicas.len(), ids.len());
+    for ((id, named), others) in ids.iter().zip(named).zip(OTHER_FLEET) {
+        assert_eq!(named, others, "{id} reported {named:?} within 30 s");
     }
+}
+
+/// Issue 29, case 10: production (2 replicas) and staging (1) on the same Redis and prefix,
+/// the same jobs.toml (a `command` job `backup` every second, a `log` job `note`), differing
+/// only by an environment variable the command reads. Every job sends to the same text, so the
+/// destination check saw nothing on main and staging silently ran a share of production's
+/// backups. Each replica must report the other deployment's replicas, naming the prefix, the
+/// variable that differs and the jobs they share.
+#[test]
+fn two_deployments_differing_by_an_environment_variable_are_reported() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("backups");
+    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    let text = format!(
+        r#"
+        [scheduler]
+        key_prefix = "shared"
+        max_clock_skew = "1s"
+        destination_conflict_after = "2s"
+        [redis]
+        nodes = [{nodes}]
+        node_timeout = "250ms"
+        [[job]]
+        name = "backup"
+        schedule = "* * * * * *"
+        timeout = "3s"
+        [job.action]
+        type = "command"
+        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]
+        [[job]]
+        name = "note"
+        schedule = "*/5 * * * * *"
+        [job.action]
+        type = "log"
+        content = "noted"
+        "#,
+        nodes = nodes.join(", "),
+        ran = ran.display(),
+    );
+    let path = write_config(dir.path(), &text);
+    let production = [("DEPLOY_ENV", "production")];
+    let replicas = vec![
+        Replica::run(&path, "prod-1", &production),
+        Replica::run(&path, "prod-2", &production),
+        Replica::run(&path, "staging-1", &[("DEPLOY_ENV", "staging")]),
+    ];
+    let conflict = |l: &Value| {
+        let deployment = l["level"] == "ERROR" && l.get("other_deployment").is_some();
+        if deployment {
+            assert_eq!(l["key_prefix"], "shared", "{l}");
+            assert_eq!(l["jobs"], r#"["backup", "note"]"#, "{l}");
+            let difference = l["difference"].as_str().unwrap_or_default();
+            assert!(difference.contains("DEPLOY_ENV"), "{l}");
+        }
+        deployment
+    };
+    let named = others_reported(&replicas, conflict);
+    // The harm itself, for FAULTS.md: staging's share of the backups (not the promise checked).
+    let backups = std::fs::read_to_string(&ran).unwrap_or_default();
+    let by_staging = backups
+        .lines()
+        .filter(|l| l.starts_with("staging "))
+        .count();
+    eprintln!(
+        "staging ran {by_staging} of {} backups",
+        backups.lines().count()
+    );
+    assert_each_named_the_other_fleet(&replicas, &named);
 }
 
 /// A pause read that reaches fewer than a majority keeps the last known state: with two of 3
