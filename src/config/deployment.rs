@@ -97,13 +97,24 @@ impl Deployment {
 }
 
 impl fmt::Display for Deployment {
-    /// The name, or `derived:` and a fingerprint of the whole identity.
+    /// The name, or `derived:`, a fingerprint of the whole identity and what it is derived
+    /// from (`slotcron check` prints it: run it with each deployment's environment to compare).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Deployment::Named(name) => f.write_str(name),
-            Deployment::Derived { .. } => {
+            Deployment::Derived { program, env } => {
                 let text = serde_json::to_string(self).unwrap_or_default();
-                write!(f, "derived:{}", fingerprint(&text))
+                let from: Vec<&str> = program
+                    .iter()
+                    .chain(env.keys())
+                    .map(String::as_str)
+                    .collect();
+                write!(
+                    f,
+                    "derived:{} (from: {})",
+                    fingerprint(&text),
+                    from.join(", ")
+                )
             }
         }
     }
@@ -199,6 +210,15 @@ mod tests {
             Deployment::of(Some("prod".into()), text, &named),
             Deployment::Named("prod".into())
         );
+    }
+
+    #[test]
+    fn a_derived_deployment_shows_what_it_is_derived_from() {
+        let text = "x = \"$DEPLOY_ENV {{ env.REGION }}\"";
+        let shown = Deployment::of(None, text, &env(&[])).to_string();
+        assert!(shown.starts_with("derived:"), "{shown}");
+        assert!(shown.ends_with(" (from: DEPLOY_ENV, REGION)"), "{shown}");
+        assert_eq!(Deployment::Named("prod".into()).to_string(), "prod");
     }
 
     #[test]
