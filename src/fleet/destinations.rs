@@ -247,19 +247,19 @@ fn report_deployment(prefix: &str, replica: &str, other: &str, own: &Own, theirs
         return;
     };
     let shared: Vec<&String> = own.names.intersection(&theirs.names).collect();
+    let difference = own.deployment.difference(deployment);
     tracing::error!(
         replica = %replica,
         other_replica = %other,
         key_prefix = %prefix,
         deployment = %own.deployment,
         other_deployment = %deployment,
-        difference = %own.deployment.difference(deployment),
+        difference = %difference,
         jobs = ?shared,
         "replicas {replica} and {other} share key_prefix {prefix:?} but belong to different \
-        deployments ({}): jobs of one name race for each other's slots, so each runs about half \
-        of them; give each deployment its own key_prefix (or the same [scheduler] deployment if \
-        they are one)",
-        own.deployment.difference(deployment)
+        deployments ({difference}): jobs of one name race for each other's slots, so each runs \
+        about half of them; give each deployment its own key_prefix (or the same [scheduler] \
+        deployment if they are one)"
     );
 }
 
