@@ -416,15 +416,7 @@ fn compare_destinations(
         nodes.clone(),
         replica.key_prefix.clone(),
         replica.name.clone(),
-        move || {
-            let config = read(&config);
-            destinations::Own {
-                deployment: config.scheduler.deployment.clone(),
-                jobs: destinations::fingerprints(&config),
-                names: destinations::names(&config),
-                after: config.scheduler.destination_conflict_after,
-            }
-        },
+        move || destinations::Own::of(&read(&config)),
         shutdown.clone(),
     ));
 }

@@ -111,9 +111,8 @@ impl Loader<'_> {
                 .unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
             durations::DESTINATION_CONFLICT_AFTER,
         )?;
-        let deployment = self.deployment(raw.deployment)?;
         Some(SchedulerConfig {
-            deployment: Deployment::of(deployment, text, self.env),
+            deployment: self.deployment(raw.deployment, text)?,
             timezone,
             key_prefix,
             max_clock_skew,
@@ -125,12 +124,16 @@ impl Loader<'_> {
         })
     }
 
-    /// `[scheduler] deployment`, `${VAR}` expanded (not scrubbed: a name, shown in logs); when
-    /// given, non-empty (`Some(None)`: not given).
-    fn deployment(&mut self, raw: Option<String>) -> Option<Option<String>> {
-        let Some(raw) = raw else { return Some(None) };
+    /// The deployment: `[scheduler] deployment`, `${VAR}` expanded (not scrubbed: a name,
+    /// shown in logs) and non-empty, or as [`Deployment::of`] finds it in `text`.
+    fn deployment(&mut self, raw: Option<String>, text: &str) -> Option<Deployment> {
+        let Some(raw) = raw else {
+            return Some(Deployment::of(None, text, self.env));
+        };
         let error = match super::env::expand(&raw, self.env) {
-            Ok(name) if !name.text.trim().is_empty() => return Some(Some(name.text)),
+            Ok(name) if !name.text.trim().is_empty() => {
+                return Some(Deployment::of(Some(name.text), text, self.env))
+            }
             Ok(_) => {
                 "must be non-empty (leave it out to derive the deployment from the environment)"
                     .to_owned()

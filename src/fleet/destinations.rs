@@ -46,17 +46,12 @@ struct Published {
 }
 
 /// Each job's destination fingerprint in `config` (jobs that send nowhere are left out).
-pub fn fingerprints(config: &Config) -> BTreeMap<String, String> {
+fn fingerprints(config: &Config) -> BTreeMap<String, String> {
     config
         .jobs
         .iter()
         .filter_map(|j| Some((j.name.clone(), j.action.destination_fingerprint()?)))
         .collect()
-}
-
-/// Every job's name in `config`.
-pub fn names(config: &Config) -> BTreeSet<String> {
-    config.jobs.iter().map(|j| j.name.clone()).collect()
 }
 
 /// What a replica compares: its deployment, its own jobs' fingerprints, and how long a
@@ -70,6 +65,18 @@ pub struct Own {
     pub names: BTreeSet<String>,
     /// `[scheduler] destination_conflict_after`.
     pub after: Duration,
+}
+
+impl Own {
+    /// What a replica running `config` compares.
+    pub fn of(config: &Config) -> Self {
+        Own {
+            deployment: config.scheduler.deployment.clone(),
+            jobs: fingerprints(config),
+            names: config.jobs.iter().map(|j| j.name.clone()).collect(),
+            after: config.scheduler.destination_conflict_after,
+        }
+    }
 }
 
 /// Writes and compares until `shutdown`; `own` gives the current configuration's view.
