@@ -416,13 +416,7 @@ fn compare_destinations(
         nodes.clone(),
         replica.key_prefix.clone(),
         replica.name.clone(),
-        move || {
-            let config = read(&config);
-            destinations::Own {
-                jobs: destinations::fingerprints(&config),
-                after: config.scheduler.destination_conflict_after,
-            }
-        },
+        move || destinations::Own::of(&read(&config)),
         shutdown.clone(),
     ));
 }

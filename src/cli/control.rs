@@ -4,16 +4,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::Utc;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
-    ConfigArg, Offset, EXIT_CONFIG, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit, runtime, time_or_span, unknown_job, BadTime,
+    ConfigArg, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
-use crate::fleet::control::{Control, Pause};
+use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Until};
 use crate::ops::telemetry::{self, LogFormat};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
@@ -72,15 +71,16 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let pause = Pause {
+    let order = PauseOrder {
         by: args.by.clone().unwrap_or_else(operator),
-        at: Utc::now(),
         until,
         reason: args.reason.clone(),
     };
-    match runtime.block_on(control.pause(&args.job, &pause)) {
-        Ok(_) => {
-            let until = until.map_or("until resumed".to_owned(), |u| format!("until {u}"));
+    match runtime.block_on(control.pause(&args.job, &order)) {
+        Ok(pause) => {
+            let until = pause
+                .until
+                .map_or("until resumed".to_owned(), |u| format!("until {u}"));
             println!(
                 "{}: paused on every replica from its next slot, {until} ({})",
                 args.job,
@@ -88,7 +88,11 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Err(e @ PauseError::AlreadyOver { .. }) => {
+            eprintln!("slotcron: {}: not paused: {e}", args.job);
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(e @ PauseError::NoMajority(_)) => {
             eprintln!("slotcron: {}: the pause did not hold: {e}", args.job);
             ExitCode::from(EXIT_UNAVAILABLE)
         }
@@ -210,9 +214,13 @@ fn control_of(
     Ok((runtime, config, control))
 }
 
-/// `--until`: an RFC 3339 time, or a duration from now.
-fn parse_until(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
-    time_or_offset(text, Offset::Ahead)
+/// `--until`: an RFC 3339 time, or a duration from the pause's stamp on the fleet's clock (not
+/// this machine's: see [`Until`]).
+fn parse_until(text: &str) -> Result<Until, BadTime> {
+    Ok(match time_or_span(text, Offset::Ahead)? {
+        TimeOrSpan::At(at) => Until::At(at),
+        TimeOrSpan::Span(span) => Until::After(span),
+    })
 }
 
 /// `$USER@hostname`: who runs the CLI, for the pause record.

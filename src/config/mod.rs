@@ -7,6 +7,7 @@
 mod actions;
 mod alerts;
 mod calendars;
+pub mod deployment;
 pub mod durations;
 mod endpoints;
 pub mod env;
@@ -271,7 +272,7 @@ impl<'e> Loader<'e> {
             }
         };
         self.check_top_level(&table);
-        let scheduler = self.scheduler(table.remove("scheduler"));
+        let scheduler = self.scheduler(table.remove("scheduler"), text);
         let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
         self.calendars(table.remove("calendar"));

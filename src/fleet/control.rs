@@ -65,6 +65,71 @@ impl Pause {
     }
 }
 
+/// When a pause ends by itself, as the operator gave it: judged on the fleet's clock when the
+/// pause is taken, never on the clock of the machine it was typed on (a laptop 10 minutes slow
+/// would otherwise end `--until 5m` before it began).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// This long after the pause's stamp (the nodes' `TIME`): `--until 2h`.
+    After(chrono::Duration),
+    /// At this instant: `--until 2026-12-28T09:00:00+08:00`.
+    At(DateTime<Utc>),
+}
+
+impl Until {
+    /// The pause's end when it is stamped `at`; a span too long for the calendar never ends.
+    fn end(self, at: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            Until::After(span) => at
+                .checked_add_signed(span)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+            Until::At(until) => until,
+        }
+    }
+}
+
+/// A pause as asked for, before the fleet stamps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseOrder {
+    /// Who pauses.
+    pub by: String,
+    /// When it ends by itself (`None`: until resumed).
+    pub until: Option<Until>,
+    /// Why.
+    pub reason: Option<String>,
+}
+
+/// Why a pause was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    /// Its end is not after its stamp on the fleet's clock: it would never hold.
+    #[error(
+        "--until {until} is not after the fleet's time ({now}, the Redis nodes' TIME): the \
+        pause would never hold (is this machine's clock off?)"
+    )]
+    AlreadyOver {
+        /// The end asked for.
+        until: DateTime<Utc>,
+        /// The fleet's time when the pause was to be taken.
+        now: DateTime<Utc>,
+    },
+    /// Fewer than a majority took it.
+    #[error(transparent)]
+    NoMajority(#[from] NoMajority),
+}
+
+impl PauseOrder {
+    /// The pause taken at `at` on the fleet's clock.
+    fn stamped(&self, at: DateTime<Utc>) -> Pause {
+        Pause {
+            by: self.by.clone(),
+            at,
+            until: self.until.map(|until| until.end(at)),
+            reason: self.reason.clone(),
+        }
+    }
+}
+
 /// One entry of a job's pause log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -161,20 +226,24 @@ impl Control {
         known.get(job).filter(|p| p.holds_at(t)).cloned()
     }
 
-    /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
-    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<Pause, NoMajority> {
+    /// Pauses `job` fleet-wide: stamped and ended on the fleet's clock, then the record on a
+    /// majority, the log, the announcement.
+    pub async fn pause(&self, job: &str, order: &PauseOrder) -> Result<Pause, PauseError> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(pause.clone());
+            return Ok(order.stamped(Utc::now()));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
             .1
             .pop()
             .flatten();
-        let pause = Pause {
-            at: stamp(nodes, newest.as_ref()).await,
-            ..pause.clone()
-        };
+        let pause = order.stamped(stamp(nodes, newest.as_ref()).await);
+        if let Some(until) = pause.until.filter(|until| *until <= pause.at) {
+            return Err(PauseError::AlreadyOver {
+                until,
+                now: pause.at,
+            });
+        }
         let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
@@ -638,6 +707,21 @@ mod tests {
         assert!(!p.holds_at(t(9)));
         assert!(p.holds_at(t(10)) && p.holds_at(t(19)));
         assert!(!p.holds_at(t(20)));
+    }
+
+    #[test]
+    fn an_until_duration_ends_after_the_fleet_stamp_an_absolute_one_where_it_says() {
+        let order = |until| PauseOrder {
+            by: "ops".into(),
+            until: Some(until),
+            reason: None,
+        };
+        let after = order(Until::After(chrono::Duration::seconds(300)));
+        assert_eq!(after.stamped(t(1000)).until, Some(t(1300)));
+        assert_eq!(
+            order(Until::At(t(1200))).stamped(t(1000)).until,
+            Some(t(1200))
+        );
     }
 
     #[test]
