@@ -1,5 +1,6 @@
 //! The replica's HTTP endpoints (`[http] listen`): `/healthz`, `/readyz`, `/metrics` and `/`,
-//! a server-rendered status page readable without JavaScript (`page`).
+//! a server-rendered status page readable without JavaScript (`page`), served by an accept
+//! loop that bounds what a client can hold open (`server`).
 //!
 //! What they show comes in [`Sources`], built by whoever starts the server: this module reads
 //! the replica's parts but never the scheduler that owns them.
@@ -7,6 +8,7 @@
 mod chart;
 mod fleet;
 mod page;
+mod server;
 mod view;
 
 use std::sync::{Arc, RwLock};
@@ -67,7 +69,7 @@ impl Sources {
     }
 }
 
-/// Serves until `shutdown`.
+/// Serves until `shutdown`, then drains for at most [`server::HTTP_GRACE`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     sources: Sources,
@@ -79,12 +81,7 @@ pub async fn serve(
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(sources);
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::error!(error = %e, "the status server stopped");
-    }
+    server::serve(listener, app, shutdown).await;
 }
 
 /// Live while the timeline is not overdue for a wake ([`crate::ops::liveness`]): 503 names how late.
