@@ -4,8 +4,11 @@
 
 mod common;
 
-use std::io::Write;
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -103,4 +106,171 @@ fn sigterm_exits_0_promptly_with_half_open_and_unread_http_connections() {
         "no graceful stop logged: {:?}",
         r.lines()
     );
+}
+
+/// The fleet of case 4: jobs `j00`.. each every second, posting to `receiver`, raced over
+/// `nodes`; the replica's endpoints on `port`.
+fn flood_config(nodes: &[String], receiver: &str, prefix: &str, port: u16, jobs: usize) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let mut text = format!(
+        "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n\
+         [http]\nlisten = \"127.0.0.1:{port}\"\n",
+        nodes.join(", ")
+    );
+    for i in 0..jobs {
+        text.push_str(&format!(
+            "[[job]]\nname = \"j{i:02}\"\nschedule = \"* * * * * *\"\n\
+             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
+        ));
+    }
+    text
+}
+
+/// A keep-alive client sending `HEAD /` as fast as it is answered, until `stop`.
+fn page_loader(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut loads = 0;
+        let mut s = connect(port);
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 4096];
+        while !stop.load(Ordering::Relaxed) {
+            if s.write_all(b"HEAD / HTTP/1.1\r\nHost: slotcron\r\n\r\n")
+                .is_err()
+            {
+                s = connect(port);
+                continue;
+            }
+            // One answer head (a HEAD has no body), usually one read.
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            loads += 1;
+        }
+        loads
+    })
+}
+
+/// Per job and slot (whole UTC seconds) in `[from, to)`: whether the receiver got it; the
+/// misses, and the lateness (arrival − slot) of what arrived, in ms.
+fn slots_between(receiver: &Receiver, jobs: usize, from: i64, to: i64) -> (Vec<String>, Vec<i64>) {
+    let mut arrived: HashMap<(String, i64), i64> = HashMap::new();
+    for (req, at) in receiver.received_at() {
+        let header = |name: &str| {
+            req.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (Some(job), Some(slot)) = (header("x-slotcron-job"), header("x-slotcron-slot")) else {
+            continue;
+        };
+        let slot = chrono::DateTime::parse_from_rfc3339(&slot)
+            .unwrap()
+            .timestamp();
+        let late = at.timestamp_millis() - slot * 1000;
+        arrived.entry((job, slot)).or_insert(late);
+    }
+    let mut missed = Vec::new();
+    let mut lateness = Vec::new();
+    for s in from..to {
+        for i in 0..jobs {
+            match arrived.get(&(format!("j{i:02}"), s)) {
+                Some(late) => lateness.push(*late),
+                None => missed.push(format!("j{i:02}@{s}")),
+            }
+        }
+    }
+    lateness.sort_unstable();
+    (missed, lateness)
+}
+
+/// CPU-seconds `pid` has used (user + system), from /proc: for the report, not asserted.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime, fields 14 and 15 of the line (11 and 12 after the name), in 1/100 s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn p99(sorted: &[i64]) -> i64 {
+    sorted.get(sorted.len() * 99 / 100).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_flood_of_status_page_loads_costs_no_slot() {
+    // The issue's scenario: two replicas, 40 jobs every second, twenty keep-alive clients
+    // sending HEAD / for 20 s (ten on each replica), after a quiet stretch to compare with.
+    const JOBS: usize = 40;
+    const CLIENTS: usize = 20;
+    const FLOOD: Duration = Duration::from_secs(20);
+    const QUIET: Duration = Duration::from_secs(10);
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let receiver = Receiver::start();
+    let ports = [free_port(), free_port()];
+    let replicas: Vec<Replica> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let text = flood_config(&nodes, &receiver.uri(), "flood", *port, JOBS);
+            let sub = dir.path().join(format!("r{i}"));
+            std::fs::create_dir_all(&sub).unwrap();
+            Replica::run(write_config(&sub, &text), &format!("r{i}"), &[])
+        })
+        .collect();
+    replicas.iter().for_each(started);
+    // Whole seconds on this machine's clock (the replicas' too: one host); the first and the
+    // last second of each stretch are left out (a stretch starts and ends mid-second).
+    let quiet_from = chrono::Utc::now().timestamp() + 2;
+    std::thread::sleep(QUIET);
+    let quiet_to = chrono::Utc::now().timestamp() - 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before: Vec<f64> = replicas.iter().map(|r| cpu_seconds(r.pid())).collect();
+    let flood_from = chrono::Utc::now().timestamp() + 1;
+    let loaders: Vec<_> = (0..CLIENTS)
+        .map(|i| page_loader(ports[i % 2], stop.clone()))
+        .collect();
+    std::thread::sleep(FLOOD);
+    let flood_to = chrono::Utc::now().timestamp() - 1;
+    stop.store(true, Ordering::Relaxed);
+    let cpu: Vec<String> = (replicas.iter().zip(&cpu_before))
+        .map(|(r, before)| format!("{:.1}", cpu_seconds(r.pid()) - before))
+        .collect();
+    let loads: usize = loaders.into_iter().map(|l| l.join().unwrap()).sum();
+    // Slots of the flood's last second arrive within their race and the action: 2 s of margin.
+    std::thread::sleep(Duration::from_secs(3));
+    let (quiet_missed, quiet_late) = slots_between(&receiver, JOBS, quiet_from, quiet_to);
+    let (missed, late) = slots_between(&receiver, JOBS, flood_from, flood_to);
+    eprintln!(
+        "quiet: {} slots, {} missed, p99 lateness {} ms; flood ({loads} page loads): {} slots, {} missed, p99 lateness {} ms, replicas' CPU-seconds {cpu:?}",
+        quiet_late.len() + quiet_missed.len(),
+        quiet_missed.len(),
+        p99(&quiet_late),
+        late.len() + missed.len(),
+        missed.len(),
+        p99(&late)
+    );
+    assert!(loads > CLIENTS, "the clients loaded the page {loads} times");
+    assert!(
+        missed.is_empty(),
+        "{} of {} slots missed under the flood, the first: {:?}",
+        missed.len(),
+        late.len() + missed.len(),
+        &missed[..missed.len().min(8)]
+    );
+    for r in &replicas {
+        r.terminate();
+    }
 }

@@ -9,6 +9,7 @@ mod chart;
 mod fleet;
 mod page;
 mod server;
+mod snapshot;
 mod view;
 
 use std::sync::{Arc, RwLock};
@@ -30,6 +31,7 @@ use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::ops::liveness::{Health, Liveness};
 use crate::record::history::History;
 use crate::time::schedule::SharedClock;
+pub use snapshot::Pages;
 
 /// Bound on the PING of each node that is not suspect, behind `/readyz`, `/metrics` and `/`.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -42,9 +44,11 @@ pub struct Sources {
     pub name: String,
     /// The lock, for its node pool: `/readyz`, `/metrics` and the page ping the nodes.
     pub lock: SlotLock,
-    /// The run records: the page's strips, charts and fleet shares.
+    /// The run records: the page's strips, charts and fleet shares; read on the page's own
+    /// connections to the nodes, not the races'.
     pub history: History,
-    /// The pauses in force and their log: the overview's paused column and paused slots.
+    /// The pauses in force and their log (read like `history`): the overview's paused column
+    /// and paused slots.
     pub control: Control,
     /// Served at `/metrics`.
     pub metrics: Arc<Metrics>,
@@ -57,6 +61,8 @@ pub struct Sources {
     pub membership: Membership,
     /// The configuration in force, swapped on reload.
     pub config: Arc<RwLock<Arc<Config>>>,
+    /// The page's snapshot and renderings: what bounds a page load's cost.
+    pub pages: Arc<Pages>,
 }
 
 impl Sources {

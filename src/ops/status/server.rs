@@ -35,6 +35,9 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// answer is served from memory or bounded reads, well under it), then their connections are
 /// dropped. Apart from the slots' drain, which waits for running actions.
 pub const HTTP_GRACE: Duration = Duration::from_secs(2);
+/// Connections served at once; past it the next waits in the listen backlog until one ends,
+/// so clients cannot grow the replica's tasks and memory without bound.
+pub const MAX_CONNECTIONS: usize = 256;
 /// Pause after a failed `accept` (out of file descriptors): retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -47,7 +50,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => match accepted {
                 Ok((stream, _)) => {
                     let connection = graceful.watch(connection(stream, app.clone()));
                     connections.spawn(connection);
