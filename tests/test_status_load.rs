@@ -274,3 +274,56 @@ fn a_flood_of_status_page_loads_costs_no_slot() {
         r.terminate();
     }
 }
+
+/// `/readyz` on `port`: its status and text.
+fn readyz(port: u16) -> (u16, String) {
+    let reply = http_get(port, "/readyz").expect("/readyz answers");
+    (reply.status, reply.body)
+}
+
+#[test]
+fn a_replica_whose_races_find_no_majority_fails_readyz_though_its_nodes_answer_ping() {
+    // The nodes run out of memory: they refuse the lock's writes (an error reply, so they are
+    // healthy in the replica's view) and still answer PING and TIME.
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let receiver = Receiver::start();
+    let port = free_port();
+    let text = flood_config(&nodes, &receiver.uri(), "full", port, 1);
+    let r = Replica::run(write_config(dir.path(), &text), "full", &[]);
+    started(&r);
+    // Slots run, and the replica is ready (the first slot within its second, plus margin).
+    receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(readyz(port).0, 200, "{}", readyz(port).1);
+    let set_maxmemory = |bytes: &str| {
+        for node in &nodes {
+            redis_cmd(node, &["CONFIG", "SET", "maxmemory", bytes]).unwrap();
+        }
+    };
+    set_maxmemory("1");
+    // Three slots in a row (one a second) without a majority; margin for a loaded machine.
+    let failed = wait_until(Duration::from_secs(30), || {
+        let (code, body) = readyz(port);
+        (code == 503).then_some(body)
+    });
+    let body = failed.unwrap_or_else(|| {
+        panic!(
+            "/readyz stayed 200 while no race found a majority: {:?}",
+            readyz(port)
+        )
+    });
+    assert!(body.contains("found no majority"), "{body}");
+    for node in &nodes {
+        assert!(
+            redis_cmd(node, &["PING"]).is_ok(),
+            "{node} stopped answering PING"
+        );
+    }
+    set_maxmemory("0");
+    let ready = wait_until(Duration::from_secs(30), || {
+        (readyz(port).0 == 200).then_some(())
+    });
+    assert!(ready.is_some(), "not ready again: {:?}", readyz(port));
+    r.terminate();
+}

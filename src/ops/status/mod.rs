@@ -163,17 +163,28 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
     }
     let up = nodes.iter().filter(|(_, up)| *up).count();
     let needed = crate::redis::quorum(nodes.len());
-    let status = if up >= needed {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let word = if up >= needed { "ready" } else { "not ready" };
     let topology = state.lock.nodes().map(|n| n.describe()).unwrap_or_default();
-    let mut text = format!(
-        "{word}: {up}/{} redis nodes answer, {needed} needed ({topology})\n",
+    let answer = format!(
+        "{up}/{} redis nodes answer, {needed} needed ({topology})",
         nodes.len()
     );
+    let cannot_race = state.liveness.cannot_race(tokio::time::Instant::now());
+    let (status, mut text) = match cannot_race {
+        _ if up < needed => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {answer}\n"),
+        ),
+        Some(c) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the races of the last {} slots found no majority of the nodes \
+                 (for {:.1} s), though {answer}\n",
+                c.instants,
+                c.since.as_secs_f64()
+            ),
+        ),
+        None => (StatusCode::OK, format!("ready: {answer}\n")),
+    };
     for shard in shards(&state.lock).await {
         text.push_str(&format!("cluster shard {shard}\n"));
     }
