@@ -338,93 +338,20 @@ async fn serve_status(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding the [http] listen address {listen}"))?;
-    let readers = page_readers(replica, &read(current)).await;
     let state = status::Sources {
         name: replica.name.clone(),
         lock: replica.lock.clone(),
-        history: readers.as_ref().map_or_else(
-            || replica.history.clone(),
-            |nodes| History::Redis {
-                nodes: nodes.clone(),
-                prefix: replica.key_prefix.clone(),
-            },
-        ),
-        control: readers.as_ref().map_or_else(
-            || replica.control.clone(),
-            |nodes| replica.control.reading_on(nodes.clone()),
-        ),
+        history: replica.history.clone(),
+        control: replica.control.clone(),
         metrics: replica.metrics.clone(),
         clock: replica.clock.clone(),
         liveness: replica.liveness.clone(),
         membership: replica.membership.clone(),
         config: current.clone(),
         pages: Arc::default(),
+        races: tokio::runtime::Handle::current(),
     };
-    tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
-    let listener = listener
-        .into_std()
-        .context("handing the [http] listener to its thread")?;
-    let serving = serve_then_settle(listener, state, shutdown.clone(), readers);
-    on_a_thread_of_its_own(serving, tracker).context("starting the status server's thread")
-}
-
-/// Runs `serving` on a thread and a runtime of its own, tracked by `tracker`: however many
-/// clients load the pages, the server takes one core at most, never the workers the races
-/// run on.
-fn on_a_thread_of_its_own(
-    serving: impl std::future::Future<Output = ()> + Send + 'static,
-    tracker: &TaskTracker,
-) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (done, finished) = tokio::sync::oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name("slotcron-http".into())
-        .spawn(move || {
-            runtime.block_on(serving);
-            drop(done);
-        })?;
-    tracker.spawn(async move {
-        let _ = finished.await;
-    });
-    Ok(())
-}
-
-/// The status page's own pool of connections to the nodes (`None` in standalone mode), so
-/// that its reads of every job's history, pause log and watermark never queue on the
-/// multiplexed connections the races use. A pool that cannot be opened (sentinel mode, no
-/// primary named just now) leaves the page on the races' pool, with a warning.
-async fn page_readers(replica: &Replica, config: &Config) -> Option<Arc<Nodes>> {
-    let redis = config.redis.as_ref()?;
-    let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
-    match Nodes::open(urls, timeout, ca, &redis.topology(), &replica.name).await {
-        Ok(nodes) => Some(Arc::new(nodes)),
-        Err(e) => {
-            tracing::warn!(replica = %replica.name, error = %e,
-                "the status page reads on the races' connections: its own could not be opened");
-            None
-        }
-    }
-}
-
-/// Serves until `shutdown`, then waits for the page's own requests still out.
-async fn serve_then_settle(
-    listener: std::net::TcpListener,
-    sources: status::Sources,
-    shutdown: CancellationToken,
-    readers: Option<Arc<Nodes>>,
-) {
-    match tokio::net::TcpListener::from_std(listener) {
-        Ok(listener) => status::serve(listener, sources, shutdown).await,
-        Err(e) => tracing::error!(error = %e, "the status server cannot listen"),
-    }
-    if let Some(readers) = readers {
-        readers.settle().await;
-    }
+    status::spawn(listen, state, tracker, shutdown).await
 }
 
 /// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet

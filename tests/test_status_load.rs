@@ -234,10 +234,14 @@ fn a_flood_of_status_page_loads_costs_no_slot() {
     // Whole seconds on this machine's clock (the replicas' too: one host); the first and the
     // last second of each stretch are left out (a stretch starts and ends mid-second).
     let quiet_from = chrono::Utc::now().timestamp() + 2;
+    let cpu_at_start: Vec<f64> = replicas.iter().map(|r| cpu_seconds(r.pid())).collect();
     std::thread::sleep(QUIET);
     let quiet_to = chrono::Utc::now().timestamp() - 1;
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before: Vec<f64> = replicas.iter().map(|r| cpu_seconds(r.pid())).collect();
+    let quiet_cpu: Vec<String> = (cpu_before.iter().zip(&cpu_at_start))
+        .map(|(now, start)| format!("{:.1}", now - start))
+        .collect();
     let flood_from = chrono::Utc::now().timestamp() + 1;
     let loaders: Vec<_> = (0..CLIENTS)
         .map(|i| page_loader(ports[i % 2], stop.clone()))
@@ -254,7 +258,7 @@ fn a_flood_of_status_page_loads_costs_no_slot() {
     let (quiet_missed, quiet_late) = slots_between(&receiver, JOBS, quiet_from, quiet_to);
     let (missed, late) = slots_between(&receiver, JOBS, flood_from, flood_to);
     eprintln!(
-        "quiet: {} slots, {} missed, p99 lateness {} ms; flood ({loads} page loads): {} slots, {} missed, p99 lateness {} ms, replicas' CPU-seconds {cpu:?}",
+        "quiet: {} slots, {} missed, p99 lateness {} ms, replicas' CPU-seconds {quiet_cpu:?} in {QUIET:?}; flood ({loads} page loads): {} slots, {} missed, p99 lateness {} ms, replicas' CPU-seconds {cpu:?}",
         quiet_late.len() + quiet_missed.len(),
         quiet_missed.len(),
         p99(&quiet_late),

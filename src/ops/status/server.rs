@@ -7,6 +7,10 @@
 //! So a request head must arrive within [`HEADER_READ_TIMEOUT`], a write must make progress
 //! within [`WRITE_STALL_TIMEOUT`], and at shutdown the server gives the requests in flight
 //! [`HTTP_GRACE`], its own grace apart from the slots' drain, then drops what is left.
+//!
+//! And the server answers at most [`ANSWERS_PER_SECOND`], all clients together: a request
+//! beyond waits for its turn, so a flood of even the cheapest request (a cached page, a
+//! `/healthz`) costs the replica a bounded share of a core, not all of one (case 4).
 
 use std::future::Future;
 use std::io;
@@ -14,6 +18,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::Response;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -38,11 +47,17 @@ pub const HTTP_GRACE: Duration = Duration::from_secs(2);
 /// Connections served at once; past it the next waits in the listen backlog until one ends,
 /// so clients cannot grow the replica's tasks and memory without bound.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Answers per second, all clients together: a browser, a probe and a scraper need a handful;
+/// at this rate the answers cost a few percent of a core, and a probe queued behind one
+/// request of each of [`MAX_CONNECTIONS`] clients waits half a second, within a kubelet's
+/// default 1 s timeout.
+pub const ANSWERS_PER_SECOND: u32 = 500;
 /// Pause after a failed `accept` (out of file descriptors): retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `app` on `listener` until `shutdown`, then drains for at most [`HTTP_GRACE`].
 pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
+    let app = app.layer(from_fn_with_state(Arc::new(Pace::default()), paced));
     let graceful = GracefulShutdown::new();
     // A JoinSet, not detached tasks: dropping it at the end aborts the connections the grace
     // did not see out, so none outlives the replica.
@@ -81,6 +96,41 @@ async fn drain(graceful: GracefulShutdown, mut connections: JoinSet<ClosedConnec
         );
     }
     connections.shutdown().await;
+}
+
+/// Each request waits for its turn at [`ANSWERS_PER_SECOND`].
+async fn paced(State(pace): State<Arc<Pace>>, request: Request, next: Next) -> Response {
+    pace.turn().await;
+    next.run(request).await
+}
+
+/// The turns of the server's answers, one per `1 / ANSWERS_PER_SECOND`.
+#[derive(Debug)]
+struct Pace {
+    /// The next free turn. A std mutex: held to take a turn, never across an await.
+    next: Mutex<Instant>,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace {
+            next: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl Pace {
+    /// Waits for this request's turn: at once while the server is under its rate.
+    async fn turn(&self) {
+        let period = Duration::from_secs(1) / ANSWERS_PER_SECOND;
+        let at = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let at = (*next).max(Instant::now());
+            *next = at + period;
+            at
+        };
+        tokio::time::sleep_until(at).await;
+    }
 }
 
 /// How one connection ended (its error is only the client's misbehaviour: not logged).

@@ -67,8 +67,8 @@ impl Snapshot {
         };
         let (reads, nodes, shards) = tokio::join!(
             read_all(sources, &config.jobs, &frame),
-            probe(&sources.lock),
-            shards(&sources.lock)
+            probe(sources),
+            shards(sources)
         );
         Snapshot {
             taken: Instant::now(),
