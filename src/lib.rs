@@ -59,8 +59,9 @@
 //!   race, the running lease) -> run (winner only) -> hand off -> record -> alert; one log
 //!   line and one counter per step (`report`).
 //! - [`ops`]: what operators see: `status` (`/healthz`, `/readyz`, `/metrics` and the status
-//!   page, from a snapshot of sources it owns), `ledger` (every scheduled slot of a period and
-//!   its fate, missed ones included), `liveness` (the timeline's watchdog behind `/healthz`),
+//!   page, from a snapshot of sources it owns, served on a thread of its own with bounded
+//!   clients), `ledger` (every scheduled slot of a period and its fate, missed ones included),
+//!   `liveness` (the timeline's watchdog behind `/healthz`, the races' verdicts behind `/readyz`),
 //!   `probe` (`slotcron health`, the image's HEALTHCHECK) and `telemetry` (log format, filter).
 //! - [`fleet`]: the fleet as one: `membership` (live replicas by heartbeat, grouped by their
 //!   jobs' definitions, and each slot's candidates), `destinations` (one fleet per prefix),

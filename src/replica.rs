@@ -338,9 +338,6 @@ async fn serve_status(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding the [http] listen address {listen}"))?;
     let state = status::Sources {
         name: replica.name.clone(),
         lock: replica.lock.clone(),
@@ -351,10 +348,10 @@ async fn serve_status(
         liveness: replica.liveness.clone(),
         membership: replica.membership.clone(),
         config: current.clone(),
+        pages: Arc::default(),
+        races: tokio::runtime::Handle::current(),
     };
-    tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
-    tracker.spawn(status::serve(listener, state, shutdown.clone()));
-    Ok(())
+    status::spawn(listen, state, tracker, shutdown).await
 }
 
 /// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet

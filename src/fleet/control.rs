@@ -217,6 +217,19 @@ impl Control {
         }
     }
 
+    /// The same control (the pauses this replica knows) reading its logs on `nodes`: the
+    /// status page's own connections, so its reads never queue ahead of a race's.
+    pub fn reading_on(&self, nodes: Arc<Nodes>) -> Self {
+        match self {
+            Control::Redis { prefix, known, .. } => Control::Redis {
+                nodes,
+                prefix: prefix.clone(),
+                known: known.clone(),
+            },
+            Control::Off => Control::Off,
+        }
+    }
+
     /// The pause of `job` that holds at `t`, as this replica knows it.
     pub fn paused(&self, job: &str, t: DateTime<Utc>) -> Option<Pause> {
         let Control::Redis { known, .. } = self else {
