@@ -512,3 +512,62 @@ fn a_cluster_down_at_start_is_used_once_it_is_up() {
     let took = (Utc::now() - up).num_milliseconds();
     eprintln!("cluster down at start: a slot ran within {took} ms of the nodes' restart");
 }
+
+/// How long the prefix's hash slot stays MIGRATING/IMPORTING before its keys move (the
+/// issue's scenario): every new key is answered `ASK`, every look over old and new keys
+/// `TRYAGAIN`.
+const MIGRATING_FOR: Duration = Duration::from_secs(5);
+/// The fleet's stretches before the migration starts and after the slot is reassigned.
+const BEFORE_MIGRATION: Duration = Duration::from_secs(4);
+const AFTER_MIGRATION: Duration = Duration::from_secs(5);
+
+/// `redis-cli --cluster reshard` of slotcron's hash slot while a fleet runs, every node up:
+/// the slot MIGRATING/IMPORTING for [`MIGRATING_FOR`], then its keys moved (`MIGRATE`) and the
+/// slot given to the other shard. The cluster client must follow `ASK` (with `ASKING` before
+/// each redirected command of a pipeline) and `TRYAGAIN`, then `MOVED`: every slot once.
+#[test]
+fn cluster_redis_7_a_slot_migration_is_followed_and_every_slot_runs_once() {
+    let _alone = one_at_a_time();
+    let cluster = ShardedCluster::start(3, 1, 1000, &[]);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let slot = cluster.key_slot("{slotcron}");
+    let from = cluster.shard_of("{slotcron}");
+    let to = (from + 1) % 3;
+    let config = write_config(
+        dir.path(),
+        &cluster_toml(&cluster.seed_urls(), &receiver.uri()),
+    );
+    let replicas = start_fleet(&config);
+    let start = Utc::now();
+    std::thread::sleep(BEFORE_MIGRATION);
+    cluster.begin_migration(slot, from, to);
+    std::thread::sleep(MIGRATING_FOR);
+    cluster.finish_migration(slot, from, to);
+    let moved = Utc::now();
+    std::thread::sleep(AFTER_MIGRATION);
+    let until = Utc::now() - chrono::Duration::milliseconds(1500);
+    std::thread::sleep(Duration::from_millis(1000));
+    replicas.iter().for_each(Replica::terminate);
+    let counts = receiver.counts_by_idempotency_key();
+    let lines: Vec<String> = replicas.iter().flat_map(Replica::lines).collect();
+    let slots = expected(start, until);
+    let missed = counted(&counts, &slots, |n| n == 0);
+    let twice = counted(&counts, &slots, |n| n > 1);
+    let unavailable = outcome_lines(&lines, "unavailable");
+    eprintln!(
+        "slot {slot} moved from shard {from} to {to} ({} ms after its start): {} of {} slots \
+         missed, {} twice, {} unavailable race line(s), {} line(s) naming a redirection",
+        (moved - start).num_milliseconds(),
+        missed.len(),
+        slots.len(),
+        twice.len(),
+        unavailable.len(),
+        redirections(&lines).len()
+    );
+    assert_eq!(twice, Vec::<String>::new(), "slots run twice");
+    assert_eq!(
+        missed,
+        Vec::<String>::new(),
+        "slots missed; unavailable lines: {unavailable:#?}"
+    );
+}
