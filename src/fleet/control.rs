@@ -36,12 +36,14 @@ use tokio_util::task::TaskTracker;
 use crate::record::history::History;
 use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
-use crate::redis::{Nodes, Replies};
+use crate::redis::{Nodes, Replication, Replies};
 use crate::time::fleet_clock::{FleetClock, Measurement};
 use crate::time::schedule::{Clock, SystemClock};
 
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long the `WAIT` mark of a pause or resume is kept (the mark only orders the `WAIT`).
+const WAIT_MARK_TTL: Duration = Duration::from_secs(1);
 /// Pause-log entries kept per job and node.
 const PAUSE_LOG_CAP: usize = 1000;
 
@@ -112,6 +114,31 @@ pub enum PauseState {
     },
 }
 
+/// A pause or resume a majority took, and how many of the primary's replicas acknowledged it
+/// (`None` in redlock mode, or with `wait_replicas = 0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken<T> {
+    /// What the command returns: the pause recorded, or the pause a resume ended.
+    pub change: T,
+    /// `WAIT`'s count, as for a won slot's lock.
+    pub replication: Option<Replication>,
+}
+
+impl<T> Taken<T> {
+    fn unreplicated(change: T) -> Self {
+        Taken {
+            change,
+            replication: None,
+        }
+    }
+
+    /// Fewer replicas than `wait_replicas` acknowledged the change: a failover now could lose
+    /// it.
+    pub fn is_short(&self) -> bool {
+        self.replication.is_some_and(|r| r.is_short())
+    }
+}
+
 /// A pause or resume reached fewer than a majority of the nodes.
 #[derive(Debug, thiserror::Error)]
 #[error("{acked} of {nodes} Redis node(s) took the change, {needed} needed: {errors}")]
@@ -135,8 +162,9 @@ pub enum Control {
         nodes: Arc<Nodes>,
         /// The configuration's `key_prefix`.
         prefix: String,
-        /// The pauses as last read, by job: the scheduler asks this before each slot.
-        known: Arc<RwLock<HashMap<String, Pause>>>,
+        /// The newest change of each job's pause as last read (or written back), by job: the
+        /// scheduler asks this before each slot, and a node that lost it is given it again.
+        known: Arc<RwLock<HashMap<String, PauseEvent>>>,
     },
     /// Standalone mode: one replica; pauses are not shared (the CLI needs Redis).
     Off,
@@ -158,13 +186,17 @@ impl Control {
             return None;
         };
         let known = known.read().unwrap_or_else(|p| p.into_inner());
-        known.get(job).filter(|p| p.holds_at(t)).cloned()
+        match known.get(job) {
+            Some(PauseEvent::Paused(pause)) if pause.holds_at(t) => Some(pause.clone()),
+            _ => None,
+        }
     }
 
-    /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
-    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<Pause, NoMajority> {
+    /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement, then the
+    /// primary's replicas asked to acknowledge it (sentinel and cluster modes).
+    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<Taken<Pause>, NoMajority> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(pause.clone());
+            return Ok(Taken::unreplicated(pause.clone()));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
@@ -179,15 +211,18 @@ impl Control {
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
         majority(nodes, cmd).await?;
-        self.changed(job, &PauseEvent::Paused(pause.clone())).await;
-        Ok(pause)
+        let replication = self.changed(job, &PauseEvent::Paused(pause.clone())).await;
+        Ok(Taken {
+            change: pause,
+            replication,
+        })
     }
 
-    /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority. Returns the
-    /// pause it ended, if one held.
-    pub async fn resume(&self, job: &str, by: &str) -> Result<Option<Pause>, NoMajority> {
+    /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority, acknowledged
+    /// as a pause is. Returns the pause it ended, if one held.
+    pub async fn resume(&self, job: &str, by: &str) -> Result<Taken<Option<Pause>>, NoMajority> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(None);
+            return Ok(Taken::unreplicated(None));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
@@ -202,17 +237,23 @@ impl Control {
         cmd.arg(pause_key(prefix, job))
             .arg(serde_json::to_string(&event).unwrap_or_default());
         majority(nodes, cmd).await?;
-        self.changed(job, &event).await;
-        Ok(match newest {
+        let replication = self.changed(job, &event).await;
+        let ended = match newest {
             Some(PauseEvent::Paused(pause)) => Some(pause),
             Some(PauseEvent::Resumed { .. }) | None => None,
+        };
+        Ok(Taken {
+            change: ended,
+            replication,
         })
     }
 
-    /// Logs and announces a change (best effort: the record on the nodes is what counts).
-    async fn changed(&self, job: &str, event: &PauseEvent) {
+    /// Logs and announces a change (best effort: the record on the nodes is what counts), then
+    /// waits for the primary's replicas to have both (`WAIT`, as for a won slot's lock): a
+    /// failover to a replica without them would lose the change.
+    async fn changed(&self, job: &str, event: &PauseEvent) -> Option<Replication> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return;
+            return None;
         };
         nodes
             .query::<Value>(
@@ -221,12 +262,18 @@ impl Control {
                 Replies::settled,
             )
             .await;
+        let replication = nodes
+            .replicated(&pause_key(prefix, job), WAIT_MARK_TTL)
+            .await;
         pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
+        replication
     }
 
     /// Reads the pause state of every job in `jobs` into what this replica knows (one `MGET`
     /// per node for all of them); a job whose state a majority did not answer keeps its last
-    /// known state (logged).
+    /// known state (logged). A change this replica knows that is newer than any the nodes
+    /// answered was lost by them (a failover to a replica that had not received it, a node
+    /// restarted empty): it is written back onto them rather than forgotten (logged).
     pub async fn refresh(&self, jobs: &[String]) {
         let Control::Redis {
             nodes,
@@ -237,23 +284,20 @@ impl Control {
             return;
         };
         let (answered, newest) = read_newest(nodes, prefix, jobs).await;
-        let mut known = known.write().unwrap_or_else(|p| p.into_inner());
-        for (job, newest) in jobs.iter().zip(newest) {
-            match pause_state(nodes, answered, newest) {
-                PauseState::Held(pause) => {
-                    known.insert(job.clone(), pause);
+        let mut lost = Vec::new();
+        {
+            let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+            for (job, newest) in jobs.iter().zip(newest) {
+                let kept = known.get(job);
+                if answered >= nodes.quorum() && is_newer(kept, newest.as_ref()) {
+                    lost.extend(kept.map(|event| (job.clone(), event.clone())));
+                    continue;
                 }
-                PauseState::NotHeld => {
-                    known.remove(job);
-                }
-                PauseState::Unknown { answered } => tracing::warn!(
-                    job = %job,
-                    answered,
-                    needed = nodes.quorum(),
-                    paused = known.contains_key(job),
-                    "pause state not read from a majority of Redis nodes: keeping the last known state"
-                ),
+                learn(&mut known, job, pause_state(nodes, answered, newest), nodes);
             }
+        }
+        for (job, event) in lost {
+            restore(nodes, prefix, &job, &event).await;
         }
     }
 
@@ -394,14 +438,72 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
 
 /// A job's pause state, read like a lock from `answered` nodes: held when any node of an
 /// answering majority holds a pause newer than every resume seen ([`read_newest`]).
-fn pause_state(nodes: &Nodes, answered: usize, newest: Option<PauseEvent>) -> PauseState {
+fn pause_state(
+    nodes: &Nodes,
+    answered: usize,
+    newest: Option<PauseEvent>,
+) -> (PauseState, Option<PauseEvent>) {
     if answered < nodes.quorum() {
-        return PauseState::Unknown { answered };
+        return (PauseState::Unknown { answered }, newest);
     }
-    match newest {
-        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause),
+    let state = match &newest {
+        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause.clone()),
         Some(PauseEvent::Resumed { .. }) | None => PauseState::NotHeld,
+    };
+    (state, newest)
+}
+
+/// Whether `kept`, the change this replica knows, is newer than `read`, the newest the nodes
+/// answered (or they answered none).
+fn is_newer(kept: Option<&PauseEvent>, read: Option<&PauseEvent>) -> bool {
+    match (kept, read) {
+        (Some(kept), Some(read)) => kept.at() > read.at(),
+        (Some(_), None) => true,
+        (None, _) => false,
     }
+}
+
+/// What this replica knows of `job` after a read found `state`.
+fn learn(
+    known: &mut HashMap<String, PauseEvent>,
+    job: &str,
+    state: (PauseState, Option<PauseEvent>),
+    nodes: &Nodes,
+) {
+    match state {
+        (PauseState::Unknown { answered }, _) => tracing::warn!(
+            job = %job,
+            answered,
+            needed = nodes.quorum(),
+            paused = matches!(known.get(job), Some(PauseEvent::Paused(_))),
+            "pause state not read from a majority of Redis nodes: keeping the last known state"
+        ),
+        (_, Some(event)) => {
+            known.insert(job.to_owned(), event);
+        }
+        (_, None) => {
+            known.remove(job);
+        }
+    }
+}
+
+/// Writes `event`, the newest change of `job`'s pause this replica knows, back onto the nodes
+/// that answered without it: the record and its pause-log entry (the ledger's), logged.
+async fn restore(nodes: &Nodes, prefix: &str, job: &str, event: &PauseEvent) {
+    let paused = matches!(event, PauseEvent::Paused(_));
+    tracing::warn!(job, paused, at = %event.at(),
+        "the Redis nodes lost this job's newest pause change (a failover to a replica that had \
+        not received it, or a node restarted empty): written back from this replica's memory");
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(pause_key(prefix, job))
+        .arg(serde_json::to_string(event).unwrap_or_default());
+    nodes
+        .query::<Value>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    let log = xadd_log(prefix, job, event);
+    nodes
+        .query::<Value>(log, CONTROL_TIMEOUT, Replies::settled)
+        .await;
 }
 
 /// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`

@@ -343,13 +343,7 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
 /// `history`, `trigger`…); panics unless it exits 0. Returns its stdout. The caller's
 /// `RUST_LOG` is not passed on, so the log lines a test reads are the default `info` ones.
 pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let out = slotcron_cli_output(config, args);
     assert!(
         out.status.success(),
         "slotcron {args:?}: {}{}",
@@ -357,4 +351,21 @@ pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`slotcron_cli`] whatever its exit: the code, and its stdout then its stderr.
+pub fn slotcron_cli_status(config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = slotcron_cli_output(config, args);
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text.into_owned())
+}
+
+fn slotcron_cli_output(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
 }
