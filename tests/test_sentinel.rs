@@ -569,6 +569,11 @@ fn redis_7_sentinel_a_pause_the_replica_missed_holds_through_a_failover_and_its_
         "a pause no replica acknowledged is reported: exit {code:?}: {said}"
     );
     assert_eq!(ran_paused, Vec::<String>::new(), "paused slots ran");
+    let counted = "a pause change reached fewer replicas than wait_replicas";
+    assert!(
+        fleet.count_lines(counted, None) >= 1,
+        "the replicas that heard the pause count and log its short WAIT"
+    );
     let restored = "the Redis nodes lost this job's newest pause change";
     assert!(
         fleet.count_lines(restored, None) >= 1,

@@ -18,9 +18,15 @@
 //! one at a time, so loses nothing. A change is stamped on the nodes' `TIME`, after the newest
 //! change it read, so changes order as the fleet saw them, not by the operators' clocks.
 //!
+//! In sentinel and cluster modes the one primary's replicas are what a failover keeps: a
+//! change is acknowledged by them (`WAIT`, as a won slot's lock is) and reported when short, by
+//! the CLI and by each replica that hears it (counted). A replica also keeps the newest change
+//! of each job it read, and when the nodes answer with an older one or none (a replica promoted
+//! without it), writes it back rather than forgetting it ([`Control::refresh`]).
+//!
 //! Why so long: about 65 of its lines are unit tests; the code is one record (the pause, its
-//! tombstone and its log: written, read like a lock, repaired) whose writer and readers change
-//! together.
+//! tombstone and its log: written, read like a lock, acknowledged, repaired) whose writer and
+//! readers change together.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -33,6 +39,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::metrics::Metrics;
 use crate::record::history::History;
 use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
@@ -165,6 +172,9 @@ pub enum Control {
         /// The newest change of each job's pause as last read (or written back), by job: the
         /// scheduler asks this before each slot, and a node that lost it is given it again.
         known: Arc<RwLock<HashMap<String, PauseEvent>>>,
+        /// Where a change heard but not acknowledged by the replicas is counted (a running
+        /// replica's; the CLI has none).
+        metrics: Option<Arc<Metrics>>,
     },
     /// Standalone mode: one replica; pauses are not shared (the CLI needs Redis).
     Off,
@@ -177,6 +187,25 @@ impl Control {
             nodes,
             prefix: prefix.to_owned(),
             known: Arc::default(),
+            metrics: None,
+        }
+    }
+
+    /// The same, counting the changes it hears that the primary's replicas did not acknowledge.
+    pub fn counting(self, counted: Arc<Metrics>) -> Self {
+        match self {
+            Control::Redis {
+                nodes,
+                prefix,
+                known,
+                ..
+            } => Control::Redis {
+                nodes,
+                prefix,
+                known,
+                metrics: Some(counted),
+            },
+            Control::Off => Control::Off,
         }
     }
 
@@ -273,18 +302,20 @@ impl Control {
     /// per node for all of them); a job whose state a majority did not answer keeps its last
     /// known state (logged). A change this replica knows that is newer than any the nodes
     /// answered was lost by them (a failover to a replica that had not received it, a node
-    /// restarted empty): it is written back onto them rather than forgotten (logged).
-    pub async fn refresh(&self, jobs: &[String]) {
+    /// restarted empty): it is written back onto them rather than forgotten (logged). Returns
+    /// the jobs whose newest change this read learned.
+    pub async fn refresh(&self, jobs: &[String]) -> Vec<String> {
         let Control::Redis {
             nodes,
             prefix,
             known,
+            ..
         } = self
         else {
-            return;
+            return Vec::new();
         };
         let (answered, newest) = read_newest(nodes, prefix, jobs).await;
-        let mut lost = Vec::new();
+        let (mut lost, mut learned) = (Vec::new(), Vec::new());
         {
             let mut known = known.write().unwrap_or_else(|p| p.into_inner());
             for (job, newest) in jobs.iter().zip(newest) {
@@ -293,12 +324,47 @@ impl Control {
                     lost.extend(kept.map(|event| (job.clone(), event.clone())));
                     continue;
                 }
-                learn(&mut known, job, pause_state(nodes, answered, newest), nodes);
+                if learn(&mut known, job, pause_state(nodes, answered, newest), nodes) {
+                    learned.push(job.clone());
+                }
             }
         }
         for (job, event) in lost {
             restore(nodes, prefix, &job, &event).await;
         }
+        learned
+    }
+
+    /// A change of `job` heard: the primary's replicas are asked for it too (`WAIT`, sentinel
+    /// and cluster modes), so a change `pause` or `resume` could not get acknowledged is
+    /// counted and logged where the fleet is watched, not only on the operator's terminal.
+    async fn confirm(&self, job: &str) {
+        let Control::Redis {
+            nodes,
+            prefix,
+            metrics,
+            ..
+        } = self
+        else {
+            return;
+        };
+        let key = pause_key(prefix, job);
+        let Some(replication) = nodes.replicated(&key, WAIT_MARK_TTL).await else {
+            return;
+        };
+        if !replication.is_short() {
+            return;
+        }
+        if let Some(metrics) = metrics {
+            metrics.unreplicated_pause_change(job);
+        }
+        tracing::warn!(
+            job,
+            acked = replication.acked,
+            wanted = replication.wanted,
+            "a pause change reached fewer replicas than wait_replicas: a failover now could \
+            lose it (this replica keeps it, and writes it back onto a primary that lost it)"
+        );
     }
 
     /// Writes the fleet state of every job in `jobs` that does not expire (pause log,
@@ -399,7 +465,11 @@ async fn follow(
                     control.repair(&jobs).await;
                 }
             }
-            Heard::Message(job) => control.refresh(&[job]).await,
+            Heard::Message(job) => {
+                for job in control.refresh(&[job]).await {
+                    control.confirm(&job).await;
+                }
+            }
         }
     }
 }
@@ -463,13 +533,14 @@ fn is_newer(kept: Option<&PauseEvent>, read: Option<&PauseEvent>) -> bool {
     }
 }
 
-/// What this replica knows of `job` after a read found `state`.
+/// What this replica knows of `job` after a read found `state`; whether that is a change it
+/// did not know.
 fn learn(
     known: &mut HashMap<String, PauseEvent>,
     job: &str,
     state: (PauseState, Option<PauseEvent>),
     nodes: &Nodes,
-) {
+) -> bool {
     match state {
         (PauseState::Unknown { answered }, _) => tracing::warn!(
             job = %job,
@@ -478,13 +549,12 @@ fn learn(
             paused = matches!(known.get(job), Some(PauseEvent::Paused(_))),
             "pause state not read from a majority of Redis nodes: keeping the last known state"
         ),
-        (_, Some(event)) => {
-            known.insert(job.to_owned(), event);
-        }
+        (_, Some(event)) => return known.insert(job.to_owned(), event.clone()) != Some(event),
         (_, None) => {
             known.remove(job);
         }
     }
+    false
 }
 
 /// Writes `event`, the newest change of `job`'s pause this replica knows, back onto the nodes
