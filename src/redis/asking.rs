@@ -19,7 +19,9 @@
 //! redirected go again: the `ASK`ed ones to the target, each as `ASKING` + command inside one
 //! pipeline (written in one piece, so nothing lands between them), the `TRYAGAIN`ed ones after
 //! [`TRYAGAIN_PAUSE`], the `MOVED` ones to the new owner. It is used only while a migration is
-//! seen ([`Asking::active`]): redis-rs keeps every other case (routing, failovers).
+//! seen ([`Asking::active`]): redis-rs keeps every other case (routing, failovers). The limit:
+//! the request that first meets a migration is redis-rs's, retried by it as above until it
+//! gives up `ASK` (or `TRYAGAIN`); its answer is then taken again on this path.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
