@@ -47,6 +47,12 @@ use crate::redis::{Nodes, Replication, Replies};
 use crate::time::fleet_clock::{FleetClock, Measurement};
 use crate::time::schedule::{Clock, SystemClock};
 
+/// What a replica announces once first subscribed: every replica reads every job's pause again,
+/// so a change the nodes lost is written back by a replica that knew it ([`Control::refresh`])
+/// soon after a new replica starts, even where no replica saw the loss happen (a cluster's
+/// failover: the subscriptions are on the seeds, which stay up). Never a job name (those are
+/// `[A-Za-z0-9._-]`).
+const EVERY_JOB: &str = "*";
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long the `WAIT` mark of a pause or resume is kept (the mark only orders the `WAIT`).
@@ -367,6 +373,13 @@ impl Control {
         );
     }
 
+    /// Publishes `payload` on the control channel (a job's name: read it again).
+    async fn announce(&self, payload: &str) {
+        if let Control::Redis { nodes, prefix, .. } = self {
+            pubsub::publish_all(nodes, &channel(prefix), payload, CONTROL_TIMEOUT).await;
+        }
+    }
+
     /// Writes the fleet state of every job in `jobs` that does not expire (pause log,
     /// watermark, run history) back onto the nodes that lost it: after a node's subscription
     /// reopened, since the node may have come back empty.
@@ -456,6 +469,7 @@ async fn follow(
     jobs: impl Fn() -> Vec<String>,
     shutdown: CancellationToken,
 ) {
+    let mut announced = false;
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         match message {
             Heard::Subscribed { again } => {
@@ -464,6 +478,12 @@ async fn follow(
                 if again {
                     control.repair(&jobs).await;
                 }
+                if !std::mem::replace(&mut announced, true) {
+                    control.announce(EVERY_JOB).await;
+                }
+            }
+            Heard::Message(every) if every == EVERY_JOB => {
+                control.refresh(&jobs()).await;
             }
             Heard::Message(job) => {
                 for job in control.refresh(&[job]).await {
@@ -574,6 +594,8 @@ async fn restore(nodes: &Nodes, prefix: &str, job: &str, event: &PauseEvent) {
     nodes
         .query::<Value>(log, CONTROL_TIMEOUT, Replies::settled)
         .await;
+    // A replica started since the loss read the nodes without it: it reads the job again.
+    pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
 }
 
 /// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`

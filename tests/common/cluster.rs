@@ -276,3 +276,20 @@ impl ShardedCluster {
         redis_query(&self.admin_url(0), &["CLUSTER", "KEYSLOT", key]).expect("CLUSTER KEYSLOT")
     }
 }
+
+impl ShardedCluster {
+    /// Cuts the replication link of shard `shard`'s first replica and keeps it down (a wrong
+    /// `masterauth`, its link killed: each reconnection fails at `AUTH`); it still gossips, and
+    /// can be promoted.
+    pub fn cut_replication(&self, shard: usize) {
+        let replicas = (self.nodes.len() - self.primaries) / self.primaries;
+        let replica = self.primaries + shard * replicas;
+        self.admin(
+            replica,
+            &["CONFIG", "SET", "masterauth", "not-the-primary-s"],
+        );
+        self.admin(replica, &["CLIENT", "KILL", "TYPE", "master"]);
+        let down = || (!self.replication(replica).contains("master_link_status:up")).then_some(());
+        wait_until(FORM_DEADLINE, down).expect("the replica's link stays down");
+    }
+}
