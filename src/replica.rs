@@ -151,7 +151,7 @@ impl Replica {
                 prefix: prefix.clone(),
             },
             handoffs: Handoffs::redis(nodes.clone(), &prefix),
-            control: Control::redis(nodes.clone(), &prefix),
+            control: Control::redis(nodes.clone(), &prefix).counting(metrics.clone()),
             lock: SlotLock::Redlock(lock),
             metrics,
             client,

@@ -12,7 +12,7 @@ use super::shared::{
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
-use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Until};
+use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Taken, Until};
 use crate::ops::telemetry::{self, LogFormat};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
@@ -77,8 +77,9 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
         reason: args.reason.clone(),
     };
     match runtime.block_on(control.pause(&args.job, &order)) {
-        Ok(pause) => {
-            let until = pause
+        Ok(taken) => {
+            let until = taken
+                .change
                 .until
                 .map_or("until resumed".to_owned(), |u| format!("until {u}"));
             println!(
@@ -86,7 +87,7 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
                 args.job,
                 config.path.display()
             );
-            ExitCode::SUCCESS
+            replicated(&args.job, "pause", &taken)
         }
         Err(e @ PauseError::AlreadyOver { .. }) => {
             eprintln!("slotcron: {}: not paused: {e}", args.job);
@@ -108,26 +109,42 @@ pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
         Err(code) => return code,
     };
     let by = args.by.clone().unwrap_or_else(operator);
-    let ended = match runtime.block_on(control.resume(&args.job, &by)) {
-        Ok(ended) => ended,
+    let taken = match runtime.block_on(control.resume(&args.job, &by)) {
+        Ok(taken) => taken,
         Err(e) => {
             eprintln!("slotcron: {}: the resume did not hold: {e}", args.job);
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
-    let Some(pause) = ended else {
+    let Some(pause) = &taken.change else {
         println!("{}: was not paused", args.job);
-        return ExitCode::SUCCESS;
+        return replicated(&args.job, "resume", &taken);
     };
     println!(
         "{}: resumed (paused by {} at {})",
         args.job, pause.by, pause.at
     );
-    if !args.catch_up {
-        return ExitCode::SUCCESS;
+    if !args.catch_up || taken.is_short() {
+        return replicated(&args.job, "resume", &taken);
     }
     telemetry::init(log_format);
-    catch_up_pause(&config, &args.job, &pause, &runtime)
+    catch_up_pause(&config, &args.job, pause, &runtime)
+}
+
+/// Exit 0 when the primary's replicas acknowledged the change (`WAIT`, sentinel and cluster
+/// modes), as a won slot's lock must be; else says so and exits 4: the change holds on the
+/// primary, but a failover before a replica has it would lose it there (the replicas that
+/// heard it write it back, README), so the operator runs it again once a replica is back.
+fn replicated<T>(job: &str, what: &str, taken: &Taken<T>) -> ExitCode {
+    let Some(replication) = taken.replication.filter(|_| taken.is_short()) else {
+        return ExitCode::SUCCESS;
+    };
+    eprintln!(
+        "slotcron: {job}: the {what} reached {} of {} replica(s) of the primary (wait_replicas): \
+         a failover now could lose it; run it again once a replica is back",
+        replication.acked, replication.wanted
+    );
+    ExitCode::from(EXIT_UNAVAILABLE)
 }
 
 /// Runs the newest slot of `job` inside `pause`, as a catch-up through the race: judged on
