@@ -755,3 +755,83 @@ fn two_live_replicas_under_one_id_both_warn_naming_it() {
         "a replica restarted under its own id took its earlier run for a namesake"
     );
 }
+
+/// The command lines of the README's recipe for several replicas on one host (in "Running a
+/// fleet": the code block with more than one `slotcron run`), parsed by slotcron's own parser.
+fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
+    use clap::Parser;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let (_, section) = readme.split_once("\n## Running a fleet\n").unwrap();
+    let section = section.split("\n## ").next().unwrap();
+    let blocks: Vec<Vec<&str>> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|block| {
+            (block.lines().map(str::trim))
+                .filter(|l| l.starts_with("slotcron run "))
+                .collect()
+        })
+        .collect();
+    let recipe = blocks.into_iter().find(|lines| lines.len() > 1);
+    let recipe = recipe.expect("no block of several `slotcron run` lines in Running a fleet");
+    recipe
+        .iter()
+        .map(|line| {
+            let words = line.trim_end_matches('&').split_whitespace();
+            match slotcron::cli::Cli::try_parse_from(words).unwrap().command {
+                slotcron::cli::Command::Run(args) => args,
+                other => panic!("{line}: not `run`: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+/// The README's recipe for several replicas on one host, as written, gives each its own id and
+/// status address (parsed by slotcron's parser, with no `SLOTCRON_*` variable set). Run with
+/// those ids (the test's nodes in place of the file, free ports in place of the written ones,
+/// which another process on this machine may hold), each replica sees the three and none warns
+/// about a namesake.
+#[test]
+fn the_readmes_one_host_recipe_gives_each_replica_its_own_id_and_port() {
+    let recipe = readme_local_fleet();
+    let ids: BTreeSet<String> = recipe.iter().filter_map(|a| a.replica_id.clone()).collect();
+    let ports: BTreeSet<_> = recipe.iter().filter_map(|a| a.http_listen).collect();
+    assert_eq!(ids.len(), recipe.len(), "ids: {recipe:?}");
+    assert_eq!(ports.len(), recipe.len(), "status addresses: {recipe:?}");
+
+    let _fleet = one_fleet_at_a_time();
+    let cluster = RedisCluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"recipe\"\n[redis]\nnodes = [{:?}]\n\
+         [[job]]\nname = \"idle\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+        cluster.urls()[0]
+    );
+    let path = write_config(dir.path(), &text);
+    let replicas: Vec<Replica> = ids
+        .iter()
+        .map(|id| {
+            let listen = format!("127.0.0.1:{}", common::free_port());
+            let mut cmd = Replica::run_command(&path, id);
+            cmd.args(["--http-listen", &listen]).env("RUST_LOG", "info");
+            Replica::spawn_cmd(id, cmd)
+        })
+        .collect();
+    let all: Vec<String> = ids.iter().cloned().collect();
+    for r in &replicas {
+        let view = common::wait_until(NAMESAKE_WITHIN, || logged_view(r).filter(|v| *v == all));
+        assert!(
+            view.is_some(),
+            "{} never saw {all:?}: {:?}",
+            r.name(),
+            r.lines()
+        );
+    }
+    until_members(&cluster, "recipe", &ids);
+    for r in &replicas {
+        assert_eq!(namesake_warnings(r), Vec::<Value>::new(), "{}", r.name());
+    }
+}
