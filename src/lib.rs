@@ -64,7 +64,8 @@
 //!   `liveness` (the timeline's watchdog behind `/healthz`, the races' verdicts behind `/readyz`),
 //!   `probe` (`slotcron health`, the image's HEALTHCHECK) and `telemetry` (log format, filter).
 //! - [`fleet`]: the fleet as one: `membership` (live replicas by heartbeat, grouped by their
-//!   jobs' definitions, and each slot's candidates), `destinations` (one fleet per prefix),
+//!   jobs' definitions, and each slot's candidates), `namesakes` (two live replicas under one
+//!   id, found by the heartbeat and warned about), `destinations` (one fleet per prefix),
 //!   `handoff` (offers of slots a winner could not deliver) and `control` (fleet-wide pause and
 //!   resume of jobs, and their log).
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.

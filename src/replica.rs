@@ -492,7 +492,7 @@ async fn wait_for_reload(
 /// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
 /// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
 async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
-    match config::load_guarded(&old.path).await {
+    match config::reload(old).await {
         Ok(new) => {
             warn_about_restart_only_changes(old, &new);
             replica.metrics.config_reload(ReloadResult::Applied);

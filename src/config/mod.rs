@@ -66,6 +66,23 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+impl Config {
+    /// Serves the status endpoints on `listen`, whatever the file's `[http]` says (or without
+    /// one): one file for replicas that share a host, each on its own port.
+    pub fn override_http(&mut self, listen: std::net::SocketAddr) {
+        let overridden = true;
+        self.http = Some(HttpConfig { listen, overridden });
+    }
+
+    /// This reload of `old`'s file, with the command line's overrides of `old`.
+    fn with_overrides_of(mut self, old: &Config) -> Self {
+        if let Some(http) = old.http.filter(|http| http.overridden) {
+            self.http = Some(http);
+        }
+        self
+    }
+}
+
 /// What a slot does while the job's previous run is still going somewhere in the fleet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Overlap {
@@ -135,6 +152,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// running schedule kept instead of the replica lost with it.
 pub async fn load_guarded(path: &Path) -> Result<Config, ConfigErrors> {
     guarded(path, load).await
+}
+
+/// A running replica's reload of `old`'s file ([`load_guarded`]), keeping the command line's
+/// overrides of `old` (`run --http-listen`): the file's `[http]` does not replace them.
+pub async fn reload(old: &Config) -> Result<Config, ConfigErrors> {
+    let new = load_guarded(&old.path).await?;
+    Ok(new.with_overrides_of(old))
 }
 
 /// Runs `load` on `path` on a blocking thread; its panic becomes a file-level error.
