@@ -376,7 +376,9 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
             "{name} mounts {mount}: a directory holding {config_file}"
         );
         assert!(
-            !mounts.iter().any(|m| m.split(':').nth(1) == Some(&*dockerfile_config)),
+            !mounts
+                .iter()
+                .any(|m| m.split(':').nth(1) == Some(&*dockerfile_config)),
             "{name} mounts the file {dockerfile_config} alone: {mounts:?}"
         );
         // The hostname is the replica id: five distinct ones, so the logs tell the winner apart.
@@ -640,7 +642,10 @@ fn container_env(docs: &[Value], container: &Value) -> HashMap<String, String> {
         if !secret.is_mapping() {
             continue;
         }
-        let (secret_name, key) = (str_of(&secret["name"], "name"), str_of(&secret["key"], "key"));
+        let (secret_name, key) = (
+            str_of(&secret["name"], "name"),
+            str_of(&secret["key"], "key"),
+        );
         match rendered_secret(docs, secret_name, key) {
             Some(value) => _ = env.insert(name, value),
             None => assert_eq!(
@@ -1665,8 +1670,9 @@ impl RenderedRedis {
         as_user(Path::new(&argv[0]), who.uid, who.gid, &who.groups)
             .args(&argv[1..])
             .env("PATH", path_with_redis())
-            .status()
+            .output()
             .unwrap()
+            .status
             .success()
     }
 }
@@ -1727,7 +1733,9 @@ fn redis_reply(port: u16, request: &str, replies: usize) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     // Bounds a reply from a live local server; far above its microseconds.
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
     stream.write_all(request.as_bytes()).ok()?;
     let mut text = String::new();
     let mut buf = [0u8; 512];
@@ -1752,6 +1760,22 @@ fn configmap_on_local_nodes(docs: &[Value], nodes: &[(String, u16)], dir: &Path)
     path
 }
 
+/// The rendered manifests, for a test that runs their processes as the pods' users (`None`:
+/// no kubectl, or not root, outside CI).
+fn rendered_as_root() -> Option<Vec<Value>> {
+    let text = kustomized()?;
+    can_drop_privileges().then(|| documents(&text))
+}
+
+/// The three Redis nodes, each started from its own StatefulSet, and the ConfigMap's jobs.toml
+/// pointed at them (written into `dir`).
+fn start_rendered_fleet(docs: &[Value], dir: &Path) -> (Vec<(String, RenderedRedis)>, PathBuf) {
+    let nodes = start_rendered_nodes(docs);
+    let ports: Vec<(String, u16)> = nodes.iter().map(|(n, r)| (n.clone(), r.port)).collect();
+    let config = configmap_on_local_nodes(docs, &ports, dir);
+    (nodes, config)
+}
+
 /// The three Redis nodes, each started from its own StatefulSet.
 fn start_rendered_nodes(docs: &[Value]) -> Vec<(String, RenderedRedis)> {
     of_kind(docs, "StatefulSet")
@@ -1765,12 +1789,11 @@ fn start_rendered_nodes(docs: &[Value]) -> Vec<(String, RenderedRedis)> {
 
 #[test]
 fn redis_started_as_its_statefulset_refuses_a_client_without_the_password_and_slotcron_sends_it() {
-    let Some(text) = kustomized() else { return };
-    if !can_drop_privileges() {
+    let Some(docs) = rendered_as_root() else {
         return;
-    }
-    let docs = documents(&text);
-    let nodes = start_rendered_nodes(&docs);
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_rendered_fleet(&docs, dir.path());
     for (name, node) in &nodes {
         let anonymous = redis_reply(node.port, "PING\r\n", 1).unwrap();
         assert!(
@@ -1781,7 +1804,10 @@ fn redis_started_as_its_statefulset_refuses_a_client_without_the_password_and_sl
         let pod = &set["spec"]["template"]["spec"];
         let password = std::fs::read_to_string(node.secret_dir.join("password")).unwrap();
         let authed = redis_reply(node.port, &format!("AUTH {password}\r\nPING\r\n"), 2).unwrap();
-        assert_eq!(authed, "+OK\r\n+PONG\r\n", "{name} with the Secret's password");
+        assert_eq!(
+            authed, "+OK\r\n+PONG\r\n",
+            "{name} with the Secret's password"
+        );
         // The probes authenticate the same way, and a wrong password fails them (redis-cli
         // exits 0 on NOAUTH too).
         let container = &pod["containers"][0];
@@ -1801,9 +1827,6 @@ fn redis_started_as_its_statefulset_refuses_a_client_without_the_password_and_sl
     }
     // slotcron with the pod's environment reaches them through the node URLs' password, and
     // is refused with another one.
-    let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<(String, u16)> = nodes.iter().map(|(n, r)| (n.clone(), r.port)).collect();
-    let config = configmap_on_local_nodes(&docs, &ports, dir.path());
     let env = container_env(&docs, slotcron_container(&docs));
     let history = |env: &HashMap<String, String>| {
         Command::new(BIN)
@@ -1822,5 +1845,167 @@ fn redis_started_as_its_statefulset_refuses_a_client_without_the_password_and_sl
         !out.status.success(),
         "a wrong password is refused: {}",
         output_text(&out)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The deploy docs: the CLI lines they show run, their comments agree, the limits have room
+// ---------------------------------------------------------------------------
+
+/// The `slotcron …` part of each line of deploy/README.md that starts with `prefix`.
+fn documented_cli_lines(prefix: &str) -> Vec<String> {
+    let lines: Vec<String> = read("deploy/README.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(str::to_owned)
+        .collect();
+    for verb in ["history", "pause", "resume"] {
+        let shown = format!("slotcron {verb} ");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&shown)),
+            "deploy/README.md shows `{prefix}{shown}…`: {lines:?}"
+        );
+    }
+    lines
+}
+
+/// Runs each documented `slotcron …` line through `sh` (its quoting, `"$USER"`) as it runs
+/// in the container: the binary on `PATH`, the container's environment plus `env`.
+fn run_documented_lines(lines: &[String], env: &HashMap<String, String>) {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&rest)),
+    )
+    .unwrap();
+    for line in lines {
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("USER", "operator")
+            .env_remove("RUST_LOG")
+            .envs(env)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{line}:\n{}", output_text(&out));
+    }
+}
+
+#[test]
+fn the_kubectl_exec_lines_of_deploy_readme_run_in_a_pods_environment_against_its_redis() {
+    let Some(docs) = rendered_as_root() else {
+        return;
+    };
+    let lines = documented_cli_lines("kubectl -n slotcron exec deploy/slotcron -- ");
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = start_rendered_fleet(&docs, dir.path());
+    // The pod's environment: its env list and the image's SLOTCRON_CONFIG, which names the
+    // mounted jobs.toml (here the local copy).
+    let runtime = stages(&read("deploy/Dockerfile")).pop().unwrap();
+    let mut env: HashMap<String, String> = env_pairs(&runtime).into_iter().collect();
+    env.extend(container_env(&docs, slotcron_container(&docs)));
+    env.insert("SLOTCRON_CONFIG".into(), config.display().to_string());
+    run_documented_lines(&lines, &env);
+}
+
+#[test]
+fn the_docker_compose_exec_lines_of_deploy_readme_run_against_the_demos_redis() {
+    let service = "replica-1";
+    assert_eq!(
+        yaml("deploy/docker-compose.yml")["services"][service]["build"]["dockerfile"].as_str(),
+        Some("deploy/Dockerfile"),
+        "{service} is a slotcron replica of docker-compose.yml"
+    );
+    let lines = documented_cli_lines(&format!(
+        "docker compose -f deploy/docker-compose.yml exec {service} "
+    ));
+    // The demo's jobs file with its nodes (redis-1..3) on local servers.
+    let cluster = common::RedisCluster::start(3);
+    let mut text = read(COMPOSE_JOBS);
+    for (i, url) in cluster.urls().iter().enumerate() {
+        let node = format!("redis://redis-{}:6379", i + 1);
+        assert!(text.contains(&node), "{COMPOSE_JOBS} names {node}");
+        text = text.replace(&node, url);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(&config, text).unwrap();
+    let runtime = stages(&read("deploy/Dockerfile")).pop().unwrap();
+    let mut env: HashMap<String, String> = env_pairs(&runtime).into_iter().collect();
+    env.insert("SLOTCRON_CONFIG".into(), config.display().to_string());
+    run_documented_lines(&lines, &env);
+}
+
+/// "one" for 1: how the deploy comments count log lines.
+fn number_word(n: usize) -> &'static str {
+    ["no", "one", "two", "three", "four"][n]
+}
+
+#[test]
+fn every_deploy_comment_counts_as_many_lost_lines_per_slot_as_the_default_candidates_give() {
+    // Each slot: the first candidate's `won`, every further candidate's `lost`.
+    let slotcron::config::Candidates::Top(k) = slotcron::config::DEFAULT_CANDIDATES else {
+        panic!("the default candidates are a number");
+    };
+    let expected = format!("{} `lost`", number_word(k.get() - 1));
+    let mut files = vec![repo().join("deploy/README.md")];
+    files.extend(deploy_jobs_files());
+    files.push(repo().join("deploy/docker-compose.yml"));
+    let mut counted = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap().replace('\n', " ");
+        for (at, _) in text.match_indices("`lost`") {
+            let before: String = text[..at]
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .to_owned();
+            let said = format!("{before} `lost`");
+            assert_eq!(said, expected, "{}: says {said:?}", path.display());
+            counted += 1;
+        }
+    }
+    assert!(
+        counted >= 3,
+        "the compose, Kubernetes and README demos each say it"
+    );
+}
+
+/// The highest peak RSS per replica BENCHMARKS.md measured (its scale rows), in MiB.
+fn highest_measured_peak_rss_mib() -> f64 {
+    let text = read("BENCHMARKS.md");
+    let peaks: Vec<f64> = text
+        .split("peak RSS ")
+        .skip(1)
+        .filter_map(|rest| {
+            let (mib, unit) = rest.split_once(' ')?;
+            unit.starts_with("MiB per replica")
+                .then(|| mib.parse().ok())
+                .flatten()
+        })
+        .collect();
+    assert!(!peaks.is_empty(), "BENCHMARKS.md has its scale rows");
+    peaks.into_iter().fold(0.0, f64::max)
+}
+
+#[test]
+fn the_replicas_memory_limit_is_twice_the_highest_peak_rss_measured() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let limit = str_of(
+        &slotcron_container(&docs)["resources"]["limits"]["memory"],
+        "memory limit",
+    );
+    let limit_mib: f64 = limit
+        .strip_suffix("Mi")
+        .unwrap_or_else(|| panic!("{limit}: in Mi"))
+        .parse()
+        .unwrap();
+    let peak = highest_measured_peak_rss_mib();
+    // Twice: room for a burst above the benchmark's steady 30 s and for the allocator's
+    // fragmentation over days, where the benchmark ran one process for 30 s.
+    assert!(
+        limit_mib >= 2.0 * peak,
+        "memory limit {limit} against a measured peak of {peak} MiB per replica"
     );
 }
