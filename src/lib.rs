@@ -59,11 +59,13 @@
 //!   race, the running lease) -> run (winner only) -> hand off -> record -> alert; one log
 //!   line and one counter per step (`report`).
 //! - [`ops`]: what operators see: `status` (`/healthz`, `/readyz`, `/metrics` and the status
-//!   page, from a snapshot of sources it owns), `ledger` (every scheduled slot of a period and
-//!   its fate, missed ones included), `liveness` (the timeline's watchdog behind `/healthz`),
+//!   page, from a snapshot of sources it owns, served on a thread of its own with bounded
+//!   clients), `ledger` (every scheduled slot of a period and its fate, missed ones included),
+//!   `liveness` (the timeline's watchdog behind `/healthz`, the races' verdicts behind `/readyz`),
 //!   `probe` (`slotcron health`, the image's HEALTHCHECK) and `telemetry` (log format, filter).
 //! - [`fleet`]: the fleet as one: `membership` (live replicas by heartbeat, grouped by their
-//!   jobs' definitions, and each slot's candidates), `destinations` (one fleet per prefix),
+//!   jobs' definitions, and each slot's candidates), `namesakes` (two live replicas under one
+//!   id, found by the heartbeat and warned about), `destinations` (one fleet per prefix),
 //!   `handoff` (offers of slots a winner could not deliver) and `control` (fleet-wide pause and
 //!   resume of jobs, and their log).
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.

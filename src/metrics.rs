@@ -145,6 +145,8 @@ pub struct Metrics {
     duplicates: Family<JobLabels, Counter>,
     /// Won slots run though fewer replicas than `wait_replicas` had their lock (`WAIT`).
     unreplicated: Family<JobLabels, Counter>,
+    /// Pause changes heard that fewer replicas than `wait_replicas` had (`WAIT`).
+    unreplicated_pauses: Family<JobLabels, Counter>,
     paused: Family<JobLabels, Gauge>,
     /// Jobs whose next slot lies past their built-in calendar's data.
     calendar_beyond: Family<JobLabels, Gauge>,
@@ -187,6 +189,7 @@ impl Metrics {
             missed: Family::default(),
             duplicates: Family::default(),
             unreplicated: Family::default(),
+            unreplicated_pauses: Family::default(),
             paused: Family::default(),
             calendar_beyond: Family::default(),
             clock_steps: Counter::default(),
@@ -283,6 +286,11 @@ impl Metrics {
     /// A won slot of `job_name` run though its lock was not acknowledged by enough replicas.
     pub fn unreplicated_run(&self, job_name: &str) {
         self.unreplicated.get_or_create(&job(job_name)).inc();
+    }
+
+    /// A pause or resume of `job_name` heard though not acknowledged by enough replicas.
+    pub fn unreplicated_pause_change(&self, job_name: &str) {
+        self.unreplicated_pauses.get_or_create(&job(job_name)).inc();
     }
 
     /// What a run's ending sets besides its counter: the job's last success or failure time,

@@ -151,7 +151,7 @@ impl Replica {
                 prefix: prefix.clone(),
             },
             handoffs: Handoffs::redis(nodes.clone(), &prefix),
-            control: Control::redis(nodes.clone(), &prefix),
+            control: Control::redis(nodes.clone(), &prefix).counting(metrics.clone()),
             lock: SlotLock::Redlock(lock),
             metrics,
             client,
@@ -338,9 +338,6 @@ async fn serve_status(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding the [http] listen address {listen}"))?;
     let state = status::Sources {
         name: replica.name.clone(),
         lock: replica.lock.clone(),
@@ -351,10 +348,10 @@ async fn serve_status(
         liveness: replica.liveness.clone(),
         membership: replica.membership.clone(),
         config: current.clone(),
+        pages: Arc::default(),
+        races: tokio::runtime::Handle::current(),
     };
-    tracing::info!(replica = %replica.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
-    tracker.spawn(status::serve(listener, state, shutdown.clone()));
-    Ok(())
+    status::spawn(listen, state, tracker, shutdown).await
 }
 
 /// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet
@@ -416,13 +413,7 @@ fn compare_destinations(
         nodes.clone(),
         replica.key_prefix.clone(),
         replica.name.clone(),
-        move || {
-            let config = read(&config);
-            destinations::Own {
-                jobs: destinations::fingerprints(&config),
-                after: config.scheduler.destination_conflict_after,
-            }
-        },
+        move || destinations::Own::of(&read(&config)),
         shutdown.clone(),
     ));
 }
@@ -501,7 +492,7 @@ async fn wait_for_reload(
 /// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
 /// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
 async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
-    match config::load_guarded(&old.path).await {
+    match config::reload(old).await {
         Ok(new) => {
             warn_about_restart_only_changes(old, &new);
             replica.metrics.config_reload(ReloadResult::Applied);

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Job;
-use crate::ops::liveness::Liveness;
-use crate::slot::{SlotEnv, Trigger};
+use crate::ops::liveness::{Liveness, Raced};
+use crate::slot::{SlotEnv, SlotResult, Trigger};
 use crate::time::fleet_clock::{FleetClock, JUMP_BOUND};
 use crate::time::schedule::Slot;
 
@@ -118,7 +118,7 @@ pub(crate) async fn timeline(
         if wake == Wake::Due {
             // Due by the monotonic timer even when the wall clock stepped meanwhile: the race's
             // guard judges it on the fleet clock, so the slot is still raced on time.
-            race_due(&ctx, &mut timeline, slot, &tracker);
+            race_due(&ctx, &liveness, &mut timeline, slot, &tracker);
         }
         let rearm =
             |r: &&mut watch::Receiver<u64>| wake == Wake::Rearm || r.has_changed().unwrap_or(false);
@@ -181,11 +181,17 @@ fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::I
 /// Takes the jobs due at `slot` from the timeline (each queued again at its next slot) and
 /// starts their race. A replica that wakes late still races the slots inside the start
 /// window (the race decides); slots older than that belonged to replicas that were awake.
-fn race_due(ctx: &Arc<SlotEnv>, timeline: &mut Timeline, slot: Slot, tracker: &TaskTracker) {
+fn race_due(
+    ctx: &Arc<SlotEnv>,
+    liveness: &Arc<Liveness>,
+    timeline: &mut Timeline,
+    slot: Slot,
+    tracker: &TaskTracker,
+) {
     let window = chrono::Duration::from_std(ctx.race().start_window()).unwrap_or_default();
     let after = slot.instant().max(ctx.race().clock().now() - window);
     let due = timeline.take_due(slot, after, ctx.books().replica());
-    tracker.spawn(race_instant(ctx.clone(), due, slot));
+    tracker.spawn(race_instant(ctx.clone(), liveness.clone(), due, slot));
 }
 
 /// What ended a wait for the next slot.
@@ -263,8 +269,33 @@ fn until_due(ctx: &SlotEnv, slot: Slot) -> Duration {
 
 /// Takes the jobs due at `slot` through their slot's life, as one batch ([`crate::slot::due`]):
 /// a named task (not a closure), so a slow race or run holds up no later slot.
-async fn race_instant(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>, slot: Slot) {
-    crate::slot::due(&ctx, Trigger::Schedule, jobs, slot).await;
+async fn race_instant(ctx: Arc<SlotEnv>, liveness: Arc<Liveness>, jobs: Vec<Arc<Job>>, slot: Slot) {
+    let results = crate::slot::due(&ctx, Trigger::Schedule, jobs, slot).await;
+    if let Some(raced) = raced(&results) {
+        liveness.raced(raced);
+    }
+}
+
+/// Whether an instant's races reached the lock's verdict, for `/readyz`; `None` when none of
+/// them raced (paused, standby, out of the window: they say nothing of the nodes).
+fn raced(results: &[SlotResult]) -> Option<Raced> {
+    let mut no_majority = false;
+    for result in results {
+        match result {
+            SlotResult::Lost { .. }
+            | SlotResult::Overlapped { .. }
+            | SlotResult::Done { .. }
+            | SlotResult::Failed { .. }
+            | SlotResult::HandedOff { .. } => return Some(Raced::Verdict),
+            SlotResult::Unavailable(_) => no_majority = true,
+            SlotResult::Paused
+            | SlotResult::Standby
+            | SlotResult::Late { .. }
+            | SlotResult::Early { .. }
+            | SlotResult::Unmeasured => {}
+        }
+    }
+    no_majority.then_some(Raced::NoMajority)
 }
 
 #[cfg(test)]

@@ -664,3 +664,174 @@ async fn reloads_at_the_instants() {
     let n = assert_each_once(&receiver, &expected_slots(1, from, to));
     println!("{n} slots each once across 10 reloads at their instants");
 }
+
+/// What a replica logs when another live replica heartbeats under its id.
+const NAMESAKE: &str = "another live replica heartbeats under this replica's id";
+
+/// How long a replica has to say it: a heartbeat every second, and a busy 2-core machine
+/// (the suite, other builds) can hold a process off its beat for seconds, never for this long.
+const NAMESAKE_WITHIN: Duration = Duration::from_secs(30);
+
+/// The namesake warnings of `replica`.
+fn namesake_warnings(replica: &Replica) -> Vec<Value> {
+    replica
+        .json_lines()
+        .into_iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(NAMESAKE))
+        })
+        .collect()
+}
+
+fn started_at(replica: &Replica) -> DateTime<Utc> {
+    let line = replica
+        .wait_for_json(Duration::from_secs(30), |l| {
+            l["message"] == "slotcron started"
+        })
+        .unwrap_or_else(|| panic!("{} did not start: {:?}", replica.name(), replica.lines()));
+    line["timestamp"].as_str().unwrap().parse().unwrap()
+}
+
+/// Three replicas on one host all named after it log `lost the slot to vm` and nothing else.
+/// Here two replica processes run under one id (different tokens): both warn at `warn`, naming
+/// the id. A replica with its own id does not, nor does one SIGKILLed and started again at
+/// once under its id (its earlier run's entry is on the nodes when it starts: not a namesake).
+#[test]
+fn two_live_replicas_under_one_id_both_warn_naming_it() {
+    let _fleet = one_fleet_at_a_time();
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let list: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    // A job that never fires in the test: only the membership is looked at.
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"names\"\n[redis]\nnodes = [{}]\n\
+         [[job]]\nname = \"idle\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+        list.join(", ")
+    );
+    let path = write_config(dir.path(), &text);
+    let log = [("RUST_LOG", "info")];
+    let solo = Replica::run(&path, "solo", &log);
+    let first = Replica::run(&path, "twin", &log);
+    started_at(&first);
+    let both: BTreeSet<String> = ["solo", "twin"].iter().map(|s| s.to_string()).collect();
+    until_members(&cluster, "names", &both);
+    solo.kill();
+    let solo = Replica::run(&path, "solo", &log);
+    started_at(&solo);
+
+    let second = Replica::run(&path, "twin", &log);
+    let joined = started_at(&second);
+    for twin in [&first, &second] {
+        let warned = twin.wait_for_json(NAMESAKE_WITHIN, |l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(NAMESAKE))
+        });
+        let Some(warned) = warned else {
+            panic!(
+                "a replica under the id `twin` never warned about the other within \
+                 {NAMESAKE_WITHIN:?}: {:?}",
+                twin.lines()
+            );
+        };
+        assert_eq!(warned["level"], "WARN", "{warned}");
+        assert_eq!(
+            warned["replica"], "twin",
+            "the warning names the id: {warned}"
+        );
+        let at: DateTime<Utc> = warned["timestamp"].as_str().unwrap().parse().unwrap();
+        println!(
+            "pid {} warned {} ms after the second `twin` started: {warned}",
+            twin.pid(),
+            (at - joined).num_milliseconds()
+        );
+    }
+    assert_eq!(
+        namesake_warnings(&solo),
+        Vec::<Value>::new(),
+        "a replica restarted under its own id took its earlier run for a namesake"
+    );
+}
+
+/// The command lines of the README's recipe for several replicas on one host (in "Running a
+/// fleet": the code block with more than one `slotcron run`), parsed by slotcron's own parser.
+fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
+    use clap::Parser;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let (_, section) = readme.split_once("\n## Running a fleet\n").unwrap();
+    let section = section.split("\n## ").next().unwrap();
+    let blocks: Vec<Vec<&str>> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|block| {
+            (block.lines().map(str::trim))
+                .filter(|l| l.starts_with("slotcron run "))
+                .collect()
+        })
+        .collect();
+    let recipe = blocks.into_iter().find(|lines| lines.len() > 1);
+    let recipe = recipe.expect("no block of several `slotcron run` lines in Running a fleet");
+    recipe
+        .iter()
+        .map(|line| {
+            let words = line.trim_end_matches('&').split_whitespace();
+            match slotcron::cli::Cli::try_parse_from(words).unwrap().command {
+                slotcron::cli::Command::Run(args) => args,
+                other => panic!("{line}: not `run`: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+/// The README's recipe for several replicas on one host, as written, gives each its own id and
+/// status address (parsed by slotcron's parser, with no `SLOTCRON_*` variable set). Run with
+/// those ids (the test's nodes in place of the file, free ports in place of the written ones,
+/// which another process on this machine may hold), each replica sees the three and none warns
+/// about a namesake.
+#[test]
+fn the_readmes_one_host_recipe_gives_each_replica_its_own_id_and_port() {
+    let recipe = readme_local_fleet();
+    let ids: BTreeSet<String> = recipe.iter().filter_map(|a| a.replica_id.clone()).collect();
+    let ports: BTreeSet<_> = recipe.iter().filter_map(|a| a.http_listen).collect();
+    assert_eq!(ids.len(), recipe.len(), "ids: {recipe:?}");
+    assert_eq!(ports.len(), recipe.len(), "status addresses: {recipe:?}");
+
+    let _fleet = one_fleet_at_a_time();
+    let cluster = RedisCluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"recipe\"\n[redis]\nnodes = [{:?}]\n\
+         [[job]]\nname = \"idle\"\nschedule = \"0 0 0 1 1 *\"\n\
+         [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+        cluster.urls()[0]
+    );
+    let path = write_config(dir.path(), &text);
+    let replicas: Vec<Replica> = ids
+        .iter()
+        .map(|id| {
+            let listen = format!("127.0.0.1:{}", common::free_port());
+            let mut cmd = Replica::run_command(&path, id);
+            cmd.args(["--http-listen", &listen]).env("RUST_LOG", "info");
+            Replica::spawn_cmd(id, cmd)
+        })
+        .collect();
+    let all: Vec<String> = ids.iter().cloned().collect();
+    for r in &replicas {
+        let view = common::wait_until(NAMESAKE_WITHIN, || logged_view(r).filter(|v| *v == all));
+        assert!(
+            view.is_some(),
+            "{} never saw {all:?}: {:?}",
+            r.name(),
+            r.lines()
+        );
+    }
+    until_members(&cluster, "recipe", &ids);
+    for r in &replicas {
+        assert_eq!(namesake_warnings(r), Vec::<Value>::new(), "{}", r.name());
+    }
+}

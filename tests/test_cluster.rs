@@ -512,3 +512,138 @@ fn a_cluster_down_at_start_is_used_once_it_is_up() {
     let took = (Utc::now() - up).num_milliseconds();
     eprintln!("cluster down at start: a slot ran within {took} ms of the nodes' restart");
 }
+
+/// How long the prefix's hash slot stays MIGRATING/IMPORTING before its keys move (the
+/// issue's scenario): every new key is answered `ASK`, every look over old and new keys
+/// `TRYAGAIN`.
+const MIGRATING_FOR: Duration = Duration::from_secs(5);
+/// The fleet's stretches before the migration starts and after the slot is reassigned.
+const BEFORE_MIGRATION: Duration = Duration::from_secs(4);
+const AFTER_MIGRATION: Duration = Duration::from_secs(5);
+
+/// `redis-cli --cluster reshard` of slotcron's hash slot while a fleet runs, every node up:
+/// the slot MIGRATING/IMPORTING for [`MIGRATING_FOR`], then its keys moved (`MIGRATE`) and the
+/// slot given to the other shard. The cluster client must follow `ASK` (with `ASKING` before
+/// each redirected command of a pipeline) and `TRYAGAIN`, then `MOVED`: every slot once.
+#[test]
+fn cluster_redis_7_a_slot_migration_is_followed_and_every_slot_runs_once() {
+    let _alone = one_at_a_time();
+    let cluster = ShardedCluster::start(3, 1, 1000, &[]);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let slot = cluster.key_slot("{slotcron}");
+    let from = cluster.shard_of("{slotcron}");
+    let to = (from + 1) % 3;
+    let config = write_config(
+        dir.path(),
+        &cluster_toml(&cluster.seed_urls(), &receiver.uri()),
+    );
+    let replicas = start_fleet(&config);
+    let start = Utc::now();
+    std::thread::sleep(BEFORE_MIGRATION);
+    cluster.begin_migration(slot, from, to);
+    std::thread::sleep(MIGRATING_FOR);
+    cluster.finish_migration(slot, from, to);
+    let moved = Utc::now();
+    std::thread::sleep(AFTER_MIGRATION);
+    let until = Utc::now() - chrono::Duration::milliseconds(1500);
+    std::thread::sleep(Duration::from_millis(1000));
+    replicas.iter().for_each(Replica::terminate);
+    let counts = receiver.counts_by_idempotency_key();
+    let lines: Vec<String> = replicas.iter().flat_map(Replica::lines).collect();
+    let slots = expected(start, until);
+    let missed = counted(&counts, &slots, |n| n == 0);
+    let twice = counted(&counts, &slots, |n| n > 1);
+    let unavailable = outcome_lines(&lines, "unavailable");
+    eprintln!(
+        "slot {slot} moved from shard {from} to {to} ({} ms after its start): {} of {} slots \
+         missed, {} twice, {} unavailable race line(s), {} line(s) naming a redirection",
+        (moved - start).num_milliseconds(),
+        missed.len(),
+        slots.len(),
+        twice.len(),
+        unavailable.len(),
+        redirections(&lines).len()
+    );
+    assert_eq!(twice, Vec::<String>::new(), "slots run twice");
+    assert_eq!(
+        missed,
+        Vec::<String>::new(),
+        "slots missed; unavailable lines: {unavailable:#?}"
+    );
+}
+
+/// How long a replica started after the failover runs before the receiver is read.
+const LATE_REPLICA_RUNS: Duration = Duration::from_secs(4);
+
+/// The issue's case 7 in cluster mode: `pause` while the replica of `{slotcron}`'s shard has
+/// its replication link down, then that shard's primary killed and the replica promoted
+/// without the pause. The pause's `WAIT` is short: `pause` says so and exits non-zero; no
+/// replica runs a paused slot, a replica started after the failover included (at its start it
+/// asks the fleet to read every pause again, and a replica that knew the pause writes it back),
+/// and the ledger calls the paused slots `paused`, not `missed`.
+#[test]
+fn cluster_redis_7_a_pause_the_replica_missed_holds_through_a_failover_and_a_later_replica_finds_it(
+) {
+    let _alone = one_at_a_time();
+    let cluster = ShardedCluster::start(3, 1, 1000, &[]);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let shard = cluster.shard_of("{slotcron}");
+    let config = write_config(
+        dir.path(),
+        &cluster_toml(&cluster.seed_urls(), &receiver.uri()),
+    );
+    let mut replicas = start_fleet(&config);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.cut_replication(shard);
+    let (code, said) = common::slotcron_cli_status(&config, &["pause", "c00", "--by", "ops"]);
+    let heard = Utc::now() + chrono::Duration::from_std(PAUSE_HEARD_WITHIN).unwrap();
+    std::thread::sleep(PAUSE_HEARD_WITHIN);
+    cluster.primary(shard).kill();
+    let promoted = cluster.wait_for_promotion(shard, AFTER_KILL);
+    std::thread::sleep(RECOVERED_BY);
+    replicas.push(Replica::run(&config, "r4", &[]));
+    let started = replicas[3].wait_for_json(REFUSED_WITHIN, |l| l["message"] == "slotcron started");
+    std::thread::sleep(LATE_REPLICA_RUNS);
+    let end = Utc::now() - chrono::Duration::seconds(1);
+    let since = (heard + chrono::Duration::seconds(1)).to_rfc3339();
+    let args = ["history", "--job", "c00", "--json", "--since", &since];
+    let (_, ledger) = common::slotcron_cli_status(&config, &args);
+    replicas.iter().for_each(Replica::terminate);
+    let paused_from = Slot::at(heard).rfc3339_utc();
+    let counts = receiver.counts_by_idempotency_key();
+    let ran_paused: Vec<&String> = (counts.keys())
+        .filter(|k| {
+            k.strip_prefix("c00/")
+                .is_some_and(|slot| *slot > *paused_from)
+        })
+        .collect();
+    let fates: Vec<String> = (ledger.lines())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|row| {
+            row["slot"]
+                .as_str()
+                .is_some_and(|s| *s < *Slot::at(end).rfc3339_utc())
+        })
+        .map(|row| row["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    let missed = fates.iter().filter(|f| *f == "missed").count();
+    eprintln!(
+        "measured (cluster, redis 7.0, pause with the replica's link down, then a failover): \
+         pause exited {code:?} saying {said:?}; {} paused slot(s) ran {ran_paused:?}; ledger of \
+         c00 over {} slot(s): {missed} missed, {} paused",
+        ran_paused.len(),
+        fates.len(),
+        fates.iter().filter(|f| *f == "paused").count()
+    );
+    assert!(promoted.is_some(), "the replica was promoted");
+    assert!(started.is_some(), "the late replica started");
+    assert!(
+        code != Some(0) && said.contains("reached 0 of 1 replica"),
+        "a pause no replica acknowledged is reported: exit {code:?}: {said}"
+    );
+    assert_eq!(ran_paused, Vec::<&String>::new(), "paused slots ran");
+    assert!(
+        fates.len() >= 5 && missed == 0,
+        "the ledger calls paused slots missed: {fates:?}\n{ledger}"
+    );
+}

@@ -148,6 +148,7 @@ fn cases() -> Vec<Case> {
         case("no jobs", "[scheduler]\ntimezone = \"UTC\"\n", None, "", &["no jobs"]),
         case("every job disabled", format!("{}{}", job("enabled = false", WECOM), GOOD_JOB.replace("[job.action]", "enabled = false\n[job.action]")), None, "", &["enabled = false", "nothing to run"]),
         case("empty file", "", None, "", &["no jobs"]),
+        case("empty deployment", format!("[scheduler]\ndeployment = \"\"\n{GOOD_JOB}"), None, "deployment", &["[scheduler]", "non-empty"]),
         case("key_prefix with a space", format!("[scheduler]\nkey_prefix = \"my app\"\n{GOOD_JOB}"), None, "key_prefix", &["[scheduler]", "whitespace"]),
         case("bad rate", job("", &format!("{WECOM}\nrate = \"lots\"")), j, "action.rate", &["not a rate"]),
         case("missing secret file", job("", &WECOM.replace("webhook = \"${WECOM_WEBHOOK}\"", "webhook_file = \"/nonexistent/secret\"")), j, "action.webhook_file", &["no such file"]),

@@ -795,36 +795,123 @@ fn two_fleets_on_one_prefix_are_reported_naming_both_replicas() {
         Replica::run(&prod, "prod-2", &[]),
         Replica::run(&stag, "staging-1", &[]),
     ];
-    let conflict = |l: &Value| l["level"] == "ERROR" && l.get("other_replica").is_some();
+    let conflict = |l: &Value| {
+        let destination = l["level"] == "ERROR" && l.get("other_destination").is_some();
+        if destination {
+            assert_eq!(l["job"], "push");
+            assert_eq!(l["key_prefix"], "shared");
+        }
+        destination
+    };
+    let named = others_reported(&replicas, conflict);
+    assert_each_named_the_other_fleet(&replicas, &named);
+}
+
+/// The other fleet's replicas each of prod-1, prod-2 and staging-1 must report.
+const OTHER_FLEET: [&[&str]; 3] = [&["staging-1"], &["staging-1"], &["prod-1", "prod-2"]];
+
+/// Waits until each of prod-1, prod-2 and staging-1 in `replicas` has reported every replica
+/// of the other fleet ([`OTHER_FLEET`]) on lines `is_conflict` picks (staging-1 reports prod-1
+/// and prod-2 on lines of their own, in either order, so not the first line), or 30 s (the 2 s
+/// allowance plus a few 5 s exchange periods on a loaded machine); stops them and returns the
+/// replicas each named.
+fn others_reported(replicas: &[Replica], is_conflict: impl Fn(&Value) -> bool) -> Vec<Vec<String>> {
     let named = |r: &Replica| -> Vec<String> {
         let mut others: Vec<String> = r
             .json_lines()
             .into_iter()
-            .filter(|l| conflict(l))
-            .inspect(|l| {
-                assert_eq!(l["job"], "push");
-                assert_eq!(l["key_prefix"], "shared");
-            })
+            .filter(|l| is_conflict(l))
             .map(|l| l["other_replica"].as_str().unwrap().to_owned())
             .collect();
         others.sort_unstable();
         others.dedup();
         others
     };
-    // Each replica names every replica of the other fleet (staging-1 reports prod-1 and prod-2
-    // on lines of their own, in either order), so wait for all of them, not the first line.
-    let expected: [&[&str]; 3] = [&["staging-1"], &["staging-1"], &["prod-1", "prod-2"]];
-    for (r, others) in replicas.iter().zip(expected) {
-        let all = common::wait_until(Duration::from_secs(30), || {
+    for (r, others) in replicas.iter().zip(OTHER_FLEET) {
+        common::wait_until(Duration::from_secs(30), || {
             (named(r).len() >= others.len()).then_some(())
         });
-        assert!(all.is_some(), "{}: {:?}", r.name(), r.lines());
     }
-    stop(&replicas);
+    stop(replicas);
+    replicas.iter().map(named).collect()
+}
 
-    for (r, others) in replicas.iter().zip(expected) {
-        assert_eq!(named(r), others, "{}", r.name());
+/// Each replica named exactly the other fleet's replicas.
+fn assert_each_named_the_other_fleet(replicas: &[Replica], named: &[Vec<String>]) {
+    let ids = ["prod-1", "prod-2", "staging-1"];
+    assert_eq!(replicas.len(), ids.len());
+    for ((id, named), others) in ids.iter().zip(named).zip(OTHER_FLEET) {
+        assert_eq!(named, others, "{id} reported {named:?} within 30 s");
     }
+}
+
+/// Issue 29, case 10: production (2 replicas) and staging (1) on the same Redis and prefix,
+/// the same jobs.toml (a `command` job `backup` every second, a `log` job `note`), differing
+/// only by an environment variable the command reads. Every job sends to the same text, so the
+/// destination check saw nothing on main and staging silently ran a share of production's
+/// backups. Each replica must report the other deployment's replicas, naming the prefix, the
+/// variable that differs and the jobs they share.
+#[test]
+fn two_deployments_differing_by_an_environment_variable_are_reported() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("backups");
+    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    let text = format!(
+        r#"
+        [scheduler]
+        key_prefix = "shared"
+        max_clock_skew = "1s"
+        destination_conflict_after = "2s"
+        [redis]
+        nodes = [{nodes}]
+        node_timeout = "250ms"
+        [[job]]
+        name = "backup"
+        schedule = "* * * * * *"
+        timeout = "3s"
+        [job.action]
+        type = "command"
+        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]
+        [[job]]
+        name = "note"
+        schedule = "*/5 * * * * *"
+        [job.action]
+        type = "log"
+        content = "noted"
+        "#,
+        nodes = nodes.join(", "),
+        ran = ran.display(),
+    );
+    let path = write_config(dir.path(), &text);
+    let production = [("DEPLOY_ENV", "production")];
+    let replicas = vec![
+        Replica::run(&path, "prod-1", &production),
+        Replica::run(&path, "prod-2", &production),
+        Replica::run(&path, "staging-1", &[("DEPLOY_ENV", "staging")]),
+    ];
+    let conflict = |l: &Value| {
+        let deployment = l["level"] == "ERROR" && l.get("other_deployment").is_some();
+        if deployment {
+            assert_eq!(l["key_prefix"], "shared", "{l}");
+            assert_eq!(l["jobs"], r#"["backup", "note"]"#, "{l}");
+            let difference = l["difference"].as_str().unwrap_or_default();
+            assert!(difference.contains("DEPLOY_ENV"), "{l}");
+        }
+        deployment
+    };
+    let named = others_reported(&replicas, conflict);
+    // The harm itself, for FAULTS.md: staging's share of the backups (not the promise checked).
+    let backups = std::fs::read_to_string(&ran).unwrap_or_default();
+    let by_staging = backups
+        .lines()
+        .filter(|l| l.starts_with("staging "))
+        .count();
+    eprintln!(
+        "staging ran {by_staging} of {} backups",
+        backups.lines().count()
+    );
+    assert_each_named_the_other_fleet(&replicas, &named);
 }
 
 /// A pause read that reaches fewer than a majority keeps the last known state: with two of 3
@@ -902,14 +989,12 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
         &config(&cluster.urls(), &receiver.uri(), "skewed-ops"),
     );
     let replicas = start(&path, 2);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
-        .args(["pause", "push", "--by", "fast-laptop", "--config"])
-        .arg(&path)
-        .env("LD_PRELOAD", &lib)
-        .env("FAKETIME", "+300s")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
+    let out = cli_on_clock(
+        &path,
+        &lib,
+        "+300s",
+        &["pause", "push", "--by", "fast-laptop"],
+    );
     assert!(out.status.success(), "{out:?}");
     let paused_at = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -1047,5 +1132,148 @@ fn history_flags_no_duplicate_across_jobs_and_reads_a_job_no_longer_in_the_confi
     assert!(
         stderr.contains("no job named \"bb\"; jobs: a, b2"),
         "{stderr}"
+    );
+}
+
+/// `slotcron ARGS --config PATH` run on a machine whose wall clock is off by `offset`
+/// (libfaketime's `FAKETIME`, e.g. `"-600s"`).
+fn cli_on_clock(path: &Path, lib: &Path, offset: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", offset)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// The slots the receiver got, by their slot time, strictly between `from` and `to`.
+fn sent_between(receiver: &Receiver, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    let mut sent: Vec<DateTime<Utc>> = receiver
+        .received()
+        .iter()
+        .map(slot_time)
+        .filter(|s| *s > from && *s < to)
+        .collect();
+    sent.sort_unstable();
+    sent
+}
+
+/// A 2-replica fleet (a job every second) paused with `--until SPAN` from a machine whose
+/// clock is off by `offset`, watched until the job ran twice past the pause's end.
+struct PausedFromSkewedClock {
+    _cluster: RedisCluster,
+    receiver: Receiver,
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    lib: std::path::PathBuf,
+    replicas: Vec<Replica>,
+    /// The pause is stamped between these two instants, so it surely holds from `taken + 1
+    /// slot` (a slot already racing when it lands may still run) until `asked + SPAN`.
+    asked: DateTime<Utc>,
+    taken: DateTime<Utc>,
+    span: chrono::Duration,
+    /// Whether 2 slots past `taken + SPAN + 1 slot` ran within 60 s (a loaded machine's
+    /// scheduling delays, not the pause).
+    resumed: bool,
+}
+
+impl PausedFromSkewedClock {
+    fn run(offset: &str, span_s: i64) -> Option<Self> {
+        let lib = common::tools::libfaketime()?;
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("skewed{offset}");
+        let path = write_config(
+            dir.path(),
+            &config(&cluster.urls(), &receiver.uri(), &prefix),
+        );
+        let replicas = start(&path, 2);
+        let span = format!("{span_s}s");
+        let asked = Utc::now();
+        let out = cli_on_clock(&path, &lib, offset, &["pause", "push", "--until", &span]);
+        let taken = Utc::now();
+        assert!(out.status.success(), "{out:?}");
+        let span = chrono::Duration::seconds(span_s);
+        let ended = taken + span + chrono::Duration::seconds(1);
+        let resumed = common::wait_until(Duration::from_secs(60), || {
+            (sent_between(&receiver, ended, Utc::now()).len() >= 2).then_some(())
+        });
+        Some(PausedFromSkewedClock {
+            _cluster: cluster,
+            receiver,
+            _dir: dir,
+            path,
+            lib,
+            replicas,
+            asked,
+            taken,
+            span,
+            resumed: resumed.is_some(),
+        })
+    }
+
+    /// The slots sent while the pause surely held.
+    fn sent_while_held(&self) -> Vec<DateTime<Utc>> {
+        let one_slot = chrono::Duration::seconds(1);
+        sent_between(
+            &self.receiver,
+            self.taken + one_slot,
+            self.asked + self.span,
+        )
+    }
+}
+
+/// Issue 29, case 9 (scaled: 8 s for 5 min): `pause --until 8s` typed on a machine whose clock
+/// runs 10 minutes slow holds for 8 s from the moment it is taken, on the fleet clock (the
+/// laptop's `now + 8s` is 9:52 in the fleet's past: on main the pause never held). An absolute
+/// `--until` that is still ahead on the laptop's clock but past on the fleet's is refused
+/// (exit 2) instead of recording a pause that never holds.
+#[test]
+fn pause_until_from_a_slow_clock_holds_for_its_duration_on_the_fleet_clock() {
+    let Some(run) = PausedFromSkewedClock::run("-600s", 8) else {
+        return;
+    };
+    let past = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let refused = cli_on_clock(
+        &run.path,
+        &run.lib,
+        "-600s",
+        &["pause", "push", "--until", &past],
+    );
+    stop(&run.replicas);
+
+    let held = run.sent_while_held();
+    assert!(
+        held.is_empty(),
+        "--until 8s from a clock 10 min slow did not hold: sent {held:?} inside it"
+    );
+    assert!(run.resumed, "the pause did not end after 8 s");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("fleet"), "{said}");
+}
+
+/// Issue 29, case 9's other half (scaled: 4 s for 20 s): `pause --until 4s` typed on a machine
+/// whose clock runs 5 minutes fast ends 4 s after it is taken, not 5 min 4 s (on main it ended
+/// at the laptop's `now + 4s`, 304 s in the fleet's future).
+#[test]
+fn pause_until_from_a_fast_clock_ends_after_its_duration_on_the_fleet_clock() {
+    let Some(run) = PausedFromSkewedClock::run("+300s", 4) else {
+        return;
+    };
+    stop(&run.replicas);
+
+    let held = run.sent_while_held();
+    assert!(
+        held.is_empty(),
+        "the pause did not hold: sent {held:?} inside it"
+    );
+    assert!(
+        run.resumed,
+        "--until 4s from a clock 5 min fast did not end after 4 s: nothing sent in the 60 s after it"
     );
 }

@@ -320,6 +320,9 @@ fn dockerfile_is_multi_stage_non_root_with_entrypoint_and_healthcheck() {
 // docker-compose
 // ---------------------------------------------------------------------------
 
+/// The jobs file of the compose demo, in the directory the replicas mount.
+const COMPOSE_JOBS: &str = "deploy/compose/jobs.toml";
+
 #[test]
 fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
     let compose = yaml("deploy/docker-compose.yml");
@@ -360,14 +363,23 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
             .iter()
             .map(|v| str_of(v, "volume"))
             .collect();
+        // The directory holding the file SLOTCRON_CONFIG names, never the file alone: an
+        // editor's save (a new file renamed over the old) never reaches a file bind mount.
+        let (config_dir, config_file) = dockerfile_config.rsplit_once('/').unwrap();
         let mount = mounts
             .iter()
-            .find(|m| m.starts_with("./jobs.compose.toml:"))
-            .unwrap_or_else(|| panic!("{name} does not mount jobs.compose.toml: {mounts:?}"));
-        let target = mount.split(':').nth(1).unwrap();
-        assert_eq!(
-            target, dockerfile_config,
-            "{name} mounts the file where SLOTCRON_CONFIG points"
+            .find(|m| m.split(':').nth(1) == Some(config_dir))
+            .unwrap_or_else(|| panic!("{name} does not mount {config_dir}: {mounts:?}"));
+        let source = repo().join("deploy").join(mount.split(':').next().unwrap());
+        assert!(
+            source.is_dir() && source.join(config_file).is_file(),
+            "{name} mounts {mount}: a directory holding {config_file}"
+        );
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.split(':').nth(1) == Some(&*dockerfile_config)),
+            "{name} mounts the file {dockerfile_config} alone: {mounts:?}"
         );
         // The hostname is the replica id: five distinct ones, so the logs tell the winner apart.
         hostnames.insert(str_of(&s["hostname"], "hostname").to_owned());
@@ -400,7 +412,7 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
     assert_eq!(published.len(), 5, "{published:?}");
 
     // The jobs file the replicas mount: its nodes are the Redis services, its URL the receiver.
-    let path = repo().join("deploy/jobs.compose.toml");
+    let path = repo().join(COMPOSE_JOBS);
     let config = slotcron::config::load_with(&path, &HashMap::<String, String>::new())
         .unwrap_or_else(|e| panic!("{e}"));
     let redis_cfg = config.redis.as_ref().expect("[redis]");
@@ -580,33 +592,70 @@ fn checkov_fails_no_check_and_every_skip_is_explained_in_deploy_readme() {
     }
 }
 
-/// jobs.toml of the ConfigMap, parsed by slotcron with the Secret's files in a temp dir.
-fn configmap_config(docs: &[Value], mount: &Path) -> (Config, String) {
-    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
-    let text = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").to_owned();
-    let secrets = tempfile::tempdir().unwrap();
-    std::fs::write(
-        secrets.path().join("webhook"),
-        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
-    )
-    .unwrap();
-    let local = text.replace(
-        &mount.display().to_string(),
-        &secrets.path().display().to_string(),
-    );
-    assert_ne!(
-        local,
-        text,
-        "jobs.toml reads the webhook from the Secret's mount {}",
-        mount.display()
-    );
-    let config = slotcron::config::parse(
-        Path::new("jobs.toml"),
-        &local,
-        &HashMap::<String, String>::new(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+/// jobs.toml of the ConfigMap, parsed by slotcron as a fresh `kubectl apply -k` starts it: with
+/// the slotcron container's environment and none of the operator's Secret files.
+fn configmap_config(docs: &[Value]) -> (Config, String) {
+    let text = configmap_jobs(docs);
+    let env = container_env(docs, slotcron_container(docs));
+    let config = slotcron::config::parse(Path::new("jobs.toml"), &text, &env)
+        .unwrap_or_else(|e| panic!("the ConfigMap's jobs.toml, no Secret created: {e}"));
     (config, text)
+}
+
+fn configmap_jobs(docs: &[Value]) -> String {
+    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
+    str_of(&configmap["data"]["jobs.toml"], "jobs.toml").to_owned()
+}
+
+fn slotcron_container(docs: &[Value]) -> &Value {
+    &named(docs, "Deployment", "slotcron")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// `key` of a Secret the manifests render (`None`: they do not create it).
+fn rendered_secret(docs: &[Value], name: &str, key: &str) -> Option<String> {
+    use base64::Engine;
+    let secret = of_kind(docs, "Secret")
+        .into_iter()
+        .find(|s| s["metadata"]["name"].as_str() == Some(name))?;
+    // kustomize wraps long base64 over lines.
+    let data: String = str_of(&secret["data"][key], "Secret data")
+        .split_whitespace()
+        .collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    Some(String::from_utf8(bytes).unwrap())
+}
+
+/// A container's environment as the kubelet sets it: plain values, and `secretKeyRef`s read
+/// from the Secrets the manifests render. A reference to any other Secret (one the operator
+/// must create first) fails, unless it is optional.
+fn container_env(docs: &[Value], container: &Value) -> HashMap<String, String> {
+    let mut env = HashMap::new();
+    for var in container["env"].as_sequence().into_iter().flatten() {
+        let name = str_of(&var["name"], "env name").to_owned();
+        if let Some(value) = var["value"].as_str() {
+            env.insert(name, value.to_owned());
+            continue;
+        }
+        let secret = &var["valueFrom"]["secretKeyRef"];
+        if !secret.is_mapping() {
+            continue;
+        }
+        let (secret_name, key) = (
+            str_of(&secret["name"], "name"),
+            str_of(&secret["key"], "key"),
+        );
+        match rendered_secret(docs, secret_name, key) {
+            Some(value) => _ = env.insert(name, value),
+            None => assert_eq!(
+                secret["optional"].as_bool(),
+                Some(true),
+                "{name} needs the Secret {secret_name}, which the manifests do not create"
+            ),
+        }
+    }
+    env
 }
 
 fn mount_of<'a>(container: &'a Value, pod: &Value, volume: &dyn Fn(&Value) -> bool) -> &'a Value {
@@ -667,10 +716,14 @@ fn kustomized_fleet_has_three_redis_nodes_and_replicas_that_agree_with_the_confi
         namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].as_str(),
         Some("restricted")
     );
-    assert!(
-        of_kind(&docs, "Secret").is_empty(),
-        "the manifests must not create (or overwrite) the webhook Secret"
-    );
+    for secret in of_kind(&docs, "Secret") {
+        let name = str_of(&secret["metadata"]["name"], "name");
+        assert!(
+            name.starts_with("slotcron-redis-"),
+            "{name}: the manifests create only the Redis password (a generated name, so never \
+             the operator's webhook Secret)"
+        );
+    }
 
     let deployment = named(&docs, "Deployment", "slotcron");
     let spec = &deployment["spec"];
@@ -703,12 +756,7 @@ fn kustomized_fleet_has_three_redis_nodes_and_replicas_that_agree_with_the_confi
         "no Secret as environment variables"
     );
 
-    // The webhook: a file of the operator's Secret, where jobs.toml reads it.
-    let secret_mount = mount_of(container, pod, &|v| {
-        v["secret"]["secretName"] == "slotcron-webhook"
-    });
-    let mount = PathBuf::from(str_of(&secret_mount["mountPath"], "mountPath"));
-    let (config, _) = configmap_config(&docs, &mount);
+    let (config, _) = configmap_config(&docs);
 
     // --config names jobs.toml in the ConfigMap's directory mount (no subPath: it must change).
     let config_mount = mount_of(container, pod, &|v| {
@@ -1232,16 +1280,19 @@ fn check_as_on_a_kubelet_secret(docs: &[Value], who: &RunAs, path: &Path, file: 
     std::os::unix::fs::chown(&webhook, Some(0), Some(file.gid)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&webhook, std::fs::Permissions::from_mode(file.mode)).unwrap();
-    let configmap = named(docs, "ConfigMap", "slotcron-jobs");
-    let jobs = str_of(&configmap["data"]["jobs.toml"], "jobs.toml").replace(
-        &mount.display().to_string(),
-        &dir.path().display().to_string(),
-    );
+    // The jobs that read the Secret ship disabled: enabled here, as the operator will.
+    let jobs = configmap_jobs(docs)
+        .replace(
+            &mount.display().to_string(),
+            &dir.path().display().to_string(),
+        )
+        .replace("enabled = false", "enabled = true");
     let config = dir.path().join("jobs.toml");
     std::fs::write(&config, jobs).unwrap();
     let out = as_user(Path::new(BIN), who.uid, who.gid, &who.groups)
         .args(["check", "--config"])
         .arg(&config)
+        .envs(container_env(docs, slotcron_container(docs)))
         .output()
         .unwrap();
     assert!(
@@ -1318,19 +1369,21 @@ fn every_jobs_toml_under_deploy_passes_check_with_its_variables_and_secret_files
     .unwrap();
     for path in files {
         // Files the manifests mount from the Secret are read from the temp dir instead.
-        let text = std::fs::read_to_string(&path).unwrap().replace(
-            "/run/secrets/slotcron",
-            &secrets.path().display().to_string(),
-        );
+        // Disabled jobs enabled too: the shipped ones must work once the operator turns them on.
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(
+                "/run/secrets/slotcron",
+                &secrets.path().display().to_string(),
+            )
+            .replace("enabled = false", "enabled = true");
         let local = secrets.path().join("jobs.toml");
         std::fs::write(&local, &text).unwrap();
         let mut check = Command::new(BIN);
         check.args(["check", "--config"]).arg(&local);
+        // Hex, as the Redis password the node URLs carry must be (deploy/kubernetes/redis.env).
         for name in variables(&text) {
-            check.env(
-                name,
-                "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k",
-            );
+            check.env(name, "0123456789abcdef");
         }
         let out = check.output().unwrap();
         assert!(
@@ -1346,8 +1399,7 @@ fn every_jobs_toml_under_deploy_passes_check_with_its_variables_and_secret_files
 fn kubernetes_example_has_a_job_that_fires_at_least_once_a_minute() {
     let Some(text) = kustomized() else { return };
     let docs = documents(&text);
-    let mount = PathBuf::from("/run/secrets/slotcron");
-    let (config, _) = configmap_config(&docs, &mount);
+    let (config, _) = configmap_config(&docs);
     let now = chrono::Utc::now();
     let frequent = config.jobs.iter().find(|job| {
         let slots = job.schedule.upcoming(now, 10);
@@ -1471,5 +1523,489 @@ fn monitoring_component_renders_with_kustomize_and_agrees_with_the_fleet_and_ale
     assert_eq!(
         str_of(&dashboard["data"]["slotcron-dashboard.json"], "dashboard"),
         read("deploy/monitoring/slotcron-dashboard.json")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// A fresh `kubectl apply -k deploy/kubernetes`: no Secret of the operator's, no robot job, and
+// Redis behind the password of the Secret the manifests generate
+// ---------------------------------------------------------------------------
+
+/// The pods of every workload the manifests render, with the workload's name.
+fn pods(docs: &[Value]) -> Vec<(&str, &Value)> {
+    docs.iter()
+        .filter(|d| d["spec"]["template"]["spec"]["containers"].is_sequence())
+        .map(|d| {
+            let name = str_of(&d["metadata"]["name"], "name");
+            (name, &d["spec"]["template"]["spec"])
+        })
+        .collect()
+}
+
+#[test]
+fn kubernetes_demo_starts_without_any_operator_secret_and_enables_no_robot_job() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let rendered: BTreeSet<&str> = of_kind(&docs, "Secret")
+        .into_iter()
+        .map(|s| str_of(&s["metadata"]["name"], "name"))
+        .collect();
+    // Every Secret a pod mounts is one the manifests create, or optional: the kubelet starts
+    // no container whose required Secret is missing.
+    for (workload, pod) in pods(&docs) {
+        for volume in pod["volumes"].as_sequence().into_iter().flatten() {
+            let secret = &volume["secret"];
+            let Some(name) = secret["secretName"].as_str() else {
+                continue;
+            };
+            assert!(
+                rendered.contains(name) || secret["optional"].as_bool() == Some(true),
+                "{workload} mounts the Secret {name}, which the manifests do not create and \
+                 which is not optional: the pod waits for the operator to create it"
+            );
+        }
+        for container in pod["containers"].as_sequence().unwrap() {
+            container_env(&docs, container);
+        }
+    }
+    // slotcron starts on the ConfigMap with no file of the operator's Secret, and nothing it
+    // runs sends a message (a robot job would @all a real group).
+    let (config, _) = configmap_config(&docs);
+    assert!(!config.jobs.is_empty(), "the demo has a job");
+    for job in &config.jobs {
+        assert!(
+            matches!(job.action, Action::Log(_)),
+            "job {} is enabled and sends ({}): the demo only logs",
+            job.name,
+            job.action.kind()
+        );
+    }
+}
+
+#[test]
+fn every_statefulsets_governing_service_is_headless() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let sets = of_kind(&docs, "StatefulSet");
+    assert_eq!(sets.len(), 3, "three Redis nodes");
+    for set in sets {
+        let service = str_of(&set["spec"]["serviceName"], "serviceName");
+        assert_eq!(
+            named(&docs, "Service", service)["spec"]["clusterIP"].as_str(),
+            Some("None"),
+            "{service}: a StatefulSet's governing Service is headless (clusterIP: None)"
+        );
+    }
+}
+
+/// One Redis node started as its StatefulSet's container starts: the rendered `command` and
+/// `args`, as the pod's user, its Secret's files written as the kubelet writes them. Only the
+/// paths (the Secret's mount, `/data`) and the port (appended) are this machine's.
+struct RenderedRedis {
+    _process: common::Replica,
+    port: u16,
+    /// The Secret's mount path in the manifests, and where its files are here.
+    secret_mount: String,
+    secret_dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RenderedRedis {
+    fn start(docs: &[Value], set: &Value) -> Self {
+        let pod = &set["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let who = run_as(pod, container);
+        let dir = tempfile::tempdir().unwrap();
+        world_traversable(dir.path());
+        let (secret_mount, secret_dir) = write_secret_volume(docs, pod, container, dir.path());
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::os::unix::fs::chown(&data, Some(who.uid), Some(who.gid)).unwrap();
+        let local = |arg: &str| {
+            let arg = arg.replace(&secret_mount, &secret_dir.display().to_string());
+            if arg == "/data" {
+                data.display().to_string()
+            } else {
+                arg
+            }
+        };
+        let argv: Vec<String> = [&container["command"], &container["args"]]
+            .into_iter()
+            .flat_map(|list| list.as_sequence().expect("command and args").iter())
+            .map(|a| local(str_of(a, "arg")))
+            .collect();
+        let port = common::free_port();
+        let mut cmd = as_user(Path::new(&argv[0]), who.uid, who.gid, &who.groups);
+        cmd.args(&argv[1..])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .env("PATH", path_with_redis());
+        let name = str_of(&set["metadata"]["name"], "name");
+        let process = common::Replica::spawn_cmd(name, cmd);
+        // A fresh redis-server answers within a second; 30 s for a machine under heavy load.
+        common::wait_until(Duration::from_secs(30), || redis_reply(port, "PING\r\n", 1))
+            .unwrap_or_else(|| panic!("{name} never answered: {:?}", process.lines()));
+        RenderedRedis {
+            _process: process,
+            port,
+            secret_mount,
+            secret_dir,
+            _dir: dir,
+        }
+    }
+
+    /// A readiness or liveness probe's command run here as the container runs it, against
+    /// `secret_dir` for the Secret's mount (the probe asks the default port: this node's here).
+    fn probe(&self, pod: &Value, container: &Value, probe: &str, secret_dir: &Path) -> bool {
+        let who = run_as(pod, container);
+        let argv: Vec<String> = container[probe]["exec"]["command"]
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{probe} runs a command"))
+            .iter()
+            .map(|a| {
+                str_of(a, "arg")
+                    .replace(&self.secret_mount, &secret_dir.display().to_string())
+                    .replace("redis-cli ", &format!("redis-cli -p {} ", self.port))
+            })
+            .collect();
+        as_user(Path::new(&argv[0]), who.uid, who.gid, &who.groups)
+            .args(&argv[1..])
+            .env("PATH", path_with_redis())
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+}
+
+/// The container's Secret volume written into `root` as the kubelet writes it (root-owned, the
+/// item's mode, `fsGroup`'s group): its mount path in the manifests, and the local directory.
+fn write_secret_volume(
+    docs: &[Value],
+    pod: &Value,
+    container: &Value,
+    root: &Path,
+) -> (String, PathBuf) {
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find_map(|m| {
+            let volume = pod["volumes"]
+                .as_sequence()?
+                .iter()
+                .find(|v| v["name"] == m["name"] && v["secret"].is_mapping())?;
+            Some((str_of(&m["mountPath"], "mountPath"), &volume["secret"]))
+        });
+    let (mount_path, secret) = mount.expect("Redis mounts its password Secret");
+    let dir = root.join("secret");
+    std::fs::create_dir(&dir).unwrap();
+    world_traversable(&dir);
+    let files = secret_files(pod, secret);
+    let name = str_of(&secret["secretName"], "secretName");
+    for item in secret["items"].as_sequence().expect("items").iter() {
+        let key = str_of(&item["key"], "key");
+        let path = str_of(&item["path"], "path");
+        let value = rendered_secret(docs, name, key)
+            .unwrap_or_else(|| panic!("the Secret {name} is rendered with {key}"));
+        let file = files.iter().find(|(p, _)| p == path).unwrap().1;
+        let local = dir.join(path);
+        std::fs::write(&local, value).unwrap();
+        std::os::unix::fs::chown(&local, Some(0), Some(file.gid)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(file.mode)).unwrap();
+    }
+    (mount_path.to_owned(), dir)
+}
+
+/// `PATH` with the redis-server the tests use first (the container's image has it on `PATH`).
+fn path_with_redis() -> std::ffi::OsString {
+    let server = PathBuf::from(common::redis_server_bin());
+    let bin_dir = server
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf);
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(bin_dir.into_iter().chain(std::env::split_paths(&rest))).unwrap()
+}
+
+/// What 127.0.0.1:`port` answers to `request` (inline commands), once `replies` lines came.
+fn redis_reply(port: u16, request: &str, replies: usize) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    // Bounds a reply from a live local server; far above its microseconds.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut text = String::new();
+    let mut buf = [0u8; 512];
+    while text.matches("\r\n").count() < replies {
+        let n = stream.read(&mut buf).ok().filter(|&n| n > 0)?;
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    Some(text)
+}
+
+/// The ConfigMap's jobs.toml with each `redis-N:6379` of its node URLs pointed at the local
+/// node started for it; the `${REDIS_PASSWORD}` in the URLs stays.
+fn configmap_on_local_nodes(docs: &[Value], nodes: &[(String, u16)], dir: &Path) -> PathBuf {
+    let mut text = configmap_jobs(docs);
+    for (name, port) in nodes {
+        let host = format!("@{name}:6379");
+        assert!(text.contains(&host), "the node URLs name {host}");
+        text = text.replace(&host, &format!("@127.0.0.1:{port}"));
+    }
+    let path = dir.join("jobs.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The rendered manifests, for a test that runs their processes as the pods' users (`None`:
+/// no kubectl, or not root, outside CI).
+fn rendered_as_root() -> Option<Vec<Value>> {
+    let text = kustomized()?;
+    can_drop_privileges().then(|| documents(&text))
+}
+
+/// The three Redis nodes, each started from its own StatefulSet, and the ConfigMap's jobs.toml
+/// pointed at them (written into `dir`).
+fn start_rendered_fleet(docs: &[Value], dir: &Path) -> (Vec<(String, RenderedRedis)>, PathBuf) {
+    let nodes = start_rendered_nodes(docs);
+    let ports: Vec<(String, u16)> = nodes.iter().map(|(n, r)| (n.clone(), r.port)).collect();
+    let config = configmap_on_local_nodes(docs, &ports, dir);
+    (nodes, config)
+}
+
+/// The three Redis nodes, each started from its own StatefulSet.
+fn start_rendered_nodes(docs: &[Value]) -> Vec<(String, RenderedRedis)> {
+    of_kind(docs, "StatefulSet")
+        .into_iter()
+        .map(|set| {
+            let name = str_of(&set["metadata"]["name"], "name").to_owned();
+            (name, RenderedRedis::start(docs, set))
+        })
+        .collect()
+}
+
+#[test]
+fn redis_started_as_its_statefulset_refuses_a_client_without_the_password_and_slotcron_sends_it() {
+    let Some(docs) = rendered_as_root() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, config) = start_rendered_fleet(&docs, dir.path());
+    for (name, node) in &nodes {
+        let anonymous = redis_reply(node.port, "PING\r\n", 1).unwrap();
+        assert!(
+            anonymous.starts_with("-NOAUTH"),
+            "{name} answers a client without the password: {anonymous:?}"
+        );
+        let set = named(&docs, "StatefulSet", name);
+        let pod = &set["spec"]["template"]["spec"];
+        let password = std::fs::read_to_string(node.secret_dir.join("password")).unwrap();
+        let authed = redis_reply(node.port, &format!("AUTH {password}\r\nPING\r\n"), 2).unwrap();
+        assert_eq!(
+            authed, "+OK\r\n+PONG\r\n",
+            "{name} with the Secret's password"
+        );
+        // The probes authenticate the same way, and a wrong password fails them (redis-cli
+        // exits 0 on NOAUTH too).
+        let container = &pod["containers"][0];
+        for probe in ["readinessProbe", "livenessProbe"] {
+            assert!(
+                node.probe(pod, container, probe, &node.secret_dir),
+                "{name}: {probe}"
+            );
+        }
+        let wrong = tempfile::tempdir().unwrap();
+        world_traversable(wrong.path());
+        std::fs::write(wrong.path().join("password"), "wrong").unwrap();
+        assert!(
+            !node.probe(pod, container, "readinessProbe", wrong.path()),
+            "{name}: the readiness probe passes with a wrong password"
+        );
+    }
+    // slotcron with the pod's environment reaches them through the node URLs' password, and
+    // is refused with another one.
+    let env = container_env(&docs, slotcron_container(&docs));
+    let history = |env: &HashMap<String, String>| {
+        Command::new(BIN)
+            .args(["history", "--config"])
+            .arg(&config)
+            .envs(env)
+            .output()
+            .unwrap()
+    };
+    let out = history(&env);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut wrong = env.clone();
+    wrong.insert("REDIS_PASSWORD".into(), "0000".into());
+    let out = history(&wrong);
+    assert!(
+        !out.status.success(),
+        "a wrong password is refused: {}",
+        output_text(&out)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The deploy docs: the CLI lines they show run, their comments agree, the limits have room
+// ---------------------------------------------------------------------------
+
+/// The `slotcron …` part of each line of deploy/README.md that starts with `prefix`.
+fn documented_cli_lines(prefix: &str) -> Vec<String> {
+    let lines: Vec<String> = read("deploy/README.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(str::to_owned)
+        .collect();
+    for verb in ["history", "pause", "resume"] {
+        let shown = format!("slotcron {verb} ");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&shown)),
+            "deploy/README.md shows `{prefix}{shown}…`: {lines:?}"
+        );
+    }
+    lines
+}
+
+/// Runs each documented `slotcron …` line through `sh` (its quoting, `"$USER"`) as it runs
+/// in the container: the binary on `PATH`, the container's environment plus `env`.
+fn run_documented_lines(lines: &[String], env: &HashMap<String, String>) {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&rest)),
+    )
+    .unwrap();
+    for line in lines {
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("USER", "operator")
+            .env_remove("RUST_LOG")
+            .envs(env)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{line}:\n{}", output_text(&out));
+    }
+}
+
+#[test]
+fn the_kubectl_exec_lines_of_deploy_readme_run_in_a_pods_environment_against_its_redis() {
+    let Some(docs) = rendered_as_root() else {
+        return;
+    };
+    let lines = documented_cli_lines("kubectl -n slotcron exec deploy/slotcron -- ");
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, config) = start_rendered_fleet(&docs, dir.path());
+    // The pod's environment: its env list and the image's SLOTCRON_CONFIG, which names the
+    // mounted jobs.toml (here the local copy).
+    let runtime = stages(&read("deploy/Dockerfile")).pop().unwrap();
+    let mut env: HashMap<String, String> = env_pairs(&runtime).into_iter().collect();
+    env.extend(container_env(&docs, slotcron_container(&docs)));
+    env.insert("SLOTCRON_CONFIG".into(), config.display().to_string());
+    run_documented_lines(&lines, &env);
+}
+
+#[test]
+fn the_docker_compose_exec_lines_of_deploy_readme_run_against_the_demos_redis() {
+    let service = "replica-1";
+    assert_eq!(
+        yaml("deploy/docker-compose.yml")["services"][service]["build"]["dockerfile"].as_str(),
+        Some("deploy/Dockerfile"),
+        "{service} is a slotcron replica of docker-compose.yml"
+    );
+    let lines = documented_cli_lines(&format!(
+        "docker compose -f deploy/docker-compose.yml exec {service} "
+    ));
+    // The demo's jobs file with its nodes (redis-1..3) on local servers.
+    let cluster = common::RedisCluster::start(3);
+    let mut text = read(COMPOSE_JOBS);
+    for (i, url) in cluster.urls().iter().enumerate() {
+        let node = format!("redis://redis-{}:6379", i + 1);
+        assert!(text.contains(&node), "{COMPOSE_JOBS} names {node}");
+        text = text.replace(&node, url);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(&config, text).unwrap();
+    let runtime = stages(&read("deploy/Dockerfile")).pop().unwrap();
+    let mut env: HashMap<String, String> = env_pairs(&runtime).into_iter().collect();
+    env.insert("SLOTCRON_CONFIG".into(), config.display().to_string());
+    run_documented_lines(&lines, &env);
+}
+
+/// "one" for 1: how the deploy comments count log lines.
+fn number_word(n: usize) -> &'static str {
+    ["no", "one", "two", "three", "four"][n]
+}
+
+#[test]
+fn every_deploy_comment_counts_as_many_lost_lines_per_slot_as_the_default_candidates_give() {
+    // Each slot: the first candidate's `won`, every further candidate's `lost`.
+    let slotcron::config::Candidates::Top(k) = slotcron::config::DEFAULT_CANDIDATES else {
+        panic!("the default candidates are a number");
+    };
+    let expected = format!("{} `lost`", number_word(k.get() - 1));
+    let mut files = vec![repo().join("deploy/README.md")];
+    files.extend(deploy_jobs_files());
+    files.push(repo().join("deploy/docker-compose.yml"));
+    let mut counted = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap().replace('\n', " ");
+        for (at, _) in text.match_indices("`lost`") {
+            let before: String = text[..at]
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .to_owned();
+            let said = format!("{before} `lost`");
+            assert_eq!(said, expected, "{}: says {said:?}", path.display());
+            counted += 1;
+        }
+    }
+    assert!(
+        counted >= 3,
+        "the compose, Kubernetes and README demos each say it"
+    );
+}
+
+/// The highest peak RSS per replica BENCHMARKS.md measured (its scale rows), in MiB.
+fn highest_measured_peak_rss_mib() -> f64 {
+    let text = read("BENCHMARKS.md");
+    let peaks: Vec<f64> = text
+        .split("peak RSS ")
+        .skip(1)
+        .filter_map(|rest| {
+            let (mib, unit) = rest.split_once(' ')?;
+            unit.starts_with("MiB per replica")
+                .then(|| mib.parse().ok())
+                .flatten()
+        })
+        .collect();
+    assert!(!peaks.is_empty(), "BENCHMARKS.md has its scale rows");
+    peaks.into_iter().fold(0.0, f64::max)
+}
+
+#[test]
+fn the_replicas_memory_limit_is_twice_the_highest_peak_rss_measured() {
+    let Some(text) = kustomized() else { return };
+    let docs = documents(&text);
+    let limit = str_of(
+        &slotcron_container(&docs)["resources"]["limits"]["memory"],
+        "memory limit",
+    );
+    let limit_mib: f64 = limit
+        .strip_suffix("Mi")
+        .unwrap_or_else(|| panic!("{limit}: in Mi"))
+        .parse()
+        .unwrap();
+    let peak = highest_measured_peak_rss_mib();
+    // Twice: room for a burst above the benchmark's steady 30 s and for the allocator's
+    // fragmentation over days, where the benchmark ran one process for 30 s.
+    assert!(
+        limit_mib >= 2.0 * peak,
+        "memory limit {limit} against a measured peak of {peak} MiB per replica"
     );
 }

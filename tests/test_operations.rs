@@ -712,3 +712,58 @@ fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
     );
     stop(r);
 }
+
+/// Replicas sharing a host and a file each serve their endpoints on their own port:
+/// `--http-listen` and `SLOTCRON_HTTP_LISTEN` override `[http] listen` for `run` (nothing
+/// listens on the file's port), `slotcron health` asks the same address when given the same
+/// override, and a reload keeps it without taking it for a change of `[http]`.
+#[test]
+fn http_listen_overrides_the_files_address_for_run_and_health_across_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file_port, flag_port, env_port) = (free_port(), free_port(), free_port());
+    // Standalone, and a job that never fires in the test: only the endpoints are looked at.
+    let text = format!(
+        "[http]\nlisten = \"127.0.0.1:{file_port}\"\n[[job]]\nname = \"idle\"\n\
+         schedule = \"0 0 0 1 1 *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+    );
+    let path = write_config(dir.path(), &text);
+    let flag_addr = format!("127.0.0.1:{flag_port}");
+    let env_addr = format!("127.0.0.1:{env_port}");
+    let mut cmd = Replica::run_command(&path, "by-flag");
+    cmd.args(["--http-listen", &flag_addr])
+        .env("SLOTCRON_NO_WATCH", "true");
+    let by_flag = Replica::spawn_cmd("by-flag", cmd);
+    let by_env = Replica::run(&path, "by-env", &[("SLOTCRON_HTTP_LISTEN", &env_addr)]);
+    started(&by_flag);
+    started(&by_env);
+    assert_eq!(http_get(flag_port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(http_get(env_port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(
+        http_get(file_port, "/healthz"),
+        None,
+        "the file's [http] listen is served though overridden"
+    );
+
+    let config = path.to_str().unwrap();
+    let (code, out, err) = slotcron(&["health", "--config", config, "--http-listen", &env_addr]);
+    assert_eq!(code, 0, "health on the override: {out}{err}");
+    let (code, _, _) = slotcron(&["health", "--config", config]);
+    assert_ne!(
+        code, 0,
+        "health on the file's address, where nothing listens"
+    );
+
+    assert!(by_flag.send_signal(Signal::SIGHUP));
+    let reloaded = by_flag.wait_for_json(Duration::from_secs(15), |l| l["message"] == "reloaded");
+    assert!(reloaded.is_some(), "{:?}", by_flag.lines());
+    let restart_only: Vec<String> = (by_flag.lines().into_iter())
+        .filter(|l| l.contains("changes to [http]"))
+        .collect();
+    assert!(
+        restart_only.is_empty(),
+        "the override taken for a change: {restart_only:?}"
+    );
+    assert_eq!(http_get(flag_port, "/healthz").map(|r| r.0), Some(200));
+    stop(by_flag);
+    stop(by_env);
+}

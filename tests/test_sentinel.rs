@@ -126,6 +126,8 @@ struct Fleet {
     receiver: Receiver,
     /// The first replica's status server (`[http] listen`).
     http: u16,
+    /// The file the other replicas run, for the CLI.
+    config: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -158,6 +160,7 @@ impl Fleet {
             replicas,
             receiver,
             http,
+            config: paths[1].clone(),
             _dir: dir,
         }
     }
@@ -495,5 +498,93 @@ fn redis_7_sentinel_planned_failover_is_followed_and_slots_after_the_switch_run_
     assert!(
         fleet.count_lines("redis primary changed", None) >= REPLICAS,
         "every replica follows"
+    );
+}
+
+/// How long a pause may take to reach every replica (pub/sub, one hop) on a loaded machine.
+const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(2);
+/// How long a replica started after the failover runs before the receiver is read: a few
+/// of its slots, each of which it must find paused.
+const LATE_REPLICA_RUNS: Duration = Duration::from_secs(4);
+
+/// The issue's case 7: `pause` while the replica's replication link is down, then
+/// the primary killed and the replica promoted without the pause. The pause's `WAIT` is short:
+/// `pause` says so and exits non-zero; the replicas that knew the pause write it back onto the
+/// new primary instead of dropping it, so no paused slot runs, a replica started afterwards
+/// finds it, and the ledger calls the paused slots `paused`, not `missed`.
+#[test]
+fn redis_7_sentinel_a_pause_the_replica_missed_holds_through_a_failover_and_its_slots_stay_paused()
+{
+    let set = SentinelSet::start();
+    let fleet = Fleet::start(&set, false);
+    std::thread::sleep(Duration::from_secs(3));
+    set.cut_replication();
+    let (code, said) =
+        common::slotcron_cli_status(&fleet.config, &["pause", "job-0", "--by", "ops"]);
+    let heard = Utc::now() + chrono::Duration::from_std(PAUSE_HEARD_WITHIN).unwrap();
+    std::thread::sleep(PAUSE_HEARD_WITHIN);
+    let killed = Utc::now();
+    set.primary.kill();
+    let promoted = common::wait_until(
+        Duration::from_secs(PAUSED_RECOVERY_BOUND as u64 + 10),
+        || (set.primary_port() == Some(set.replica.port())).then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(PAUSED_RECOVERY_BOUND as u64));
+    let late = Replica::run(&fleet.config, "replica-late", &[]);
+    let started = late.wait_for_json(Duration::from_secs(15), |l| {
+        l["message"] == "slotcron started"
+    });
+    std::thread::sleep(LATE_REPLICA_RUNS);
+    let end = Utc::now() - chrono::Duration::seconds(1);
+    let ran_paused: Vec<String> = (fleet.deliveries().into_keys())
+        .filter(|(job, slot)| job == "job-0" && *slot > second(heard))
+        .map(|(_, slot)| slot)
+        .collect();
+    let other_after: usize = (fleet.deliveries().into_keys())
+        .filter(|(job, slot)| job == "job-1" && *slot > second(killed))
+        .count();
+    let since = (heard + chrono::Duration::seconds(1)).to_rfc3339();
+    let (_, ledger) = common::slotcron_cli_status(
+        &fleet.config,
+        &["history", "--job", "job-0", "--json", "--since", &since],
+    );
+    let fates: Vec<String> = (ledger.lines())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|row| row["slot"].as_str().is_some_and(|s| *s < *second(end)))
+        .map(|row| row["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    let missed = fates.iter().filter(|f| *f == "missed").count();
+    eprintln!(
+        "measured (redis 7.0, pause with the replica's link down, then a failover): pause \
+         exited {code:?} saying {said:?}; {} paused slot(s) ran after the failover \
+         {ran_paused:?}; ledger of job-0 over {} slot(s): {missed} missed, {} paused",
+        ran_paused.len(),
+        fates.len(),
+        fates.iter().filter(|f| *f == "paused").count()
+    );
+    assert!(promoted.is_some(), "Sentinel promoted the replica");
+    assert!(started.is_some(), "the late replica started");
+    assert!(
+        code != Some(0) && said.contains("reached 0 of 1 replica"),
+        "a pause no replica acknowledged is reported: exit {code:?}: {said}"
+    );
+    assert_eq!(ran_paused, Vec::<String>::new(), "paused slots ran");
+    let counted = "a pause change reached fewer replicas than wait_replicas";
+    assert!(
+        fleet.count_lines(counted, None) >= 1,
+        "the replicas that heard the pause count and log its short WAIT"
+    );
+    let restored = "the Redis nodes lost this job's newest pause change";
+    assert!(
+        fleet.count_lines(restored, None) >= 1,
+        "the pause written back onto the new primary is logged"
+    );
+    assert!(
+        other_after > 0,
+        "the other jobs run again after the failover"
+    );
+    assert!(
+        fates.len() >= 10 && missed == 0,
+        "the ledger calls paused slots missed: {fates:?}\n{ledger}"
     );
 }

@@ -17,6 +17,15 @@ use crate::config::{self, Config, ConfigError, ConfigErrors, Section};
 /// What the errors of a fleet built in code name as their file.
 pub(super) const BUILT_IN_CODE: &str = "fleet builder";
 
+/// This process's program's file name: what tells two services that embed the library apart
+/// on one prefix when neither names its deployment (Linux marks a replaced binary's path
+/// " (deleted)": the same program still).
+fn program() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let name = exe.file_name().unwrap_or_default().to_string_lossy();
+    name.trim_end_matches(" (deleted)").to_owned()
+}
+
 /// The parts of a fleet built in code.
 #[derive(Default)]
 pub(super) struct Parts {
@@ -43,6 +52,7 @@ impl Parts {
         if self.jobs.is_empty() {
             config.jobs.clear();
         }
+        config.scheduler.deployment = config.scheduler.deployment.with_program(program());
         for (job, (_, run)) in config.jobs.iter_mut().zip(self.jobs) {
             let Some(job) = Arc::get_mut(job) else {
                 return Err(shared_job(&job.name));

@@ -141,7 +141,8 @@ impl Fleet {
     }
 
     /// The first part of every Redis key (default `slotcron`): fleets sharing nodes race
-    /// apart on different prefixes.
+    /// apart on different prefixes. Two programs left on one prefix are two deployments
+    /// ([`Fleet::deployment`]): each logs an error naming the other's replicas.
     ///
     /// ```
     /// let fleet = slotcron::Fleet::new("replica-1").key_prefix("billing");
@@ -150,6 +151,20 @@ impl Fleet {
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into().into();
         self.parts.scheduler.insert("key_prefix".into(), prefix);
+        self
+    }
+
+    /// Names this fleet's deployment (default: known by its program's name): replicas of
+    /// two deployments on one `key_prefix` race for each other's slots, so each logs an error
+    /// naming the other's replicas (see the README's "One fleet per prefix").
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1").deployment("billing-production");
+    /// # let _ = fleet;
+    /// ```
+    pub fn deployment(mut self, name: impl Into<String>) -> Self {
+        let name = name.into().into();
+        self.parts.scheduler.insert("deployment".into(), name);
         self
     }
 

@@ -53,8 +53,9 @@ fn describe_lock(config: &Config) -> String {
     };
     // The prefix names the fleet: two deployments on one Redis need different ones.
     format!(
-        "{over}, key_prefix {:?}\nguarantee ({} mode): {}",
+        "{over}, key_prefix {:?}, deployment {}\nguarantee ({} mode): {}",
         config.scheduler.key_prefix,
+        config.scheduler.deployment,
         mode.name(),
         mode.guarantee()
     )

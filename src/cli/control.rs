@@ -4,16 +4,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::Utc;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, runtime, time_or_offset, unknown_job, BadTime,
-    ConfigArg, Offset, EXIT_CONFIG, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit, runtime, time_or_span, unknown_job, BadTime,
+    ConfigArg, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
-use crate::fleet::control::{Control, Pause};
+use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Taken, Until};
 use crate::ops::telemetry::{self, LogFormat};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
@@ -72,23 +71,29 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let pause = Pause {
+    let order = PauseOrder {
         by: args.by.clone().unwrap_or_else(operator),
-        at: Utc::now(),
         until,
         reason: args.reason.clone(),
     };
-    match runtime.block_on(control.pause(&args.job, &pause)) {
-        Ok(_) => {
-            let until = until.map_or("until resumed".to_owned(), |u| format!("until {u}"));
+    match runtime.block_on(control.pause(&args.job, &order)) {
+        Ok(taken) => {
+            let until = taken
+                .change
+                .until
+                .map_or("until resumed".to_owned(), |u| format!("until {u}"));
             println!(
                 "{}: paused on every replica from its next slot, {until} ({})",
                 args.job,
                 config.path.display()
             );
-            ExitCode::SUCCESS
+            replicated(&args.job, "pause", &taken)
         }
-        Err(e) => {
+        Err(e @ PauseError::AlreadyOver { .. }) => {
+            eprintln!("slotcron: {}: not paused: {e}", args.job);
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(e @ PauseError::NoMajority(_)) => {
             eprintln!("slotcron: {}: the pause did not hold: {e}", args.job);
             ExitCode::from(EXIT_UNAVAILABLE)
         }
@@ -104,26 +109,42 @@ pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
         Err(code) => return code,
     };
     let by = args.by.clone().unwrap_or_else(operator);
-    let ended = match runtime.block_on(control.resume(&args.job, &by)) {
-        Ok(ended) => ended,
+    let taken = match runtime.block_on(control.resume(&args.job, &by)) {
+        Ok(taken) => taken,
         Err(e) => {
             eprintln!("slotcron: {}: the resume did not hold: {e}", args.job);
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
-    let Some(pause) = ended else {
+    let Some(pause) = &taken.change else {
         println!("{}: was not paused", args.job);
-        return ExitCode::SUCCESS;
+        return replicated(&args.job, "resume", &taken);
     };
     println!(
         "{}: resumed (paused by {} at {})",
         args.job, pause.by, pause.at
     );
-    if !args.catch_up {
-        return ExitCode::SUCCESS;
+    if !args.catch_up || taken.is_short() {
+        return replicated(&args.job, "resume", &taken);
     }
     telemetry::init(log_format);
-    catch_up_pause(&config, &args.job, &pause, &runtime)
+    catch_up_pause(&config, &args.job, pause, &runtime)
+}
+
+/// Exit 0 when the primary's replicas acknowledged the change (`WAIT`, sentinel and cluster
+/// modes), as a won slot's lock must be; else says so and exits 4: the change holds on the
+/// primary, but a failover before a replica has it would lose it there (the replicas that
+/// heard it write it back, README), so the operator runs it again once a replica is back.
+fn replicated<T>(job: &str, what: &str, taken: &Taken<T>) -> ExitCode {
+    let Some(replication) = taken.replication.filter(|_| taken.is_short()) else {
+        return ExitCode::SUCCESS;
+    };
+    eprintln!(
+        "slotcron: {job}: the {what} reached {} of {} replica(s) of the primary (wait_replicas): \
+         a failover now could lose it; run it again once a replica is back",
+        replication.acked, replication.wanted
+    );
+    ExitCode::from(EXIT_UNAVAILABLE)
 }
 
 /// Runs the newest slot of `job` inside `pause`, as a catch-up through the race: judged on
@@ -210,9 +231,13 @@ fn control_of(
     Ok((runtime, config, control))
 }
 
-/// `--until`: an RFC 3339 time, or a duration from now.
-fn parse_until(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
-    time_or_offset(text, Offset::Ahead)
+/// `--until`: an RFC 3339 time, or a duration from the pause's stamp on the fleet's clock (not
+/// this machine's: see [`Until`]).
+fn parse_until(text: &str) -> Result<Until, BadTime> {
+    Ok(match time_or_span(text, Offset::Ahead)? {
+        TimeOrSpan::At(at) => Until::At(at),
+        TimeOrSpan::Span(span) => Until::After(span),
+    })
 }
 
 /// `$USER@hostname`: who runs the CLI, for the pause record.

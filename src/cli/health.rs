@@ -12,15 +12,22 @@ pub struct HealthArgs {
     #[command(flatten)]
     /// Which jobs.toml to read.
     pub config: ConfigArg,
+    /// The replica's status address, when `run` was given one (`--http-listen`) instead of the
+    /// file's `[http] listen`.
+    #[arg(long, env = "SLOTCRON_HTTP_LISTEN", value_name = "ADDR:PORT")]
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
-/// `slotcron health`: exit 0 when the replica's `/healthz` answers 200. A config without
-/// `[http]` has no endpoint to ask: the file is checked instead, and the output says so.
+/// `slotcron health`: exit 0 when the replica's `/healthz` answers 200 (on `--http-listen` when
+/// given, as `run`'s). A config without `[http]` has no endpoint to ask: the file is checked instead, and the output says so.
 pub(super) fn health(args: &HealthArgs) -> ExitCode {
-    let config = match load_or_exit(&args.config.config) {
+    let mut config = match load_or_exit(&args.config.config) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    if let Some(listen) = args.http_listen {
+        config.override_http(listen);
+    }
     let Some(http) = config.http else {
         println!(
             "{}: valid; no [http] listen, so no /healthz to ask",

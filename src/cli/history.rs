@@ -11,7 +11,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, load_or_exit, runtime, time_or_offset, unknown_job, BadTime, ConfigArg, Offset,
+    connect, load_or_exit, runtime, time_or_offset_back, unknown_job, BadTime, ConfigArg,
     UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
 };
 use crate::config::{Config, Job};
@@ -323,7 +323,7 @@ fn outcome_text(outcome: &str, duplicate: bool) -> String {
 
 /// `--since`: a duration back from now, or an RFC 3339 time.
 fn parse_since(text: &str) -> Result<chrono::DateTime<Utc>, BadTime> {
-    time_or_offset(text, Offset::Back)
+    time_or_offset_back(text)
 }
 
 /// The jobs `history` reads, with their zones.

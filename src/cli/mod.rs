@@ -63,7 +63,8 @@ pub enum Command {
     Pause(PauseArgs),
     /// Resume a paused job on every replica.
     Resume(ResumeArgs),
-    /// Ask the running replica's /healthz (on the config's `[http] listen`); exit 0 when healthy.
+    /// Ask the running replica's /healthz (on `--http-listen` or the config's `[http] listen`);
+    /// exit 0 when healthy.
     Health(HealthArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),

@@ -19,6 +19,11 @@ pub struct RunArgs {
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// Serve /healthz, /readyz, /metrics and the status page on this address instead of the
+    /// file's `[http] listen` (with or without one): replicas sharing a host and a file each
+    /// get their own port.
+    #[arg(long, env = "SLOTCRON_HTTP_LISTEN", value_name = "ADDR:PORT")]
+    pub http_listen: Option<std::net::SocketAddr>,
     /// Reload only on SIGHUP, not when the configuration file changes.
     #[arg(long, env = "SLOTCRON_NO_WATCH")]
     pub no_watch: bool,
@@ -27,10 +32,13 @@ pub struct RunArgs {
 /// `slotcron run`: the schedule on this replica until SIGTERM or SIGINT; exit 1 on an error.
 pub(super) fn run(args: RunArgs, format: LogFormat) -> ExitCode {
     telemetry::init(format);
-    let config = match load_or_exit_as(&args.config.config, format) {
+    let mut config = match load_or_exit_as(&args.config.config, format) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    if let Some(listen) = args.http_listen {
+        config.override_http(listen);
+    }
     let replica = args.replica_id.unwrap_or_else(default_replica_id);
     let runtime = match runtime() {
         Ok(rt) => rt,

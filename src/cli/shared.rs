@@ -155,22 +155,49 @@ pub(crate) enum BadTime {
     TooFarAhead(String),
 }
 
-/// An RFC 3339 time, or a duration from now going `offset`.
-pub(crate) fn time_or_offset(text: &str, offset: Offset) -> Result<DateTime<Utc>, BadTime> {
+/// The longest `--until` duration: a pause that long is one until resumed, and any fleet
+/// time plus it stays inside the calendar.
+const MAX_AHEAD: chrono::Duration = chrono::Duration::days(100 * 365);
+
+/// `--since` or `--until` as typed: a time, or a duration from now (whose "now" is the caller's
+/// to choose: `pause` takes the fleet's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeOrSpan {
+    /// An RFC 3339 time.
+    At(DateTime<Utc>),
+    /// A duration, going the option's `Offset` from now.
+    Span(chrono::Duration),
+}
+
+/// An RFC 3339 time, or a duration going `offset`.
+pub(crate) fn time_or_span(text: &str, offset: Offset) -> Result<TimeOrSpan, BadTime> {
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc));
+        return Ok(TimeOrSpan::At(at.with_timezone(&Utc)));
     }
     type Why = fn(String) -> BadTime;
-    let (unparsed, unreachable): (Why, Why) = match offset {
-        Offset::Back => (BadTime::NotSince, BadTime::TooFarBack),
-        Offset::Ahead => (BadTime::NotUntil, BadTime::TooFarAhead),
+    let (unparsed, unreachable, longest): (Why, Why, _) = match offset {
+        Offset::Back => (
+            BadTime::NotSince,
+            BadTime::TooFarBack,
+            chrono::Duration::MAX,
+        ),
+        Offset::Ahead => (BadTime::NotUntil, BadTime::TooFarAhead, MAX_AHEAD),
     };
     let span = humantime::parse_duration(text).map_err(|_| unparsed(text.to_owned()))?;
-    let span = chrono::Duration::from_std(span).ok();
-    let now = Utc::now();
-    let at = match offset {
-        Offset::Back => span.and_then(|span| now.checked_sub_signed(span)),
-        Offset::Ahead => span.and_then(|span| now.checked_add_signed(span)),
-    };
-    at.ok_or_else(|| unreachable(text.to_owned()))
+    chrono::Duration::from_std(span)
+        .ok()
+        .filter(|span| *span <= longest)
+        .map(TimeOrSpan::Span)
+        .ok_or_else(|| unreachable(text.to_owned()))
+}
+
+/// An RFC 3339 time, or a duration back from this machine's now (`--since`: the ledger's
+/// period, where a clock off by minutes moves the window's edge, nothing more).
+pub(crate) fn time_or_offset_back(text: &str) -> Result<DateTime<Utc>, BadTime> {
+    match time_or_span(text, Offset::Back)? {
+        TimeOrSpan::At(at) => Ok(at),
+        TimeOrSpan::Span(span) => Utc::now()
+            .checked_sub_signed(span)
+            .ok_or_else(|| BadTime::TooFarBack(text.to_owned())),
+    }
 }

@@ -144,16 +144,31 @@ pub(super) fn read_file_fields(
     let Value::Table(table) = action else {
         return Some(());
     };
-    let file_keys: Vec<String> = table
-        .keys()
-        .filter(|k| k.ends_with("_file"))
-        .cloned()
-        .collect();
     let mut ok = true;
-    for key in file_keys {
+    for key in file_keys(table) {
         ok &= read_file_field(loader, table, &key, section, config_dir);
     }
     ok.then_some(())
+}
+
+/// The action's `NAME_file` keys.
+fn file_keys(table: &toml::Table) -> Vec<String> {
+    let keys = table.keys().filter(|k| k.ends_with("_file"));
+    keys.cloned().collect()
+}
+
+/// Each `NAME_file = "path"` of a disabled job's action as `NAME = "path"`, the file unread:
+/// typing then checks the action's keys as for an enabled job (a secret file may be absent
+/// until the job is enabled, as in deploy/kubernetes/jobs.toml).
+pub(super) fn file_fields_unread(action: &mut Value) {
+    let Value::Table(table) = action else {
+        return;
+    };
+    for key in file_keys(table) {
+        let path = table.remove(&key).expect("a key just listed");
+        let name = key.trim_end_matches("_file").to_owned();
+        table.entry(name).or_insert(path);
+    }
 }
 
 /// One `NAME_file` of [`read_file_fields`]; false when it is in error (recorded).

@@ -115,6 +115,8 @@ impl RedisMode {
 pub struct HttpConfig {
     /// Where `/healthz`, `/readyz`, `/metrics` and the status page listen.
     pub listen: std::net::SocketAddr,
+    /// `listen` is the command line's (`run --http-listen`), not the file's: a reload keeps it.
+    pub overridden: bool,
 }
 
 /// The error for `mode = "sentinel"` without `master`.
@@ -132,7 +134,10 @@ impl Loader<'_> {
         };
         let raw: RawHttpServer = self.typed(value, &Section::Http)?;
         match raw.listen.parse() {
-            Ok(listen) => Some(Some(HttpConfig { listen })),
+            Ok(listen) => Some(Some(HttpConfig {
+                listen,
+                overridden: false,
+            })),
             Err(_) => {
                 self.errors.push(ConfigError::field(
                     Section::Http,

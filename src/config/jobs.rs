@@ -139,7 +139,8 @@ impl Loader<'_> {
     }
 
     /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before
-    /// typing (a disabled job's files and variables may be missing).
+    /// typing (a disabled job's files and variables may be missing: its `NAME_file` paths stand
+    /// in for their values, unread).
     fn read_action_files(
         &mut self,
         enabled: bool,
@@ -152,6 +153,10 @@ impl Loader<'_> {
             let dir = self.config_dir.clone();
             let read = actions::read_file_fields(self, action, section, &dir);
             return expanded.and(read);
+        }
+        // A disabled job's files may be missing: its keys are still checked.
+        if let Some(action) = table.get_mut("action") {
+            actions::file_fields_unread(action);
         }
         Some(())
     }

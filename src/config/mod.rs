@@ -7,6 +7,7 @@
 mod actions;
 mod alerts;
 mod calendars;
+pub mod deployment;
 pub mod durations;
 mod endpoints;
 pub mod env;
@@ -65,6 +66,23 @@ pub struct Config {
     pub scrubber: Arc<Scrubber>,
     /// Things that work but deserve a word at start (an even number of nodes, standalone mode).
     pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Serves the status endpoints on `listen`, whatever the file's `[http]` says (or without
+    /// one): one file for replicas that share a host, each on its own port.
+    pub fn override_http(&mut self, listen: std::net::SocketAddr) {
+        let overridden = true;
+        self.http = Some(HttpConfig { listen, overridden });
+    }
+
+    /// This reload of `old`'s file, with the command line's overrides of `old`.
+    fn with_overrides_of(mut self, old: &Config) -> Self {
+        if let Some(http) = old.http.filter(|http| http.overridden) {
+            self.http = Some(http);
+        }
+        self
+    }
 }
 
 /// What a slot does while the job's previous run is still going somewhere in the fleet.
@@ -136,6 +154,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// running schedule kept instead of the replica lost with it.
 pub async fn load_guarded(path: &Path) -> Result<Config, ConfigErrors> {
     guarded(path, load).await
+}
+
+/// A running replica's reload of `old`'s file ([`load_guarded`]), keeping the command line's
+/// overrides of `old` (`run --http-listen`): the file's `[http]` does not replace them.
+pub async fn reload(old: &Config) -> Result<Config, ConfigErrors> {
+    let new = load_guarded(&old.path).await?;
+    Ok(new.with_overrides_of(old))
 }
 
 /// Runs `load` on `path` on a blocking thread; its panic becomes a file-level error.
@@ -291,7 +316,7 @@ impl<'e> Loader<'e> {
             }
         };
         self.check_top_level(&table);
-        let scheduler = self.scheduler(table.remove("scheduler"));
+        let scheduler = self.scheduler(table.remove("scheduler"), text);
         let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
         self.calendars(table.remove("calendar"));

@@ -40,6 +40,8 @@ pub struct RawScheduler {
     /// How long replicas on one prefix may send a job of one name to different places.
     #[serde(default, with = "humantime_serde")]
     pub destination_conflict_after: Option<Duration>,
+    /// The deployment's name: checked non-empty.
+    pub deployment: Option<String>,
 }
 
 /// `candidates = 2` or `candidates = "all"`.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use toml::Value;
 
+use super::deployment::Deployment;
 use super::durations;
 use super::raw::{RawCandidates, RawClockMode, RawScheduler};
 use super::{ConfigError, Loader, Section};
@@ -52,8 +53,11 @@ pub struct SchedulerConfig {
     /// How long each further-ranked candidate waits before it races.
     pub candidate_stagger: Duration,
     /// How long replicas on this prefix may send a job of one name to different destinations
-    /// (a rollout) before it is logged as two fleets sharing the prefix.
+    /// (a rollout), or replicas of two deployments may share it, before it is logged as two
+    /// fleets sharing the prefix.
     pub destination_conflict_after: Duration,
+    /// Which deployment this replica belongs to, compared with the others on the prefix.
+    pub deployment: Deployment,
 }
 
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
@@ -67,7 +71,13 @@ pub enum ClockMode {
 }
 
 impl Loader<'_> {
-    pub(super) fn scheduler(&mut self, value: Option<Value>) -> Option<SchedulerConfig> {
+    /// `[scheduler]` of the file whose whole `text` is given (the deployment's identity is
+    /// derived from the variables it names).
+    pub(super) fn scheduler(
+        &mut self,
+        value: Option<Value>,
+        text: &str,
+    ) -> Option<SchedulerConfig> {
         let raw: RawScheduler = match value {
             Some(v) => self.typed(v, &Section::Scheduler)?,
             None => RawScheduler::default(),
@@ -102,6 +112,7 @@ impl Loader<'_> {
             durations::DESTINATION_CONFLICT_AFTER,
         )?;
         Some(SchedulerConfig {
+            deployment: self.deployment(raw.deployment, text)?,
             timezone,
             key_prefix,
             max_clock_skew,
@@ -111,6 +122,27 @@ impl Loader<'_> {
             candidate_stagger,
             destination_conflict_after,
         })
+    }
+
+    /// The deployment: `[scheduler] deployment`, `${VAR}` expanded (not scrubbed: a name,
+    /// shown in logs) and non-empty, or as [`Deployment::of`] finds it in `text`.
+    fn deployment(&mut self, raw: Option<String>, text: &str) -> Option<Deployment> {
+        let Some(raw) = raw else {
+            return Some(Deployment::of(None, text, self.env));
+        };
+        let error = match super::env::expand(&raw, self.env) {
+            Ok(name) if !name.text.trim().is_empty() => {
+                return Some(Deployment::of(Some(name.text), text, self.env))
+            }
+            Ok(_) => {
+                "must be non-empty (leave it out to derive the deployment from the environment)"
+                    .to_owned()
+            }
+            Err(e) => e.to_string(),
+        };
+        let error = ConfigError::field(Section::Scheduler, "deployment", error);
+        self.errors.push(error);
+        None
     }
 
     /// `[scheduler] key_prefix`: non-empty, no whitespace (it starts every Redis key).

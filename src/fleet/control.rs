@@ -18,9 +18,15 @@
 //! one at a time, so loses nothing. A change is stamped on the nodes' `TIME`, after the newest
 //! change it read, so changes order as the fleet saw them, not by the operators' clocks.
 //!
+//! In sentinel and cluster modes the one primary's replicas are what a failover keeps: a
+//! change is acknowledged by them (`WAIT`, as a won slot's lock is) and reported when short, by
+//! the CLI and by each replica that hears it (counted). A replica also keeps the newest change
+//! of each job it read, and when the nodes answer with an older one or none (a replica promoted
+//! without it), writes it back rather than forgetting it ([`Control::refresh`]).
+//!
 //! Why so long: about 65 of its lines are unit tests; the code is one record (the pause, its
-//! tombstone and its log: written, read like a lock, repaired) whose writer and readers change
-//! together.
+//! tombstone and its log: written, read like a lock, acknowledged, repaired) whose writer and
+//! readers change together.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -33,15 +39,24 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::metrics::Metrics;
 use crate::record::history::History;
 use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
-use crate::redis::{Nodes, Replies};
+use crate::redis::{Nodes, Replication, Replies};
 use crate::time::fleet_clock::{FleetClock, Measurement};
 use crate::time::schedule::{Clock, SystemClock};
 
+/// What a replica announces once first subscribed: every replica reads every job's pause again,
+/// so a change the nodes lost is written back by a replica that knew it ([`Control::refresh`])
+/// soon after a new replica starts, even where no replica saw the loss happen (a cluster's
+/// failover: the subscriptions are on the seeds, which stay up). Never a job name (those are
+/// `[A-Za-z0-9._-]`).
+const EVERY_JOB: &str = "*";
 /// Bound on one node's answer to a control read or write.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long the `WAIT` mark of a pause or resume is kept (the mark only orders the `WAIT`).
+const WAIT_MARK_TTL: Duration = Duration::from_secs(1);
 /// Pause-log entries kept per job and node.
 const PAUSE_LOG_CAP: usize = 1000;
 
@@ -62,6 +77,71 @@ impl Pause {
     /// Whether the pause holds at `t`.
     pub fn holds_at(&self, t: DateTime<Utc>) -> bool {
         self.at <= t && self.until.is_none_or(|until| t < until)
+    }
+}
+
+/// When a pause ends by itself, as the operator gave it: judged on the fleet's clock when the
+/// pause is taken, never on the clock of the machine it was typed on (a laptop 10 minutes slow
+/// would otherwise end `--until 5m` before it began).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// This long after the pause's stamp (the nodes' `TIME`): `--until 2h`.
+    After(chrono::Duration),
+    /// At this instant: `--until 2026-12-28T09:00:00+08:00`.
+    At(DateTime<Utc>),
+}
+
+impl Until {
+    /// The pause's end when it is stamped `at`; a span too long for the calendar never ends.
+    fn end(self, at: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            Until::After(span) => at
+                .checked_add_signed(span)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+            Until::At(until) => until,
+        }
+    }
+}
+
+/// A pause as asked for, before the fleet stamps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseOrder {
+    /// Who pauses.
+    pub by: String,
+    /// When it ends by itself (`None`: until resumed).
+    pub until: Option<Until>,
+    /// Why.
+    pub reason: Option<String>,
+}
+
+/// Why a pause was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    /// Its end is not after its stamp on the fleet's clock: it would never hold.
+    #[error(
+        "--until {until} is not after the fleet's time ({now}, the Redis nodes' TIME): the \
+        pause would never hold (is this machine's clock off?)"
+    )]
+    AlreadyOver {
+        /// The end asked for.
+        until: DateTime<Utc>,
+        /// The fleet's time when the pause was to be taken.
+        now: DateTime<Utc>,
+    },
+    /// Fewer than a majority took it.
+    #[error(transparent)]
+    NoMajority(#[from] NoMajority),
+}
+
+impl PauseOrder {
+    /// The pause taken at `at` on the fleet's clock.
+    fn stamped(&self, at: DateTime<Utc>) -> Pause {
+        Pause {
+            by: self.by.clone(),
+            at,
+            until: self.until.map(|until| until.end(at)),
+            reason: self.reason.clone(),
+        }
     }
 }
 
@@ -112,6 +192,31 @@ pub enum PauseState {
     },
 }
 
+/// A pause or resume a majority took, and how many of the primary's replicas acknowledged it
+/// (`None` in redlock mode, or with `wait_replicas = 0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken<T> {
+    /// What the command returns: the pause recorded, or the pause a resume ended.
+    pub change: T,
+    /// `WAIT`'s count, as for a won slot's lock.
+    pub replication: Option<Replication>,
+}
+
+impl<T> Taken<T> {
+    fn unreplicated(change: T) -> Self {
+        Taken {
+            change,
+            replication: None,
+        }
+    }
+
+    /// Fewer replicas than `wait_replicas` acknowledged the change: a failover now could lose
+    /// it.
+    pub fn is_short(&self) -> bool {
+        self.replication.is_some_and(|r| r.is_short())
+    }
+}
+
 /// A pause or resume reached fewer than a majority of the nodes.
 #[derive(Debug, thiserror::Error)]
 #[error("{acked} of {nodes} Redis node(s) took the change, {needed} needed: {errors}")]
@@ -135,8 +240,12 @@ pub enum Control {
         nodes: Arc<Nodes>,
         /// The configuration's `key_prefix`.
         prefix: String,
-        /// The pauses as last read, by job: the scheduler asks this before each slot.
-        known: Arc<RwLock<HashMap<String, Pause>>>,
+        /// The newest change of each job's pause as last read (or written back), by job: the
+        /// scheduler asks this before each slot, and a node that lost it is given it again.
+        known: Arc<RwLock<HashMap<String, PauseEvent>>>,
+        /// Where a change heard but not acknowledged by the replicas is counted (a running
+        /// replica's; the CLI has none).
+        metrics: Option<Arc<Metrics>>,
     },
     /// Standalone mode: one replica; pauses are not shared (the CLI needs Redis).
     Off,
@@ -149,6 +258,44 @@ impl Control {
             nodes,
             prefix: prefix.to_owned(),
             known: Arc::default(),
+            metrics: None,
+        }
+    }
+
+    /// The same, counting the changes it hears that the primary's replicas did not acknowledge.
+    pub fn counting(self, counted: Arc<Metrics>) -> Self {
+        match self {
+            Control::Redis {
+                nodes,
+                prefix,
+                known,
+                ..
+            } => Control::Redis {
+                nodes,
+                prefix,
+                known,
+                metrics: Some(counted),
+            },
+            Control::Off => Control::Off,
+        }
+    }
+
+    /// The same control (the pauses this replica knows) reading its logs on `nodes`: the
+    /// status page's own connections, so its reads never queue ahead of a race's.
+    pub fn reading_on(&self, nodes: Arc<Nodes>) -> Self {
+        match self {
+            Control::Redis {
+                prefix,
+                known,
+                metrics,
+                ..
+            } => Control::Redis {
+                nodes,
+                prefix: prefix.clone(),
+                known: known.clone(),
+                metrics: metrics.clone(),
+            },
+            Control::Off => Control::Off,
         }
     }
 
@@ -158,36 +305,47 @@ impl Control {
             return None;
         };
         let known = known.read().unwrap_or_else(|p| p.into_inner());
-        known.get(job).filter(|p| p.holds_at(t)).cloned()
+        match known.get(job) {
+            Some(PauseEvent::Paused(pause)) if pause.holds_at(t) => Some(pause.clone()),
+            _ => None,
+        }
     }
 
-    /// Pauses `job` fleet-wide: the record on a majority, the log, the announcement.
-    pub async fn pause(&self, job: &str, pause: &Pause) -> Result<Pause, NoMajority> {
+    /// Pauses `job` fleet-wide: stamped and ended on the fleet's clock, then the record on a
+    /// majority, the log, the announcement, then the primary's replicas asked to acknowledge it
+    /// (sentinel and cluster modes).
+    pub async fn pause(&self, job: &str, order: &PauseOrder) -> Result<Taken<Pause>, PauseError> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(pause.clone());
+            return Ok(Taken::unreplicated(order.stamped(Utc::now())));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
             .1
             .pop()
             .flatten();
-        let pause = Pause {
-            at: stamp(nodes, newest.as_ref()).await,
-            ..pause.clone()
-        };
+        let pause = order.stamped(stamp(nodes, newest.as_ref()).await);
+        if let Some(until) = pause.until.filter(|until| *until <= pause.at) {
+            return Err(PauseError::AlreadyOver {
+                until,
+                now: pause.at,
+            });
+        }
         let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
         majority(nodes, cmd).await?;
-        self.changed(job, &PauseEvent::Paused(pause.clone())).await;
-        Ok(pause)
+        let replication = self.changed(job, &PauseEvent::Paused(pause.clone())).await;
+        Ok(Taken {
+            change: pause,
+            replication,
+        })
     }
 
-    /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority. Returns the
-    /// pause it ended, if one held.
-    pub async fn resume(&self, job: &str, by: &str) -> Result<Option<Pause>, NoMajority> {
+    /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority, acknowledged
+    /// as a pause is. Returns the pause it ended, if one held.
+    pub async fn resume(&self, job: &str, by: &str) -> Result<Taken<Option<Pause>>, NoMajority> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(None);
+            return Ok(Taken::unreplicated(None));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
@@ -202,17 +360,23 @@ impl Control {
         cmd.arg(pause_key(prefix, job))
             .arg(serde_json::to_string(&event).unwrap_or_default());
         majority(nodes, cmd).await?;
-        self.changed(job, &event).await;
-        Ok(match newest {
+        let replication = self.changed(job, &event).await;
+        let ended = match newest {
             Some(PauseEvent::Paused(pause)) => Some(pause),
             Some(PauseEvent::Resumed { .. }) | None => None,
+        };
+        Ok(Taken {
+            change: ended,
+            replication,
         })
     }
 
-    /// Logs and announces a change (best effort: the record on the nodes is what counts).
-    async fn changed(&self, job: &str, event: &PauseEvent) {
+    /// Logs and announces a change (best effort: the record on the nodes is what counts), then
+    /// waits for the primary's replicas to have both (`WAIT`, as for a won slot's lock): a
+    /// failover to a replica without them would lose the change.
+    async fn changed(&self, job: &str, event: &PauseEvent) -> Option<Replication> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return;
+            return None;
         };
         nodes
             .query::<Value>(
@@ -221,39 +385,86 @@ impl Control {
                 Replies::settled,
             )
             .await;
+        let replication = nodes
+            .replicated(&pause_key(prefix, job), WAIT_MARK_TTL)
+            .await;
         pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
+        replication
     }
 
     /// Reads the pause state of every job in `jobs` into what this replica knows (one `MGET`
     /// per node for all of them); a job whose state a majority did not answer keeps its last
-    /// known state (logged).
-    pub async fn refresh(&self, jobs: &[String]) {
+    /// known state (logged). A change this replica knows that is newer than any the nodes
+    /// answered was lost by them (a failover to a replica that had not received it, a node
+    /// restarted empty): it is written back onto them rather than forgotten (logged). Returns
+    /// the jobs whose newest change this read learned.
+    pub async fn refresh(&self, jobs: &[String]) -> Vec<String> {
         let Control::Redis {
             nodes,
             prefix,
             known,
+            ..
+        } = self
+        else {
+            return Vec::new();
+        };
+        let (answered, newest) = read_newest(nodes, prefix, jobs).await;
+        let (mut lost, mut learned) = (Vec::new(), Vec::new());
+        {
+            let mut known = known.write().unwrap_or_else(|p| p.into_inner());
+            for (job, newest) in jobs.iter().zip(newest) {
+                let kept = known.get(job);
+                if answered >= nodes.quorum() && is_newer(kept, newest.as_ref()) {
+                    lost.extend(kept.map(|event| (job.clone(), event.clone())));
+                    continue;
+                }
+                if learn(&mut known, job, pause_state(nodes, answered, newest), nodes) {
+                    learned.push(job.clone());
+                }
+            }
+        }
+        for (job, event) in lost {
+            restore(nodes, prefix, &job, &event).await;
+        }
+        learned
+    }
+
+    /// A change of `job` heard: the primary's replicas are asked for it too (`WAIT`, sentinel
+    /// and cluster modes), so a change `pause` or `resume` could not get acknowledged is
+    /// counted and logged where the fleet is watched, not only on the operator's terminal.
+    async fn confirm(&self, job: &str) {
+        let Control::Redis {
+            nodes,
+            prefix,
+            metrics,
+            ..
         } = self
         else {
             return;
         };
-        let (answered, newest) = read_newest(nodes, prefix, jobs).await;
-        let mut known = known.write().unwrap_or_else(|p| p.into_inner());
-        for (job, newest) in jobs.iter().zip(newest) {
-            match pause_state(nodes, answered, newest) {
-                PauseState::Held(pause) => {
-                    known.insert(job.clone(), pause);
-                }
-                PauseState::NotHeld => {
-                    known.remove(job);
-                }
-                PauseState::Unknown { answered } => tracing::warn!(
-                    job = %job,
-                    answered,
-                    needed = nodes.quorum(),
-                    paused = known.contains_key(job),
-                    "pause state not read from a majority of Redis nodes: keeping the last known state"
-                ),
-            }
+        let key = pause_key(prefix, job);
+        let Some(replication) = nodes.replicated(&key, WAIT_MARK_TTL).await else {
+            return;
+        };
+        if !replication.is_short() {
+            return;
+        }
+        if let Some(metrics) = metrics {
+            metrics.unreplicated_pause_change(job);
+        }
+        tracing::warn!(
+            job,
+            acked = replication.acked,
+            wanted = replication.wanted,
+            "a pause change reached fewer replicas than wait_replicas: a failover now could \
+            lose it (this replica keeps it, and writes it back onto a primary that lost it)"
+        );
+    }
+
+    /// Publishes `payload` on the control channel (a job's name: read it again).
+    async fn announce(&self, payload: &str) {
+        if let Control::Redis { nodes, prefix, .. } = self {
+            pubsub::publish_all(nodes, &channel(prefix), payload, CONTROL_TIMEOUT).await;
         }
     }
 
@@ -346,6 +557,7 @@ async fn follow(
     jobs: impl Fn() -> Vec<String>,
     shutdown: CancellationToken,
 ) {
+    let mut announced = false;
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
         match message {
             Heard::Subscribed { again } => {
@@ -354,8 +566,18 @@ async fn follow(
                 if again {
                     control.repair(&jobs).await;
                 }
+                if !std::mem::replace(&mut announced, true) {
+                    control.announce(EVERY_JOB).await;
+                }
             }
-            Heard::Message(job) => control.refresh(&[job]).await,
+            Heard::Message(every) if every == EVERY_JOB => {
+                control.refresh(&jobs()).await;
+            }
+            Heard::Message(job) => {
+                for job in control.refresh(&[job]).await {
+                    control.confirm(&job).await;
+                }
+            }
         }
     }
 }
@@ -394,14 +616,74 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
 
 /// A job's pause state, read like a lock from `answered` nodes: held when any node of an
 /// answering majority holds a pause newer than every resume seen ([`read_newest`]).
-fn pause_state(nodes: &Nodes, answered: usize, newest: Option<PauseEvent>) -> PauseState {
+fn pause_state(
+    nodes: &Nodes,
+    answered: usize,
+    newest: Option<PauseEvent>,
+) -> (PauseState, Option<PauseEvent>) {
     if answered < nodes.quorum() {
-        return PauseState::Unknown { answered };
+        return (PauseState::Unknown { answered }, newest);
     }
-    match newest {
-        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause),
+    let state = match &newest {
+        Some(PauseEvent::Paused(pause)) => PauseState::Held(pause.clone()),
         Some(PauseEvent::Resumed { .. }) | None => PauseState::NotHeld,
+    };
+    (state, newest)
+}
+
+/// Whether `kept`, the change this replica knows, is newer than `read`, the newest the nodes
+/// answered (or they answered none).
+fn is_newer(kept: Option<&PauseEvent>, read: Option<&PauseEvent>) -> bool {
+    match (kept, read) {
+        (Some(kept), Some(read)) => kept.at() > read.at(),
+        (Some(_), None) => true,
+        (None, _) => false,
     }
+}
+
+/// What this replica knows of `job` after a read found `state`; whether that is a change it
+/// did not know.
+fn learn(
+    known: &mut HashMap<String, PauseEvent>,
+    job: &str,
+    state: (PauseState, Option<PauseEvent>),
+    nodes: &Nodes,
+) -> bool {
+    match state {
+        (PauseState::Unknown { answered }, _) => tracing::warn!(
+            job = %job,
+            answered,
+            needed = nodes.quorum(),
+            paused = matches!(known.get(job), Some(PauseEvent::Paused(_))),
+            "pause state not read from a majority of Redis nodes: keeping the last known state"
+        ),
+        (_, Some(event)) => return known.insert(job.to_owned(), event.clone()) != Some(event),
+        (_, None) => {
+            known.remove(job);
+        }
+    }
+    false
+}
+
+/// Writes `event`, the newest change of `job`'s pause this replica knows, back onto the nodes
+/// that answered without it: the record and its pause-log entry (the ledger's), logged.
+async fn restore(nodes: &Nodes, prefix: &str, job: &str, event: &PauseEvent) {
+    let paused = matches!(event, PauseEvent::Paused(_));
+    tracing::warn!(job, paused, at = %event.at(),
+        "the Redis nodes lost this job's newest pause change (a failover to a replica that had \
+        not received it, or a node restarted empty): written back from this replica's memory");
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(pause_key(prefix, job))
+        .arg(serde_json::to_string(event).unwrap_or_default());
+    nodes
+        .query::<Value>(cmd, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    let log = xadd_log(prefix, job, event);
+    nodes
+        .query::<Value>(log, CONTROL_TIMEOUT, Replies::settled)
+        .await;
+    // A replica started since the loss read the nodes without it: it reads the job again.
+    pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
 }
 
 /// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`
@@ -638,6 +920,21 @@ mod tests {
         assert!(!p.holds_at(t(9)));
         assert!(p.holds_at(t(10)) && p.holds_at(t(19)));
         assert!(!p.holds_at(t(20)));
+    }
+
+    #[test]
+    fn an_until_duration_ends_after_the_fleet_stamp_an_absolute_one_where_it_says() {
+        let order = |until| PauseOrder {
+            by: "ops".into(),
+            until: Some(until),
+            reason: None,
+        };
+        let after = order(Until::After(chrono::Duration::seconds(300)));
+        assert_eq!(after.stamped(t(1000)).until, Some(t(1300)));
+        assert_eq!(
+            order(Until::At(t(1200))).stamped(t(1000)).until,
+            Some(t(1200))
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! others see it. A replica stopping gracefully removes itself and publishes its leaving on
 //! `{key_prefix}:members`, so the others rank without it at once; a replica that dies leaves
 //! every view within [`MEMBER_TTL`] (plus the clocks' skew under `clock = "local"`).
+//! The same heartbeat reads and writes this run's token under its id (see `namesakes`), so two
+//! live replicas under one id, which the live set counts as one, are told apart and warned about.
 //!
 //! The group: a hash of each job's name and slot-defining definition (cron, zone, `days` and
 //! the calendar's dates; a disabled job is absent) in the replica's configuration. Replicas
@@ -39,6 +41,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::namesakes::Namesakes;
 use crate::config::Job;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{Node, NodeError};
@@ -198,6 +201,9 @@ pub struct Fleet {
     /// Whether this replica has left the live set because its clock is off: set by whichever
     /// sees it first (the timeline at a step, or the heartbeat), so it leaves and says so once.
     withdrawn: std::sync::atomic::AtomicBool,
+    /// This run's token under its id, read and written with each heartbeat: another live
+    /// replica under the same id is told apart and warned about.
+    namesakes: Namesakes,
 }
 
 impl Membership {
@@ -225,6 +231,7 @@ impl Membership {
             withdrawn: std::sync::atomic::AtomicBool::new(false),
             card_written: Mutex::default(),
             compared: Mutex::default(),
+            namesakes: Namesakes::new(prefix, me),
         }))
     }
 
@@ -487,10 +494,14 @@ impl Fleet {
         let ttl_ms = MEMBER_TTL.as_millis() as i64;
         let member = announce.then(|| self.member(&lock(&self.group).id));
         let card = announce.then(|| self.card_due()).flatten();
+        let name = self.namesakes.key().to_owned();
+        let token = announce.then(|| self.namesakes.value(now_ms));
         let beat = Arc::new(Beat {
             key: self.key.clone(),
             member,
             card,
+            name,
+            token,
             now_ms,
             ttl_ms,
         });
@@ -499,7 +510,10 @@ impl Fleet {
             .ask(|node| refresh(node, beat.clone()), Replies::settled)
             .await;
         let read_at = Instant::now();
-        let seen = on_a_majority(replies.values(), self.nodes.quorum());
+        self.namesakes
+            .look(replies.values().filter_map(|(held, _)| held.as_ref()));
+        let members = replies.values().map(|(_, members)| members);
+        let seen = on_a_majority(members, self.nodes.quorum());
         let mut view = lock(&self.view);
         merge(&mut view, &seen, now_ms, read_at);
         *lock(&self.late) = late_members(&view, &seen, now_ms);
@@ -527,14 +541,31 @@ struct Beat {
     member: Option<String>,
     /// The group's card key and JSON, when it is due to be written again.
     card: Option<(String, String)>,
+    /// `{key_prefix}:replica:{id}`, read before this replica's token is written there.
+    name: String,
+    /// This run's token and the time, when it announces itself.
+    token: Option<String>,
     now_ms: i64,
     ttl_ms: i64,
 }
 
-/// One node's part of a heartbeat: one pipeline of plain commands (no script), so a heartbeat
-/// costs each node three commands (four when the group's card is written again).
-async fn refresh(node: Arc<Node>, beat: Arc<Beat>) -> Result<Vec<(String, i64)>, NodeError> {
+/// What a node held under this replica's id before the heartbeat, and its members.
+type Refreshed = (Option<String>, Vec<(String, i64)>);
+
+/// One node's part of a heartbeat: one pipeline of plain commands (no script, and none newer
+/// than Redis 2.6), so a heartbeat costs each node five commands (six when the group's card is
+/// written again).
+async fn refresh(node: Arc<Node>, beat: Arc<Beat>) -> Result<Refreshed, NodeError> {
     let mut pipe = redis::pipe();
+    pipe.cmd("GET").arg(&beat.name);
+    if let Some(token) = &beat.token {
+        pipe.cmd("SET")
+            .arg(&beat.name)
+            .arg(token)
+            .arg("PX")
+            .arg(beat.ttl_ms)
+            .ignore();
+    }
     if let Some(member) = &beat.member {
         pipe.cmd("ZADD")
             .arg(&beat.key)
@@ -561,8 +592,7 @@ async fn refresh(node: Arc<Node>, beat: Arc<Beat>) -> Result<Vec<(String, i64)>,
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES");
-    let (members,): (Vec<(String, i64)>,) = node.query_pipe(&pipe, MEMBERSHIP_TIMEOUT).await?;
-    Ok(members)
+    node.query_pipe(&pipe, MEMBERSHIP_TIMEOUT).await
 }
 
 /// The members listed by at least `quorum` of the nodes' answers, each with its latest

@@ -19,6 +19,7 @@ impl Metrics {
     fn register_job_series(&self, r: &mut Registry) {
         self.register_run_series(r);
         self.register_job_state_series(r);
+        self.register_replication_series(r);
     }
 
     /// A job's races and runs: outcomes, durations, lateness, last success and failure.
@@ -88,11 +89,6 @@ impl Metrics {
             self.duplicates.clone(),
         );
         r.register(
-            "unreplicated_runs",
-            "Won slots run though fewer replicas than wait_replicas acknowledged their lock (WAIT; sentinel and cluster modes): a failover then could run them twice",
-            self.unreplicated.clone(),
-        );
-        r.register(
             "job_paused",
             "1 while the job is paused fleet-wide (slotcron pause), as of its latest slot",
             self.paused.clone(),
@@ -101,6 +97,20 @@ impl Metrics {
             "calendar_beyond_coverage",
             "1 while the job's next slot lies past its built-in calendar's data (Monday to Friday assumed)",
             self.calendar_beyond.clone(),
+        );
+    }
+
+    /// What `WAIT` found short (sentinel and cluster modes): won slots' locks, pause changes.
+    fn register_replication_series(&self, r: &mut Registry) {
+        r.register(
+            "unreplicated_runs",
+            "Won slots run though fewer replicas than wait_replicas acknowledged their lock (WAIT; sentinel and cluster modes): a failover then could run them twice",
+            self.unreplicated.clone(),
+        );
+        r.register(
+            "unreplicated_pause_changes",
+            "Pause or resume changes heard by this replica that fewer replicas than wait_replicas acknowledged (WAIT; sentinel and cluster modes): a failover then could lose them",
+            self.unreplicated_pauses.clone(),
         );
     }
 

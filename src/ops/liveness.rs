@@ -4,6 +4,11 @@
 //! slot that never comes) all leave the HTTP server answering, and all fail this check. So does
 //! a wall clock stepped back by more than [`WAKE_GRACE`], until the timeline reaches its slot:
 //! the deadline is set once per slot, on the monotonic clock, and such a replica is late.
+//!
+//! The races are watched too, for `/readyz`: a replica whose races find no majority of the
+//! nodes, slot after slot, cannot race, even when every node answers its PING (a node out of
+//! memory refuses the lock's writes and still answers; so does one whose ACL forbids the
+//! scripts).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -14,6 +19,10 @@ use tokio::time::Instant;
 /// a timer firing and a few pushes onto a heap; seconds late means the loop is stuck. Kept
 /// short so a wedged replica fails within one missed slot of a job running every few seconds.
 pub const WAKE_GRACE: Duration = Duration::from_secs(2);
+/// Instants in a row whose races all found no majority before `/readyz` fails: one outage of
+/// a node timeout is a blip the next slot survives; three in a row is a replica that cannot
+/// race.
+pub const UNREADY_AFTER: u32 = 3;
 
 /// What the timeline last reported. Monotonic instants: a wall-clock step is not a wedge.
 #[derive(Debug, Default)]
@@ -28,6 +37,26 @@ struct State {
     /// no job has a further slot.
     deadline: Option<Instant>,
     last_wake: Option<Instant>,
+    /// Instants in a row whose races all found no majority, and when the first of them ended.
+    no_majority: Option<(u32, Instant)>,
+}
+
+/// How the races of one instant went, as readiness counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raced {
+    /// At least one race reached the lock's verdict (won or lost): the replica can race.
+    Verdict,
+    /// Every race found no majority of the nodes.
+    NoMajority,
+}
+
+/// Races that found no majority, instant after instant, since `since` ago.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CannotRace {
+    /// Instants in a row (at least [`UNREADY_AFTER`]).
+    pub instants: u32,
+    /// Since the first of them.
+    pub since: Duration,
 }
 
 /// The watchdog's verdict at one instant.
@@ -70,6 +99,26 @@ impl Liveness {
         let mut state = self.lock();
         state.deadline = None;
         state.last_wake = Some(Instant::now());
+    }
+
+    /// The races of one instant ended as `raced`.
+    pub fn raced(&self, raced: Raced) {
+        let mut state = self.lock();
+        state.no_majority = match (raced, state.no_majority) {
+            (Raced::Verdict, _) => None,
+            (Raced::NoMajority, None) => Some((1, Instant::now())),
+            (Raced::NoMajority, Some((n, first))) => Some((n + 1, first)),
+        };
+    }
+
+    /// `Some` once [`UNREADY_AFTER`] instants in a row raced without a majority, until one
+    /// reaches a verdict.
+    pub fn cannot_race(&self, now: Instant) -> Option<CannotRace> {
+        let (instants, first) = self.lock().no_majority?;
+        (instants >= UNREADY_AFTER).then(|| CannotRace {
+            instants,
+            since: now.saturating_duration_since(first),
+        })
     }
 
     /// The verdict at `now`.
@@ -126,5 +175,24 @@ mod tests {
                 last_wake: Some(Duration::ZERO)
             }
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cannot_race_after_three_instants_without_a_majority_until_a_verdict() {
+        let live = Liveness::default();
+        live.raced(Raced::NoMajority);
+        live.raced(Raced::NoMajority);
+        assert_eq!(live.cannot_race(Instant::now()), None, "two are a blip");
+        live.raced(Raced::NoMajority);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            live.cannot_race(Instant::now()),
+            Some(CannotRace {
+                instants: 3,
+                since: Duration::from_secs(1)
+            })
+        );
+        live.raced(Raced::Verdict);
+        assert_eq!(live.cannot_race(Instant::now()), None);
     }
 }

@@ -264,6 +264,17 @@ impl History {
         History::Local(Arc::new(Mutex::new(VecDeque::new())))
     }
 
+    /// The same history read and written on `nodes` (the status page's own connections).
+    pub fn reading_on(&self, nodes: Arc<Nodes>) -> Self {
+        match self {
+            History::Redis { prefix, .. } => History::Redis {
+                nodes,
+                prefix: prefix.clone(),
+            },
+            History::Local(_) => self.clone(),
+        }
+    }
+
     /// Records `record` on every node (best effort: a node that is down misses it, the others
     /// keep it; a suspect node gets it but is not waited for). Never fails the run.
     pub async fn record(&self, record: &RunRecord) {

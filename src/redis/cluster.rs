@@ -14,13 +14,15 @@
 //! node does in redlock mode.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use super::asking::Asking;
 use super::node::{client, Node, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
 
 /// Attempts of one request within the cluster client (its redirections, and its retries while
@@ -52,14 +54,66 @@ pub enum Conn {
     /// One server: a multiplexed connection, reopened in the background.
     Single(ConnectionManager),
     /// A Redis Cluster: one connection per node, each command routed by its key's slot.
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
+}
+
+/// A cluster's connection: redis-rs's, and the path a migrating slot's requests take
+/// ([`super::asking`]: redis-rs follows `ASK` for one command at best, not in a pipeline).
+#[derive(Clone)]
+pub struct Cluster {
+    conn: ClusterConnection,
+    asking: Arc<Asking>,
+}
+
+impl Cluster {
+    /// One command: through redis-rs, or command by command while the slot migrates.
+    async fn command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        if !(self.asking.active() && keyed(cmd)) {
+            match self.conn.req_packed_command(cmd).await {
+                Err(e) if keyed(cmd) && self.asking.seen(&e) => {}
+                other => return other,
+            }
+        }
+        let mut answers = self.asking.send(&[cmd]).await?;
+        Ok(answers.pop().unwrap_or(Value::Nil))
+    }
+
+    /// A pipeline: the same; a transaction (none of slotcron's) is left to redis-rs.
+    async fn commands(
+        &mut self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let followed = !pipeline.is_transaction() && pipeline.cmd_iter().any(keyed);
+        if !(self.asking.active() && followed) {
+            match self.conn.req_packed_commands(pipeline, offset, count).await {
+                Err(e) if followed && self.asking.seen(&e) => {}
+                other => return other,
+            }
+        }
+        let commands: Vec<&Cmd> = pipeline.cmd_iter().collect();
+        self.asking.send(&commands).await
+    }
+}
+
+/// Whether `cmd` names one of slotcron's keys (all under one hash tag, `{prefix}:…`, so in
+/// the one slot a migration moves); keyless commands (`SCRIPT LOAD`, which redis-rs sends to
+/// every primary, `PING`, `TIME`) stay with redis-rs. A key comes before any value in
+/// slotcron's commands, so a JSON value's `{` is never mistaken for one.
+fn keyed(cmd: &Cmd) -> bool {
+    let tagged = |a: Arg<&[u8]>| match a {
+        Arg::Simple(word) => word.first() == Some(&b'{') && word.contains(&b'}'),
+        _ => false,
+    };
+    cmd.args_iter().skip(1).any(tagged)
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => Box::pin(conn.command(cmd)),
         }
     }
 
@@ -71,14 +125,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => Box::pin(conn.commands(pipeline, offset, count)),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(conn) => conn.get_db(),
-            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Cluster(cluster) => cluster.conn.get_db(),
         }
     }
 }
@@ -104,17 +158,21 @@ impl Node {
                 root_cert: Some(ca.to_vec()),
             });
         }
-        let cluster = builder.build().map_err(setup)?;
+        let redis_rs = builder.build().map_err(setup)?;
         let config = || ClusterConfig::new().set_connection_timeout(CONNECT_TIMEOUT);
-        let conn = cluster.get_pending_async_connection_with_config(config());
+        let conn = redis_rs.get_pending_async_connection_with_config(config());
         let clients = (seeds.iter())
             .map(|seed| client(seed, ca_file))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = seeds.iter().map(NodeUrl::address).collect();
         let address = format!("cluster({})", names.join(", "));
-        let mut node = Node::over(address, clients, Conn::Cluster(conn), timeout);
+        let cluster = Cluster {
+            conn,
+            asking: Arc::new(Asking::new(&seeds[0], ca_file)),
+        };
+        let mut node = Node::over(address, clients, Conn::Cluster(cluster), timeout);
         let conns = (0..WAIT_CONNECTIONS)
-            .map(|_| cluster.get_pending_async_connection_with_config(config()))
+            .map(|_| redis_rs.get_pending_async_connection_with_config(config()))
             .collect();
         node.waits = Some(Waits {
             conns,

@@ -9,6 +9,8 @@
 //! - [`independence`]: Redlock's premise checked at start: no replica, no server listed twice.
 //! - [`cluster`]: cluster mode: the one member a Redis Cluster is, reached through its seeds
 //!   (redis-rs's cluster client routes each key to its shard and follows failovers).
+//! - `asking`: a cluster slot migration followed command by command (`ASK` with `ASKING`,
+//!   `TRYAGAIN`), where redis-rs's cluster client falls short.
 //! - [`sentinel`]: sentinel mode: the primary found through the sentinels, and followed.
 //! - [`replication`]: `WAIT`: a winner's lock acknowledged by the primary's replicas.
 //! - [`topology`]: `[redis] mode`: what the members are, found and followed ([`Nodes::open`]).
@@ -33,6 +35,7 @@
 //! reads [`Replies`]; none of it names a topology, so a mode is a change to those two places
 //! (an enum of how members are found and routed, chosen by the configuration), not to callers.
 
+mod asking;
 pub mod cluster;
 pub mod independence;
 pub mod node;

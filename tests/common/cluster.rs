@@ -233,3 +233,63 @@ pub fn start_node(bin: &Path, node_timeout_ms: u64, extra: &[String]) -> (RedisS
     args.extend(extra.iter().map(String::as_str));
     (RedisServer::start_bin(bin, &args, &[]), bus_port)
 }
+
+impl ShardedCluster {
+    /// `redis-cli --cluster reshard`'s first half for hash slot `slot`: `IMPORTING` on shard
+    /// `to`'s primary, then `MIGRATING` on shard `from`'s (that order, as redis-cli does, so no
+    /// `ASK` points at a node that would refuse it).
+    pub fn begin_migration(&self, slot: u16, from: usize, to: usize) {
+        let slot = slot.to_string();
+        self.admin(
+            to,
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &self.id(from)],
+        );
+        self.admin(
+            from,
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &self.id(to)],
+        );
+    }
+
+    /// Its second half: every key of `slot` moved from shard `from` to `to` (`MIGRATE`, a
+    /// batch at a time), then the slot given to `to` on every primary.
+    pub fn finish_migration(&self, slot: u16, from: usize, to: usize) {
+        let (slot_arg, port) = (slot.to_string(), self.nodes[to].port().to_string());
+        loop {
+            let args = ["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"];
+            let keys: Vec<String> = redis_query(&self.admin_url(from), &args).unwrap_or_default();
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "REPLACE"];
+            migrate.push("KEYS");
+            migrate.extend(keys.iter().map(String::as_str));
+            self.admin(from, &migrate);
+        }
+        let owner = self.id(to);
+        for i in [to, from].into_iter().chain(0..self.primaries) {
+            self.admin(i, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &owner]);
+        }
+    }
+
+    /// The hash slot of `key`.
+    pub fn key_slot(&self, key: &str) -> u16 {
+        redis_query(&self.admin_url(0), &["CLUSTER", "KEYSLOT", key]).expect("CLUSTER KEYSLOT")
+    }
+}
+
+impl ShardedCluster {
+    /// Cuts the replication link of shard `shard`'s first replica and keeps it down (a wrong
+    /// `masterauth`, its link killed: each reconnection fails at `AUTH`); it still gossips, and
+    /// can be promoted.
+    pub fn cut_replication(&self, shard: usize) {
+        let replicas = (self.nodes.len() - self.primaries) / self.primaries;
+        let replica = self.primaries + shard * replicas;
+        self.admin(
+            replica,
+            &["CONFIG", "SET", "masterauth", "not-the-primary-s"],
+        );
+        self.admin(replica, &["CLIENT", "KILL", "TYPE", "master"]);
+        let down = || (!self.replication(replica).contains("master_link_status:up")).then_some(());
+        wait_until(FORM_DEADLINE, down).expect("the replica's link stays down");
+    }
+}

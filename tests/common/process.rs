@@ -359,6 +359,13 @@ pub fn slotcron_cli(config: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// [`slotcron_cli`] whatever its exit: the code, and its stdout then its stderr.
+pub fn slotcron_cli_status(config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = slotcron_cli_output(config, args);
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text.into_owned())
+}
+
 /// Runs `slotcron ARGS --config CONFIG` to its end, whatever its exit: for a test of a failure.
 pub fn slotcron_cli_output(config: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_slotcron"))

@@ -212,3 +212,16 @@ impl SentinelSet {
         Some(addr.1)
     }
 }
+
+impl SentinelSet {
+    /// Cuts the replica's replication link and keeps it down: the replica is given a wrong
+    /// `masterauth` and its link to the primary killed, so each reconnection fails at `AUTH`.
+    /// Sentinel still sees the replica answer, and may promote it.
+    pub fn cut_replication(&self) {
+        let url = self.admin_url(&self.replica);
+        redis_cmd(&url, &["CONFIG", "SET", "masterauth", "not-the-primary-s"]).unwrap();
+        redis_cmd(&url, &["CLIENT", "KILL", "TYPE", "master"]).unwrap();
+        let down = || (!self.replica_linked()).then_some(());
+        wait_until(DISCOVERY, down).expect("the replica's link stays down");
+    }
+}

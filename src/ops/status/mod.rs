@@ -1,5 +1,6 @@
 //! The replica's HTTP endpoints (`[http] listen`): `/healthz`, `/readyz`, `/metrics` and `/`,
-//! a server-rendered status page readable without JavaScript (`page`).
+//! a server-rendered status page readable without JavaScript (`page`), served by an accept
+//! loop that bounds what a client can hold open (`server`), on a thread of its own (`start`).
 //!
 //! What they show comes in [`Sources`], built by whoever starts the server: this module reads
 //! the replica's parts but never the scheduler that owns them.
@@ -7,6 +8,9 @@
 mod chart;
 mod fleet;
 mod page;
+mod server;
+mod snapshot;
+mod start;
 mod view;
 
 use std::sync::{Arc, RwLock};
@@ -28,6 +32,8 @@ use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::ops::liveness::{Health, Liveness};
 use crate::record::history::History;
 use crate::time::schedule::SharedClock;
+pub use snapshot::Pages;
+pub use start::spawn;
 
 /// Bound on the PING of each node that is not suspect, behind `/readyz`, `/metrics` and `/`.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -40,9 +46,11 @@ pub struct Sources {
     pub name: String,
     /// The lock, for its node pool: `/readyz`, `/metrics` and the page ping the nodes.
     pub lock: SlotLock,
-    /// The run records: the page's strips, charts and fleet shares.
+    /// The run records: the page's strips, charts and fleet shares; read on the page's own
+    /// connections to the nodes, not the races'.
     pub history: History,
-    /// The pauses in force and their log: the overview's paused column and paused slots.
+    /// The pauses in force and their log (read like `history`): the overview's paused column
+    /// and paused slots.
     pub control: Control,
     /// Served at `/metrics`.
     pub metrics: Arc<Metrics>,
@@ -55,6 +63,10 @@ pub struct Sources {
     pub membership: Membership,
     /// The configuration in force, swapped on reload.
     pub config: Arc<RwLock<Arc<Config>>>,
+    /// The page's snapshot and renderings: what bounds a page load's cost.
+    pub pages: Arc<Pages>,
+    /// The runtime the races run on; the server runs on a thread of its own (see `start`).
+    pub races: tokio::runtime::Handle,
 }
 
 impl Sources {
@@ -67,24 +79,15 @@ impl Sources {
     }
 }
 
-/// Serves until `shutdown`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    sources: Sources,
-    shutdown: CancellationToken,
-) {
+/// Serves until `shutdown`, then drains for at most [`server::HTTP_GRACE`].
+async fn serve(listener: tokio::net::TcpListener, sources: Sources, shutdown: CancellationToken) {
     let app = Router::new()
         .route("/", get(page::page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(sources);
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::error!(error = %e, "the status server stopped");
-    }
+    server::serve(listener, app, shutdown).await;
 }
 
 /// Live while the timeline is not overdue for a wake ([`crate::ops::liveness`]): 503 names how late.
@@ -123,30 +126,48 @@ fn describe(health: Health) -> String {
 
 /// The replica's view of its nodes after a PING to each (a suspect node is pinged, so its
 /// recovery is seen, but not waited for); empty in standalone mode.
-async fn probe(lock: &SlotLock) -> Vec<(String, bool)> {
-    let Some(nodes) = lock.nodes() else {
-        return Vec::new();
-    };
-    nodes
-        .probe(PROBE_TIMEOUT)
-        .await
-        .into_iter()
-        .map(|n| (n.address, n.up))
-        .collect()
+async fn probe(sources: &Sources) -> Vec<(String, bool)> {
+    let lock = sources.lock.clone();
+    on_the_races_runtime(sources, async move {
+        let Some(nodes) = lock.nodes() else {
+            return Vec::new();
+        };
+        nodes
+            .probe(PROBE_TIMEOUT)
+            .await
+            .into_iter()
+            .map(|n| (n.address, n.up))
+            .collect()
+    })
+    .await
 }
 
 /// A cluster's shards as it says now (`slots A-B: primary …, replicas …`); empty unless the
 /// mode is cluster.
-async fn shards(lock: &SlotLock) -> Vec<String> {
-    let Some(nodes) = lock.nodes() else {
-        return Vec::new();
-    };
-    let mut shards = Vec::new();
-    for node in nodes.iter() {
-        let found = node.shards(PROBE_TIMEOUT).await.unwrap_or_default();
-        shards.extend(found.iter().map(ToString::to_string));
-    }
-    shards
+async fn shards(sources: &Sources) -> Vec<String> {
+    let lock = sources.lock.clone();
+    on_the_races_runtime(sources, async move {
+        let Some(nodes) = lock.nodes() else {
+            return Vec::new();
+        };
+        let mut shards = Vec::new();
+        for node in nodes.iter() {
+            let found = node.shards(PROBE_TIMEOUT).await.unwrap_or_default();
+            shards.extend(found.iter().map(ToString::to_string));
+        }
+        shards
+    })
+    .await
+}
+
+/// Runs a call into the races' node pool on the races' runtime, not the server's: a call may
+/// reopen one of the pool's connections, and a connection is driven by the runtime that opened
+/// it. Empty when that runtime is shutting down.
+async fn on_the_races_runtime<T: Default + Send + 'static>(
+    sources: &Sources,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    sources.races.spawn(call).await.unwrap_or_default()
 }
 
 async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
@@ -154,24 +175,35 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
         let why = "not ready: the fleet clock is not measured yet (no Redis node answered TIME)\n";
         return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
     }
-    let nodes = probe(&state.lock).await;
+    let nodes = probe(&state).await;
     if nodes.is_empty() {
         return (StatusCode::OK, "ready: standalone\n").into_response();
     }
     let up = nodes.iter().filter(|(_, up)| *up).count();
     let needed = crate::redis::quorum(nodes.len());
-    let status = if up >= needed {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let word = if up >= needed { "ready" } else { "not ready" };
     let topology = state.lock.nodes().map(|n| n.describe()).unwrap_or_default();
-    let mut text = format!(
-        "{word}: {up}/{} redis nodes answer, {needed} needed ({topology})\n",
+    let answer = format!(
+        "{up}/{} redis nodes answer, {needed} needed ({topology})",
         nodes.len()
     );
-    for shard in shards(&state.lock).await {
+    let cannot_race = state.liveness.cannot_race(tokio::time::Instant::now());
+    let (status, mut text) = match cannot_race {
+        _ if up < needed => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {answer}\n"),
+        ),
+        Some(c) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the races of the last {} slots found no majority of the nodes \
+                 (for {:.1} s), though {answer}\n",
+                c.instants,
+                c.since.as_secs_f64()
+            ),
+        ),
+        None => (StatusCode::OK, format!("ready: {answer}\n")),
+    };
+    for shard in shards(&state).await {
         text.push_str(&format!("cluster shard {shard}\n"));
     }
     (status, text).into_response()
@@ -179,7 +211,7 @@ async fn readyz(AxumState(state): AxumState<Sources>) -> Response {
 
 async fn metrics(AxumState(state): AxumState<Sources>, headers: HeaderMap) -> Response {
     let metrics = &state.metrics;
-    for (node, up) in probe(&state.lock).await {
+    for (node, up) in probe(&state).await {
         metrics.node_up(&node, up);
     }
     declare_jobs(metrics, &state.config);

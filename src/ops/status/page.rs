@@ -5,25 +5,22 @@
 //! Every time is shown in one zone, the `[scheduler] timezone` (UTC when unset): the zone the
 //! operators chose for the fleet, whatever each job's own zone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
-use futures_util::future::join_all;
+use axum::response::{IntoResponse, Response};
 use minijinja::{context, Environment};
 use serde::Deserialize;
 
 use super::fleet::fleet;
+use super::snapshot::{Rendered, Snapshot};
 use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
-use super::{probe, shards, Sources};
+use super::Sources;
 use crate::config::{Config, Job, RedisMode};
-use crate::fleet::control::paused_intervals;
-use crate::record::watermark;
 
-/// Runs read per job: the strip's slots (a handed-off slot has two runs) and some to spare.
-const RUNS_READ: usize = 2 * STRIP_SLOTS + 10;
 /// The fates the strip's legend names, in the order a reader meets them.
 const OUTCOMES: [&str; 8] = [
     "done",
@@ -41,31 +38,44 @@ const MIN_SETTLING: Duration = Duration::from_secs(2);
 /// The page's parameters: `job`, a job's name or part of one (case-insensitive), and `runs`,
 /// the jobs whose table of last runs is open (comma-separated names). Both live in the
 /// address, so the page's 10 s refresh, which reloads it, keeps what the user opened.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 pub struct Filter {
     job: Option<String>,
     runs: Option<String>,
 }
 
-/// Renders the page; 404 (with the page and the list of jobs) when the filter matches none.
+/// The page (404, with the list of jobs, when the filter matches none), from the replica's
+/// snapshot: a load costs no Redis read and, but for a new address, no rendering
+/// ([`super::snapshot`]).
 pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) -> Response {
-    let config = sources.config();
-    let frame = Frame {
-        now: sources.clock.now(),
-        zone: config.scheduler.timezone,
-    };
+    let pages = sources.pages.clone();
+    let address = filter.address();
+    pages
+        .page(&sources, address, move |snapshot| {
+            render_page(snapshot, &filter)
+        })
+        .await
+        .into_response()
+}
+
+impl Filter {
+    /// The page's address as far as it changes the page: its key among the rendered pages.
+    fn address(&self) -> String {
+        format!("{:?}|{:?}", self.job, self.runs)
+    }
+}
+
+/// The page of `filter` from `snapshot`.
+fn render_page(snapshot: &Snapshot, filter: &Filter) -> Rendered {
+    let config = &snapshot.config;
     let wanted = filter
         .job
         .as_deref()
         .map(str::trim)
         .filter(|s| !s.is_empty());
     let jobs = select(&config.jobs, wanted);
-    let (reads, nodes, shards) = tokio::join!(
-        read_all(&sources, &jobs, &frame),
-        probe(&sources.lock),
-        shards(&sources.lock)
-    );
-    let views = views(&config, &jobs, &reads, &frame);
+    let reads = reads_of(snapshot, &jobs);
+    let views = views(config, &jobs, &reads, &snapshot.frame);
     let unknown = wanted.is_some() && jobs.is_empty();
     let status = if unknown {
         StatusCode::NOT_FOUND
@@ -73,25 +83,32 @@ pub async fn page(State(sources): State<Sources>, Query(filter): Query<Filter>) 
         StatusCode::OK
     };
     let page = Page {
-        replica: &sources.name,
-        config: &config,
-        frame: &frame,
+        replica: &snapshot.replica,
+        config,
+        frame: &snapshot.frame,
         wanted,
         open: &open_runs(filter.runs.as_deref()),
-        nodes: &nodes,
-        shards: &shards,
-        live: &sources.membership.live(&sources.name),
+        nodes: &snapshot.nodes,
+        shards: &snapshot.shards,
+        live: &snapshot.live,
         reads: &reads,
         views: &views,
     };
     match render(&page) {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("status page: {e:#}\n"),
-        )
-            .into_response(),
+        Ok(html) => Rendered::html(status, html),
+        Err(e) => Rendered::error(format!("status page: {e:#}\n")),
     }
+}
+
+/// The snapshot's reads of `jobs` (jobs of its configuration), in their order.
+fn reads_of<'a>(snapshot: &'a Snapshot, jobs: &[Arc<Job>]) -> Vec<&'a Reads> {
+    let by_name: HashMap<&str, &Reads> = (snapshot.config.jobs.iter())
+        .map(|j| j.name.as_str())
+        .zip(&snapshot.reads)
+        .collect();
+    jobs.iter()
+        .filter_map(|j| by_name.get(j.name.as_str()).copied())
+        .collect()
 }
 
 /// The jobs `wanted` names: the one of that exact name, else every name containing it
@@ -110,30 +127,9 @@ fn select(jobs: &[Arc<Job>], wanted: Option<&str>) -> Vec<Arc<Job>> {
         .collect()
 }
 
-/// Every job's reads at once: the page costs one round of Redis reads, not one per job.
-async fn read_all(sources: &Sources, jobs: &[Arc<Job>], frame: &Frame) -> Vec<Reads> {
-    join_all(jobs.iter().map(|job| read_job(sources, job, frame))).await
-}
-
-/// A job's runs, pause log and watermark (read together), and its pause as this replica
-/// knows it.
-async fn read_job(sources: &Sources, job: &Job, frame: &Frame) -> Reads {
-    let (runs, log, watermark) = tokio::join!(
-        sources.history.read(&job.name, RUNS_READ),
-        sources.control.log(&job.name),
-        watermark::recorded(&sources.history, &job.name),
-    );
-    Reads {
-        runs,
-        paused: paused_intervals(&log),
-        watermark,
-        pause: sources.control.paused(&job.name, frame.now),
-    }
-}
-
 /// The jobs' views in the overview's order: failing, then paused, then the rest, each in the
 /// file's order.
-fn views(config: &Config, jobs: &[Arc<Job>], reads: &[Reads], frame: &Frame) -> Vec<JobView> {
+fn views(config: &Config, jobs: &[Arc<Job>], reads: &[&Reads], frame: &Frame) -> Vec<JobView> {
     let skew = config.scheduler.max_clock_skew.max(MIN_SETTLING);
     let mut views: Vec<JobView> = jobs
         .iter()
@@ -168,7 +164,7 @@ struct Page<'a> {
     shards: &'a [String],
     /// The replicas of the membership view (this one alone without membership).
     live: &'a [String],
-    reads: &'a [Reads],
+    reads: &'a [&'a Reads],
     views: &'a [JobView],
 }
 
@@ -270,6 +266,7 @@ mod tests {
             zone: chrono_tz::UTC,
         };
         let jobs = select(&config.jobs, wanted);
+        let reads: Vec<&Reads> = reads.iter().collect();
         let views = views(config, &jobs, &reads[..jobs.len()], &frame);
         render(&Page {
             replica: "r<1>",
@@ -280,7 +277,7 @@ mod tests {
             nodes: &[],
             shards: &[],
             live: &[],
-            reads,
+            reads: &reads,
             views: &views,
         })
         .unwrap()
