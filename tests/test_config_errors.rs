@@ -1313,3 +1313,33 @@ fn every_syntax_error_is_reported_once_a_line_in_one_run() {
     let shown = format!("{errors:#}");
     assert!(shown.contains("7 | x = = 1\n  |     ^"), "{shown}");
 }
+
+#[test]
+fn an_unknown_alert_is_reported_beside_the_jobs_other_mistakes() {
+    let text = format!(
+        "[alert.oncall]\ntype = \"log\"\ncontent = \"x\"\n{}",
+        log_job("on_failure = \"oncal\"\ntimeout = \"0s\"")
+    );
+    let errors = parse(&text).unwrap_err();
+    let fields: Vec<Option<&str>> = errors.errors.iter().map(|e| e.field_name()).collect();
+    // In file order: on_failure is on the line before timeout.
+    assert_eq!(fields, [Some("on_failure"), Some("timeout")], "{errors}");
+}
+
+#[test]
+fn a_duplicate_jobs_other_mistakes_are_reported_too() {
+    let text = format!(
+        "{GOOD_JOB}{}",
+        GOOD_JOB.replace("[job.action]", "timout = \"1s\"\n[job.action]")
+    );
+    let errors = parse(&text).unwrap_err();
+    let fields: Vec<Option<&str>> = errors.errors.iter().map(|e| e.field_name()).collect();
+    assert_eq!(fields, [Some("name"), Some("timout")], "{errors}");
+    // Both point into the second job.
+    let lines: Vec<usize> = errors
+        .errors
+        .iter()
+        .map(|e| e.source.as_ref().unwrap().line)
+        .collect();
+    assert_eq!(lines, [12, 14], "{errors:#}");
+}

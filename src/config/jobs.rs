@@ -57,8 +57,9 @@ impl Loader<'_> {
         (jobs, disabled)
     }
 
-    /// One `[[job]]`: `None` for a name seen before (an error), else the job if it checks,
-    /// and whether it is enabled.
+    /// One `[[job]]`: `None` for a name seen before (an error; the job's other keys are still
+    /// checked, their mistakes being others), else the job if it checks, and whether it is
+    /// enabled.
     fn job_once(
         &mut self,
         table: Value,
@@ -66,19 +67,20 @@ impl Loader<'_> {
         names: &mut HashSet<String>,
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<(Option<Job>, bool)> {
-        if !names.insert(name.to_owned()) {
+        let unique = names.insert(name.to_owned());
+        if !unique {
             self.errors.push(ConfigError::field(
                 Section::Job(name.to_owned()),
                 "name",
                 "duplicate job name: each job needs its own (it is part of the lock key)",
             ));
-            return None;
         }
         let enabled = table
             .get("enabled")
             .and_then(Value::as_bool)
             .unwrap_or(true);
-        Some((self.job(table, name, enabled, scheduler), enabled))
+        let job = self.job(table, name, enabled, scheduler);
+        unique.then_some((job, enabled))
     }
 
     fn job(
@@ -113,12 +115,12 @@ impl Loader<'_> {
             return None;
         }
         let action = self.job_action(name, &section, raw.action, action_read);
+        let on_failure = self.job_on_failure(raw.on_failure.as_deref(), &section);
         if self.errors.len() != before {
             return None;
         }
         let schedule = schedule?;
         self.calendar_in_use(&schedule);
-        let on_failure = self.job_on_failure(raw.on_failure.as_deref(), &section)?;
         Some(Job {
             name: raw.name,
             schedule,
@@ -126,7 +128,7 @@ impl Loader<'_> {
             overlap: overlap(raw.overlap),
             catch_up,
             action: action?,
-            on_failure,
+            on_failure: on_failure?,
         })
     }
 
