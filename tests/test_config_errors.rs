@@ -1343,3 +1343,22 @@ fn a_duplicate_jobs_other_mistakes_are_reported_too() {
         .collect();
     assert_eq!(lines, [12, 14], "{errors:#}");
 }
+
+#[test]
+fn every_mistake_of_the_scheduler_section_is_reported() {
+    let text = format!(
+        "[scheduler]\ntimezone = \"Mars/Base\"\nkey_prefix = \"a b\"\nmax_clock_skew = \"2h\"\ncandidates = 0\n{GOOD_JOB}"
+    );
+    let errors = parse(&text).unwrap_err();
+    let fields: Vec<Option<&str>> = errors.errors.iter().map(|e| e.field_name()).collect();
+    assert_eq!(
+        fields,
+        [
+            Some("timezone"),
+            Some("key_prefix"),
+            Some("max_clock_skew"),
+            Some("candidates")
+        ],
+        "{errors}"
+    );
+}

@@ -82,46 +82,54 @@ impl Loader<'_> {
             Some(v) => self.typed(v, &Section::Scheduler)?,
             None => RawScheduler::default(),
         };
+        // Every key is checked before any error ends the section: each is its own mistake.
         let timezone = match raw.timezone.as_deref() {
-            Some(name) => self.zone(name, Section::Scheduler)?,
-            None => chrono_tz::UTC,
+            Some(name) => self.zone(name, Section::Scheduler),
+            None => Some(chrono_tz::UTC),
         };
-        let key_prefix = self.key_prefix(raw.key_prefix)?;
-        let max_clock_skew = self.bounded(
-            &Section::Scheduler,
+        let key_prefix = self.key_prefix(raw.key_prefix);
+        let max_clock_skew = self.scheduler_duration(
             "max_clock_skew",
             raw.max_clock_skew.unwrap_or(DEFAULT_MAX_CLOCK_SKEW),
             durations::MAX_CLOCK_SKEW,
-        )?;
+        );
         let clock = match raw.clock {
             Some(RawClockMode::Local) => ClockMode::Local,
             Some(RawClockMode::Redis) | None => ClockMode::Redis,
         };
-        let candidates = self.candidates(raw.candidates)?;
-        let candidate_stagger = self.bounded(
-            &Section::Scheduler,
+        let candidates = self.candidates(raw.candidates);
+        let candidate_stagger = self.scheduler_duration(
             "candidate_stagger",
             raw.candidate_stagger.unwrap_or(DEFAULT_CANDIDATE_STAGGER),
             durations::CANDIDATE_STAGGER,
-        )?;
-        let destination_conflict_after = self.bounded(
-            &Section::Scheduler,
+        );
+        let destination_conflict_after = self.scheduler_duration(
             "destination_conflict_after",
-            raw.destination_conflict_after
-                .unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
+            (raw.destination_conflict_after).unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
             durations::DESTINATION_CONFLICT_AFTER,
-        )?;
+        );
+        let deployment = self.deployment(raw.deployment, text);
         Some(SchedulerConfig {
-            deployment: self.deployment(raw.deployment, text)?,
-            timezone,
-            key_prefix,
-            max_clock_skew,
+            deployment: deployment?,
+            timezone: timezone?,
+            key_prefix: key_prefix?,
+            max_clock_skew: max_clock_skew?,
             clock,
             on_failure: raw.on_failure,
-            candidates,
-            candidate_stagger,
-            destination_conflict_after,
+            candidates: candidates?,
+            candidate_stagger: candidate_stagger?,
+            destination_conflict_after: destination_conflict_after?,
         })
+    }
+
+    /// A duration of `[scheduler]`, if inside its range (else an error naming it).
+    fn scheduler_duration(
+        &mut self,
+        field: &str,
+        value: Duration,
+        range: durations::DurationRange,
+    ) -> Option<Duration> {
+        self.bounded(&Section::Scheduler, field, value, range)
     }
 
     /// The deployment: `[scheduler] deployment`, `${VAR}` expanded (not scrubbed: a name,
