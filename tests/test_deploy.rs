@@ -1289,7 +1289,11 @@ fn check_as_on_a_kubelet_secret(docs: &[Value], who: &RunAs, path: &Path, file: 
         .replace("enabled = false", "enabled = true");
     let config = dir.path().join("jobs.toml");
     std::fs::write(&config, jobs).unwrap();
-    let out = as_user(Path::new(BIN), who.uid, who.gid, &who.groups)
+    // The image's user runs a copy in the world-traversable temp dir: the build's binary may sit
+    // in a checkout that user cannot enter (a `chmod 700` home directory).
+    let bin = dir.path().join("slotcron");
+    std::fs::copy(BIN, &bin).unwrap();
+    let out = as_user(&bin, who.uid, who.gid, &who.groups)
         .args(["check", "--config"])
         .arg(&config)
         .envs(container_env(docs, slotcron_container(docs)))
