@@ -62,10 +62,14 @@ pub fn failure_sentence(run: &RunRecord, kind: &str, place: Option<&str>) -> Opt
         Some(place) => format!("The {kind} action to {place}"),
         None => format!("The {kind} action"),
     };
-    let attempts = match run.attempts {
+    let mut attempts = match run.attempts {
         1 => "1 attempt".to_owned(),
         n => format!("{n} attempts"),
     };
+    // The record counts the last replica's attempts only.
+    if run.previous_winner.is_some() {
+        attempts.push_str(&format!(" on {}", run.replica));
+    }
     let tried = tried_by(run).join(", then ");
     let mut sentence = format!(
         "{what} failed: {}. Tried by {tried} ({attempts})",
@@ -190,7 +194,7 @@ mod tests {
         assert_eq!(
             sentence,
             "The http action to 127.0.0.1:8080 failed: the receiver answered HTTP 500. \
-             Tried by a, then b (3 attempts)."
+             Tried by a, then b (3 attempts on b)."
         );
         assert_eq!(ran_by(&run), "a, then b");
     }
