@@ -111,8 +111,24 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-#[test]
-fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
+/// Two replicas `page-a` (serving the page on `port`) and `page-b` racing on three nodes, with
+/// a receiver and a port nobody listens on for their jobs.
+struct TwoReplicas {
+    _cluster: RedisCluster,
+    _dir: tempfile::TempDir,
+    /// Where the jobs deliver: kept alive while the replicas run.
+    _receiver: Receiver,
+    port: u16,
+    /// A port nobody listens on: an http job there cannot connect.
+    closed: u16,
+    /// `page-b`'s configuration: the CLI's too.
+    without_http: PathBuf,
+    a: Replica,
+    b: Replica,
+}
+
+/// [`TwoReplicas`] with `[scheduler]` lines `scheduler` and the jobs `jobs(receiver, closed)`.
+fn two_replicas(scheduler: &str, jobs: impl FnOnce(&Receiver, u16) -> String) -> TwoReplicas {
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
@@ -121,18 +137,13 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         std::process::id(),
         Utc::now().timestamp_micros()
     );
-    let port = free_port();
-    let closed = free_port();
+    let (port, closed) = (free_port(), free_port());
     let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
     let body = format!(
-        "[scheduler]\ntimezone = \"Asia/Shanghai\"\nkey_prefix = {prefix:?}\n\n\
-         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n\n\
-         [[job]]\nname = \"standup-demo\"\nschedule = \"* * * * * *\"\ntimeout = \"3s\"\n\
-         [job.action]\ntype = \"http\"\nurl = {:?}\n\n\
-         [[job]]\nname = \"flaky-push\"\nschedule = \"*/2 * * * * *\"\ntimeout = \"1s\"\n\
-         [job.action]\ntype = \"http\"\nurl = \"http://127.0.0.1:{closed}/nobody-listens\"\n",
+        "[scheduler]\n{scheduler}key_prefix = {prefix:?}\n\n\
+         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n\n{}",
         nodes.join(", "),
-        receiver.url("/standup"),
+        jobs(&receiver, closed),
     );
     // Two replicas race; only the first serves [http] (they would share the port otherwise).
     let with_http = write_file(
@@ -141,10 +152,45 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n\n{body}"),
     );
     let without_http = write_file(dir.path(), "b.toml", &body);
-    let a = start_replica(&with_http, "page-a");
-    let b = start_replica(&without_http, "page-b");
+    TwoReplicas {
+        a: start_replica(&with_http, "page-a"),
+        b: start_replica(&without_http, "page-b"),
+        _cluster: cluster,
+        _dir: dir,
+        _receiver: receiver,
+        port,
+        closed,
+        without_http,
+    }
+}
+
+/// An `http` job on `schedule`, to `url`.
+fn http_job(name: &str, schedule: &str, timeout: &str, url: &str) -> String {
+    format!(
+        "[[job]]\nname = {name:?}\nschedule = {schedule:?}\ntimeout = {timeout:?}\n\
+         [job.action]\ntype = \"http\"\nurl = {url:?}\n\n"
+    )
+}
+
+/// `standup-demo` every second to `receiver`, and `failing` every 2 s to the `closed` port.
+fn delivering_and_unreachable(receiver: &Receiver, closed: u16, failing: &str) -> String {
+    let unreachable = format!("http://127.0.0.1:{closed}/nobody-listens");
+    http_job(
+        "standup-demo",
+        "* * * * * *",
+        "3s",
+        &receiver.url("/standup"),
+    ) + &http_job(failing, "*/2 * * * * *", "1s", &unreachable)
+}
+
+#[test]
+fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
+    let fleet = two_replicas("timezone = \"Asia/Shanghai\"\n", |receiver, closed| {
+        delivering_and_unreachable(receiver, closed, "flaky-push")
+    });
+    let (a, b, port) = (&fleet.a, &fleet.b, fleet.port);
     let lines = |job: &str, outcome: &str| -> Vec<Value> {
-        [&a, &b]
+        [a, b]
             .iter()
             .flat_map(|r| r.json_lines())
             .filter(|v| text(v, "job") == job && text(v, "outcome") == outcome)
@@ -221,7 +267,7 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
         );
     }
     assert!(
-        standup.contains(r#"<span class="outcome done">done</span>"#),
+        standup.contains(r#"<span class="outcome done" title="done: a replica ran the slot and the action succeeded">done</span>"#),
         "{standup}"
     );
 
@@ -329,7 +375,7 @@ fn in_a_browser(port: u16, replica: &str) {
     let dom = dump_dom(&url);
     assert!(dom.contains("standup-demo"), "{dom}");
     assert!(
-        dom.contains(r#"<span class="outcome done">done</span>"#),
+        dom.contains(r#"<span class="outcome done" title="done: a replica ran the slot and the action succeeded">done</span>"#),
         "{dom}"
     );
     assert!(dom.contains("flaky-push"), "{dom}");
@@ -619,5 +665,159 @@ fn check_filter(port: u16) {
         page.body.contains("No job matches <q>nosuchjob</q>"),
         "{}",
         page.body
+    );
+}
+
+/// Two replicas: `standup-demo` delivers every second, `robot-push` cannot connect (nothing
+/// leaves the winner, so it is handed off and fails), `cli-report` (yearly) is run once with
+/// `slotcron trigger`. The page says at a glance what the last day held, who ran each job's last
+/// slot, the failure in one plain sentence (the raw chain folded), and which run the CLI
+/// started; the screenshot is kept as target/status-page-glance.png.
+#[test]
+fn status_page_at_a_glance_fleet_line_who_ran_each_last_slot_and_the_failure_in_words() {
+    let fleet = two_replicas("", |receiver, closed| {
+        delivering_and_unreachable(receiver, closed, "robot-push")
+            + &http_job("cli-report", "0 0 0 1 1 *", "3s", &receiver.url("/report"))
+    });
+    let (a, b, port, closed) = (&fleet.a, &fleet.b, fleet.port, fleet.closed);
+    let failed = |job: &str| -> usize { [a, b].iter().map(|r| count(r, job, "failed")).sum() };
+    let ready = wait_until(Duration::from_secs(20), || {
+        (count(a, "standup-demo", "done") + count(b, "standup-demo", "done") >= 3
+            && failed("robot-push") >= 1)
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "no 3 done runs and 1 failed run within 20 s"
+    );
+    slotcron_cli(&fleet.without_http, &["trigger", "cli-report"]);
+
+    // The page shows a snapshot up to 2 s old (SNAPSHOT_LIFE): wait for one taken after the
+    // trigger; 15 s covers a loaded machine.
+    let html = wait_until(Duration::from_secs(15), || {
+        let page = http_get(port, "/?runs=robot-push").filter(|p| p.status == 200)?;
+        overview_row(&page.body, "cli-report")[1]
+            .contains("CLI")
+            .then_some(page.body)
+    })
+    .expect("the page shows cli-report's triggered run within 15 s");
+    check_glance(&html, closed);
+    check_runners_match_the_logs(&html, &[a, b]);
+
+    if have_chromium() {
+        let url = format!("http://127.0.0.1:{port}/");
+        check_glance(&dump_dom(&url), closed);
+        let png = screenshot(&url, (1280, 1000), "status-page-glance.png");
+        assert_eq!(check_colours(&png), (1280, 1000));
+    }
+}
+
+/// The overview's row of `job`: its cells' texts.
+fn overview_row(html: &str, job: &str) -> Vec<String> {
+    let overview = between(html, r#"<table class="overview">"#, "</table>").expect("overview");
+    table_rows(overview)
+        .into_iter()
+        .find(|row| row[0] == job)
+        .unwrap_or_else(|| panic!("no overview row for {job}: {overview}"))
+}
+
+/// The fleet line, who ran each last slot, the failure's sentence and raw chain, the CLI's run.
+fn check_glance(html: &str, closed: u16) {
+    let line = strip_tags(
+        between(html, r#"<p class="fleetline" id="fleet-line">"#, "</p>").expect("a fleet line"),
+    );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..3], ["Last", "24", "h:"], "{line}");
+    let number = |what: &str| -> usize {
+        let at = words
+            .iter()
+            .position(|w| *w == what)
+            .unwrap_or_else(|| panic!("{what}: {line}"));
+        words[at - 1]
+            .parse()
+            .unwrap_or_else(|_| panic!("{what}: {line}"))
+    };
+    assert!(number("failed") >= 1, "robot-push failed: {line}");
+    let _ = (number("missed"), number("duplicated"), number("paused"));
+    assert!(line.ends_with("(0 job(s) paused now)"), "{line}");
+
+    for job in ["standup-demo", "robot-push", "cli-report"] {
+        let row = overview_row(html, job);
+        let by = row[1]
+            .split(" by ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no runner: {row:?}"));
+        assert!(
+            by.starts_with("page-") || job == "cli-report",
+            "{job} ran by {by}"
+        );
+    }
+    let robot = overview_row(html, "robot-push");
+    let sentence = format!(
+        "The http action to 127.0.0.1:{closed} failed: could not connect (connection refused). \
+         Tried by page-"
+    );
+    assert!(robot[1].starts_with("failed"), "{robot:?}");
+    assert!(
+        robot[1].contains(&sentence),
+        "the plain sentence: {robot:?}"
+    );
+    let cell = between(html, "<td><a href=\"#job-robot-push\">", "</tr>").unwrap();
+    let raw = between(
+        cell,
+        r#"<details class="raw"><summary>raw error</summary>"#,
+        "</details>",
+    )
+    .expect("the raw chain, folded");
+    assert!(
+        raw.contains("not delivered: nothing left this replica"),
+        "{raw}"
+    );
+    assert!(
+        !cell.contains("<details class=\"raw\" open"),
+        "folded: {cell}"
+    );
+
+    let cli = overview_row(html, "cli-report");
+    assert!(
+        cli[1].starts_with("done")
+            && cli[1].contains("(started from the CLI: slotcron trigger) CLI"),
+        "{cli:?}"
+    );
+    let fleet = between(html, r#"<table class="fleet">"#, "</table>").expect("fleet table");
+    assert!(fleet.contains("wins (done)"), "{fleet}");
+    assert!(fleet.contains("1 run(s) started from the CLI"), "{fleet}");
+    assert!(
+        html.contains("missed: no replica recorded running this slot"),
+        "missed in words"
+    );
+}
+
+/// The robot-push runs table: each failed run's runner is the replica whose log failed it.
+fn check_runners_match_the_logs(html: &str, replicas: &[&Replica]) {
+    let section = job_section(html, "robot-push");
+    let logs: Vec<Value> = replicas.iter().flat_map(|r| r.json_lines()).collect();
+    let mut checked = 0;
+    for (row, cells) in table_rows(section).iter().zip(table_cells(section)) {
+        if row[2] != "failed" {
+            continue;
+        }
+        let slot = datetimes(&cells[0])[0].with_timezone(&Utc);
+        let failed_by = logs.iter().find(|v| {
+            text(v, "job") == "robot-push"
+                && text(v, "outcome") == "failed"
+                && rfc3339(text(v, "slot")) == slot
+        });
+        let Some(failed_by) = failed_by else { continue };
+        assert!(
+            row[1].ends_with(text(failed_by, "replica")),
+            "the page's runner of {} is the one that logged it failed: {row:?}",
+            row[0]
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 1,
+        "a failed run checked against the logs: {section}"
     );
 }

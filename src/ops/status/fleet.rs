@@ -1,21 +1,25 @@
 //! The fleet as the status page sees it: every replica the fleet knows of, with its share of
-//! the wins: the replicas behind the runs read, and the live replicas of the membership view
-//! (heartbeats, see [`crate::fleet::membership`]), where one that is up but has won nothing shows at
-//! 0 %.
+//! the wins (runs that ended `done`): the replicas behind the runs read, and the live replicas
+//! of the membership view (heartbeats, see [`crate::fleet::membership`]), where one that is up
+//! but has won nothing shows at 0 %. The runs started from the CLI are counted apart, so a
+//! workstation that ran `slotcron trigger` shows as what it is.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::history::RunRecord;
+use super::words::from_cli;
+use crate::record::history::{RunRecord, RunState};
 
 /// One replica's line in the fleet table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Share {
     /// Its replica id, as in the run records.
     pub replica: String,
-    /// Runs it won among those read (a handed-off slot counts for both winners).
+    /// Runs it ran to `done` among those read: a failed or handed-off run is no win.
     pub wins: usize,
+    /// Runs it ran that were started from the CLI (`slotcron trigger`), whatever their end.
+    pub from_cli: usize,
     /// Its share of those runs, in whole percent.
     pub percent: u32,
     /// The replica serving the page.
@@ -31,16 +35,21 @@ pub fn fleet<'a>(
     live: &[String],
     me: &str,
 ) -> Vec<Share> {
-    let mut wins: BTreeMap<&str, usize> = live.iter().map(|r| (r.as_str(), 0)).collect();
+    // Per replica: (wins, runs started from the CLI).
+    let mut counts: BTreeMap<&str, (usize, usize)> =
+        live.iter().map(|r| (r.as_str(), (0, 0))).collect();
     for record in records {
-        *wins.entry(record.replica.as_str()).or_default() += 1;
+        let count = counts.entry(record.replica.as_str()).or_default();
+        count.0 += usize::from(record.outcome == RunState::Done);
+        count.1 += usize::from(from_cli(record));
     }
-    let total: usize = wins.values().sum();
-    let mut shares: Vec<Share> = wins
+    let total: usize = counts.values().map(|(wins, _)| wins).sum();
+    let mut shares: Vec<Share> = counts
         .into_iter()
-        .map(|(replica, wins)| Share {
+        .map(|(replica, (wins, from_cli))| Share {
             replica: replica.to_owned(),
             wins,
+            from_cli,
             percent: percent(wins, total),
             this: replica == me,
             live: live.iter().any(|l| l == replica),
@@ -89,6 +98,25 @@ mod tests {
         assert!(shares[1].this);
         assert!(shares.iter().all(|s| s.live), "both are in the live list");
         assert!(!fleet(&[won_by("gone", 1)], &[], "c")[0].live);
+    }
+
+    #[test]
+    fn only_done_runs_are_wins_and_cli_runs_are_counted_apart() {
+        let failed = RunRecord::test("j", won_by("a", 1).slot, "a", RunState::Failed);
+        let handed = RunRecord::test("j", won_by("a", 2).slot, "a", RunState::HandedOff);
+        let manual = RunRecord {
+            trigger: "trigger".into(),
+            ..won_by("laptop", 3)
+        };
+        let shares = fleet(&[failed, handed, won_by("b", 2), manual], &[], "b");
+        let lines: Vec<(&str, usize, usize, u32)> = shares
+            .iter()
+            .map(|s| (s.replica.as_str(), s.wins, s.from_cli, s.percent))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![("b", 1, 0, 50), ("laptop", 1, 1, 50), ("a", 0, 0, 0)]
+        );
     }
 
     #[test]

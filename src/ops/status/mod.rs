@@ -12,6 +12,7 @@ mod server;
 mod snapshot;
 mod start;
 mod view;
+mod words;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

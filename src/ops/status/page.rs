@@ -17,12 +17,13 @@ use serde::Deserialize;
 
 use super::fleet::fleet;
 use super::snapshot::{Rendered, Snapshot};
-use super::view::{job_view, moment, Frame, JobView, Reads, STRIP_SLOTS};
+use super::view::{job_view, moment, ActionText, Frame, JobView, Reads, RUNS_READ, STRIP_SLOTS};
+use super::words::{meaning, place};
 use super::Sources;
 use crate::config::{Config, Job, RedisMode};
 
 /// The fates the strip's legend names, in the order a reader meets them.
-const OUTCOMES: [&str; 8] = [
+pub(super) const OUTCOMES: [&str; 8] = [
     "done",
     "failed",
     "missed",
@@ -136,19 +137,54 @@ fn views(config: &Config, jobs: &[Arc<Job>], reads: &[&Reads], frame: &Frame) ->
         .zip(reads)
         .map(|(job, reads)| {
             let settling = chrono::Duration::from_std(job.timeout + skew).unwrap_or_default();
-            job_view(job, action_line(config, job), reads, settling, frame)
+            job_view(job, &action_text(config, job), reads, settling, frame)
         })
         .collect();
     views.sort_by_key(|v| v.standing);
     views
 }
 
-/// The action's kind and target, secrets scrubbed.
-fn action_line(config: &Config, job: &Job) -> String {
-    job.action.target().map_or_else(
-        || job.action.kind().to_owned(),
-        |t| format!("{} → {}", job.action.kind(), config.scrubber.scrub(&t)),
-    )
+/// The action's kind and target, secrets scrubbed, and where it sends.
+fn action_text(config: &Config, job: &Job) -> ActionText {
+    let kind = job.action.kind();
+    let target = job.action.target().map(|t| config.scrubber.scrub(&t));
+    ActionText {
+        line: target
+            .as_ref()
+            .map_or_else(|| kind.to_owned(), |t| format!("{kind} → {t}")),
+        kind,
+        place: target.and_then(|t| place(kind, &t)),
+    }
+}
+
+/// The fleet line: the last 24 h of the jobs shown, summed.
+#[derive(Debug, Default, serde::Serialize)]
+struct FleetLine {
+    failed: usize,
+    missed: usize,
+    duplicated: usize,
+    /// Slots skipped because their job was paused.
+    paused: usize,
+    /// Jobs paused now.
+    paused_now: usize,
+    /// The jobs counted only from their oldest run read (more runs than the page reads).
+    shortened: Vec<String>,
+}
+
+fn fleet_line(views: &[JobView]) -> FleetLine {
+    let mut line = FleetLine::default();
+    for view in views {
+        let day = &view.day;
+        line.failed += day.failed;
+        line.missed += day.missed;
+        line.duplicated += day.duplicated;
+        line.paused += day.paused;
+        line.paused_now += usize::from(view.paused.is_some());
+        if day.shortened {
+            line.shortened.push(view.name.clone());
+        }
+    }
+    line
 }
 
 /// What one rendering reads.
@@ -193,6 +229,9 @@ fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
         jobs => page.views,
         toggles => page.views.iter().map(|v| toggle(page, &v.name)).collect::<Vec<_>>(),
         wins => shares.iter().map(|s| s.wins).sum::<usize>(),
+        fleet_line => fleet_line(page.views),
+        runs_read => RUNS_READ,
+        meanings => OUTCOMES.map(meaning),
         fleet => shares,
         strip_slots => STRIP_SLOTS,
         outcomes => OUTCOMES,

@@ -20,7 +20,7 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::view::{Frame, Reads, STRIP_SLOTS};
+use super::view::{Frame, Reads, RUNS_READ};
 use super::{probe, shards, Sources};
 use crate::config::{Config, Job};
 use crate::fleet::control::paused_intervals;
@@ -33,8 +33,6 @@ pub const SNAPSHOT_LIFE: Duration = Duration::from_secs(2);
 /// Addresses (filter and open tables) whose page is kept per snapshot: more distinct ones are
 /// still rendered, one at a time, but not kept, so a client cannot grow the memory.
 pub const PAGES_KEPT: usize = 64;
-/// Runs read per job: the strip's slots (a handed-off slot has two runs) and some to spare.
-const RUNS_READ: usize = 2 * STRIP_SLOTS + 10;
 
 /// One round of the page's reads, shown until it is [`SNAPSHOT_LIFE`] old.
 pub struct Snapshot {

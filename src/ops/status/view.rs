@@ -6,6 +6,7 @@ use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::chart::{self, format_ms, Chart, Sample};
+use super::words::{failure_sentence, from_cli, meaning, ran_by};
 use crate::config::Job;
 use crate::fleet::control::{Pause, PausedSpan};
 use crate::ops::ledger::{ledger, Entry, Fate};
@@ -20,6 +21,15 @@ pub const CHART_RUNS: usize = 30;
 const RUNS_SHOWN: usize = 5;
 /// Upcoming slots listed per job.
 const NEXT_SHOWN: usize = 3;
+/// Runs read per job: the strip's slots (a handed-off slot has two runs) and some to spare.
+/// When a read returns this many, older runs exist unread: the fleet line counts only from
+/// the oldest one read.
+pub const RUNS_READ: usize = 2 * STRIP_SLOTS + 10;
+/// The fleet line's window.
+const TALLY_WINDOW: chrono::Duration = chrono::Duration::hours(24);
+/// Most slots of one job the fleet line looks at: a paused every-second job has 86,400 slots a
+/// day and no run to bound them; this keeps a rendering's cost bounded by the page's reads.
+const TALLY_SLOTS: usize = 4 * RUNS_READ;
 
 /// The moment the page is rendered and the one zone every time on it is shown in.
 #[derive(Debug, Clone, Copy)]
@@ -73,9 +83,42 @@ pub struct Cell {
     pub title: String,
     /// The slot's time (the last outcome shows how long ago it was).
     pub slot: Moment,
-    /// The run's error, shown in the overview as text: a tooltip needs a mouse and a steady
-    /// hand on a page that refreshes every 10 s.
+    /// The run's raw error chain, folded under the sentence: a tooltip needs a mouse and a
+    /// steady hand on a page that refreshes every 10 s.
     pub error: Option<String>,
+    /// The fate in words (the badge's title).
+    pub meaning: &'static str,
+    /// Who ran it (after whom, started how); `None` for a slot no replica ran.
+    pub by: Option<String>,
+    /// A failure in one plain sentence: what failed, where, why, which replicas tried.
+    pub failure: Option<String>,
+    /// Started from the command line (`slotcron trigger`), not by the schedule.
+    pub from_cli: bool,
+}
+
+/// The action as the page names it.
+#[derive(Debug, Clone, Default)]
+pub struct ActionText {
+    /// Its kind and target, secrets scrubbed.
+    pub line: String,
+    /// Its kind (`http`, `wecom`, ...): what failed, in a failure's sentence.
+    pub kind: &'static str,
+    /// The host it sends to (or the command's program): where it failed.
+    pub place: Option<String>,
+}
+
+/// What became of a job's slots in the fleet line's window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub failed: usize,
+    pub missed: usize,
+    /// Slots that ran twice under one fence.
+    pub duplicated: usize,
+    /// Slots the job was paused at.
+    pub paused: usize,
+    /// Counted from the oldest run read rather than over the whole window: older runs exist
+    /// that the page did not read.
+    pub shortened: bool,
 }
 
 /// The pause in force, as the overview shows it.
@@ -95,7 +138,13 @@ pub struct RunView {
     pub slot: Moment,
     /// The winner that ran it.
     pub replica: String,
+    /// Who ran it in words: after whom, and how it started when not by the schedule.
+    pub by: String,
+    /// Started from the command line (`slotcron trigger`).
+    pub from_cli: bool,
     pub outcome: &'static str,
+    /// The outcome in words (the badge's title).
+    pub meaning: &'static str,
     /// Start to end (empty while running), and start minus slot: as on the chart.
     pub duration: String,
     pub lateness: String,
@@ -131,28 +180,36 @@ pub struct JobView {
     pub runs: Vec<RunView>,
     /// Why its runs could not be read (the strip and chart are then empty, not all missed).
     pub history_error: Option<String>,
+    /// Its slots of the last 24 h, for the fleet line.
+    pub day: Tally,
 }
 
-/// The view of `job` from `reads`; `action` is its (scrubbed) action line; `settling` is how
+/// The view of `job` from `reads`; `action` names its (scrubbed) action; `settling` is how
 /// long a slot may go unrecorded before it counts as missed.
 pub fn job_view(
     job: &Job,
-    action: String,
+    action: &ActionText,
     reads: &Reads,
     settling: chrono::Duration,
     frame: &Frame,
 ) -> JobView {
     let runs: &[RunRecord] = reads.runs.as_deref().unwrap_or_default();
-    let strip = match &reads.runs {
-        Ok(runs) => strip(job, runs, reads, settling, frame),
-        Err(_) => Vec::new(),
+    let (strip, day) = match &reads.runs {
+        Ok(runs) => (
+            strip(job, runs, reads, settling, frame)
+                .iter()
+                .map(|e| cell(e, action, frame))
+                .collect(),
+            tally(job, runs, reads, settling, frame),
+        ),
+        Err(_) => (Vec::new(), Tally::default()),
     };
     let last = strip.iter().rev().find(|c| concluded(c.outcome)).cloned();
     JobView {
         name: job.name.clone(),
         schedule: job.schedule.expression().to_owned(),
         zone: job.zone().to_string(),
-        action,
+        action: action.line.clone(),
         standing: standing(last.as_ref(), reads.pause.is_some()),
         last,
         last_success: last_success(runs, frame),
@@ -166,6 +223,7 @@ pub fn job_view(
             .map(|r| run_view(r, frame))
             .collect(),
         history_error: reads.runs.as_ref().err().map(ToString::to_string),
+        day,
     }
 }
 
@@ -183,7 +241,7 @@ fn standing(last: Option<&Cell>, paused: bool) -> Standing {
     }
 }
 
-/// The fate of the job's last [`STRIP_SLOTS`] slots, oldest first: one cell per slot (a
+/// The fate of the job's last [`STRIP_SLOTS`] slots, oldest first: one entry per slot (a
 /// handed-off slot shows its last run).
 fn strip(
     job: &Job,
@@ -191,25 +249,96 @@ fn strip(
     reads: &Reads,
     settling: chrono::Duration,
     frame: &Frame,
-) -> Vec<Cell> {
+) -> Vec<Entry> {
     let since = known_since(runs, reads);
+    let slots = slots_back(job, runs, since, STRIP_SLOTS, frame);
+    let mut entries = fates(&slots, runs, reads, settling, frame);
+    entries.reverse();
+    entries
+}
+
+/// The job's slots at or after `since` (none when `None`), the newest `most`, oldest first:
+/// its schedule's, and those of its runs read that are not (a `slotcron trigger` runs the
+/// second it is given, which the schedule may not have).
+fn slots_back(
+    job: &Job,
+    runs: &[RunRecord],
+    since: Option<DateTime<Utc>>,
+    most: usize,
+    frame: &Frame,
+) -> Vec<Slot> {
+    let Some(since) = since else {
+        return Vec::new();
+    };
     let mut slots: Vec<Slot> = job
         .schedule
         .back_from(frame.now)
-        .take(STRIP_SLOTS)
-        .take_while(|s| since.is_some_and(|since| s.instant() >= since))
+        .take(most)
+        .take_while(|s| s.instant() >= since)
         .collect();
-    slots.reverse();
+    // The strip's oldest slot when the schedule filled it, else `since`.
+    let oldest = match slots.len() == most {
+        true => slots.last().map_or(since, |s| s.instant()),
+        false => since,
+    };
+    let off_schedule = runs.iter().map(|r| r.slot);
+    slots.extend(off_schedule.filter(|s| s.instant() >= oldest && s.instant() <= frame.now));
+    slots.sort();
+    slots.dedup();
+    slots.split_off(slots.len().saturating_sub(most))
+}
+
+/// The fate of each of `slots`, newest first: one entry per slot, its last run's.
+fn fates(
+    slots: &[Slot],
+    runs: &[RunRecord],
+    reads: &Reads,
+    settling: chrono::Duration,
+    frame: &Frame,
+) -> Vec<Entry> {
     // The page reads no slot keys: its young slots stay pending (the CLI's ledger reads them).
     let now = crate::ops::ledger::Now {
         settled_before: frame.now - settling,
         window_closed_before: None,
         held: Default::default(),
     };
-    let mut entries = ledger(&slots, runs, &reads.paused, &now);
-    // Newest first, and within a slot its last run first: the first entry is the slot's fate.
+    let mut entries = ledger(slots, runs, &reads.paused, &now);
+    // Within a slot its last run comes first: the first entry is the slot's fate (the ledger
+    // flags every run of a slot that ran twice, so it keeps the flag).
     entries.dedup_by_key(|e| e.slot);
-    entries.iter().rev().map(|e| cell(e, frame)).collect()
+    entries
+}
+
+/// What became of the job's slots in the last [`TALLY_WINDOW`], from the runs read: when the
+/// read was full, only from the oldest run read (older ones exist unread).
+fn tally(
+    job: &Job,
+    runs: &[RunRecord],
+    reads: &Reads,
+    settling: chrono::Duration,
+    frame: &Frame,
+) -> Tally {
+    let shortened = runs.len() >= RUNS_READ;
+    let since = match shortened {
+        true => runs.iter().map(|r| r.slot.instant()).min(),
+        false => known_since(runs, reads),
+    };
+    let since = since.map(|s| s.max(frame.now - TALLY_WINDOW));
+    let slots = slots_back(job, runs, since, TALLY_SLOTS, frame);
+    let mut tally = Tally {
+        shortened,
+        ..Tally::default()
+    };
+    for entry in fates(&slots, runs, reads, settling, frame) {
+        tally.duplicated += usize::from(entry.duplicate);
+        match entry.fate.outcome() {
+            "failed" => tally.failed += 1,
+            "missed" => tally.missed += 1,
+            "paused" => tally.paused += 1,
+            _ => {}
+        }
+    }
+    tally
 }
 
 /// The earliest time the page knows the job was scheduled (its watermark, its oldest run read,
@@ -224,7 +353,7 @@ fn known_since(runs: &[RunRecord], reads: &Reads) -> Option<DateTime<Utc>> {
         .min()
 }
 
-fn cell(entry: &Entry, frame: &Frame) -> Cell {
+fn cell(entry: &Entry, action: &ActionText, frame: &Frame) -> Cell {
     let slot = moment(entry.slot.instant(), frame);
     let mut title = format!("{} · {}", slot.short, entry.fate.outcome());
     if let Fate::Run(run) = &entry.fate {
@@ -235,6 +364,9 @@ fn cell(entry: &Entry, frame: &Frame) -> Cell {
         if let Some(first) = &run.previous_winner {
             title.push_str(&format!(" · handed off by {first}"));
         }
+        if from_cli(run) {
+            title.push_str(" · started from the CLI");
+        }
         if let Some(error) = &run.error {
             title.push_str(&format!(" · {error}"));
         }
@@ -242,15 +374,20 @@ fn cell(entry: &Entry, frame: &Frame) -> Cell {
     if entry.duplicate {
         title.push_str(" · DUPLICATE: the slot ran twice");
     }
-    let error = match &entry.fate {
-        Fate::Run(run) => run.error.clone(),
+    let run = match &entry.fate {
+        Fate::Run(run) => Some(run),
         _ => None,
     };
+    let outcome = entry.fate.outcome();
     Cell {
-        outcome: entry.fate.outcome(),
+        outcome,
         title,
         slot,
-        error,
+        error: run.and_then(|r| r.error.clone()),
+        meaning: meaning(outcome),
+        by: run.map(ran_by),
+        failure: run.and_then(|r| failure_sentence(r, action.kind, action.place.as_deref())),
+        from_cli: run.is_some_and(from_cli),
     }
 }
 
@@ -310,7 +447,10 @@ fn run_view(run: &RunRecord, frame: &Frame) -> RunView {
     RunView {
         slot: moment(run.slot.instant(), frame),
         replica: run.replica.clone(),
+        by: ran_by(run),
+        from_cli: from_cli(run),
         outcome: run.outcome.as_str(),
+        meaning: meaning(run.outcome.as_str()),
         duration: run
             .duration()
             .map_or_else(String::new, |d| format_ms(d.as_millis() as f64)),
@@ -403,7 +543,7 @@ mod tests {
         let settling = chrono::Duration::seconds(2);
         job_view(
             &job("0 * * * * *"),
-            "log".into(),
+            &ActionText::default(),
             reads,
             settling,
             &frame(now),
@@ -453,6 +593,47 @@ mod tests {
         assert_eq!(v.last_success.unwrap().short, "2026-01-01 08:01:00");
         let chart = v.chart.unwrap();
         assert_eq!(chart.runs, 2);
+    }
+
+    #[test]
+    fn the_day_counts_failed_missed_duplicated_and_paused_slots() {
+        let twice = run("2026-01-01T00:02:00Z", RunState::Done, "b");
+        let runs = vec![
+            run("2026-01-01T00:04:00Z", RunState::Failed, "a"),
+            twice.clone(),
+            RunRecord {
+                started: twice.started + chrono::Duration::milliseconds(5),
+                ..run("2026-01-01T00:02:00Z", RunState::Done, "c")
+            },
+            run("2026-01-01T00:00:00Z", RunState::Done, "a"),
+        ];
+        let mut r = reads(runs, None);
+        r.paused = vec![(t("2026-01-01T00:04:30Z"), None)];
+        let v = view(&r, "2026-01-01T00:06:30Z");
+        let day = Tally {
+            failed: 1,
+            missed: 2,
+            duplicated: 1,
+            paused: 2,
+            shortened: false,
+        };
+        assert_eq!(v.day, day, "missed 00:01 and 00:03, paused 00:05 and 00:06");
+    }
+
+    #[test]
+    fn a_run_off_the_schedule_is_a_slot_of_its_own_and_says_it_came_from_the_cli() {
+        let triggered = RunRecord {
+            trigger: "trigger".into(),
+            ..run("2026-01-01T00:01:17Z", RunState::Done, "laptop")
+        };
+        let v = view(&reads(vec![triggered], None), "2026-01-01T00:01:30Z");
+        let last = v.last.unwrap();
+        assert_eq!(last.slot.short, "2026-01-01 08:01:17");
+        assert!(last.from_cli && last.title.contains("started from the CLI"));
+        assert_eq!(
+            last.by.as_deref(),
+            Some("laptop (started from the CLI: slotcron trigger)")
+        );
     }
 
     #[test]
