@@ -115,4 +115,9 @@ pub mod time;
 pub mod tls;
 pub mod watch;
 
-pub use api::{Calendar, Error, Fleet, FleetHandle, JobSpec, SlotContext, Trigger};
+pub use api::{
+    Calendar, CatchUpPolicy, DateTime, Error, Fleet, FleetHandle, JobSpec, NaiveDate, Overlap,
+    SlotContext, Trigger, Tz, Utc,
+};
+/// The crates of the time types the API returns, at the versions it uses.
+pub use {chrono, chrono_tz};

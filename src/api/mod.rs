@@ -19,10 +19,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::action::function::{SlotContext, Trigger};
+pub use crate::config::{CatchUpPolicy, Overlap};
+/// The time types the API takes and returns ([`SlotContext::slot`] is a `DateTime<Utc>`,
+/// [`SlotContext::slot_local`] a `DateTime<Tz>`, [`Calendar::holiday`] takes a `NaiveDate`),
+/// re-exported so that naming them needs no crate of your own (nor matching its version).
+pub use chrono::{DateTime, NaiveDate, Utc};
+pub use chrono_tz::Tz;
 pub use job::{Calendar, JobSpec};
 
 use crate::action::function::{JobError, JobFn};
-use crate::config::{Config, ConfigErrors};
+use crate::config::{Config, ConfigError, ConfigErrors, Location, Section};
 use crate::replica::{self, Replica};
 use crate::time::schedule::SystemClock;
 
@@ -39,12 +45,16 @@ use crate::time::schedule::SystemClock;
 /// }
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` (what `main` returning `Err` prints): every problem, one a
+/// line, each naming the job and the field as the builder spells them (`cron`, `zone`,
+/// `Fleet::nodes`).
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A job, a node URL or an option is invalid; every problem is listed, each naming the job
     /// and the field.
-    #[error("{0}")]
+    #[error("{}", Problems(.0))]
     Config(#[from] ConfigErrors),
     /// Start-up or the run failed (the status address could not be bound, the nodes are not
     /// independent primaries, ...): the cause's whole chain.
@@ -53,6 +63,46 @@ pub enum Error {
         /// The error and its causes.
         message: String,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// A fleet's configuration errors as a list: a fleet built in code names each job and the
+/// builder's field; a jobs.toml's errors are shown as the file's.
+struct Problems<'a>(&'a ConfigErrors);
+
+impl std::fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let errors = self.0;
+        if errors.path != build::BUILT_IN_CODE {
+            return write!(f, "{errors}");
+        }
+        let count = errors.errors.len();
+        let plural = if count == 1 { "" } else { "s" };
+        write!(f, "the fleet is invalid ({count} problem{plural}):")?;
+        for error in &errors.errors {
+            write!(f, "\n  - ")?;
+            problem(f, error)?;
+        }
+        Ok(())
+    }
+}
+
+/// One error of a fleet built in code: `job "report", cron: ...`.
+fn problem(f: &mut std::fmt::Formatter<'_>, error: &ConfigError) -> std::fmt::Result {
+    let Location::Field { section, field } = &error.location else {
+        return f.write_str(&error.message);
+    };
+    match section {
+        Section::Job(name) => write!(f, "job {name:?}, ")?,
+        Section::Alert(name) => write!(f, "alert {name:?}, ")?,
+        _ => {}
+    }
+    write!(f, "{field}: {}", error.message)
 }
 
 impl Error {
@@ -189,11 +239,36 @@ impl Fleet {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let run: JobFn = Arc::new(move |ctx| {
-            let run = run(ctx);
-            Box::pin(async move { run.await.map_err(JobError::from_display) })
-        });
-        self.parts.jobs.push((spec, run));
+        self.parts.jobs.push((spec, boxed(run)));
+        self
+    }
+
+    /// Registers the alert `name`, which jobs name in [`JobSpec::on_failure`]: `tell` is
+    /// called once across the fleet when a slot of such a job ends `failed`, is found
+    /// `missed` or ran twice; [`SlotContext::alert`] says which and why. Its own failure is
+    /// logged and goes no further.
+    ///
+    /// ```
+    /// use slotcron::{Fleet, JobSpec};
+    ///
+    /// let fleet = Fleet::new("replica-1")
+    ///     .alert("ops", |ctx| async move {
+    ///         let (outcome, why) = ctx.alert().unwrap_or_default();
+    ///         eprintln!("{} {} ended {outcome}: {why}", ctx.job(), ctx.slot());
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .job(JobSpec::new("backup", "0 3 * * *").on_failure("ops"), |_| async {
+    ///         Err("no space left")
+    ///     });
+    /// # let _ = fleet;
+    /// ```
+    pub fn alert<F, Fut, E>(mut self, name: impl Into<String>, tell: F) -> Self
+    where
+        F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.parts.alerts.push((name.into(), boxed(tell)));
         self
     }
 
@@ -254,6 +329,19 @@ impl Fleet {
             }
         }
     }
+}
+
+/// A user's async function as the `fn` action holds it.
+fn boxed<F, Fut, E>(run: F) -> JobFn
+where
+    F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    Arc::new(move |ctx| {
+        let run = run(ctx);
+        Box::pin(async move { run.await.map_err(JobError::from_display) })
+    })
 }
 
 /// The slot context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
