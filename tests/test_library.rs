@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::tools::libfaketime;
 use common::{slotcron_cli, wait_until, write_config, RedisCluster, Replica};
-use slotcron::{Fleet, JobSpec, Overlap, SlotContext, Trigger};
+use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
 
 /// The examples, built once per test run (`cargo build --examples --all-features`: the debug
 /// profile; the README's command for users says `--release`).
@@ -508,4 +508,98 @@ async fn a_jobspecs_on_failure_alert_and_enabled_false_take_effect() {
     assert!(why.contains("disk full"), "{why}");
     assert!(!ran_disabled.load(Ordering::SeqCst), "the disabled job ran");
     assert!(history(&cluster.urls(), "settings", "off").is_empty());
+}
+
+/// `GET path` on the local `port`, off the runtime's threads (the helper blocks).
+async fn get(port: u16, path: &'static str) -> common::HttpReply {
+    let reply = tokio::task::spawn_blocking(move || common::http_get(port, path)).await;
+    reply
+        .unwrap()
+        .unwrap_or_else(|| panic!("nothing answered GET {path}"))
+}
+
+/// The value of the sample of `metrics` whose line starts with `series`.
+fn sample(metrics: &str, series: &str) -> Option<String> {
+    let line = metrics.lines().find(|l| l.starts_with(series))?;
+    line.rsplit(' ').next().map(str::to_owned)
+}
+
+/// Waits (up to a bound that holds under load) until `/metrics` on `port` shows `series` at
+/// `value`.
+async fn until_metric(port: u16, series: &str, value: &str) {
+    // A second-by-second job reports at each slot; under load slots come late: a wide bound.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get(port, "/metrics").await.body;
+        if sample(&metrics, series).as_deref() == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < bound,
+            "{series} never {value}:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handle_triggers_pauses_resumes_reads_history_and_serves_metrics_and_the_page() {
+    let cluster = RedisCluster::start(3);
+    let port = common::free_port();
+    // `report` at New Year's midnight: never due while the test runs, so its runs here are
+    // the trigger's; `beat` every second, to be paused.
+    let ok = |_| async { Ok::<(), String>(()) };
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("handle")
+        .http(([127, 0, 0, 1], port).into())
+        .job(JobSpec::new("report", "0 0 1 1 *"), ok)
+        .job(JobSpec::new("beat", "* * * * * *"), ok)
+        .start()
+        .await
+        .unwrap();
+    let triggered = handle.trigger("report").await.unwrap();
+    assert_eq!(
+        (triggered.outcome, triggered.detail.as_deref()),
+        (Outcome::Done, None)
+    );
+    let runs = handle.history("report", 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(
+        (run.trigger.as_str(), run.replica.as_str()),
+        ("trigger", "lib-1")
+    );
+    assert_eq!(run.slot.instant(), triggered.slot);
+    let unknown = handle.trigger("nope").await.unwrap_err().to_string();
+    assert!(unknown.contains("no enabled job \"nope\""), "{unknown}");
+
+    handle
+        .pause("beat", None, Some("receiver down"))
+        .await
+        .unwrap();
+    until_metric(port, "slotcron_job_paused{slotcron_job=\"beat\"}", "1").await;
+    let page = get(port, "/").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("receiver down"),
+        "the page does not show the pause"
+    );
+    let resumed_at = Utc::now();
+    assert!(handle.resume("beat").await.unwrap(), "no pause was ended");
+    until_metric(port, "slotcron_job_paused{slotcron_job=\"beat\"}", "0").await;
+    let beats = handle.history("beat", 5).await.unwrap();
+    assert!(
+        beats.iter().any(|r| r.slot.instant() >= resumed_at),
+        "no beat after resume: {beats:?}"
+    );
+
+    let metrics = get(port, "/metrics").await.body;
+    let done = "slotcron_runs_total{slotcron_job=\"report\",outcome=\"done\"";
+    let line = metrics.lines().find(|l| l.starts_with(done));
+    assert!(
+        line.is_some_and(|l| l.ends_with(" 1")),
+        "{done} not 1:\n{metrics}"
+    );
+    handle.shutdown().await.unwrap();
 }

@@ -35,6 +35,8 @@ pub(super) struct Parts {
     pub(super) scheduler: Table,
     /// The jobs, with their functions, in registration order.
     pub(super) jobs: Vec<(JobSpec, JobFn)>,
+    /// `[http] listen`: where the status endpoints are served; `None`: not served.
+    pub(super) http: Option<std::net::SocketAddr>,
     /// The alerts (`[alert.NAME]`) that jobs' `on_failure` name, with their functions.
     pub(super) alerts: Vec<(String, JobFn)>,
 }
@@ -117,6 +119,11 @@ impl Parts {
             redis.insert("nodes".into(), nodes.into());
             top.insert("redis".into(), redis.into());
         }
+        if let Some(listen) = self.http {
+            let mut http = Table::new();
+            http.insert("listen".into(), listen.to_string().into());
+            top.insert("http".into(), http.into());
+        }
         let mut jobs = Vec::new();
         let mut calendars = Table::new();
         let placeholder = JobSpec::new("no-jobs", "0 0 1 1 *");
@@ -198,6 +205,7 @@ fn builder_field(section: &Section, field: &str) -> (Section, String) {
         },
         (Section::Redis, f) => (Section::Top, format!("Fleet::{f}")),
         (Section::Scheduler, f) => (Section::Top, format!("Fleet::{f}")),
+        (Section::Http, _) => (Section::Top, "Fleet::http".to_owned()),
         (_, f) => named(f),
     }
 }

@@ -6,6 +6,7 @@
 //! history. The function's `Ok` is the slot's `done`, its `Err` the slot's `failed`.
 
 mod build;
+mod handle;
 mod job;
 #[cfg(feature = "tcs")]
 pub mod tcs;
@@ -14,17 +15,19 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::action::function::{SlotContext, Trigger};
 pub use crate::config::{CatchUpPolicy, Overlap};
+pub use crate::outcome::Outcome;
+pub use crate::record::history::RunRecord;
 /// The time types the API takes and returns ([`SlotContext::slot`] is a `DateTime<Utc>`,
 /// [`SlotContext::slot_local`] a `DateTime<Tz>`, [`Calendar::holiday`] takes a `NaiveDate`),
 /// re-exported so that naming them needs no crate of your own (nor matching its version).
 pub use chrono::{DateTime, NaiveDate, Utc};
 pub use chrono_tz::Tz;
+pub use handle::{FleetHandle, Triggered};
 pub use job::{Calendar, JobSpec};
 
 use crate::action::function::{JobError, JobFn};
@@ -218,6 +221,18 @@ impl Fleet {
         self
     }
 
+    /// Serves `/healthz`, `/readyz`, `/metrics` (Prometheus) and the status page (`/`) on
+    /// `listen`, as the binary's `[http] listen` does.
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1").http(([127, 0, 0, 1], 9090).into());
+    /// # let _ = fleet;
+    /// ```
+    pub fn http(mut self, listen: std::net::SocketAddr) -> Self {
+        self.parts.http = Some(listen);
+        self
+    }
+
     /// Registers a job: `run` is called with the slot's [`SlotContext`] on the replica that
     /// wins the slot. `Ok` records the slot `done`; `Err` records it `failed` with the error's
     /// text (its `{:#}` form); a run past the job's timeout is dropped and recorded `failed`.
@@ -292,8 +307,8 @@ impl Fleet {
             .await
             .map_err(|e| Error::run(&e))?;
         let stop = CancellationToken::new();
-        #[cfg(feature = "tcs")]
-        let race = race_context(&replica, &config, &stop);
+        let race = replica.context_until(&config, &stop);
+        let jobs = config.jobs.clone();
         let run = tokio::spawn(replica::run_replica(
             replica,
             config,
@@ -303,8 +318,8 @@ impl Fleet {
         Ok(FleetHandle {
             stop,
             run,
-            #[cfg(feature = "tcs")]
             race,
+            jobs,
             guarded: TaskTracker::new(),
         })
     }
@@ -344,17 +359,6 @@ where
     })
 }
 
-/// The slot context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
-/// guard's): the replica's, tied to the same shutdown.
-#[cfg(feature = "tcs")]
-fn race_context(
-    replica: &Replica,
-    config: &Config,
-    stop: &CancellationToken,
-) -> Arc<crate::slot::SlotEnv> {
-    replica.context_until(config, stop)
-}
-
 /// The run task's ending as the handle reports it.
 fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(), Error> {
     match ended {
@@ -363,49 +367,5 @@ fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(
         Err(e) => Err(Error::Run {
             message: format!("the fleet's task ended abnormally: {e}"),
         }),
-    }
-}
-
-/// A started fleet: [`FleetHandle::shutdown`] stops it. Dropping the handle leaves it running
-/// until the runtime ends.
-///
-/// ```
-/// # #[tokio::main] async fn main() -> Result<(), slotcron::Error> {
-/// // Standalone (no nodes): an in-process lock.
-/// let handle = slotcron::Fleet::new("replica-1").start().await?;
-/// handle.shutdown().await?;
-/// # Ok(()) }
-/// ```
-pub struct FleetHandle {
-    /// Cancelled by `shutdown`: no new slot starts.
-    stop: CancellationToken,
-    /// The replica's run: it returns once every running slot has finished.
-    run: JoinHandle<anyhow::Result<()>>,
-    /// For runs outside the schedule: the tokio-cron-scheduler guard's ticks.
-    #[cfg(feature = "tcs")]
-    race: Arc<crate::slot::SlotEnv>,
-    /// The guard's runs in flight: shutdown waits for them too.
-    guarded: TaskTracker,
-}
-
-impl FleetHandle {
-    /// Stops the fleet gracefully: no new slot starts; running slots finish (each within its
-    /// job's timeout) and are recorded; then the nodes' connections close. Handling SIGTERM is
-    /// the caller's: call this from the signal's handler.
-    ///
-    /// ```no_run
-    /// # async fn doc() -> Result<(), slotcron::Error> {
-    /// let handle = slotcron::Fleet::new("replica-1").start().await?;
-    /// let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    ///     .expect("SIGTERM handler");
-    /// term.recv().await;
-    /// handle.shutdown().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn shutdown(self) -> Result<(), Error> {
-        self.stop.cancel();
-        self.guarded.close();
-        self.guarded.wait().await;
-        joined(self.run.await)
     }
 }
