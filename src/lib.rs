@@ -45,7 +45,8 @@
 //!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
 //! - [`api`]: the library: a [`Fleet`] built in code (Redis nodes, jobs with a cron and an
 //!   async function) or from a jobs.toml (the binary's), started into a [`FleetHandle`] with
-//!   graceful shutdown; and, with the `tcs` feature, the guard that makes
+//!   graceful shutdown, triggers, pauses, resumes and history; and, with the `tcs` feature,
+//!   the guard that makes
 //!   tokio-cron-scheduler jobs once-per-fleet.
 //! - [`replica`]: start-up and lifetime: connect the node pool, measure the fleet clock, join
 //!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
@@ -115,4 +116,9 @@ pub mod time;
 pub mod tls;
 pub mod watch;
 
-pub use api::{Calendar, Error, Fleet, FleetHandle, JobSpec, SlotContext, Trigger};
+pub use api::{
+    Calendar, CatchUpPolicy, DateTime, Error, Fleet, FleetHandle, JobSpec, NaiveDate, Outcome,
+    Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
+};
+/// The crates of the time types the API returns, at the versions it uses.
+pub use {chrono, chrono_tz};

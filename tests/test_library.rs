@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::tools::libfaketime;
-use common::{slotcron_cli, write_config, RedisCluster, Replica};
-use slotcron::{Fleet, JobSpec, SlotContext, Trigger};
+use common::{slotcron_cli, wait_until, write_config, RedisCluster, Replica};
+use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
 
 /// The examples, built once per test run (`cargo build --examples --all-features`: the debug
 /// profile; the README's command for users says `--release`).
@@ -327,8 +327,9 @@ fn five_tcs_guards_with_clocks_skewed_one_second_print_every_slot_once() {
 }
 
 #[tokio::test]
-async fn invalid_jobs_are_refused_at_start_each_naming_the_job_and_the_field() {
+async fn invalid_jobs_are_refused_at_start_as_a_list_naming_the_builders_fields() {
     let fleet = Fleet::new("lib-1")
+        .nodes(["http://10.0.0.1:6379"])
         .job(JobSpec::new("no spaces", "* * * * * *"), |_| async {
             Ok::<(), String>(())
         })
@@ -338,17 +339,267 @@ async fn invalid_jobs_are_refused_at_start_each_naming_the_job_and_the_field() {
         .job(
             JobSpec::new("zoned", "0 9 * * *").zone("Mars/Olympus_Mons"),
             |_| async { Ok::<(), String>(()) },
+        )
+        .job(
+            JobSpec::new("alerting", "0 9 * * *").on_failure("nobody"),
+            |_| async { Ok::<(), String>(()) },
         );
-    let Err(slotcron::Error::Config(errors)) = fleet.start().await else {
+    let Err(error) = fleet.start().await else {
         panic!("invalid jobs started");
     };
-    let text = errors.to_string();
-    for (job, field) in [
-        ("no spaces", "name"),
-        ("late", "schedule"),
-        ("zoned", "timezone"),
+    // What `main` returning this error prints is its Debug form: the same readable list.
+    let shown = format!("{error:?}");
+    assert_eq!(shown, error.to_string());
+    eprintln!("{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], "the fleet is invalid (5 problems):", "{shown}");
+    for needle in [
+        "Fleet::nodes",
+        "job \"no spaces\", name: ",
+        "job \"late\", cron: ",
+        "job \"zoned\", zone: ",
+        "job \"alerting\", on_failure: ",
     ] {
-        let needle = format!("job {job:?}, field {field:?}");
-        assert!(text.contains(&needle), "{needle} not in:\n{text}");
+        let line = lines.iter().find(|l| l.contains(needle));
+        assert!(line.is_some(), "no line names {needle:?}:\n{shown}");
     }
+    for toml_word in [
+        "schedule", "timezone", "[redis]", "[alert", "field \"", "Config(",
+    ] {
+        assert!(!shown.contains(toml_word), "{toml_word:?} in:\n{shown}");
+    }
+}
+
+/// The README's library example: the first `rust` block under "## Use it as a library".
+fn readme_library_block() -> String {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("reading README.md");
+    let section = readme
+        .split_once("## Use it as a library")
+        .expect("the README's library section")
+        .1;
+    let block = section.split_once("```rust\n").expect("a rust block").1;
+    block
+        .split_once("```")
+        .expect("the block's end")
+        .0
+        .to_owned()
+}
+
+#[test]
+fn the_readmes_library_example_is_the_example_the_suite_builds() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/library.rs");
+    let example = std::fs::read_to_string(path).expect("reading examples/library.rs");
+    // The example's header (how to run it) is not part of what a user pastes.
+    let body: Vec<&str> = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .collect();
+    let body = body.join("\n");
+    assert_eq!(
+        readme_library_block().trim(),
+        body.trim(),
+        "the README's library block differs from examples/library.rs"
+    );
+}
+
+/// `lines` without their terminal colours (the README's subscriber colours its output).
+fn plain(lines: &[String]) -> Vec<String> {
+    lines.iter().map(|l| without_escapes(l)).collect()
+}
+
+/// `line` without ANSI escape sequences (`ESC [ ... m`).
+fn without_escapes(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => chars.by_ref().take_while(|c| *c != 'm').for_each(drop),
+            c => plain.push(c),
+        }
+    }
+    plain
+}
+
+#[test]
+fn the_readmes_library_example_runs_on_redis_and_logs_its_runs() {
+    let cluster = RedisCluster::start(3);
+    let nodes = cluster.urls().join(",");
+    let env = [("REDIS_NODES", nodes.as_str()), ("HOSTNAME", "readme-1")];
+    let app = Replica::spawn(example("library"), &[], &env);
+    // The heartbeat runs every 5 s; two runs, under load: a generous bound.
+    let runs = 2;
+    let bound = Duration::from_secs(60);
+    let logged = |l: &String| l.contains("ran the slot") && l.contains("job=heartbeat");
+    for run in 1..=runs {
+        let seen = wait_until(bound, || {
+            let count = plain(&app.lines()).iter().filter(|l| logged(l)).count();
+            (count >= run).then_some(count)
+        });
+        assert!(
+            seen.is_some(),
+            "run {run} of heartbeat not logged: {:#?}",
+            app.lines()
+        );
+    }
+    let lines = plain(&app.lines());
+    let done = lines.iter().find(|l| logged(l)).unwrap();
+    assert!(
+        done.contains("outcome=done") && done.contains("replica=readme-1"),
+        "{done}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("report for")),
+        "the job's own line is not logged: {lines:#?}"
+    );
+    app.terminate();
+    let status = app
+        .wait_timeout(Duration::from_secs(30))
+        .expect("the example did not stop");
+    assert!(
+        status.success(),
+        "the example exited {status:?}: {:#?}",
+        app.lines()
+    );
+    let records = history(&cluster.urls(), "slotcron", "heartbeat");
+    assert!(
+        records.len() >= runs,
+        "too few runs in the history: {records:?}"
+    );
+    assert_eq!(outcomes(&records), [("done".to_owned(), String::new())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobspecs_on_failure_alert_and_enabled_false_take_effect() {
+    let cluster = RedisCluster::start(1);
+    let (told, mut alerts) = tokio::sync::mpsc::unbounded_channel::<(String, String, String)>();
+    let ran_disabled = Arc::new(AtomicBool::new(false));
+    let disabled = ran_disabled.clone();
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("settings")
+        .alert("ops", move |ctx| {
+            let (outcome, why) = ctx.alert().unwrap_or_default();
+            let alert = (ctx.job().to_owned(), outcome.to_owned(), why.to_owned());
+            let sent = told.send(alert).map_err(|e| e.to_string());
+            async move { sent }
+        })
+        .job(
+            JobSpec::new("broken", "* * * * * *")
+                .overlap(Overlap::Allow)
+                .on_failure("ops"),
+            |_| async { Err("disk full") },
+        )
+        .job(
+            JobSpec::new("off", "* * * * * *").enabled(false),
+            move |_| {
+                disabled.store(true, Ordering::SeqCst);
+                async { Ok::<(), String>(()) }
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    // Under load a slot may take seconds to fail and alert: a generous bound.
+    let alert = tokio::time::timeout(Duration::from_secs(60), alerts.recv()).await;
+    handle.shutdown().await.unwrap();
+    let (job, outcome, why) = alert.expect("no alert within 60 s").expect("alert channel");
+    assert_eq!((job.as_str(), outcome.as_str()), ("broken", "failed"));
+    assert!(why.contains("disk full"), "{why}");
+    assert!(!ran_disabled.load(Ordering::SeqCst), "the disabled job ran");
+    assert!(history(&cluster.urls(), "settings", "off").is_empty());
+}
+
+/// `GET path` on the local `port`, off the runtime's threads (the helper blocks).
+async fn get(port: u16, path: &'static str) -> common::HttpReply {
+    let reply = tokio::task::spawn_blocking(move || common::http_get(port, path)).await;
+    reply
+        .unwrap()
+        .unwrap_or_else(|| panic!("nothing answered GET {path}"))
+}
+
+/// The value of the sample of `metrics` whose line starts with `series`.
+fn sample(metrics: &str, series: &str) -> Option<String> {
+    let line = metrics.lines().find(|l| l.starts_with(series))?;
+    line.rsplit(' ').next().map(str::to_owned)
+}
+
+/// Waits (up to a bound that holds under load) until `/metrics` on `port` shows `series` at
+/// `value`.
+async fn until_metric(port: u16, series: &str, value: &str) {
+    // A second-by-second job reports at each slot; under load slots come late: a wide bound.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get(port, "/metrics").await.body;
+        if sample(&metrics, series).as_deref() == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < bound,
+            "{series} never {value}:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handle_triggers_pauses_resumes_reads_history_and_serves_metrics_and_the_page() {
+    let cluster = RedisCluster::start(3);
+    let port = common::free_port();
+    // `report` at New Year's midnight: never due while the test runs, so its runs here are
+    // the trigger's; `beat` every second, to be paused.
+    let ok = |_| async { Ok::<(), String>(()) };
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("handle")
+        .http(([127, 0, 0, 1], port).into())
+        .job(JobSpec::new("report", "0 0 1 1 *"), ok)
+        .job(JobSpec::new("beat", "* * * * * *"), ok)
+        .start()
+        .await
+        .unwrap();
+    let triggered = handle.trigger("report").await.unwrap();
+    assert_eq!(
+        (triggered.outcome, triggered.detail.as_deref()),
+        (Outcome::Done, None)
+    );
+    let runs = handle.history("report", 10).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(
+        (run.trigger.as_str(), run.replica.as_str()),
+        ("trigger", "lib-1")
+    );
+    assert_eq!(run.slot.instant(), triggered.slot);
+    let unknown = handle.trigger("nope").await.unwrap_err().to_string();
+    assert!(unknown.contains("no enabled job \"nope\""), "{unknown}");
+
+    handle
+        .pause("beat", None, Some("receiver down"))
+        .await
+        .unwrap();
+    until_metric(port, "slotcron_job_paused{slotcron_job=\"beat\"}", "1").await;
+    let page = get(port, "/").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("receiver down"),
+        "the page does not show the pause"
+    );
+    let resumed_at = Utc::now();
+    assert!(handle.resume("beat").await.unwrap(), "no pause was ended");
+    until_metric(port, "slotcron_job_paused{slotcron_job=\"beat\"}", "0").await;
+    let beats = handle.history("beat", 5).await.unwrap();
+    assert!(
+        beats.iter().any(|r| r.slot.instant() >= resumed_at),
+        "no beat after resume: {beats:?}"
+    );
+
+    let metrics = get(port, "/metrics").await.body;
+    let done = "slotcron_runs_total{slotcron_job=\"report\",outcome=\"done\"";
+    let line = metrics.lines().find(|l| l.starts_with(done));
+    assert!(
+        line.is_some_and(|l| l.ends_with(" 1")),
+        "{done} not 1:\n{metrics}"
+    );
+    handle.shutdown().await.unwrap();
 }

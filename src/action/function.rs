@@ -147,6 +147,8 @@ pub struct SlotContext {
     attempt: u32,
     replica: Arc<str>,
     deadline: tokio::time::Instant,
+    /// For an alert's function: the outcome it tells about, and why.
+    alert: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl SlotContext {
@@ -161,7 +163,18 @@ impl SlotContext {
             attempt: u32::from(ctx.fence.handoff()) + 1,
             replica: Arc::from(ctx.replica),
             deadline: ctx.deadline,
+            alert: ctx
+                .about
+                .map(|(outcome, why)| (Arc::from(outcome), Arc::from(why))),
         }
+    }
+
+    /// For an alert's function ([`crate::Fleet::alert`]): the slot's outcome it tells about
+    /// (`failed`, `missed` or `duplicate`) and why; `None` in a job's own run.
+    pub fn alert(&self) -> Option<(&str, &str)> {
+        self.alert
+            .as_ref()
+            .map(|(outcome, why)| (&**outcome, &**why))
     }
 
     /// The job's name.

@@ -1,4 +1,5 @@
-//! A job as the library registers it: its name, cron, zone, calendar and timeout, checked at
+//! A job as the library registers it: its name, cron, zone, calendar, timeout, overlap,
+//! catch-up, alert and whether it is enabled, checked at
 //! [`super::Fleet::start`] by the same checks as a jobs.toml `[[job]]` (the errors name the job
 //! and the field).
 
@@ -7,6 +8,8 @@ use std::time::Duration;
 
 use chrono::NaiveDate;
 use toml::{Table, Value};
+
+use crate::config::{CatchUpPolicy, Overlap};
 
 /// A job's schedule and limits; its function is given to [`super::Fleet::job`].
 ///
@@ -28,6 +31,10 @@ pub struct JobSpec {
     calendar: Option<(Calendar, DayKind)>,
     timeout: Option<Duration>,
     catch_up: Option<Duration>,
+    catch_up_policy: Option<CatchUpPolicy>,
+    overlap: Option<Overlap>,
+    on_failure: Option<String>,
+    enabled: bool,
 }
 
 /// Which of a calendar's days a job runs on.
@@ -53,6 +60,10 @@ impl JobSpec {
             calendar: None,
             timeout: None,
             catch_up: None,
+            catch_up_policy: None,
+            overlap: None,
+            on_failure: None,
+            enabled: true,
         }
     }
 
@@ -63,6 +74,11 @@ impl JobSpec {
     /// ```
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The alert [`JobSpec::on_failure`] names, if any.
+    pub(super) fn on_failure_name(&self) -> Option<&str> {
+        self.on_failure.as_deref()
     }
 
     /// The IANA zone the cron is read in (DST handled: a slot is a wall-clock time there).
@@ -126,6 +142,58 @@ impl JobSpec {
         self
     }
 
+    /// Which of the slots missed within the [`JobSpec::catch_up`] window run at start: the
+    /// latest only (the default) or all of them, oldest first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slotcron::{CatchUpPolicy, JobSpec};
+    /// let job = JobSpec::new("invoices", "0 * * * *")
+    ///     .catch_up(Duration::from_secs(6 * 3600))
+    ///     .catch_up_policy(CatchUpPolicy::All);
+    /// # let _ = job;
+    /// ```
+    pub fn catch_up_policy(mut self, policy: CatchUpPolicy) -> Self {
+        self.catch_up_policy = Some(policy);
+        self
+    }
+
+    /// What a slot does while the job's previous run is still going somewhere in the fleet:
+    /// skipped with a log line (the default) or run anyway.
+    ///
+    /// ```
+    /// use slotcron::{JobSpec, Overlap};
+    /// let job = JobSpec::new("sync", "*/10 * * * * *").overlap(Overlap::Allow);
+    /// # let _ = job;
+    /// ```
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = Some(overlap);
+        self
+    }
+
+    /// The alert (registered with [`super::Fleet::alert`]) told once across the fleet when a
+    /// slot of this job ends `failed`, is found `missed`, or ran twice.
+    ///
+    /// ```
+    /// let job = slotcron::JobSpec::new("backup", "0 3 * * *").on_failure("ops");
+    /// # let _ = job;
+    /// ```
+    pub fn on_failure(mut self, alert: impl Into<String>) -> Self {
+        self.on_failure = Some(alert.into());
+        self
+    }
+
+    /// `false`: the job is checked at start but not scheduled (default `true`).
+    ///
+    /// ```
+    /// let job = slotcron::JobSpec::new("standup", "30 9 * * 1-5").enabled(false);
+    /// # let _ = job;
+    /// ```
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
     /// The job as a jobs.toml `[[job]]` table (its action a placeholder the fleet replaces
     /// with the function) and its calendar's `[calendar.NAME]` table, if any.
     pub(super) fn to_toml(&self) -> (Table, Option<(String, Table)>) {
@@ -141,10 +209,17 @@ impl JobSpec {
         if let Some(window) = self.catch_up {
             job.insert("catch_up".into(), duration(window));
         }
-        let mut action = Table::new();
-        action.insert("type".into(), "log".into());
-        action.insert("content".into(), "fn".into());
-        job.insert("action".into(), action.into());
+        if let Some(policy) = self.catch_up_policy {
+            job.insert("catch_up_policy".into(), policy_name(policy).into());
+        }
+        if let Some(overlap) = self.overlap {
+            job.insert("overlap".into(), overlap_name(overlap).into());
+        }
+        if let Some(alert) = &self.on_failure {
+            job.insert("on_failure".into(), alert.clone().into());
+        }
+        job.insert("enabled".into(), self.enabled.into());
+        job.insert("action".into(), placeholder_action().into());
         let calendar = self.calendar.as_ref().map(|(calendar, days)| {
             // One calendar per job, named after it: job names are unique.
             let name = format!("{}-calendar", self.name);
@@ -157,6 +232,31 @@ impl JobSpec {
             (name, calendar.to_toml())
         });
         (job, calendar)
+    }
+}
+
+/// The action a job or alert built in code is checked with; the fleet replaces it with the
+/// function before it starts.
+pub(super) fn placeholder_action() -> Table {
+    let mut action = Table::new();
+    action.insert("type".into(), "log".into());
+    action.insert("content".into(), "fn".into());
+    action
+}
+
+/// `overlap` as jobs.toml spells it.
+fn overlap_name(overlap: Overlap) -> &'static str {
+    match overlap {
+        Overlap::Skip => "skip",
+        Overlap::Allow => "allow",
+    }
+}
+
+/// `catch_up_policy` as jobs.toml spells it.
+fn policy_name(policy: CatchUpPolicy) -> &'static str {
+    match policy {
+        CatchUpPolicy::Latest => "latest",
+        CatchUpPolicy::All => "all",
     }
 }
 

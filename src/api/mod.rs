@@ -6,6 +6,7 @@
 //! history. The function's `Ok` is the slot's `done`, its `Err` the slot's `failed`.
 
 mod build;
+mod handle;
 mod job;
 #[cfg(feature = "tcs")]
 pub mod tcs;
@@ -14,15 +15,23 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::action::function::{SlotContext, Trigger};
+pub use crate::config::{CatchUpPolicy, Overlap};
+pub use crate::outcome::Outcome;
+pub use crate::record::history::RunRecord;
+/// The time types the API takes and returns ([`SlotContext::slot`] is a `DateTime<Utc>`,
+/// [`SlotContext::slot_local`] a `DateTime<Tz>`, [`Calendar::holiday`] takes a `NaiveDate`),
+/// re-exported so that naming them needs no crate of your own (nor matching its version).
+pub use chrono::{DateTime, NaiveDate, Utc};
+pub use chrono_tz::Tz;
+pub use handle::{FleetHandle, Triggered};
 pub use job::{Calendar, JobSpec};
 
 use crate::action::function::{JobError, JobFn};
-use crate::config::{Config, ConfigErrors};
+use crate::config::{Config, ConfigError, ConfigErrors, Location, Section};
 use crate::replica::{self, Replica};
 use crate::time::schedule::SystemClock;
 
@@ -39,12 +48,16 @@ use crate::time::schedule::SystemClock;
 /// }
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` (what `main` returning `Err` prints): every problem, one a
+/// line, each naming the job and the field as the builder spells them (`cron`, `zone`,
+/// `Fleet::nodes`).
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A job, a node URL or an option is invalid; every problem is listed, each naming the job
     /// and the field.
-    #[error("{0}")]
+    #[error("{}", Problems(.0))]
     Config(#[from] ConfigErrors),
     /// Start-up or the run failed (the status address could not be bound, the nodes are not
     /// independent primaries, ...): the cause's whole chain.
@@ -53,6 +66,46 @@ pub enum Error {
         /// The error and its causes.
         message: String,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// A fleet's configuration errors as a list: a fleet built in code names each job and the
+/// builder's field; a jobs.toml's errors are shown as the file's.
+struct Problems<'a>(&'a ConfigErrors);
+
+impl std::fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let errors = self.0;
+        if errors.path != build::BUILT_IN_CODE {
+            return write!(f, "{errors}");
+        }
+        let count = errors.errors.len();
+        let plural = if count == 1 { "" } else { "s" };
+        write!(f, "the fleet is invalid ({count} problem{plural}):")?;
+        for error in &errors.errors {
+            write!(f, "\n  - ")?;
+            problem(f, error)?;
+        }
+        Ok(())
+    }
+}
+
+/// One error of a fleet built in code: `job "report", cron: ...`.
+fn problem(f: &mut std::fmt::Formatter<'_>, error: &ConfigError) -> std::fmt::Result {
+    let Location::Field { section, field } = &error.location else {
+        return f.write_str(&error.message);
+    };
+    match section {
+        Section::Job(name) => write!(f, "job {name:?}, ")?,
+        Section::Alert(name) => write!(f, "alert {name:?}, ")?,
+        _ => {}
+    }
+    write!(f, "{field}: {}", error.message)
 }
 
 impl Error {
@@ -168,6 +221,18 @@ impl Fleet {
         self
     }
 
+    /// Serves `/healthz`, `/readyz`, `/metrics` (Prometheus) and the status page (`/`) on
+    /// `listen`, as the binary's `[http] listen` does.
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1").http(([127, 0, 0, 1], 9090).into());
+    /// # let _ = fleet;
+    /// ```
+    pub fn http(mut self, listen: std::net::SocketAddr) -> Self {
+        self.parts.http = Some(listen);
+        self
+    }
+
     /// Registers a job: `run` is called with the slot's [`SlotContext`] on the replica that
     /// wins the slot. `Ok` records the slot `done`; `Err` records it `failed` with the error's
     /// text (its `{:#}` form); a run past the job's timeout is dropped and recorded `failed`.
@@ -189,11 +254,36 @@ impl Fleet {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let run: JobFn = Arc::new(move |ctx| {
-            let run = run(ctx);
-            Box::pin(async move { run.await.map_err(JobError::from_display) })
-        });
-        self.parts.jobs.push((spec, run));
+        self.parts.jobs.push((spec, boxed(run)));
+        self
+    }
+
+    /// Registers the alert `name`, which jobs name in [`JobSpec::on_failure`]: `tell` is
+    /// called once across the fleet when a slot of such a job ends `failed`, is found
+    /// `missed` or ran twice; [`SlotContext::alert`] says which and why. Its own failure is
+    /// logged and goes no further.
+    ///
+    /// ```
+    /// use slotcron::{Fleet, JobSpec};
+    ///
+    /// let fleet = Fleet::new("replica-1")
+    ///     .alert("ops", |ctx| async move {
+    ///         let (outcome, why) = ctx.alert().unwrap_or_default();
+    ///         eprintln!("{} {} ended {outcome}: {why}", ctx.job(), ctx.slot());
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .job(JobSpec::new("backup", "0 3 * * *").on_failure("ops"), |_| async {
+    ///         Err("no space left")
+    ///     });
+    /// # let _ = fleet;
+    /// ```
+    pub fn alert<F, Fut, E>(mut self, name: impl Into<String>, tell: F) -> Self
+    where
+        F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.parts.alerts.push((name.into(), boxed(tell)));
         self
     }
 
@@ -217,8 +307,8 @@ impl Fleet {
             .await
             .map_err(|e| Error::run(&e))?;
         let stop = CancellationToken::new();
-        #[cfg(feature = "tcs")]
-        let race = race_context(&replica, &config, &stop);
+        let race = replica.context_until(&config, &stop);
+        let jobs = config.jobs.clone();
         let run = tokio::spawn(replica::run_replica(
             replica,
             config,
@@ -228,8 +318,8 @@ impl Fleet {
         Ok(FleetHandle {
             stop,
             run,
-            #[cfg(feature = "tcs")]
             race,
+            jobs,
             guarded: TaskTracker::new(),
         })
     }
@@ -256,15 +346,17 @@ impl Fleet {
     }
 }
 
-/// The slot context the handle keeps for runs outside the schedule (the tokio-cron-scheduler
-/// guard's): the replica's, tied to the same shutdown.
-#[cfg(feature = "tcs")]
-fn race_context(
-    replica: &Replica,
-    config: &Config,
-    stop: &CancellationToken,
-) -> Arc<crate::slot::SlotEnv> {
-    replica.context_until(config, stop)
+/// A user's async function as the `fn` action holds it.
+fn boxed<F, Fut, E>(run: F) -> JobFn
+where
+    F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    Arc::new(move |ctx| {
+        let run = run(ctx);
+        Box::pin(async move { run.await.map_err(JobError::from_display) })
+    })
 }
 
 /// The run task's ending as the handle reports it.
@@ -275,49 +367,5 @@ fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(
         Err(e) => Err(Error::Run {
             message: format!("the fleet's task ended abnormally: {e}"),
         }),
-    }
-}
-
-/// A started fleet: [`FleetHandle::shutdown`] stops it. Dropping the handle leaves it running
-/// until the runtime ends.
-///
-/// ```
-/// # #[tokio::main] async fn main() -> Result<(), slotcron::Error> {
-/// // Standalone (no nodes): an in-process lock.
-/// let handle = slotcron::Fleet::new("replica-1").start().await?;
-/// handle.shutdown().await?;
-/// # Ok(()) }
-/// ```
-pub struct FleetHandle {
-    /// Cancelled by `shutdown`: no new slot starts.
-    stop: CancellationToken,
-    /// The replica's run: it returns once every running slot has finished.
-    run: JoinHandle<anyhow::Result<()>>,
-    /// For runs outside the schedule: the tokio-cron-scheduler guard's ticks.
-    #[cfg(feature = "tcs")]
-    race: Arc<crate::slot::SlotEnv>,
-    /// The guard's runs in flight: shutdown waits for them too.
-    guarded: TaskTracker,
-}
-
-impl FleetHandle {
-    /// Stops the fleet gracefully: no new slot starts; running slots finish (each within its
-    /// job's timeout) and are recorded; then the nodes' connections close. Handling SIGTERM is
-    /// the caller's: call this from the signal's handler.
-    ///
-    /// ```no_run
-    /// # async fn doc() -> Result<(), slotcron::Error> {
-    /// let handle = slotcron::Fleet::new("replica-1").start().await?;
-    /// let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    ///     .expect("SIGTERM handler");
-    /// term.recv().await;
-    /// handle.shutdown().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn shutdown(self) -> Result<(), Error> {
-        self.stop.cancel();
-        self.guarded.close();
-        self.guarded.wait().await;
-        joined(self.run.await)
     }
 }

@@ -1,0 +1,183 @@
+//! A started fleet's handle: shutdown, and what an operator does from code as from the
+//! command line: trigger a job now (through the same race), pause and resume it fleet-wide,
+//! and read its runs' history.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{joined, Error, Outcome, RunRecord};
+use crate::config::Job;
+use crate::fleet::control::{PauseOrder, Until};
+use crate::slot::{SlotEnv, SlotResult, Trigger};
+use crate::time::schedule::Slot;
+
+/// A started fleet: [`FleetHandle::shutdown`] stops it. Dropping the handle leaves it running
+/// until the runtime ends.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), slotcron::Error> {
+/// // Standalone (no nodes): an in-process lock.
+/// let handle = slotcron::Fleet::new("replica-1").start().await?;
+/// handle.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct FleetHandle {
+    /// Cancelled by `shutdown`: no new slot starts.
+    pub(super) stop: CancellationToken,
+    /// The replica's run: it returns once every running slot has finished.
+    pub(super) run: JoinHandle<anyhow::Result<()>>,
+    /// For runs outside the schedule (a trigger, the tokio-cron-scheduler guard's ticks) and
+    /// the fleet's pauses and history: the replica's slot context, ended with the fleet.
+    pub(super) race: Arc<SlotEnv>,
+    /// The fleet's enabled jobs, for a trigger or a pause by name.
+    pub(super) jobs: Vec<Arc<Job>>,
+    /// The guard's runs in flight: shutdown waits for them too.
+    pub(super) guarded: TaskTracker,
+}
+
+/// How a slot started by [`FleetHandle::trigger`] ended on this replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Triggered {
+    /// The slot raced: the fleet's current second.
+    pub slot: DateTime<Utc>,
+    /// Its outcome here: `Done`, `Failed`, `Lost` (another replica holds this second), `Paused`,
+    /// `Unavailable`, ...
+    pub outcome: Outcome,
+    /// Why, when it did not end `Done`: the failure's text, the replica holding the slot.
+    pub detail: Option<String>,
+}
+
+impl FleetHandle {
+    /// Runs `job` now, once across the fleet: its slot is the fleet's current second, raced
+    /// like a scheduled one (the run record's trigger is `trigger`). Returns when it ended
+    /// here.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), slotcron::Error> {
+    /// use slotcron::{Fleet, JobSpec, Outcome};
+    /// let handle = Fleet::new("replica-1")
+    ///     .job(JobSpec::new("report", "0 9 * * *"), |_| async { Ok::<(), String>(()) })
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(handle.trigger("report").await?.outcome, Outcome::Done);
+    /// handle.shutdown().await
+    /// # }
+    /// ```
+    pub async fn trigger(&self, job: &str) -> Result<Triggered, Error> {
+        let job = self.job(job)?;
+        let slot = Slot::at(self.race.race().clock().fleet_now());
+        let result = crate::slot::once(&self.race, Trigger::Manual, job, slot).await;
+        let result = result.ok_or_else(|| run_error("the trigger ended without a result"))?;
+        Ok(Triggered {
+            slot: slot.instant(),
+            outcome: result.outcome(),
+            detail: detail(&result),
+        })
+    }
+
+    /// Pauses `job` on every replica from its next slot, until `until` (`None`: until
+    /// [`FleetHandle::resume`]); `reason` is shown in the logs, the status page and the ledger.
+    /// Kept on a majority of the nodes, as `slotcron pause` does; standalone, it pauses
+    /// nothing.
+    ///
+    /// ```no_run
+    /// # async fn doc(handle: slotcron::FleetHandle) -> Result<(), slotcron::Error> {
+    /// let until = slotcron::Utc::now() + slotcron::chrono::Duration::hours(2);
+    /// handle.pause("report", Some(until), Some("receiver down")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(
+        &self,
+        job: &str,
+        until: Option<DateTime<Utc>>,
+        reason: Option<&str>,
+    ) -> Result<(), Error> {
+        self.job(job)?;
+        let order = PauseOrder {
+            by: self.race.books().replica().to_owned(),
+            until: until.map(Until::At),
+            reason: reason.map(str::to_owned),
+        };
+        let control = self.race.contenders().control();
+        let taken = control.pause(job, &order).await;
+        taken.map_err(|e| run_error(&format!("{job}: not paused: {e}")))?;
+        // Held here from now, not from when the announcement comes back.
+        control.refresh(&[job.to_owned()]).await;
+        Ok(())
+    }
+
+    /// Ends `job`'s pause on every replica; `true` when a pause held.
+    pub async fn resume(&self, job: &str) -> Result<bool, Error> {
+        self.job(job)?;
+        let by = self.race.books().replica();
+        let control = self.race.contenders().control();
+        let taken = control.resume(job, by).await;
+        let taken = taken.map_err(|e| run_error(&format!("{job}: not resumed: {e}")))?;
+        control.refresh(&[job.to_owned()]).await;
+        Ok(taken.change.is_some())
+    }
+
+    /// `job`'s latest `limit` runs across the fleet, newest first (the records `slotcron
+    /// history` shows).
+    pub async fn history(&self, job: &str, limit: usize) -> Result<Vec<RunRecord>, Error> {
+        self.job(job)?;
+        let read = self.race.books().history().read(job, limit).await;
+        read.map_err(|e| run_error(&format!("{job}: history unavailable: {e}")))
+    }
+
+    /// The enabled job named `name`.
+    fn job(&self, name: &str) -> Result<Arc<Job>, Error> {
+        let job = self.jobs.iter().find(|job| job.name == name);
+        job.cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.jobs.iter().map(|job| job.name.as_str()).collect();
+            run_error(&format!(
+                "no enabled job {name:?} (jobs: {})",
+                known.join(", ")
+            ))
+        })
+    }
+
+    /// Stops the fleet gracefully: no new slot starts; running slots finish (each within its
+    /// job's timeout) and are recorded; then the nodes' connections close. Handling SIGTERM is
+    /// the caller's: call this from the signal's handler.
+    ///
+    /// ```no_run
+    /// # async fn doc() -> Result<(), slotcron::Error> {
+    /// let handle = slotcron::Fleet::new("replica-1").start().await?;
+    /// let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    ///     .expect("SIGTERM handler");
+    /// term.recv().await;
+    /// handle.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) -> Result<(), Error> {
+        self.stop.cancel();
+        self.guarded.close();
+        self.guarded.wait().await;
+        joined(self.run.await)
+    }
+}
+
+/// An operation of the handle that did not happen, and why.
+fn run_error(message: &str) -> Error {
+    Error::Run {
+        message: message.to_owned(),
+    }
+}
+
+/// Why a triggered slot did not end `done`, in words.
+fn detail(result: &SlotResult) -> Option<String> {
+    match result {
+        SlotResult::Done { .. } => None,
+        SlotResult::Failed { error, .. } => Some(error.to_string()),
+        SlotResult::HandedOff { reason, .. } => Some(reason.to_string()),
+        SlotResult::Lost { holder } => Some(format!("held by {}", holder.replica())),
+        SlotResult::Unavailable(why) => Some(why.to_string()),
+        other => Some(other.outcome().as_str().to_owned()),
+    }
+}
