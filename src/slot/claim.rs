@@ -13,7 +13,7 @@ use super::record;
 use super::report::SlotLine;
 use super::{Books, Race, SlotResult, Trigger, RUNNING_LEASE_TTL};
 use crate::config::{Job, Overlap};
-use crate::lock::{Acquire, Lease, SlotKey};
+use crate::lock::{Acquire, Confirmed, Lease, SlotKey};
 use crate::outcome::Outcome;
 use crate::record::history::{RunRecord, RunState};
 use crate::time::schedule::{Fence, Slot};
@@ -33,6 +33,9 @@ pub struct Won {
     pub(super) trigger: Trigger,
     /// This run's fencing token: the slot's, plus one on a handoff.
     pub(super) fence: Fence,
+    /// The win as the nodes saw it after it, on their clocks (`confirm`): the run's lateness
+    /// and its handoff deadline are judged on their time, not this replica's.
+    pub(super) confirmed: Option<Confirmed>,
 }
 
 impl Won {
@@ -47,7 +50,23 @@ impl Won {
                 .offer()
                 .map_or(Fence::new(slot, 0), |o| o.fence(slot)),
             trigger: trigger.clone(),
+            confirmed: None,
         }
+    }
+
+    /// The time now: the nodes' own, carried forward from the check after the win, or the
+    /// race's clock where nothing was checked (standalone).
+    pub(super) fn now(&self, race: &Race) -> chrono::DateTime<Utc> {
+        self.confirmed
+            .as_ref()
+            .map_or_else(|| race.clock().now(), Confirmed::nodes_now)
+    }
+
+    /// From the slot to now ([`Won::now`]): the run's `lateness` as logged and exported.
+    pub(super) fn lateness(&self, race: &Race) -> Duration {
+        (self.now(race) - self.slot.instant())
+            .to_std()
+            .unwrap_or_default()
     }
 
     /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
@@ -94,11 +113,18 @@ pub(super) enum Raced {
     Settled(SlotResult),
 }
 
-/// The key `job`'s `slot` is raced on: the slot's own, or a handoff offer's.
-fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> SlotKey {
+/// The key `job`'s `slot` is raced on, and its TTL: the slot's own, or a handoff offer's (which
+/// outlives the slot's handoff deadline, so no later taker can win it again).
+fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> (SlotKey, Duration) {
     match trigger.offer() {
-        Some(offer) => SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
-        None => SlotKey::new(race.key_prefix(), &job.name, slot),
+        Some(offer) => (
+            SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
+            race.handoff_key_ttl(job),
+        ),
+        None => (
+            SlotKey::new(race.key_prefix(), &job.name, slot),
+            race.key_ttl(job),
+        ),
     }
 }
 
@@ -114,7 +140,7 @@ pub(super) async fn claim(
 ) -> Vec<Raced> {
     let keys: Vec<(SlotKey, Duration)> = jobs
         .iter()
-        .map(|job| (key(race, trigger, job, slot), race.key_ttl(job)))
+        .map(|job| key(race, trigger, job, slot))
         .collect();
     let raced_at = Instant::now();
     let acquired = race.lock().acquire_many(&keys).await;

@@ -43,6 +43,18 @@ pub(super) enum Outside {
     PastDeadline(Duration),
     /// The fleet clock was never measured: no slot is judged on a guess.
     Unmeasured,
+    /// Won, but the nodes' time after the win says this long after the slot, past its start
+    /// window: this replica was frozen inside a round trip (`confirm`).
+    Stale(Duration),
+    /// Won, but the nodes no longer hold this replica's token on a majority (`confirm`).
+    Lapsed {
+        /// Nodes that still held it.
+        held_on: usize,
+        /// A majority.
+        needed: usize,
+        /// How long after the slot, by the nodes' time (0 when none answered).
+        late: Duration,
+    },
 }
 
 /// Judges `slot` of `jobs` (the batch of one instant): a handoff offer by its deadline
@@ -56,7 +68,7 @@ pub(super) async fn judge(
 ) -> Verdict {
     if let Trigger::Handoff(offer) = trigger {
         return match jobs.first() {
-            Some(job) => judge_offer(race, books, offer, job, slot),
+            Some(job) => judge_offer(race, books, offer, job, slot).await,
             None => Verdict::NotOurs,
         };
     }
@@ -68,8 +80,10 @@ pub(super) async fn judge(
 }
 
 /// A handoff offer is taken only by a replica that has not had the slot, on a measured clock,
-/// before the slot's deadline ([`Race::handoff_deadline`]).
-fn judge_offer(
+/// before the slot's deadline ([`Race::handoff_deadline`]) and not ahead of the slot. The fleet
+/// clock is measured again first, as before every race: an offer read after a freeze (queued
+/// in the subscription while the process stood still) is judged on the nodes' time.
+async fn judge_offer(
     race: &Race,
     books: &Books,
     offer: &HandoffRequest,
@@ -84,9 +98,25 @@ fn judge_offer(
             "handoff offer not taken: the fleet clock is not measured yet");
         return Verdict::NotOurs;
     }
-    match (race.clock().now() - race.handoff_deadline(job, slot)).to_std() {
+    remeasure(race, books).await;
+    let now = race.clock().fleet_now();
+    if let Ok(early) = (slot.instant() - now).to_std() {
+        // An offer follows a win of its slot: one ahead of the fleet clock is judged on a
+        // clock that is behind, whatever the deadline says.
+        if early > EARLY_WAIT {
+            return Verdict::Outside(Outside::Early(early));
+        }
+    }
+    match (now - race.handoff_deadline(job, slot)).to_std() {
         Ok(late) => Verdict::Outside(Outside::PastDeadline(late)),
         Err(_) => Verdict::Inside,
+    }
+}
+
+/// Measures the fleet clock again (`FleetClock::verify`), with `[redis]`.
+async fn remeasure(race: &Race, books: &Books) {
+    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
+        fleet.verify(nodes, books.metrics(), books.replica()).await;
     }
 }
 
@@ -111,9 +141,7 @@ async fn window(
     slot: Slot,
     ttl: Duration,
 ) -> Option<Outside> {
-    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
-        fleet.verify(nodes, books.metrics(), books.replica()).await;
-    }
+    remeasure(race, books).await;
     if !race.clock().measured() {
         return Some(Outside::Unmeasured);
     }
@@ -171,6 +199,23 @@ pub(super) fn skip(
             "the fleet clock is not measured yet (no Redis node answered TIME): not racing".to_owned(),
             SlotResult::Unmeasured,
         ),
+        Outside::Stale(late) => (
+            "stale",
+            format!(
+                "won, but the Redis nodes' time says {} ms after the slot, past the start window \
+                 (this replica stood still inside a round trip): not running",
+                late.as_millis()
+            ),
+            SlotResult::Late { late },
+        ),
+        Outside::Lapsed { held_on, needed, late } => (
+            "lapsed",
+            format!(
+                "won, but the lock is this replica's on {held_on} node(s) after the win, {needed} \
+                 needed (it ran out while this replica stood still): not running"
+            ),
+            SlotResult::Late { late },
+        ),
     };
     books.report(skipped_line(trigger, job, slot, outside, reason, message));
     result
@@ -190,7 +235,10 @@ fn skipped_line<'a>(
         ..SlotLine::new(&job.name, slot, Outcome::OutOfWindow, message)
     };
     match outside {
-        Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),
+        Outside::Late(late) | Outside::Stale(late) | Outside::Lapsed { late, .. } => {
+            line.trigger = Some(trigger);
+            line.late_ms = Some(late.as_millis() as u64);
+        }
         Outside::Early(early) => line.early_ms = Some(early.as_millis() as u64),
         Outside::PastDeadline(_) => {
             line.trigger = Some(trigger);

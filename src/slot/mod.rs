@@ -10,10 +10,12 @@
 //! 3. `guard`: inside the slot's window on the fleet clock (never before its instant, not
 //!    past its start window or a handoff's deadline, never on an unmeasured clock).
 //! 4. `claim`: the race for the slot's lock, and the job's running lease (`overlap = "skip"`).
-//! 5. `run` (the winner only): the action inside the lock's validity.
-//! 6. `offer`: a run where nothing left this replica is handed off to the fleet.
-//! 7. `record`: the run's history record (and the check for a second run of the slot).
-//! 8. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
+//! 5. `confirm` (the winner only): the lock still held on a majority and the slot still inside
+//!    its window, by the Redis nodes' own clocks, after the win and before the first byte.
+//! 6. `run` (the winner only): the action inside the lock's validity.
+//! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
+//! 8. `record`: the run's history record (and the check for a second run of the slot).
+//! 9. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
 //!    reported once across the fleet.
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
@@ -27,6 +29,7 @@
 mod alerts;
 mod candidates;
 mod claim;
+mod confirm;
 mod env;
 mod guard;
 mod offer;
@@ -189,10 +192,15 @@ async fn race_place(
     ended
 }
 
-/// A won slot, to its end: the run; a run where nothing left this replica offered to the
-/// fleet; the record (and the report of a second run found beside it); the alert of a failure.
-async fn run_won(ctx: Arc<SlotEnv>, won: Won) -> SlotResult {
+/// A won slot, to its end: the check on the nodes' clocks; the run; a run where nothing left
+/// this replica offered to the fleet; the record (and the report of a second run found beside
+/// it); the alert of a failure.
+async fn run_won(ctx: Arc<SlotEnv>, mut won: Won) -> SlotResult {
     let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
+    if let Err(left) = confirm::confirm(race, books, &mut won).await {
+        run::release_running(race, books, &won).await;
+        return left;
+    }
     let (ran, record) = run::run(race, outbox, books, &won).await;
     let result = offer::conclude(&ctx, &won, ran).await;
     if let Some(twice) = record::finish(books, &won, record, &result).await {
