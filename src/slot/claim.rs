@@ -106,8 +106,9 @@ impl Won {
 /// How a race for one slot ended on this replica.
 #[derive(Debug)]
 pub(super) enum Raced {
-    /// Won: the run is still to do.
-    Won(Won),
+    /// Won: the run is still to do (boxed: a win carries its lease, its check and its offer,
+    /// several times the size of a settled result).
+    Won(Box<Won>),
     /// Nothing to run here: lost, unavailable, or the job's previous run is still going
     /// (already logged and counted).
     Settled(SlotResult),
@@ -178,7 +179,7 @@ fn settle(
                 lock_us: Some(lock_time.as_micros() as u64),
                 ..line(Outcome::Won, "won the slot".into())
             });
-            Raced::Won(Won::new(job, slot, trigger, lease))
+            Raced::Won(Box::new(Won::new(job, slot, trigger, lease)))
         }
         Acquire::Lost { holder } => {
             books.report_lost(job, slot, trigger, rank, &holder);

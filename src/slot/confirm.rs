@@ -8,9 +8,18 @@
 //! VM stood still, and its clocks were set back on resume) fools both: the answer reads as
 //! fresh. The nodes' clocks did not stop, so one more round trip asks them.
 
-use super::guard::{self, Outside};
+use std::time::Duration;
+
+use super::guard::{self, AfterWin, Outside};
 use super::{Books, Race, SlotResult, Trigger, Won};
 use crate::lock::{Confirm, Confirmed};
+
+/// A scheduled slot is stale past its start window by more than this, by the nodes' time: the
+/// guard admitted it on the fleet clock a race and a round trip earlier (milliseconds; a loaded
+/// machine, a few hundred), so a slot raced at the window's edge still runs. A freeze is
+/// seconds long, and a second win of a slot's key comes at least its TTL after the slot, which
+/// is [`super::KEY_MARGIN`] (5 s) past the window: far beyond this.
+const STALE_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// Gives `won` the nodes' account of it, when the lock is still this replica's on a majority
 /// and the slot still inside its window by the nodes' time; else the slot is left, logged and
@@ -34,13 +43,13 @@ pub(super) async fn confirm(race: &Race, books: &Books, won: &mut Won) -> Result
             held_on,
             needed,
             nodes_now,
-        } => Outside::Lapsed {
+        } => Outside::AfterWin(AfterWin::Lapsed {
             held_on,
             needed,
             late: nodes_now
                 .and_then(|now| (now - won.slot.instant()).to_std().ok())
                 .unwrap_or_default(),
-        },
+        }),
     };
     Err(guard::skip(
         books,
@@ -60,8 +69,8 @@ fn stale(race: &Race, won: &Won, confirmed: &Confirmed) -> Option<Outside> {
     match &won.trigger {
         Trigger::Schedule => {
             let late = after(won.slot.instant())?;
-            let latest = guard::latest_start(race, race.key_ttl(&won.job));
-            (late > latest).then_some(Outside::Stale(late))
+            let latest = guard::latest_start(race, race.key_ttl(&won.job)) + STALE_TOLERANCE;
+            (late > latest).then_some(Outside::AfterWin(AfterWin::Stale(late)))
         }
         Trigger::Handoff(_) => {
             let past = after(race.handoff_deadline(&won.job, won.slot))?;

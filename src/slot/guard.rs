@@ -2,7 +2,8 @@
 //! clock (never before its instant, never past its start window or its key's life; a handoff
 //! offer never past the slot's deadline), and only once the fleet clock has been measured; a
 //! slot outside is logged and counted as `skipped` with its reason (`early`, `late`,
-//! `unmeasured`, `deadline`).
+//! `unmeasured`, `deadline`; and, for a win the check on the nodes' clocks refused (`confirm`),
+//! `stale` or `lapsed`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,10 +44,17 @@ pub(super) enum Outside {
     PastDeadline(Duration),
     /// The fleet clock was never measured: no slot is judged on a guess.
     Unmeasured,
-    /// Won, but the nodes' time after the win says this long after the slot, past its start
-    /// window: this replica was frozen inside a round trip (`confirm`).
+    /// Won, but the check on the nodes' clocks before the first byte refused it (`confirm`).
+    AfterWin(AfterWin),
+}
+
+/// Why a won slot is left by the check on the nodes' clocks (`confirm`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum AfterWin {
+    /// The nodes' time after the win says this long after the slot, past its start window:
+    /// this replica stood still inside a round trip.
     Stale(Duration),
-    /// Won, but the nodes no longer hold this replica's token on a majority (`confirm`).
+    /// The nodes no longer hold this replica's token on a majority.
     Lapsed {
         /// Nodes that still held it.
         held_on: usize,
@@ -55,6 +63,40 @@ pub(super) enum Outside {
         /// How long after the slot, by the nodes' time (0 when none answered).
         late: Duration,
     },
+}
+
+impl AfterWin {
+    /// How long after the slot, by the nodes' time.
+    fn late(self) -> Duration {
+        match self {
+            AfterWin::Stale(late) | AfterWin::Lapsed { late, .. } => late,
+        }
+    }
+
+    /// The reason, message and result of the `skipped` line.
+    fn described(self) -> (&'static str, String, SlotResult) {
+        let late = self.late();
+        let (reason, message) = match self {
+            AfterWin::Stale(_) => (
+                "stale",
+                format!(
+                    "won, but the Redis nodes' time says {} ms after the slot, past the start \
+                     window (this replica stood still inside a round trip): not running",
+                    late.as_millis()
+                ),
+            ),
+            AfterWin::Lapsed {
+                held_on, needed, ..
+            } => (
+                "lapsed",
+                format!(
+                    "won, but the lock is this replica's on {held_on} node(s) after the win, \
+                     {needed} needed (it ran out while this replica stood still): not running"
+                ),
+            ),
+        };
+        (reason, message, SlotResult::Late { late })
+    }
 }
 
 /// Judges `slot` of `jobs` (the batch of one instant): a handoff offer by its deadline
@@ -199,23 +241,7 @@ pub(super) fn skip(
             "the fleet clock is not measured yet (no Redis node answered TIME): not racing".to_owned(),
             SlotResult::Unmeasured,
         ),
-        Outside::Stale(late) => (
-            "stale",
-            format!(
-                "won, but the Redis nodes' time says {} ms after the slot, past the start window \
-                 (this replica stood still inside a round trip): not running",
-                late.as_millis()
-            ),
-            SlotResult::Late { late },
-        ),
-        Outside::Lapsed { held_on, needed, late } => (
-            "lapsed",
-            format!(
-                "won, but the lock is this replica's on {held_on} node(s) after the win, {needed} \
-                 needed (it ran out while this replica stood still): not running"
-            ),
-            SlotResult::Late { late },
-        ),
+        Outside::AfterWin(refused) => refused.described(),
     };
     books.report(skipped_line(trigger, job, slot, outside, reason, message));
     result
@@ -235,9 +261,10 @@ fn skipped_line<'a>(
         ..SlotLine::new(&job.name, slot, Outcome::OutOfWindow, message)
     };
     match outside {
-        Outside::Late(late) | Outside::Stale(late) | Outside::Lapsed { late, .. } => {
+        Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),
+        Outside::AfterWin(refused) => {
             line.trigger = Some(trigger);
-            line.late_ms = Some(late.as_millis() as u64);
+            line.late_ms = Some(refused.late().as_millis() as u64);
         }
         Outside::Early(early) => line.early_ms = Some(early.as_millis() as u64),
         Outside::PastDeadline(_) => {

@@ -184,7 +184,7 @@ async fn race_place(
     let mut runs = JoinSet::new();
     for raced in claim::claim(race, books, trigger, &jobs, slot, rank).await {
         match raced {
-            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
+            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won))),
             Raced::Settled(result) => ended.push(result),
         }
     }
