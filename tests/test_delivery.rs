@@ -790,12 +790,25 @@ fn runs_by_slot(receiver: &Receiver) -> BTreeMap<(String, String), Vec<(i64, i64
     runs
 }
 
-/// Issue 29, case 1: one replica's egress broken, so its slots are handed off; another
-/// replica stood still 20 s while offers queued in its subscriptions, and resumed with its
-/// clocks set back (a VM freeze). On main it took the queued offers whose handoff key had
-/// expired: those slots reached the receiver twice, under one fence, some past their deadline.
+/// Issue 29, case 1, with the stalled taker's clocks set back on resume (a VM freeze): on main
+/// it took the queued offers whose handoff key had expired, some past their deadline too: those
+/// slots reached the receiver twice, under one fence.
 #[test]
 fn a_taker_frozen_while_offers_queue_takes_none_twice_or_past_its_deadline() {
+    a_stalled_taker_takes_no_queued_offer_twice(true);
+}
+
+/// Issue 29, case 1, with the stalled taker's clocks right (a `docker pause`): on main it took
+/// the queued offers whose handoff key had expired before their deadline, under the same fence.
+#[test]
+fn a_taker_stopped_while_offers_queue_takes_none_twice() {
+    a_stalled_taker_takes_no_queued_offer_twice(false);
+}
+
+/// One replica's egress broken, so its slots are handed off; another replica stands still
+/// [`STALL`] while offers queue in its subscriptions, and resumes (its clocks set back by the
+/// stall when `set_back`). No slot twice, none past its deadline, fences strictly increasing.
+fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
     let Some(lib) = common::tools::libfaketime() else {
         return;
     };
@@ -816,7 +829,8 @@ fn a_taker_frozen_while_offers_queue_takes_none_twice_or_past_its_deadline() {
     let offset = dir.path().join("taker.offset");
     common::tools::set_offset(&offset, "+0");
     let (preload, offset_file) = (lib.to_string_lossy(), offset.to_string_lossy());
-    // Both clocks faked (no FAKETIME_DONT_FAKE_MONOTONIC), so a setback is a freeze unseen.
+    // Both clocks faked (no FAKETIME_DONT_FAKE_MONOTONIC), so a setback is a freeze unseen; at
+    // "+0" the clocks are right.
     let frozen = vec![
         ("LD_PRELOAD", preload.as_ref()),
         ("FAKETIME_TIMESTAMP_FILE", offset_file.as_ref()),
@@ -836,8 +850,10 @@ fn a_taker_frozen_while_offers_queue_takes_none_twice_or_past_its_deadline() {
     taker.pause();
     let stopped = std::time::Instant::now();
     std::thread::sleep(STALL);
-    let setback = format!("-{:.1}s", stopped.elapsed().as_secs_f64());
-    common::tools::set_offset(&offset, &setback);
+    if set_back {
+        let setback = format!("-{:.1}s", stopped.elapsed().as_secs_f64());
+        common::tools::set_offset(&offset, &setback);
+    }
     let before_resume = taker.json_lines().len();
     taker.resume();
     // Long enough for the queued offers to be read and judged, on a loaded machine.
