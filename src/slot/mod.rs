@@ -220,7 +220,8 @@ pub enum SlotResult {
     /// Not one of the slot's candidates, or the lookout that found the slot held: not raced.
     Standby,
     /// Woke too late to race (paused, overloaded), or a handoff offer came past the slot's
-    /// deadline: another replica had the slot.
+    /// deadline: another replica had the slot. Also a win the check on the nodes' clocks
+    /// refused (stale, or its lock lapsed: this replica stood still inside a round trip).
     Late {
         /// How long after the slot (or its deadline) this replica woke, on the fleet clock.
         late: Duration,
