@@ -9,7 +9,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use crate::time::schedule::Slot;
@@ -80,44 +79,6 @@ pub struct Lease {
     /// or a holder that a majority of nodes restarted empty forgot (then the slot may run
     /// twice, and the winner looks for the other run in the history).
     pub contested: bool,
-}
-
-/// A won lease as a majority of nodes saw it after the win, each on its own clock: what a
-/// winner knows for sure before its first byte, however long it was frozen since it sent the
-/// `SET` (a freeze that set its clocks back too fools every reading of its own).
-#[derive(Debug, Clone, Copy)]
-pub struct Confirmed {
-    /// How long from `at` the lease is surely still ours: the shortest remaining TTL among a
-    /// majority holding our token, less the check's round trip and the drift allowance.
-    pub validity: Duration,
-    /// The nodes' time (the lower median of their `TIME`) as their answers came.
-    pub nodes_now: DateTime<Utc>,
-    /// When the answers came, on this replica's monotonic clock.
-    pub at: Instant,
-}
-
-impl Confirmed {
-    /// The nodes' time now, carried forward from their answers on the monotonic clock.
-    pub fn nodes_now(&self) -> DateTime<Utc> {
-        self.nodes_now + chrono::Duration::from_std(self.at.elapsed()).unwrap_or_default()
-    }
-}
-
-/// The check of a won lease on the nodes' clocks ([`SlotLock::confirm`]).
-#[derive(Debug, Clone)]
-pub enum Confirm {
-    /// Still ours on a majority.
-    Held(Confirmed),
-    /// No longer ours on a majority (it ran out, another replica holds it, or too few nodes
-    /// answered): nothing may be sent on it.
-    Lapsed {
-        /// Nodes that still hold our token with time left.
-        held_on: usize,
-        /// A majority.
-        needed: usize,
-        /// The nodes' time, when any answered.
-        nodes_now: Option<DateTime<Utc>>,
-    },
 }
 
 /// Why the lock could not be decided.
@@ -210,16 +171,6 @@ impl SlotLock {
                 .iter()
                 .map(|(key, ttl)| lock.acquire(key, *ttl))
                 .collect(),
-        }
-    }
-
-    /// Asks the nodes, after a win and before the first byte, whether `lease` is still ours and
-    /// what time it is, on their own clocks ([`Confirm`]). `None` standalone: the in-process
-    /// lock shares this process's clocks, so a freeze stops it too.
-    pub async fn confirm(&self, lease: &Lease) -> Option<Confirm> {
-        match self {
-            SlotLock::Redlock(lock) => Some(lock.confirm(lease).await),
-            SlotLock::Local(_) => None,
         }
     }
 

@@ -18,10 +18,8 @@ use futures_util::future::join_all;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{Acquire, Confirm, Confirmed, Lease, SlotKey, Token, Unavailable, UnavailableReason};
-use crate::redis::{
-    Claim, LeaseLeft, NodeError, NodeErrorKind, NodeReply, NodeUrl, Nodes, Replies,
-};
+use super::{Acquire, Lease, SlotKey, Token, Unavailable, UnavailableReason};
+use crate::redis::{Claim, NodeError, NodeErrorKind, NodeReply, NodeUrl, Nodes, Replies};
 
 pub use crate::redis::quorum;
 
@@ -397,30 +395,6 @@ impl Redlock {
             .await;
     }
 
-    /// Asks every node how long `lease` is still ours and its time, each read on the node's
-    /// own clock ([`Confirm`]); waits for every node that is not suspect, as a race does.
-    pub async fn confirm(&self, lease: &Lease) -> Confirm {
-        let (key, token) = (lease.key.as_str().to_owned(), lease.token.clone());
-        let asked = Instant::now();
-        let replies = self
-            .nodes
-            .ask(
-                |node| {
-                    let (key, token) = (key.clone(), token.clone());
-                    async move { node.lease_left(&key, &token).await }
-                },
-                Replies::settled,
-            )
-            .await;
-        let at = Instant::now();
-        confirmed(
-            replies.values().copied().collect(),
-            self.quorum(),
-            at - asked,
-            at,
-        )
-    }
-
     /// Releases `lease` on every node (each bounded by [`LEASE_TIMEOUT`]); the number of nodes
     /// it was removed from, waiting for a suspect node only while that is short of a majority.
     /// slotcron never releases a won slot (the key must outlive the run); it releases a job's
@@ -479,36 +453,6 @@ impl Redlock {
     }
 }
 
-/// The check of a lease from the nodes' `answers`, which came `round_trip` after it was asked,
-/// at `at`: held while a majority still holds our token, for the shortest time left among the
-/// majority's longest (less the round trip and drift, as a win's validity); the nodes' time is
-/// the lower median of their `TIME`, as the fleet clock takes it (errs early, by the round trip
-/// at most).
-fn confirmed(answers: Vec<LeaseLeft>, quorum: usize, round_trip: Duration, at: Instant) -> Confirm {
-    let mut times: Vec<i64> = answers.iter().map(|a| a.node_now_us).collect();
-    times.sort_unstable();
-    let nodes_now = times
-        .get(times.len().saturating_sub(1) / 2)
-        .and_then(|us| chrono::DateTime::from_timestamp_micros(*us));
-    let mut lefts: Vec<Duration> = answers.iter().filter_map(|a| a.left).collect();
-    lefts.sort_unstable_by(|a, b| b.cmp(a));
-    let validity = lefts
-        .get(quorum.saturating_sub(1))
-        .and_then(|left| validity(*left, round_trip));
-    match (validity, nodes_now) {
-        (Some(validity), Some(nodes_now)) if lefts.len() >= quorum => Confirm::Held(Confirmed {
-            validity,
-            nodes_now,
-            at,
-        }),
-        _ => Confirm::Lapsed {
-            held_on: lefts.len(),
-            needed: quorum,
-            nodes_now,
-        },
-    }
-}
-
 /// Node answer `answer` as it concerns the `k`-th key of the batch.
 fn reply_for(answer: Option<&Result<Vec<NodeReply>, NodeError>>, k: usize) -> Option<NodeReply> {
     match answer? {
@@ -526,50 +470,6 @@ fn lost(replies: &Replies<Vec<NodeReply>>, k: usize, quorum: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn left(ms: Option<u64>, now_s: i64) -> LeaseLeft {
-        LeaseLeft {
-            left: ms.map(Duration::from_millis),
-            node_now_us: now_s * 1_000_000,
-        }
-    }
-
-    #[test]
-    fn a_lease_is_confirmed_for_the_majoritys_shortest_time_left_on_the_median_time() {
-        let answers = vec![
-            left(Some(9_000), 100),
-            left(Some(4_000), 101),
-            left(Some(1_000), 250),
-        ];
-        let at = Instant::now();
-        let Confirm::Held(held) = confirmed(answers, 2, Duration::from_millis(10), at) else {
-            panic!("held on three nodes");
-        };
-        // 4 s left on the second longest, less 10 ms round trip and 42 ms drift.
-        assert_eq!(held.validity, Duration::from_millis(3_948));
-        assert_eq!(held.nodes_now.timestamp(), 101, "the lower median");
-    }
-
-    #[test]
-    fn a_lease_held_by_a_minority_only_is_lapsed_with_the_nodes_time() {
-        let answers = vec![left(Some(9_000), 100), left(None, 100), left(None, 100)];
-        let Confirm::Lapsed {
-            held_on, nodes_now, ..
-        } = confirmed(answers, 2, Duration::ZERO, Instant::now())
-        else {
-            panic!("a frozen winner's key ran out on two nodes");
-        };
-        assert_eq!(held_on, 1);
-        assert_eq!(nodes_now.map(|t| t.timestamp()), Some(100));
-        let none = confirmed(vec![], 2, Duration::ZERO, Instant::now());
-        assert!(matches!(
-            none,
-            Confirm::Lapsed {
-                nodes_now: None,
-                ..
-            }
-        ));
-    }
 
     #[test]
     fn validity_subtracts_elapsed_and_drift() {

@@ -47,5 +47,5 @@ pub use cluster::Shard;
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
 pub use replication::Replication;
-pub use scripts::{Claim, LeaseLeft, NodeReply, Token};
+pub use scripts::{Claim, NodeReply, Token};
 pub use topology::{OpenError, Topology};

@@ -25,15 +25,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
-/// A won key's life as its node sees it, on the node's own clock: the key's remaining TTL in ms
-/// while it still holds our token (else -2), and the node's `TIME`. One script, so cluster
-/// mode routes it by the key, and the two readings are one instant of the node.
-const LEASE_LEFT_SCRIPT: &str = r"
-local ttl = -2
-if redis.call('GET', KEYS[1]) == ARGV[1] then ttl = redis.call('PTTL', KEYS[1]) end
-local now = redis.call('TIME')
-return {ttl, tonumber(now[1]), tonumber(now[2])}";
-
 /// `SET NX PX` that answers with the holder, for servers older than 7.0 (no `SET … NX GET`).
 const ACQUIRE_SCRIPT: &str = r"
 local current = redis.call('GET', KEYS[1])
@@ -48,7 +39,6 @@ pub(super) struct Scripts {
     legacy: AtomicBool,
     release: Script,
     extend: Script,
-    lease_left: Script,
 }
 
 impl Scripts {
@@ -57,7 +47,6 @@ impl Scripts {
             legacy: AtomicBool::new(false),
             release: Script::new(RELEASE_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
-            lease_left: Script::new(LEASE_LEFT_SCRIPT),
         }
     }
 }
@@ -89,15 +78,6 @@ impl Token {
             .rsplit_once(':')
             .map_or(&self.0, |(replica, _)| replica)
     }
-}
-
-/// A won key as one node sees it after the win, on that node's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseLeft {
-    /// How long the key still holds our token there; `None` when it holds it no more.
-    pub left: Option<Duration>,
-    /// The node's `TIME` as it answered, in µs since the epoch.
-    pub node_now_us: i64,
 }
 
 /// One key to acquire: set `key` to `token` for `ttl` unless someone holds it.
@@ -240,24 +220,6 @@ impl Node {
             .await
             .map(|n| n == 1)
             .map_err(|kind| self.error(kind))
-    }
-
-    /// How long `key` still holds `token` here and the node's time, both read by the node at
-    /// one instant on its own clock ([`LeaseLeft`]), bounded by the node timeout: the check a
-    /// winner makes after its win, which no freeze of its own clocks can fool.
-    pub async fn lease_left(&self, key: &str, token: &Token) -> Result<LeaseLeft, NodeError> {
-        let mut invocation = self.scripts.lease_left.key(key);
-        invocation.arg(token.as_str());
-        let mut conn = self.conn.clone();
-        let (ttl_ms, secs, micros): (i64, i64, i64) = self
-            .bounded(invocation.invoke_async(&mut conn))
-            .await
-            .map_err(|kind| self.error(kind))?;
-        let left = u64::try_from(ttl_ms).ok().filter(|ms| *ms > 0);
-        Ok(LeaseLeft {
-            left: left.map(Duration::from_millis),
-            node_now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
-        })
     }
 
     /// Who holds each of `keys` (one `MGET`), bounded by the node timeout: one node's account,

@@ -54,14 +54,13 @@ pub(super) enum AfterWin {
     /// The nodes' time after the win says this long after the slot, past its start window:
     /// this replica stood still inside a round trip.
     Stale(Duration),
-    /// The nodes no longer hold this replica's token on a majority.
+    /// By the nodes' time the lock ran out before the check: this replica stood still
+    /// between its `SET` and now.
     Lapsed {
-        /// Nodes that still held it.
-        held_on: usize,
-        /// A majority.
-        needed: usize,
-        /// How long after the slot, by the nodes' time (0 when none answered).
+        /// How long after the slot, by the nodes' time.
         late: Duration,
+        /// How long ago the lock ran out, by the nodes' time.
+        over: Duration,
     },
 }
 
@@ -85,13 +84,12 @@ impl AfterWin {
                     late.as_millis()
                 ),
             ),
-            AfterWin::Lapsed {
-                held_on, needed, ..
-            } => (
+            AfterWin::Lapsed { over, .. } => (
                 "lapsed",
                 format!(
-                    "won, but the lock is this replica's on {held_on} node(s) after the win, \
-                     {needed} needed (it ran out while this replica stood still): not running"
+                    "won, but by the Redis nodes' time the lock ran out {} ms ago (this replica \
+                     stood still inside a round trip): not running",
+                    over.as_millis()
                 ),
             ),
         };

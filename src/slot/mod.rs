@@ -10,8 +10,9 @@
 //! 3. `guard`: inside the slot's window on the fleet clock (never before its instant, not
 //!    past its start window or a handoff's deadline, never on an unmeasured clock).
 //! 4. `claim`: the race for the slot's lock, and the job's running lease (`overlap = "skip"`).
-//! 5. `confirm` (the winner only): the lock still held on a majority and the slot still inside
-//!    its window, by the Redis nodes' own clocks, after the win and before the first byte.
+//! 5. `confirm` (the winner only): after the win and before the first byte, the fleet clock
+//!    measured again; by the nodes' time the lock has not run out and the slot is still inside
+//!    its window.
 //! 6. `run` (the winner only): the action inside the lock's validity.
 //! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
 //! 8. `record`: the run's history record (and the check for a second run of the slot).
@@ -153,9 +154,10 @@ pub async fn once(
 }
 
 /// Races one place's batch: after its wait (the first place at once; a later place looks
-/// first and leaves the slots it finds held), inside the window, one claim for the batch; each
-/// win runs in a task of its own, so a slow run holds up nothing else. A replica shutting down
-/// during the wait leaves the slots to the higher places.
+/// first and leaves the slots it finds held), inside the window, one claim for the batch, its
+/// wins checked on the nodes' clocks together; each win runs in a task of its own, so a slow
+/// run holds up nothing else. A replica shutting down during the wait leaves the slots to the
+/// higher places.
 async fn race_place(
     ctx: &Arc<SlotEnv>,
     trigger: &Trigger,
@@ -181,8 +183,10 @@ async fn race_place(
         }
         Verdict::NotOurs => return ended,
     }
+    let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
+    confirm::confirm(race, books, &mut claims).await;
     let mut runs = JoinSet::new();
-    for raced in claim::claim(race, books, trigger, &jobs, slot, rank).await {
+    for raced in claims {
         match raced {
             Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won))),
             Raced::Settled(result) => ended.push(result),
@@ -192,15 +196,10 @@ async fn race_place(
     ended
 }
 
-/// A won slot, to its end: the check on the nodes' clocks; the run; a run where nothing left
-/// this replica offered to the fleet; the record (and the report of a second run found beside
-/// it); the alert of a failure.
-async fn run_won(ctx: Arc<SlotEnv>, mut won: Won) -> SlotResult {
+/// A won slot, to its end: the run; a run where nothing left this replica offered to the
+/// fleet; the record (and the report of a second run found beside it); the alert of a failure.
+async fn run_won(ctx: Arc<SlotEnv>, won: Won) -> SlotResult {
     let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
-    if let Err(left) = confirm::confirm(race, books, &mut won).await {
-        run::release_running(race, books, &won).await;
-        return left;
-    }
     let (ran, record) = run::run(race, outbox, books, &won).await;
     let result = offer::conclude(&ctx, &won, ran).await;
     if let Some(twice) = record::finish(books, &won, record, &result).await {
