@@ -298,18 +298,26 @@ fn readyz_is_not_ready_until_the_fleet_clock_is_measured() {
 // A freeze inside a round trip: the node answered, then the replica stood still 16 s and its
 // clocks were set back on resume (a VM frozen and restored), so the answer reads as fresh.
 
-/// Job `tick` every second, `timeout = "5s"`, `max_clock_skew = "1s"`: a slot key lives
+/// Job `tick` every second, `timeout = "5s"`, `max_clock_skew = "1s"`, every replica racing
+/// every slot (`candidates = "all"`): a slot key lives
 /// 5 + 1 + 2 + 5 = 13 s ([`KEY_LIFE`]), and [`FREEZE`] outlives it, as the 38 s outlived
 /// the default 30 s.
 fn freeze_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
     FleetToml {
         job: "tick",
         timeout: "5s",
+        scheduler: "max_clock_skew = \"1s\"\ncandidates = \"all\"",
         redis: "node_timeout = \"500ms\"",
         ..FleetToml::new(nodes, receiver, prefix)
     }
     .render()
 }
+
+/// Added to each request of the frozen replica in the pre-race test (twice before its `SET`
+/// lands: the `TIME` and the `SET`): far under the node timeout and `TIME`'s bound (500 ms
+/// each), far above the awake replica's delays on a loaded machine; and each chunk of a
+/// connection waits its turn in the proxy, so a few requests a second still flow.
+const LOSING_LATENCY: Duration = Duration::from_millis(100);
 
 /// How long a slot key lives under [`freeze_config`]: no request may arrive later than this
 /// after its slot (its lock is gone by then).
@@ -327,7 +335,7 @@ struct Frozen {
     replica: Replica,
     trap: Arc<FreezeTrap>,
     offset: PathBuf,
-    _proxies: Vec<FaultyProxy>,
+    proxies: Vec<FaultyProxy>,
 }
 
 impl Frozen {
@@ -376,7 +384,7 @@ impl Frozen {
             replica,
             trap,
             offset,
-            _proxies: proxies,
+            proxies,
         }
     }
 
@@ -506,6 +514,14 @@ fn a_freeze_as_the_pre_race_time_answer_arrives_runs_no_slot_twice_or_stale() {
         "time-rt",
         &["$4\r\nTIME\r\n"],
     );
+    // The frozen replica's links slower than the awake one's by far more than a loaded machine
+    // delays the awake one: it loses every race until the freeze, so the `TIME` it asks is the
+    // one before a race, never the one a winner asks after its win (a freeze inside that last
+    // round trip is the gap no lock can see, which the fence covers: README, Fencing).
+    for p in &frozen.proxies {
+        p.set_latency(LOSING_LATENCY);
+    }
+    std::thread::sleep(Duration::from_secs(2));
     frozen.freeze_and_resume();
     std::thread::sleep(Duration::from_secs(8));
     let mut replicas = [awake, frozen.replica];
