@@ -57,7 +57,8 @@
 //! - [`slot`]: one slot's life on one replica, in order, from one entry (`slot::due`) that the
 //!   timeline, catch-up, `trigger`, handoff offers and tests all go through: paused? ->
 //!   candidates (place, wait, look) -> window guard on the fleet clock -> claim (the batch
-//!   race, the running lease) -> run (winner only) -> hand off -> record -> alert; one log
+//!   race, the running lease) -> confirm (winner only: the lock and the window checked on the
+//!   Redis nodes' own clocks) -> run -> hand off -> record -> alert; one log
 //!   line and one counter per step (`report`).
 //! - [`ops`]: what operators see: `status` (`/healthz`, `/readyz`, `/metrics` and the status
 //!   page, from a snapshot of sources it owns, served on a thread of its own with bounded

@@ -727,3 +727,186 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
     );
     wait.fleet.stop();
 }
+
+// ---------------------------------------------------------------------------------------------
+// A taker that stood still while offers queued in its subscriptions (issue 29, case 1).
+
+/// Three `http` jobs every second, `timeout = "5s"`, `max_clock_skew = "1s"`, every replica a
+/// candidate (so the broken one wins its share of the slots at once): a slot key lives
+/// 5 + 1 + 2 + 5 = 13 s and a slot's handoff deadline is 13 + 5 = 18 s after it
+/// ([`HANDOFF_DEADLINE`]); the issue's 5 s timeout with a skew bound scaled down.
+fn handoff_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let job = |name: &str| {
+        format!(
+            r#"
+            [[job]]
+            name = "{name}"
+            schedule = "* * * * * *"
+            timeout = "5s"
+            [job.action]
+            type = "http"
+            url = "{receiver}/hook"
+            "#
+        )
+    };
+    format!(
+        r#"
+        [scheduler]
+        key_prefix = "{prefix}"
+        max_clock_skew = "1s"
+        candidates = 3
+        [redis]
+        nodes = [{nodes}]
+        # Generous for a loaded 2-core CI machine; the race itself takes well under 1 ms.
+        node_timeout = "250ms"
+        {}{}{}
+        "#,
+        job("a"),
+        job("b"),
+        job("c"),
+        nodes = nodes.join(", ")
+    )
+}
+
+/// How long after its slot a handoff may still be delivered under [`handoff_config`].
+const HANDOFF_DEADLINE: chrono::Duration = chrono::Duration::seconds(18);
+/// The taker's stall: past a handoff key's life on main (13 s), and past the deadline of the
+/// first offers it queues (as the issue's 34 s against its 30 s keys and 35 s deadline).
+const STALL: Duration = Duration::from_secs(20);
+
+/// Each (job, slot)'s requests in arrival order: (fence, arrival after the slot, in ms).
+fn runs_by_slot(receiver: &Receiver) -> BTreeMap<(String, String), Vec<(i64, i64)>> {
+    let mut runs: BTreeMap<(String, String), Vec<(i64, i64)>> = BTreeMap::new();
+    for (request, at) in receiver.received_at() {
+        let header = |name: &str| request.headers[name].to_str().unwrap().to_owned();
+        let slot = header("x-slotcron-slot");
+        let late = at - slot.parse::<DateTime<Utc>>().unwrap();
+        let fence: i64 = header("x-slotcron-fence").parse().unwrap();
+        runs.entry((header("x-slotcron-job"), slot))
+            .or_default()
+            .push((fence, late.num_milliseconds()));
+    }
+    runs
+}
+
+/// Issue 29, case 1, with the stalled taker's clocks set back on resume (a VM freeze): on main
+/// it took the queued offers whose handoff key had expired, some past their deadline too: those
+/// slots reached the receiver twice, under one fence.
+#[test]
+fn a_taker_frozen_while_offers_queue_takes_none_twice_or_past_its_deadline() {
+    a_stalled_taker_takes_no_queued_offer_twice(true);
+}
+
+/// Issue 29, case 1, with the stalled taker's clocks right (a `docker pause`): on main it took
+/// the queued offers whose handoff key had expired before their deadline, under the same fence.
+#[test]
+fn a_taker_stopped_while_offers_queue_takes_none_twice() {
+    a_stalled_taker_takes_no_queued_offer_twice(false);
+}
+
+/// One replica's egress broken, so its slots are handed off; another replica stands still
+/// [`STALL`] while offers queue in its subscriptions, and resumes (its clocks set back by the
+/// stall when `set_back`). No slot twice, none past its deadline, fences strictly increasing.
+fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
+    let Some(lib) = common::tools::libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &handoff_config(&cluster.urls(), &receiver.uri(), "stalled-taker"),
+    );
+    let dead_proxy = format!("http://127.0.0.1:{}", common::free_port());
+    let broken = vec![
+        ("HTTP_PROXY", dead_proxy.as_str()),
+        ("http_proxy", dead_proxy.as_str()),
+        ("NO_PROXY", ""),
+        ("no_proxy", ""),
+    ];
+    let offset = dir.path().join("taker.offset");
+    common::tools::set_offset(&offset, "+0");
+    let (preload, offset_file) = (lib.to_string_lossy(), offset.to_string_lossy());
+    // Both clocks faked (no FAKETIME_DONT_FAKE_MONOTONIC), so a setback is a freeze unseen; at
+    // "+0" the clocks are right.
+    let frozen = vec![
+        ("LD_PRELOAD", preload.as_ref()),
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.as_ref()),
+        ("FAKETIME_NO_CACHE", "1"),
+    ];
+    let fleet = Fleet::start(&path, &[broken, frozen, Vec::new()]);
+    let (offerer, taker) = (&fleet.replicas[0], &fleet.replicas[1]);
+    let handed_off = |r: &Replica| r.json_lines().iter().any(|l| l["outcome"] == "handed_off");
+    let offering = common::wait_until(Duration::from_secs(30), || {
+        handed_off(offerer).then_some(())
+    });
+    assert!(
+        offering.is_some(),
+        "the broken replica never handed off: {:?}",
+        offerer.lines()
+    );
+    taker.pause();
+    let stopped = std::time::Instant::now();
+    std::thread::sleep(STALL);
+    if set_back {
+        let setback = format!("-{:.1}s", stopped.elapsed().as_secs_f64());
+        common::tools::set_offset(&offset, &setback);
+    }
+    let before_resume = taker.json_lines().len();
+    taker.resume();
+    // Long enough for the queued offers to be read and judged, on a loaded machine.
+    std::thread::sleep(Duration::from_secs(8));
+    fleet.stop();
+
+    let runs = runs_by_slot(&receiver);
+    let twice: Vec<_> = runs.iter().filter(|(_, r)| r.len() > 1).collect();
+    // Handoff runs only (a fence above the slot's): the stalled replica's own scheduled run,
+    // when the stop lands between its last check and its request leaving, arrives late by the
+    // stall, which no lock can see (the fence is for it; README, Fencing).
+    let handoff = |fence: i64| fence.rem_euclid(1000) > 0;
+    let stale: Vec<_> = runs
+        .iter()
+        .filter(|(_, r)| {
+            r.iter()
+                .any(|(fence, late)| handoff(*fence) && *late > HANDOFF_DEADLINE.num_milliseconds())
+        })
+        .collect();
+    eprintln!(
+        "{} slots received; twice {twice:?}; handoffs past the deadline {stale:?}",
+        runs.len()
+    );
+    for ((job, slot), r) in &runs {
+        let fences: Vec<i64> = r.iter().map(|(fence, _)| *fence).collect();
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{job} {slot}: fences not strictly increasing across its runs: {r:?}"
+        );
+    }
+    assert!(twice.is_empty(), "slots run twice: {twice:?}");
+    assert!(
+        stale.is_empty(),
+        "handoffs delivered past their deadline: {stale:?}"
+    );
+    // The scenario happened: the taker read offers queued while it stood still and left them
+    // (past their deadline, or their key still held by the replica that took them).
+    let left: Vec<_> = taker
+        .json_lines()
+        .into_iter()
+        .skip(before_resume)
+        .filter(|l| {
+            l["trigger"] == "handoff" && (l["reason"] == "deadline" || l["outcome"] == "lost")
+        })
+        .collect();
+    let past_deadline = left.iter().filter(|l| l["reason"] == "deadline").count();
+    eprintln!(
+        "the taker left {} queued offers: {past_deadline} past their deadline, the rest lost",
+        left.len()
+    );
+    assert!(
+        !left.is_empty(),
+        "the taker left no queued offer: {:?}",
+        taker.lines()
+    );
+}

@@ -7,13 +7,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::fleet::FleetToml;
 use common::tools::{libfaketime, set_offset, valkey_server};
-use common::{write_config, FaultyProxy, Receiver, RedisCluster, RedisServer, Replica};
+use common::{write_config, FaultyProxy, FreezeTrap, Receiver, RedisCluster, RedisServer, Replica};
 
 /// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
 /// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.
@@ -466,4 +467,265 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
         offset.is_some_and(|s| (s + SLOW_NODE_S as f64).abs() < 1.0),
         "the slow node's clock offset metric: {offset:?}\n{metrics}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A freeze inside a round trip: the node answered, then the replica stood still 16 s and its
+// clocks were set back on resume (a VM frozen and restored), so the answer reads as fresh.
+
+/// Job `tick` every second, `timeout = "5s"`, `max_clock_skew = "1s"`, every replica racing
+/// every slot (`candidates = "all"`): a slot key lives
+/// 5 + 1 + 2 + 5 = 13 s ([`KEY_LIFE`]), and [`FREEZE`] outlives it, as the issue's 38 s outlived
+/// the default 30 s.
+fn freeze_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    FleetToml {
+        job: "tick",
+        timeout: "5s",
+        scheduler: "max_clock_skew = \"1s\"\ncandidates = \"all\"",
+        redis: "node_timeout = \"500ms\"",
+        ..FleetToml::new(nodes, receiver, prefix)
+    }
+    .render()
+}
+
+/// Added to each request of the frozen replica in the pre-race test (twice before its `SET`
+/// lands: the `TIME` and the `SET`): far under the node timeout and `TIME`'s bound (500 ms
+/// each), far above the awake replica's delays on a loaded machine; and each chunk of a
+/// connection waits its turn in the proxy, so a few requests a second still flow.
+const LOSING_LATENCY: Duration = Duration::from_millis(100);
+
+/// How long a slot key lives under [`freeze_config`]: no request may arrive later than this
+/// after its slot (its lock is gone by then).
+const KEY_LIFE: chrono::Duration = chrono::Duration::seconds(13);
+/// The freeze: longer than [`KEY_LIFE`] by 3 s, so the key the frozen replica raced for has
+/// surely expired when it resumes, however loaded the machine.
+const FREEZE: Duration = Duration::from_secs(16);
+// The freeze tests hold the logged lateness to the receiver's by `LATENESS_AGREEMENT_MS` too.
+
+/// A replica under libfaketime (both clocks, from an offset file) reaching every node through
+/// a proxy that carries a [`FreezeTrap`].
+struct Frozen {
+    replica: Replica,
+    trap: Arc<FreezeTrap>,
+    offset: PathBuf,
+    proxies: Vec<FaultyProxy>,
+}
+
+impl Frozen {
+    /// Starts the replica `frozen` over `cluster` (through its proxies), its trap waiting for
+    /// a request holding every one of `request`; once it has raced.
+    fn start(
+        lib: &Path,
+        cluster: &RedisCluster,
+        receiver: &Receiver,
+        dir: &Path,
+        prefix: &str,
+        request: &[&str],
+    ) -> Self {
+        let proxies: Vec<FaultyProxy> = cluster
+            .iter()
+            .map(|n| FaultyProxy::start(n.addr()))
+            .collect();
+        let urls: Vec<String> = proxies.iter().map(FaultyProxy::redis_url).collect();
+        let config = common::write_file(
+            dir,
+            "frozen.toml",
+            &freeze_config(&urls, &receiver.uri(), prefix),
+        );
+        let offset = dir.join("frozen.offset");
+        set_offset(&offset, "+0");
+        let offset_file = offset.to_string_lossy().into_owned();
+        let env = [
+            ("FAKETIME_TIMESTAMP_FILE", offset_file.as_str()),
+            ("FAKETIME_NO_CACHE", "1"),
+        ];
+        let replica = faked(lib, &config, "frozen", &env);
+        wait_started(&[&replica]);
+        let raced_once = common::wait_until(Duration::from_secs(20), || {
+            (raced(&replica) > 0).then_some(())
+        });
+        assert!(
+            raced_once.is_some(),
+            "the replica never raced: {:?}",
+            replica.lines()
+        );
+        let trap = FreezeTrap::new(replica.pid(), request);
+        for p in &proxies {
+            p.set_trap(&trap);
+        }
+        Frozen {
+            replica,
+            trap,
+            offset,
+            proxies,
+        }
+    }
+
+    /// Freezes the replica as the answer to its next matching request arrives, for [`FREEZE`];
+    /// resumes it with its clocks set back by as long as it stood still. When it resumed.
+    fn freeze_and_resume(&self) -> DateTime<Utc> {
+        self.trap.arm();
+        let stopped = self.trap.wait_sprung(Duration::from_secs(20));
+        let stopped =
+            stopped.unwrap_or_else(|| panic!("the trap never sprang: {:?}", self.replica.lines()));
+        std::thread::sleep(FREEZE);
+        set_offset(
+            &self.offset,
+            &format!("-{:.1}s", stopped.elapsed().as_secs_f64()),
+        );
+        self.replica.resume();
+        Utc::now()
+    }
+}
+
+/// Asserts no slot arrived twice or later than [`KEY_LIFE`] after it.
+fn assert_once_inside_the_key_life(receiver: &Receiver) {
+    let (arrived, duplicates) = arrivals(receiver);
+    let late: Vec<String> = arrived
+        .iter()
+        .filter(|(slot, at)| *at - *slot >= KEY_LIFE)
+        .map(|(slot, at)| {
+            format!(
+                "{slot} arrived {} ms after it",
+                (*at - *slot).num_milliseconds()
+            )
+        })
+        .collect();
+    eprintln!(
+        "{} requests; duplicated {duplicates:?}; past the key's life {late:?}",
+        arrived.len()
+    );
+    assert!(duplicates.is_empty(), "slots run twice: {duplicates:?}");
+    assert!(
+        late.is_empty(),
+        "sent after the slot's lock expired: {late:?}"
+    );
+}
+
+/// Asserts that `replica` caught its freeze after the win, on the nodes' clocks: a won slot
+/// left as `stale` (past its start window by the nodes' time) or `lapsed` (its lock gone).
+fn assert_caught_after_the_win(replica: &Replica) {
+    let caught: Vec<_> = replica
+        .json_lines()
+        .into_iter()
+        .filter(|l| l["reason"] == "stale" || l["reason"] == "lapsed")
+        .collect();
+    eprintln!("caught after the win: {caught:?}");
+    assert!(
+        !caught.is_empty(),
+        "the freeze was not caught: {:?}",
+        replica.lines()
+    );
+}
+
+/// Asserts that every `done` line of `replica` logged the lateness the receiver measured (its
+/// request's arrival after the slot), within [`LATENESS_AGREEMENT_MS`].
+fn assert_lateness_as_measured(replica: &Replica, receiver: &Receiver) {
+    let measured: BTreeMap<(String, String), i64> = receiver
+        .received_at()
+        .into_iter()
+        .map(|(request, at)| {
+            let header = |name: &str| request.headers[name].to_str().unwrap().to_owned();
+            let slot: DateTime<Utc> = header("x-slotcron-slot").parse().unwrap();
+            (
+                (header("x-slotcron-replica"), header("x-slotcron-slot")),
+                (at - slot).num_milliseconds(),
+            )
+        })
+        .collect();
+    let (mut compared, mut widest) = (0, 0);
+    for line in replica
+        .json_lines()
+        .iter()
+        .filter(|l| l["outcome"] == "done")
+    {
+        let key = (
+            line["replica"].as_str().unwrap().to_owned(),
+            line["slot"].as_str().unwrap().to_owned(),
+        );
+        let (Some(logged), Some(arrived)) = (line["lateness_ms"].as_i64(), measured.get(&key))
+        else {
+            continue;
+        };
+        compared += 1;
+        widest = widest.max((arrived - logged).abs());
+        assert!(
+            (arrived - logged).abs() <= LATENESS_AGREEMENT_MS,
+            "slot {} logged lateness {logged} ms, the receiver measured {arrived} ms",
+            key.1
+        );
+    }
+    eprintln!("{compared} runs: logged and measured lateness at most {widest} ms apart");
+    assert!(
+        compared > 0,
+        "no done line to compare: {:?}",
+        replica.lines()
+    );
+}
+
+/// Issue 29, case 3: frozen as the answers to its pre-race `TIME` arrived, the replica judged
+/// the slot on a 16 s stale clock, won its expired key and ran it a second time, 16 s stale.
+#[test]
+fn a_freeze_as_the_pre_race_time_answer_arrives_runs_no_slot_twice_or_stale() {
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let direct = write_config(
+        dir.path(),
+        &freeze_config(&cluster.urls(), &receiver.uri(), "time-rt"),
+    );
+    let awake = Replica::run(&direct, "awake", &[]);
+    wait_started(&[&awake]);
+    let frozen = Frozen::start(
+        &lib,
+        &cluster,
+        &receiver,
+        dir.path(),
+        "time-rt",
+        &["$4\r\nTIME\r\n"],
+    );
+    // The frozen replica's links slower than the awake one's by far more than a loaded machine
+    // delays the awake one: it loses every race until the freeze, so the `TIME` it asks is the
+    // one before a race, never the one a winner asks after its win (a freeze inside that last
+    // round trip is the gap no lock can see, which the fence covers: README, Fencing).
+    for p in &frozen.proxies {
+        p.set_latency(LOSING_LATENCY);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    frozen.freeze_and_resume();
+    std::thread::sleep(Duration::from_secs(8));
+    let mut replicas = [awake, frozen.replica];
+    stop(&mut replicas);
+    assert_once_inside_the_key_life(&receiver);
+    assert_caught_after_the_win(&replicas[1]);
+}
+
+/// Issue 29, case 3: frozen as the answers to its won `SET` arrived, the replica counted its
+/// lock's validity on clocks that had stood still and sent 16 s after the slot, 3 s after its
+/// lock expired, logging a lateness of a few milliseconds.
+#[test]
+fn a_freeze_as_the_won_set_answer_arrives_sends_nothing_past_the_lock() {
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut frozen = Frozen::start(
+        &lib,
+        &cluster,
+        &receiver,
+        dir.path(),
+        "set-rt",
+        &["$3\r\nSET\r\n", ":tick:"],
+    );
+    frozen.freeze_and_resume();
+    std::thread::sleep(Duration::from_secs(8));
+    stop(std::slice::from_mut(&mut frozen.replica));
+    assert_once_inside_the_key_life(&receiver);
+    assert_lateness_as_measured(&frozen.replica, &receiver);
+    assert_caught_after_the_win(&frozen.replica);
 }

@@ -6,13 +6,14 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::record;
 use super::report::SlotLine;
 use super::{Books, Race, SlotResult, Trigger, RUNNING_LEASE_TTL};
 use crate::config::{Job, Overlap};
+use crate::lock::redlock::validity;
 use crate::lock::{Acquire, Lease, SlotKey};
 use crate::outcome::Outcome;
 use crate::record::history::{RunRecord, RunState};
@@ -33,11 +34,22 @@ pub struct Won {
     pub(super) trigger: Trigger,
     /// This run's fencing token: the slot's, plus one on a handoff.
     pub(super) fence: Fence,
+    /// When the lock surely ends on the nodes, on the fleet clock: the fleet's time as the race
+    /// began plus the key's TTL less drift (the nodes set the key after that). The check after
+    /// the win (`confirm`) holds it against the nodes' time then, which a freeze cannot fool.
+    pub(super) lock_ends: DateTime<Utc>,
 }
 
 impl Won {
-    /// The win of `job`'s `slot`; won from a handoff offer, it carries the offer's fence.
-    fn new(job: &Arc<Job>, slot: Slot, trigger: &Trigger, lease: Lease) -> Self {
+    /// The win of `job`'s `slot` with a lock that ends by `lock_ends`; won from a handoff offer,
+    /// it carries the offer's fence.
+    fn new(
+        job: &Arc<Job>,
+        slot: Slot,
+        trigger: &Trigger,
+        lease: Lease,
+        lock_ends: DateTime<Utc>,
+    ) -> Self {
         Won {
             job: job.clone(),
             slot,
@@ -47,7 +59,24 @@ impl Won {
                 .offer()
                 .map_or(Fence::new(slot, 0), |o| o.fence(slot)),
             trigger: trigger.clone(),
+            lock_ends,
         }
+    }
+
+    /// The time now: the fleet clock (the nodes' time, measured again after the win), or the
+    /// race's clock standalone.
+    pub(super) fn now(&self, race: &Race) -> DateTime<Utc> {
+        match race.fleet() {
+            Some(_) => race.clock().fleet_now(),
+            None => race.clock().now(),
+        }
+    }
+
+    /// From the slot to now ([`Won::now`]): the run's `lateness` as logged and exported.
+    pub(super) fn lateness(&self, race: &Race) -> Duration {
+        (self.now(race) - self.slot.instant())
+            .to_std()
+            .unwrap_or_default()
     }
 
     /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
@@ -87,18 +116,26 @@ impl Won {
 /// How a race for one slot ended on this replica.
 #[derive(Debug)]
 pub(super) enum Raced {
-    /// Won: the run is still to do.
-    Won(Won),
+    /// Won: the run is still to do (boxed: a win carries its lease, its check and its offer,
+    /// several times the size of a settled result).
+    Won(Box<Won>),
     /// Nothing to run here: lost, unavailable, or the job's previous run is still going
     /// (already logged and counted).
     Settled(SlotResult),
 }
 
-/// The key `job`'s `slot` is raced on: the slot's own, or a handoff offer's.
-fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> SlotKey {
+/// The key `job`'s `slot` is raced on, and its TTL: the slot's own, or a handoff offer's (which
+/// outlives the slot's handoff deadline, so no later taker can win it again).
+fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> (SlotKey, Duration) {
     match trigger.offer() {
-        Some(offer) => SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
-        None => SlotKey::new(race.key_prefix(), &job.name, slot),
+        Some(offer) => (
+            SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
+            race.handoff_key_ttl(job),
+        ),
+        None => (
+            SlotKey::new(race.key_prefix(), &job.name, slot),
+            race.key_ttl(job),
+        ),
     }
 }
 
@@ -114,28 +151,40 @@ pub(super) async fn claim(
 ) -> Vec<Raced> {
     let keys: Vec<(SlotKey, Duration)> = jobs
         .iter()
-        .map(|job| (key(race, trigger, job, slot), race.key_ttl(job)))
+        .map(|job| key(race, trigger, job, slot))
         .collect();
-    let raced_at = Instant::now();
+    let (raced_at, began) = (Instant::now(), race.clock().fleet_now());
     let acquired = race.lock().acquire_many(&keys).await;
     let elapsed = raced_at.elapsed();
     let mut claims: Vec<Raced> = jobs
         .iter()
+        .zip(&keys)
         .zip(acquired)
-        .map(|(job, acquired)| settle(books, trigger, job, slot, rank, acquired, elapsed))
+        .map(|((job, (_, ttl)), acquired)| {
+            let acquired = (acquired, lock_ends(began, *ttl));
+            settle(books, trigger, job, slot, rank, acquired, elapsed)
+        })
         .collect();
     take_running_leases(race, books, &mut claims).await;
     claims
 }
 
-/// Logs a race's outcome (the line that names the winner) and counts it.
+/// When a lock of `ttl` raced for at `began` (the fleet's time) surely ends on the nodes: they
+/// set the key after `began`, and it lives `ttl`, less the lock's drift allowance.
+fn lock_ends(began: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
+    let life = validity(ttl, Duration::ZERO).unwrap_or_default();
+    began + chrono::Duration::from_std(life).unwrap_or_default()
+}
+
+/// Logs a race's outcome (the line that names the winner) and counts it; a win carries the
+/// lock's end ([`lock_ends`]).
 fn settle(
     books: &Books,
     trigger: &Trigger,
     job: &Arc<Job>,
     slot: Slot,
     rank: Option<usize>,
-    acquired: Acquire,
+    (acquired, lock_ends): (Acquire, DateTime<Utc>),
     lock_time: Duration,
 ) -> Raced {
     books.metrics().lock_latency(lock_time);
@@ -152,7 +201,7 @@ fn settle(
                 lock_us: Some(lock_time.as_micros() as u64),
                 ..line(Outcome::Won, "won the slot".into())
             });
-            Raced::Won(Won::new(job, slot, trigger, lease))
+            Raced::Won(Box::new(Won::new(job, slot, trigger, lease, lock_ends)))
         }
         Acquire::Lost { holder } => {
             books.report_lost(job, slot, trigger, rank, &holder);
@@ -233,4 +282,17 @@ fn running_lease(
         ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
     });
     Err(SlotResult::Overlapped { holder })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_ends_its_ttl_less_drift_after_the_race_began_on_the_fleet_clock() {
+        let began = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        // 10 s less the drift allowance (1 % + 2 ms): a key set later lives at least this long.
+        let ends = lock_ends(began, Duration::from_secs(10));
+        assert_eq!((ends - began).num_milliseconds(), 9_898);
+    }
 }

@@ -239,6 +239,13 @@ impl Race {
         slot.instant() + chrono::Duration::from_std(span).unwrap_or(chrono::Duration::MAX)
     }
 
+    /// The TTL of a handoff key: past the slot's handoff deadline by [`KEY_MARGIN`]. A handoff
+    /// key is set after the slot (a handoff follows a win), so it outlives every taker the
+    /// deadline admits: none wins it a second time and runs under the same fence.
+    pub fn handoff_key_ttl(&self, job: &Job) -> Duration {
+        self.key_ttl(job) + job.timeout + KEY_MARGIN
+    }
+
     /// Waits until the fleet clock has been measured once (at once without `[redis]`); false
     /// when `shutdown` comes first.
     pub async fn until_measured(&self, shutdown: &CancellationToken) -> bool {

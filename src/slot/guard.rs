@@ -2,7 +2,8 @@
 //! clock (never before its instant, never past its start window or its key's life; a handoff
 //! offer never past the slot's deadline), and only once the fleet clock has been measured; a
 //! slot outside is logged and counted as `skipped` with its reason (`early`, `late`,
-//! `unmeasured`, `deadline`).
+//! `unmeasured`, `deadline`; and, for a win the check on the nodes' clocks refused (`confirm`),
+//! `stale` or `lapsed`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,57 @@ pub(super) enum Outside {
     PastDeadline(Duration),
     /// The fleet clock was never measured: no slot is judged on a guess.
     Unmeasured,
+    /// Won, but the check on the nodes' clocks before the first byte refused it (`confirm`).
+    AfterWin(AfterWin),
+}
+
+/// Why a won slot is left by the check on the nodes' clocks (`confirm`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum AfterWin {
+    /// The nodes' time after the win says this long after the slot, past its start window:
+    /// this replica stood still inside a round trip.
+    Stale(Duration),
+    /// By the nodes' time the lock ran out before the check: this replica stood still
+    /// between its `SET` and now.
+    Lapsed {
+        /// How long after the slot, by the nodes' time.
+        late: Duration,
+        /// How long ago the lock ran out, by the nodes' time.
+        over: Duration,
+    },
+}
+
+impl AfterWin {
+    /// How long after the slot, by the nodes' time.
+    fn late(self) -> Duration {
+        match self {
+            AfterWin::Stale(late) | AfterWin::Lapsed { late, .. } => late,
+        }
+    }
+
+    /// The reason, message and result of the `skipped` line.
+    fn described(self) -> (&'static str, String, SlotResult) {
+        let late = self.late();
+        let (reason, message) = match self {
+            AfterWin::Stale(_) => (
+                "stale",
+                format!(
+                    "won, but the Redis nodes' time says {} ms after the slot, past the start \
+                     window (this replica stood still inside a round trip): not running",
+                    late.as_millis()
+                ),
+            ),
+            AfterWin::Lapsed { over, .. } => (
+                "lapsed",
+                format!(
+                    "won, but by the Redis nodes' time the lock ran out {} ms ago (this replica \
+                     stood still inside a round trip): not running",
+                    over.as_millis()
+                ),
+            ),
+        };
+        (reason, message, SlotResult::Late { late })
+    }
 }
 
 /// Judges `slot` of `jobs` (the batch of one instant): a handoff offer by its deadline
@@ -56,7 +108,7 @@ pub(super) async fn judge(
 ) -> Verdict {
     if let Trigger::Handoff(offer) = trigger {
         return match jobs.first() {
-            Some(job) => judge_offer(race, books, offer, job, slot),
+            Some(job) => judge_offer(race, books, offer, job, slot).await,
             None => Verdict::NotOurs,
         };
     }
@@ -68,8 +120,10 @@ pub(super) async fn judge(
 }
 
 /// A handoff offer is taken only by a replica that has not had the slot, on a measured clock,
-/// before the slot's deadline ([`Race::handoff_deadline`]).
-fn judge_offer(
+/// before the slot's deadline ([`Race::handoff_deadline`]) and not ahead of the slot. The fleet
+/// clock is measured again first, as before every race: an offer read after a freeze (queued
+/// in the subscription while the process stood still) is judged on the nodes' time.
+async fn judge_offer(
     race: &Race,
     books: &Books,
     offer: &HandoffRequest,
@@ -84,9 +138,25 @@ fn judge_offer(
             "handoff offer not taken: the fleet clock is not measured yet");
         return Verdict::NotOurs;
     }
-    match (race.clock().now() - race.handoff_deadline(job, slot)).to_std() {
+    remeasure(race, books).await;
+    let now = race.clock().fleet_now();
+    if let Ok(early) = (slot.instant() - now).to_std() {
+        // An offer follows a win of its slot: one ahead of the fleet clock is judged on a
+        // clock that is behind, whatever the deadline says.
+        if early > EARLY_WAIT {
+            return Verdict::Outside(Outside::Early(early));
+        }
+    }
+    match (now - race.handoff_deadline(job, slot)).to_std() {
         Ok(late) => Verdict::Outside(Outside::PastDeadline(late)),
         Err(_) => Verdict::Inside,
+    }
+}
+
+/// Measures the fleet clock again (`FleetClock::verify`), with `[redis]`.
+async fn remeasure(race: &Race, books: &Books) {
+    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
+        fleet.verify(nodes, books.metrics(), books.replica()).await;
     }
 }
 
@@ -111,9 +181,7 @@ async fn window(
     slot: Slot,
     ttl: Duration,
 ) -> Option<Outside> {
-    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
-        fleet.verify(nodes, books.metrics(), books.replica()).await;
-    }
+    remeasure(race, books).await;
     if !race.clock().measured() {
         return Some(Outside::Unmeasured);
     }
@@ -171,6 +239,7 @@ pub(super) fn skip(
             "the fleet clock is not measured yet (no Redis node answered TIME): not racing".to_owned(),
             SlotResult::Unmeasured,
         ),
+        Outside::AfterWin(refused) => refused.described(),
     };
     books.report(skipped_line(trigger, job, slot, outside, reason, message));
     result
@@ -191,6 +260,10 @@ fn skipped_line<'a>(
     };
     match outside {
         Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),
+        Outside::AfterWin(refused) => {
+            line.trigger = Some(trigger);
+            line.late_ms = Some(refused.late().as_millis() as u64);
+        }
         Outside::Early(early) => line.early_ms = Some(early.as_millis() as u64),
         Outside::PastDeadline(_) => {
             line.trigger = Some(trigger);

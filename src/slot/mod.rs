@@ -10,10 +10,13 @@
 //! 3. `guard`: inside the slot's window on the fleet clock (never before its instant, not
 //!    past its start window or a handoff's deadline, never on an unmeasured clock).
 //! 4. `claim`: the race for the slot's lock, and the job's running lease (`overlap = "skip"`).
-//! 5. `run` (the winner only): the action inside the lock's validity.
-//! 6. `offer`: a run where nothing left this replica is handed off to the fleet.
-//! 7. `record`: the run's history record (and the check for a second run of the slot).
-//! 8. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
+//! 5. `confirm` (the winner only): after the win and before the first byte, the fleet clock
+//!    measured again; by the nodes' time the lock has not run out and the slot is still inside
+//!    its window.
+//! 6. `run` (the winner only): the action inside the lock's validity.
+//! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
+//! 8. `record`: the run's history record (and the check for a second run of the slot).
+//! 9. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
 //!    reported once across the fleet.
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
@@ -27,6 +30,7 @@
 mod alerts;
 mod candidates;
 mod claim;
+mod confirm;
 mod env;
 mod guard;
 mod offer;
@@ -150,9 +154,10 @@ pub async fn once(
 }
 
 /// Races one place's batch: after its wait (the first place at once; a later place looks
-/// first and leaves the slots it finds held), inside the window, one claim for the batch; each
-/// win runs in a task of its own, so a slow run holds up nothing else. A replica shutting down
-/// during the wait leaves the slots to the higher places.
+/// first and leaves the slots it finds held), inside the window, one claim for the batch, its
+/// wins checked on the nodes' clocks together; each win runs in a task of its own, so a slow
+/// run holds up nothing else. A replica shutting down during the wait leaves the slots to the
+/// higher places.
 async fn race_place(
     ctx: &Arc<SlotEnv>,
     trigger: &Trigger,
@@ -178,10 +183,12 @@ async fn race_place(
         }
         Verdict::NotOurs => return ended,
     }
+    let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
+    confirm::confirm(race, books, &mut claims).await;
     let mut runs = JoinSet::new();
-    for raced in claim::claim(race, books, trigger, &jobs, slot, rank).await {
+    for raced in claims {
         match raced {
-            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
+            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won))),
             Raced::Settled(result) => ended.push(result),
         }
     }
@@ -212,7 +219,8 @@ pub enum SlotResult {
     /// Not one of the slot's candidates, or the lookout that found the slot held: not raced.
     Standby,
     /// Woke too late to race (paused, overloaded), or a handoff offer came past the slot's
-    /// deadline: another replica had the slot.
+    /// deadline: another replica had the slot. Also a win the check on the nodes' clocks
+    /// refused (stale, or its lock lapsed: this replica stood still inside a round trip).
     Late {
         /// How long after the slot (or its deadline) this replica woke, on the fleet clock.
         late: Duration,

@@ -75,7 +75,7 @@ pub(super) async fn conclude(env: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
 /// The failure as a handoff offer's reason when it may be handed off: nothing left this
 /// replica, the slot has not been handed off already, and its deadline is not past.
 fn offerable(race: &Race, won: &Won, failure: SendFailure) -> Result<SendFailure, SendFailure> {
-    let open = race.clock().now() < race.handoff_deadline(&won.job, won.slot);
+    let open = won.now(race) < race.handoff_deadline(&won.job, won.slot);
     if failure.local && won.fence.handoff() < Fence::MAX_HANDOFF && open {
         Ok(failure)
     } else {
@@ -144,12 +144,16 @@ fn offer_of(books: &Books, won: &Won, failure: &SendFailure) -> HandoffRequest {
 /// races for the offer's key itself. Losing names the taker; winning means no replica took the
 /// offer, and none can any more (the error says which).
 async fn claimed_by(race: &Race, won: &Won, offer: &HandoffRequest) -> Result<String, Unclaimed> {
-    let left = (race.handoff_deadline(&won.job, won.slot) - race.clock().now())
+    let left = (race.handoff_deadline(&won.job, won.slot) - won.now(race))
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
     let key = SlotKey::handoff(race.key_prefix(), &won.job.name, won.slot, offer.handoff);
-    match race.lock().acquire(&key, race.key_ttl(&won.job)).await {
+    match race
+        .lock()
+        .acquire(&key, race.handoff_key_ttl(&won.job))
+        .await
+    {
         Acquire::Lost { holder } => Ok(holder.replica().to_owned()),
         Acquire::Won(_) => Err(Unclaimed::NotTaken(HANDOFF_CLAIM_WAIT.min(left))),
         Acquire::Unavailable(why) => Err(Unclaimed::Unknown(why)),

@@ -67,7 +67,7 @@ async fn confirm_replicated(race: &Race, books: &Books, won: &Won) {
 }
 
 /// Releases the job's running lease, warning when a majority did not confirm it.
-async fn release_running(race: &Race, books: &Books, won: &Won) {
+pub(super) async fn release_running(race: &Race, books: &Books, won: &Won) {
     let Some(running) = &won.running else { return };
     let released = race.lock().release(running).await;
     if released < race.lock().quorum() {
@@ -90,9 +90,7 @@ async fn execute(
 ) -> Ran {
     let started = Instant::now();
     let run = async {
-        let lateness = (race.clock().now() - won.slot.instant())
-            .to_std()
-            .unwrap_or_default();
+        let lateness = won.lateness(race);
         books.metrics().lateness(&won.job.name, lateness);
         let action = send(race, outbox, books, won);
         let sent = match &won.running {
@@ -146,7 +144,7 @@ async fn send(
     let job = &won.job;
     let mut deadline = (Instant::now() + job.timeout).min(won.lease.valid_until);
     if let Trigger::Handoff(_) = won.trigger {
-        let left = (race.handoff_deadline(job, won.slot) - race.clock().now()).to_std();
+        let left = (race.handoff_deadline(job, won.slot) - won.now(race)).to_std();
         deadline = deadline.min(Instant::now() + left.unwrap_or_default());
     }
     let send = SendContext {

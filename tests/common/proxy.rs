@@ -13,6 +13,8 @@ enum ProxyCmd {
 
 struct ProxyShared {
     target: SocketAddr,
+    /// A freeze timed to an answer, shared by the proxies of one replica's nodes.
+    trap: Mutex<Option<Arc<FreezeTrap>>>,
     up_latency_us: AtomicU64,
     down_latency_us: AtomicU64,
     blackhole: AtomicBool,
@@ -53,6 +55,7 @@ impl FaultyProxy {
         let (generation, _) = tokio::sync::watch::channel(0u64);
         let shared = Arc::new(ProxyShared {
             target,
+            trap: Mutex::new(None),
             up_latency_us: AtomicU64::new(0),
             down_latency_us: AtomicU64::new(0),
             blackhole: AtomicBool::new(false),
@@ -154,6 +157,11 @@ impl FaultyProxy {
         }
     }
 
+    /// Springs `trap` on this proxy's connections (see [`FreezeTrap`]).
+    pub fn set_trap(&self, trap: &Arc<FreezeTrap>) {
+        *lock(&self.shared.trap) = Some(trap.clone());
+    }
+
     /// Connections currently open through the proxy.
     pub fn connection_count(&self) -> usize {
         lock(&self.shared.live).len()
@@ -171,6 +179,62 @@ impl Drop for FaultyProxy {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// A freeze timed inside a round trip: once armed, the first request through a proxy that
+/// carries every one of `request`'s byte strings marks its connection, and the first answer
+/// that then comes back on it SIGSTOPs `pid` (the replica) before it is forwarded. The node has
+/// answered, the answer waits in the stopped replica's socket: a VM frozen as the answer
+/// arrived. Sprung once.
+pub struct FreezeTrap {
+    pid: u32,
+    request: Vec<Vec<u8>>,
+    armed: AtomicBool,
+    sprung: Mutex<Option<Instant>>,
+}
+
+impl FreezeTrap {
+    /// A trap for `pid` on requests holding every one of `request` (RESP bytes), not armed.
+    pub fn new(pid: u32, request: &[&str]) -> Arc<Self> {
+        Arc::new(FreezeTrap {
+            pid,
+            request: request.iter().map(|r| r.as_bytes().to_vec()).collect(),
+            armed: AtomicBool::new(false),
+            sprung: Mutex::new(None),
+        })
+    }
+
+    /// From now, the next matching round trip freezes the replica.
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until the trap has frozen the replica; when it did.
+    pub fn wait_sprung(&self, timeout: Duration) -> Option<Instant> {
+        wait_until(timeout, || *lock(&self.sprung))
+    }
+
+    fn matches(&self, chunk: &[u8]) -> bool {
+        let holds = |needle: &Vec<u8>| chunk.windows(needle.len()).any(|w| w == needle.as_slice());
+        self.armed.load(Ordering::SeqCst) && self.request.iter().all(holds)
+    }
+
+    /// Stops the replica (once) and waits until the kernel shows it stopped, so the answer
+    /// forwarded next cannot be read before the freeze.
+    fn spring(&self) {
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        signal_pid(self.pid, Signal::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.pid);
+        let stopped = || {
+            let text = std::fs::read_to_string(&stat).ok()?;
+            let state = text.rsplit_once(") ")?.1.chars().next()?;
+            (state == 'T').then_some(())
+        };
+        let _ = wait_until(Duration::from_secs(2), stopped);
+        *lock(&self.sprung) = Some(Instant::now());
     }
 }
 
@@ -276,10 +340,27 @@ async fn proxy_conn(client: tokio::net::TcpStream, shared: Arc<ProxyShared>) {
     let _ = upstream.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
+    // Set when a request the trap waits for went up: its answer springs it.
+    let asked = Arc::new(AtomicBool::new(false));
     tokio::join!(
-        pump(cr, uw, shared.clone(), true),
-        pump(ur, cw, shared.clone(), false)
+        pump(cr, uw, shared.clone(), true, asked.clone()),
+        pump(ur, cw, shared.clone(), false, asked)
     );
+}
+
+/// The trap's part in forwarding `chunk`: a matching request marks the connection; the next
+/// answer on a marked connection springs the trap before it is forwarded.
+fn trap(shared: &ProxyShared, chunk: &[u8], upstream: bool, asked: &AtomicBool) {
+    let Some(trap) = lock(&shared.trap).clone() else {
+        return;
+    };
+    if upstream {
+        if trap.matches(chunk) {
+            asked.store(true, Ordering::SeqCst);
+        }
+    } else if asked.swap(false, Ordering::SeqCst) {
+        trap.spring();
+    }
 }
 
 async fn pump(
@@ -287,6 +368,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<ProxyShared>,
     upstream: bool,
+    asked: Arc<AtomicBool>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 16 * 1024];
@@ -307,6 +389,7 @@ async fn pump(
         if shared.blackhole.load(Ordering::SeqCst) {
             continue;
         }
+        trap(&shared, &buf[..n], upstream, &asked);
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
