@@ -1,5 +1,6 @@
 //! `slotcron pause` and `resume`: fleet-wide, kept on the Redis nodes.
 
+use super::out::{errln, outln};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -8,12 +9,11 @@ use clap::Args;
 
 use super::shared::{
     connect, default_replica_id, load_or_exit, runtime, time_or_span, unknown_job, BadTime,
-    ConfigArg, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
+    ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
 use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Taken, Until};
-use crate::ops::telemetry::{self, LogFormat};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
@@ -67,7 +67,7 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
     let until = match args.until.as_deref().map(parse_until).transpose() {
         Ok(until) => until,
         Err(message) => {
-            eprintln!("--until: {message}");
+            errln!("--until: {message}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -82,7 +82,7 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
                 .change
                 .until
                 .map_or("until resumed".to_owned(), |u| format!("until {u}"));
-            println!(
+            outln!(
                 "{}: paused on every replica from its next slot, {until} ({})",
                 args.job,
                 config.path.display()
@@ -90,11 +90,11 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             replicated(&args.job, "pause", &taken)
         }
         Err(e @ PauseError::AlreadyOver { .. }) => {
-            eprintln!("slotcron: {}: not paused: {e}", args.job);
+            errln!("slotcron: {}: not paused: {e}", args.job);
             ExitCode::from(EXIT_CONFIG)
         }
         Err(e @ PauseError::NoMajority(_)) => {
-            eprintln!("slotcron: {}: the pause did not hold: {e}", args.job);
+            errln!("slotcron: {}: the pause did not hold: {e}", args.job);
             ExitCode::from(EXIT_UNAVAILABLE)
         }
     }
@@ -102,7 +102,7 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
 
 /// `slotcron resume`: ends the pause; with `--catch-up`, also runs the newest slot that fell
 /// inside it, through the race (once across the fleet).
-pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
+pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
     let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
         Ok(parts) => parts,
@@ -112,22 +112,24 @@ pub(super) fn resume(args: &ResumeArgs, log_format: LogFormat) -> ExitCode {
     let taken = match runtime.block_on(control.resume(&args.job, &by)) {
         Ok(taken) => taken,
         Err(e) => {
-            eprintln!("slotcron: {}: the resume did not hold: {e}", args.job);
+            errln!("slotcron: {}: the resume did not hold: {e}", args.job);
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
     let Some(pause) = &taken.change else {
-        println!("{}: was not paused", args.job);
+        outln!("{}: was not paused", args.job);
         return replicated(&args.job, "resume", &taken);
     };
-    println!(
+    outln!(
         "{}: resumed (paused by {} at {})",
-        args.job, pause.by, pause.at
+        args.job,
+        pause.by,
+        pause.at
     );
     if !args.catch_up || taken.is_short() {
         return replicated(&args.job, "resume", &taken);
     }
-    telemetry::init(log_format);
+    logs.init();
     catch_up_pause(&config, &args.job, pause, &runtime)
 }
 
@@ -139,10 +141,11 @@ fn replicated<T>(job: &str, what: &str, taken: &Taken<T>) -> ExitCode {
     let Some(replication) = taken.replication.filter(|_| taken.is_short()) else {
         return ExitCode::SUCCESS;
     };
-    eprintln!(
+    errln!(
         "slotcron: {job}: the {what} reached {} of {} replica(s) of the primary (wait_replicas): \
          a failover now could lose it; run it again once a replica is back",
-        replication.acked, replication.wanted
+        replication.acked,
+        replication.wanted
     );
     ExitCode::from(EXIT_UNAVAILABLE)
 }
@@ -184,14 +187,14 @@ fn catch_up_pause(
         ))
     });
     match result {
-        Ok(Caught::NoSlot) => println!("{}: no slot fell inside the pause", job.name),
-        Ok(Caught::Ran(slot, by)) => println!(
+        Ok(Caught::NoSlot) => outln!("{}: no slot fell inside the pause", job.name),
+        Ok(Caught::Ran(slot, by)) => outln!(
             "{}: the newest slot inside the pause, {slot}, already ran (on {by}): nothing to catch up",
             job.name
         ),
         Ok(Caught::Raced(result)) => return report_trigger(&job.name, &result),
         Err(e) => {
-            eprintln!("slotcron: {}: catch-up not run: {e:#}", job.name);
+            errln!("slotcron: {}: catch-up not run: {e:#}", job.name);
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     }
@@ -215,14 +218,14 @@ fn control_of(
 ) -> Result<(tokio::runtime::Runtime, Config, Control), ExitCode> {
     let config = load_or_exit(path)?;
     let Some(redis) = &config.redis else {
-        eprintln!(
+        errln!(
             "{}: no [redis] section: pausing is fleet-wide and kept on the Redis nodes (a standalone replica has nothing to share it with)",
             config.path.display()
         );
         return Err(ExitCode::from(EXIT_CONFIG));
     };
     if !config.jobs.iter().any(|j| j.name == job) {
-        eprintln!("{}", unknown_job(&config, job));
+        errln!("{}", unknown_job(&config, job));
         return Err(ExitCode::from(EXIT_CONFIG));
     }
     let runtime = runtime()?;

@@ -7,6 +7,7 @@ mod control;
 mod docs;
 mod health;
 mod history;
+mod out;
 mod run;
 mod shared;
 mod trigger;
@@ -42,6 +43,10 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+    /// Log what a command other than `run` does (the race, the run), on stderr: its result
+    /// alone goes to stdout.
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     /// What to do.
     pub command: Command,
@@ -77,13 +82,17 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::tls::ensure_crypto_provider();
+    let logs = shared::Logs {
+        format: cli.log_format,
+        verbose: cli.verbose,
+    };
     match cli.command {
         Command::Check(args) => check::check(&args),
         Command::Run(args) => run::run(args, cli.log_format),
-        Command::Trigger(args) => trigger::trigger(args, cli.log_format),
+        Command::Trigger(args) => trigger::trigger(args, logs),
         Command::History(args) => history::history(&args),
         Command::Pause(args) => control::pause(&args),
-        Command::Resume(args) => control::resume(&args, cli.log_format),
+        Command::Resume(args) => control::resume(&args, logs),
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
         Command::Man(args) => docs::man(&args, Cli::command()),

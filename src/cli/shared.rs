@@ -2,6 +2,7 @@
 //! builder, the pool of nodes a command opens, and the exit codes. The commands import from
 //! here, never from the dispatcher above them.
 
+use super::out::errln;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +24,25 @@ pub const EXIT_LOST: u8 = 3;
 pub const EXIT_UNAVAILABLE: u8 = 4;
 /// `trigger` exit code: skipped because the job's previous run is still going.
 pub const EXIT_SKIPPED: u8 = 5;
+
+/// How a command other than `run` logs: not at all unless `-v`, and then on stderr, so that
+/// stdout holds its result alone (a script reads it; `| head -1` is its first line).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Logs {
+    /// `--log-format`.
+    pub format: LogFormat,
+    /// `-v`.
+    pub verbose: bool,
+}
+
+impl Logs {
+    /// Installs the logger when asked for.
+    pub(crate) fn init(self) {
+        if self.verbose {
+            crate::ops::telemetry::init_on_stderr(self.format);
+        }
+    }
+}
 
 /// `--config`, flattened into every command that reads jobs.toml.
 #[derive(Debug, Args)]
@@ -53,12 +73,12 @@ pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, 
             path.display()
         );
         match format {
-            LogFormat::Text => eprintln!("{errors}\n{summary}"),
+            LogFormat::Text => errln!("{errors}\n{summary}"),
             LogFormat::Json => {
                 for line in errors.to_string().lines() {
-                    eprintln!("{}", json_error(path, "configuration error", line));
+                    errln!("{}", json_error(path, "configuration error", line));
                 }
-                eprintln!("{}", json_error(path, "nothing started", &summary));
+                errln!("{}", json_error(path, "nothing started", &summary));
             }
         }
         ExitCode::from(EXIT_CONFIG)
@@ -79,7 +99,7 @@ fn json_error(path: &Path, message: &str, error: &str) -> serde_json::Value {
 /// The one runtime every command runs on; a failure to build it is reported and exits.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Runtime::new().map_err(|e| {
-        eprintln!("slotcron: cannot start the runtime: {e}");
+        errln!("slotcron: cannot start the runtime: {e}");
         ExitCode::from(EXIT_RUNTIME)
     })
 }
@@ -101,7 +121,7 @@ pub(crate) fn connect(
         .block_on(Nodes::open(urls, timeout, ca, &redis.topology(), name))
         .map(Arc::new)
         .map_err(|e| {
-            eprintln!("slotcron: {e:#}");
+            errln!("slotcron: {e:#}");
             ExitCode::from(EXIT_RUNTIME)
         })
 }

@@ -1,6 +1,7 @@
 //! `slotcron trigger JOB`: run a job now, through the same race as scheduled slots (once
 //! across the fleet).
 
+use super::out::{errln, outln};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -8,11 +9,10 @@ use anyhow::Context;
 use clap::Args;
 
 use super::shared::{
-    default_replica_id, load_or_exit_as, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
-    EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
+    default_replica_id, load_or_exit_as, runtime, unknown_job, ConfigArg, Logs, EXIT_CONFIG,
+    EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
 };
 use crate::config::{Config, Job};
-use crate::ops::telemetry::{self, LogFormat};
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
 use crate::time::schedule::{Slot, SystemClock};
@@ -31,20 +31,18 @@ pub struct TriggerArgs {
 }
 
 /// `slotcron trigger JOB`: races the current second of `JOB` like a scheduled slot.
-pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
-    telemetry::init(format);
-    let config = match load_or_exit_as(&args.config.config, format) {
+pub(super) fn trigger(args: TriggerArgs, logs: Logs) -> ExitCode {
+    logs.init();
+    let config = match load_or_exit_as(&args.config.config, logs.format) {
         Ok(config) => config,
         Err(code) => return code,
     };
     let Some(job) = config.jobs.iter().find(|j| j.name == args.job).cloned() else {
-        eprintln!("{}", unknown_job(&config, &args.job));
+        errln!("{}", unknown_job(&config, &args.job));
         return ExitCode::from(EXIT_CONFIG);
     };
     if config.redis.is_none() {
-        eprintln!(
-            "slotcron: standalone mode: this trigger is not coordinated with a running replica"
-        );
+        errln!("slotcron: standalone mode: this trigger is not coordinated with a running replica");
     }
     let replica = args.replica_id.unwrap_or_else(default_replica_id);
     let runtime = match runtime() {
@@ -74,7 +72,7 @@ pub(super) fn race_once(
     match result {
         Ok(result) => report_trigger(&job.name, &result),
         Err(e) => {
-            eprintln!("slotcron: {e:#}");
+            errln!("slotcron: {e:#}");
             ExitCode::from(EXIT_RUNTIME)
         }
     }
@@ -124,6 +122,6 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             "skipped: the fleet clock is not measured (no Redis node answered TIME)".to_owned(),
         ),
     };
-    println!("{job}: {text}");
+    outln!("{job}: {text}");
     ExitCode::from(code)
 }

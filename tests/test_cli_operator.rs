@@ -1,0 +1,145 @@
+//! The CLI an operator runs against production (issue 32, item 1): every command ends quietly
+//! on a closed pipe; the read-only and control commands need only `[redis]`, the prefix and the
+//! job names (the webhook secrets of the fleet's own file may be absent); Redis unavailable
+//! exits 4; replacing a pause needs `--force`; times print in the configured zone.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{slotcron_cli, write_config, RedisServer};
+
+/// A fleet's file: a daily job that sends to a webhook (resolvable here) and a log job, in a
+/// zone other than UTC so a time printed in UTC shows.
+fn fleet_config(dir: &Path, node: &str, webhook: &str) -> PathBuf {
+    write_config(
+        dir,
+        &format!(
+            r#"
+            [scheduler]
+            timezone = "Asia/Shanghai"
+            key_prefix = "ops"
+            [redis]
+            nodes = ["{node}"]
+            node_timeout = "250ms"
+            [[job]]
+            name = "standup"
+            schedule = "0 30 9 * * *"
+            timeout = "5s"
+            [job.action]
+            type = "wecom"
+            {webhook}
+            msgtype = "text"
+            content = "stand-up {{{{ slot }}}}"
+            [[job]]
+            name = "demo"
+            schedule = "0 0 * * * *"
+            timeout = "5s"
+            [job.action]
+            type = "log"
+            content = "demo {{{{ slot }}}}"
+            "#
+        ),
+    )
+}
+
+/// The binary with none of its settings inherited from the test's environment.
+fn slotcron(config: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
+    for var in [
+        "SLOTCRON_CONFIG",
+        "SLOTCRON_REPLICA_ID",
+        "SLOTCRON_LOG_FORMAT",
+        "RUST_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.args(args).arg("--config").arg(config);
+    cmd
+}
+
+/// `slotcron ARGS` with its stdout a pipe whose reader is already gone: every write gets EPIPE,
+/// as with `| head -1` once head has its line.
+fn on_a_closed_pipe(config: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    slotcron(config, args).stdout(writer).output().unwrap()
+}
+
+/// Asserts `args` ends with `code` on a closed stdout, without a panic or a word on stderr
+/// about the pipe.
+fn assert_quiet_on_a_closed_pipe(config: &Path, args: &[&str], code: i32) {
+    let out = on_a_closed_pipe(config, args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "slotcron {args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "slotcron {args:?} on a closed pipe: {err}"
+    );
+}
+
+/// A webhook line for a receiver nobody listens on: the commands under test never send.
+const UNUSED_WEBHOOK: &str =
+    r#"webhook = "http://127.0.0.1:9/cgi-bin/webhook/send?key=closedpipe01""#;
+
+#[test]
+fn check_ends_quietly_on_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["check", "--next", "100000"], 0);
+}
+
+#[test]
+fn health_ends_quietly_on_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["health"], 0);
+}
+
+#[test]
+fn help_ends_quietly_on_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["history", "--help"], 0);
+}
+
+#[test]
+fn history_ends_quietly_on_a_closed_pipe() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    slotcron_cli(&config, &["trigger", "demo"]);
+    assert_quiet_on_a_closed_pipe(&config, &["history"], 0);
+    assert_quiet_on_a_closed_pipe(&config, &["history", "--json"], 0);
+}
+
+#[test]
+fn history_since_ends_quietly_on_a_closed_pipe() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(
+        &config,
+        &["history", "--job", "standup", "--since", "3650d"],
+        0,
+    );
+    assert_quiet_on_a_closed_pipe(&config, &["history", "--missed"], 0);
+}
+
+#[test]
+fn pause_and_resume_end_quietly_on_a_closed_pipe() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["pause", "demo", "--reason", "pipe"], 0);
+    assert_quiet_on_a_closed_pipe(&config, &["resume", "demo"], 0);
+}
+
+#[test]
+fn trigger_ends_quietly_on_a_closed_pipe() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["trigger", "demo"], 0);
+}
