@@ -143,3 +143,42 @@ fn trigger_ends_quietly_on_a_closed_pipe() {
     let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
     assert_quiet_on_a_closed_pipe(&config, &["trigger", "demo"], 0);
 }
+
+/// The fleet's own file as a workstation has it: the webhook's secret file is mounted on the
+/// replicas (deploy/kubernetes/jobs.toml: `/run/secrets/slotcron/webhook`), not here.
+fn secret_absent(dir: &Path) -> String {
+    let absent = dir.join("run/secrets/slotcron/webhook");
+    format!("webhook_file = {:?}", absent.display().to_string())
+}
+
+#[test]
+fn history_pause_and_resume_work_without_the_webhook_secrets_and_check_reports_them() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), &secret_absent(dir.path()));
+    for args in [
+        &["pause", "standup", "--reason", "from a workstation"][..],
+        &["history"],
+        &["history", "--job", "standup", "--since", "2d"],
+        &["resume", "standup"],
+    ] {
+        let out = slotcron(&config, args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "slotcron {args:?} without the secret: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = slotcron(&config, &["check"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "check without the secret: {err}"
+    );
+    assert!(
+        err.contains("webhook_file"),
+        "check names the missing secret: {err}"
+    );
+}

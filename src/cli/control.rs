@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, runtime, time_or_span, unknown_job, BadTime,
-    ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit, load_unsent_or_exit, runtime, time_or_span,
+    unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
@@ -60,10 +60,11 @@ pub struct ResumeArgs {
 /// from its next slot.
 pub(super) fn pause(args: &PauseArgs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
-    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+    let (runtime, config, control) =
+        match control_of(&args.config.config, &args.job, load_unsent_or_exit) {
+            Ok(parts) => parts,
+            Err(code) => return code,
+        };
     let until = match args.until.as_deref().map(parse_until).transpose() {
         Ok(until) => until,
         Err(message) => {
@@ -104,7 +105,13 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
 /// inside it, through the race (once across the fleet).
 pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
-    let (runtime, config, control) = match control_of(&args.config.config, &args.job) {
+    // Only a catch-up sends (from this process): only it needs the job's secrets.
+    let load = if args.catch_up {
+        load_or_exit
+    } else {
+        load_unsent_or_exit
+    };
+    let (runtime, config, control) = match control_of(&args.config.config, &args.job, load) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -211,12 +218,14 @@ enum Caught {
     Raced(SlotResult),
 }
 
-/// The configuration, the fleet's control and a runtime, for a job the file schedules.
+/// The configuration (as `load` reads it), the fleet's control and a runtime, for a job the
+/// file schedules.
 fn control_of(
     path: &std::path::Path,
     job: &str,
+    load: fn(&std::path::Path) -> Result<Config, ExitCode>,
 ) -> Result<(tokio::runtime::Runtime, Config, Control), ExitCode> {
-    let config = load_or_exit(path)?;
+    let config = load(path)?;
     let Some(redis) = &config.redis else {
         errln!(
             "{}: no [redis] section: pausing is fleet-wide and kept on the Redis nodes (a standalone replica has nothing to share it with)",

@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, load_or_exit, runtime, time_or_offset_back, unknown_job, BadTime, ConfigArg,
+    connect, load_unsent_or_exit, runtime, time_or_offset_back, unknown_job, BadTime, ConfigArg,
     UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
 };
 use crate::config::{Config, Job};
@@ -62,7 +62,7 @@ struct Row<'a> {
 
 /// `slotcron history`: the latest runs, newest first, merged across nodes.
 pub(super) fn history(args: &HistoryArgs) -> ExitCode {
-    let config = match load_or_exit(&args.config.config) {
+    let config = match load_unsent_or_exit(&args.config.config) {
         Ok(config) => config,
         Err(code) => return code,
     };

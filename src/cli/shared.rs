@@ -66,7 +66,23 @@ pub(crate) fn load_or_exit(path: &Path) -> Result<Config, ExitCode> {
 /// object a line on stderr (a container's log pipeline parses every line of it), shaped like
 /// the log's own lines (`timestamp`, `level`, `message`, `config`, `error`).
 pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, ExitCode> {
-    config::load(path).map_err(|errors| {
+    reported(path, format, config::load(path))
+}
+
+/// [`load_or_exit`] for a command that never sends (`history`, `pause`, `resume`): no action's
+/// secret is resolved, so the fleet's own file works from a workstation without them
+/// ([`config::load_without_secrets`]). `check` and the commands that send still need them.
+pub(crate) fn load_unsent_or_exit(path: &Path) -> Result<Config, ExitCode> {
+    reported(path, LogFormat::Text, config::load_without_secrets(path))
+}
+
+/// The loaded configuration, or its errors printed (as `format`'s lines) and the exit code.
+fn reported(
+    path: &Path,
+    format: LogFormat,
+    loaded: Result<Config, config::ConfigErrors>,
+) -> Result<Config, ExitCode> {
+    loaded.map_err(|errors| {
         let summary = format!(
             "slotcron: {} error(s) in {}; nothing started",
             errors.errors.len(),

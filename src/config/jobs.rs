@@ -13,6 +13,7 @@ use super::{
     CatchUp, CatchUpPolicy, ConfigError, Job, Loader, Overlap, SchedulerConfig, Section,
     DEFAULT_TIMEOUT, MAX_CATCH_UP_ALL,
 };
+use crate::action::function::FnAction;
 use crate::action::Action;
 use crate::time::schedule::Schedule;
 
@@ -72,7 +73,8 @@ impl Loader<'_> {
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
-        self.read_action_files(enabled, &mut table, &section)?;
+        let resolved = enabled && self.secrets == super::Secrets::Resolved;
+        self.read_action_files(resolved, &mut table, &section)?;
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         let before = self.errors.len();
@@ -93,7 +95,10 @@ impl Loader<'_> {
         if !enabled {
             return None;
         }
-        let action = self.job_action(name, &section, raw.action);
+        let action = match self.secrets {
+            super::Secrets::Resolved => self.job_action(name, &section, raw.action),
+            super::Secrets::Unresolved => Some(Action::Fn(FnAction::unresolved())),
+        };
         if self.errors.len() != before {
             return None;
         }
