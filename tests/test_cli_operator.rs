@@ -182,3 +182,27 @@ fn history_pause_and_resume_work_without_the_webhook_secrets_and_check_reports_t
         "check names the missing secret: {err}"
     );
 }
+
+#[test]
+fn every_command_that_needs_redis_exits_4_when_no_node_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: the node refuses every connection.
+    let dead = format!("redis://127.0.0.1:{}", common::free_port());
+    let config = fleet_config(dir.path(), &dead, UNUSED_WEBHOOK);
+    for args in [
+        &["history"][..],
+        &["history", "--since", "1d"],
+        &["pause", "demo"],
+        &["resume", "demo"],
+        &["trigger", "demo"],
+    ] {
+        let out = slotcron(&config, args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(4),
+            "slotcron {args:?} with Redis down: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

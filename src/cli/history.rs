@@ -12,8 +12,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, load_unsent_or_exit, runtime, time_or_offset_back, unknown_job, BadTime, ConfigArg,
-    UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
+    connect, exit_code_of, load_unsent_or_exit, runtime, time_or_offset_back, unknown_job, BadTime,
+    ConfigArg, UnknownJob, EXIT_CONFIG,
 };
 use crate::config::{Config, Job};
 use crate::fleet::control::{paused_intervals, Control};
@@ -133,7 +133,7 @@ fn print_latest_runs(
         }
         Err(e) => {
             errln!("slotcron: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            exit_code_of(&e)
         }
     }
 }
@@ -168,7 +168,7 @@ fn print_ledger(
             Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
             Err(e) => {
                 errln!("slotcron: {}: {e:#}", job.name);
-                return ExitCode::from(EXIT_RUNTIME);
+                return exit_code_of(&e);
             }
         }
     }

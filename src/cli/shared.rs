@@ -20,7 +20,8 @@ pub const EXIT_CONFIG: u8 = 2;
 pub const EXIT_RUNTIME: u8 = 1;
 /// `trigger` exit code: another replica (or trigger) already ran this slot.
 pub const EXIT_LOST: u8 = 3;
-/// `trigger` exit code: the lock could not be decided (Redis down or split).
+/// Exit code of every command that needs Redis when too few of its nodes answer; for
+/// `trigger`, also a lock that could not be decided (Redis down or split).
 pub const EXIT_UNAVAILABLE: u8 = 4;
 /// `trigger` exit code: skipped because the job's previous run is still going.
 pub const EXIT_SKIPPED: u8 = 5;
@@ -138,8 +139,21 @@ pub(crate) fn connect(
         .map(Arc::new)
         .map_err(|e| {
             errln!("slotcron: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            ExitCode::from(EXIT_UNAVAILABLE)
         })
+}
+
+/// The exit code of a command's failure `e`: 4 when it is Redis that did not answer (fewer
+/// than a majority of the nodes), as documented for every command; 1 otherwise.
+pub(crate) fn exit_code_of(e: &anyhow::Error) -> ExitCode {
+    let unavailable = e
+        .chain()
+        .any(|cause| cause.is::<crate::record::history::HistoryUnavailable>());
+    ExitCode::from(if unavailable {
+        EXIT_UNAVAILABLE
+    } else {
+        EXIT_RUNTIME
+    })
 }
 
 /// The message for a job name the file does not schedule (disabled, or unknown).

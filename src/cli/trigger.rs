@@ -118,8 +118,10 @@ pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
             "not raced: not one of the slot's candidates".to_owned(),
         ),
         SlotResult::Unmeasured => (
-            EXIT_RUNTIME,
-            "skipped: the fleet clock is not measured (no Redis node answered TIME)".to_owned(),
+            EXIT_UNAVAILABLE,
+            "not raced: Redis unavailable (no node answered TIME, so the fleet clock is not \
+             measured)"
+                .to_owned(),
         ),
     };
     outln!("{job}: {text}");
