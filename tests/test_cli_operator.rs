@@ -206,3 +206,64 @@ fn every_command_that_needs_redis_exits_4_when_no_node_answers() {
         );
     }
 }
+
+/// Every RFC 3339 time in `text`, as printed (`2026-11-26T15:04:05+08:00`).
+fn times_in(text: &str) -> Vec<&str> {
+    text.split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| chrono::DateTime::parse_from_rfc3339(w).is_ok())
+        .collect()
+}
+
+#[test]
+fn a_second_pause_needs_force_and_names_the_pause_it_replaces_in_the_configured_zone() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    let first = [
+        "pause",
+        "demo",
+        "--by",
+        "alice",
+        "--reason",
+        "migration",
+        "--until",
+        "2h",
+    ];
+    let paused = slotcron_cli(&config, &first);
+
+    let second = ["pause", "demo", "--by", "bob", "--reason", "holidays"];
+    let refused = slotcron(&config, &second).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "a second pause without --force: {said}"
+    );
+    for word in ["alice", "migration", "--force"] {
+        assert!(said.contains(word), "the refusal names {word:?}: {said}");
+    }
+
+    let forced = slotcron_cli(&config, &[&second[..], &["--force"]].concat());
+    for word in ["replaced", "alice", "migration"] {
+        assert!(
+            forced.contains(word),
+            "--force says what it replaced ({word:?}): {forced}"
+        );
+    }
+    let resumed = slotcron_cli(&config, &["resume", "demo"]);
+    assert!(
+        resumed.contains("bob"),
+        "the pause resumed is bob's: {resumed}"
+    );
+
+    // One format: to the second, in the configured zone (Asia/Shanghai), never UTC.
+    let printed = [paused.as_str(), &said, &forced, &resumed].concat();
+    let times = times_in(&printed);
+    assert!(times.len() >= 5, "the times printed: {printed}");
+    for time in times {
+        assert!(
+            time.ends_with("+08:00") && !time.contains('.'),
+            "{time:?} in {printed}"
+        );
+    }
+}

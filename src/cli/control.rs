@@ -8,12 +8,15 @@ use anyhow::Context;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, load_unsent_or_exit, runtime, time_or_span,
-    unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit, load_unsent_or_exit, local_time, runtime,
+    time_or_span, unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
 };
 use super::trigger::report_trigger;
 use crate::config::Config;
-use crate::fleet::control::{Control, Pause, PauseError, PauseOrder, Taken, Until};
+use chrono_tz::Tz;
+
+use crate::fleet::control::{Control, Existing, Pause, PauseError, PauseOrder, Taken, Until};
 use crate::record::history::HISTORY_CAP;
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
@@ -37,6 +40,10 @@ pub struct PauseArgs {
     /// Who pauses (default: $USER@hostname).
     #[arg(long)]
     pub by: Option<String>,
+    /// Replace a pause that already holds (another operator's reason and end): without it,
+    /// the command refuses and names that pause.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -77,21 +84,41 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
         until,
         reason: args.reason.clone(),
     };
-    match runtime.block_on(control.pause(&args.job, &order)) {
-        Ok(taken) => {
-            let until = taken
-                .change
-                .until
-                .map_or("until resumed".to_owned(), |u| format!("until {u}"));
+    let existing = if args.force {
+        Existing::Replace
+    } else {
+        Existing::Keep
+    };
+    let zone = job_zone(&config, &args.job);
+    match runtime.block_on(control.pause_over(&args.job, &order, existing)) {
+        Ok((taken, replaced)) => {
             outln!(
-                "{}: paused on every replica from its next slot, {until} ({})",
+                "{}: paused on every replica from its next slot, {} ({})",
                 args.job,
+                until_text(taken.change.until, zone),
                 config.path.display()
             );
+            if let Some(old) = replaced {
+                outln!("{}: replaced the pause {}", args.job, described(&old, zone));
+            }
             replicated(&args.job, "pause", &taken)
         }
-        Err(e @ PauseError::AlreadyOver { .. }) => {
-            errln!("slotcron: {}: not paused: {e}", args.job);
+        Err(PauseError::AlreadyPaused(old)) => {
+            errln!(
+                "slotcron: {}: not paused again: already paused {}; --force replaces it",
+                args.job,
+                described(&old, zone)
+            );
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(PauseError::AlreadyOver { until, now }) => {
+            errln!(
+                "slotcron: {}: not paused: --until {} is not after the fleet's time ({}, the \
+                 Redis nodes' TIME): the pause would never hold (is this machine's clock off?)",
+                args.job,
+                local_time(until, zone),
+                local_time(now, zone)
+            );
             ExitCode::from(EXIT_CONFIG)
         }
         Err(e @ PauseError::NoMajority(_)) => {
@@ -99,6 +126,38 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             ExitCode::from(EXIT_UNAVAILABLE)
         }
     }
+}
+
+/// The zone `job`'s times print in, as `history` prints its slots: the job's own, else
+/// `[scheduler] timezone`.
+fn job_zone(config: &Config, job: &str) -> Tz {
+    config
+        .jobs
+        .iter()
+        .find(|j| j.name == job)
+        .map_or(config.scheduler.timezone, |j| j.zone())
+}
+
+/// A pause as the CLI names it: who, since when, until when, why.
+fn described(pause: &Pause, zone: Tz) -> String {
+    let reason = pause
+        .reason
+        .as_deref()
+        .map(|r| format!(", reason {r:?}"))
+        .unwrap_or_default();
+    format!(
+        "by {} since {}, {}{reason}",
+        pause.by,
+        local_time(pause.at, zone),
+        until_text(pause.until, zone)
+    )
+}
+
+/// `until TIME`, or `until resumed` for a pause without an end.
+fn until_text(until: Option<chrono::DateTime<chrono::Utc>>, zone: Tz) -> String {
+    until.map_or("until resumed".to_owned(), |u| {
+        format!("until {}", local_time(u, zone))
+    })
 }
 
 /// `slotcron resume`: ends the pause; with `--catch-up`, also runs the newest slot that fell
@@ -127,12 +186,8 @@ pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
         outln!("{}: was not paused", args.job);
         return replicated(&args.job, "resume", &taken);
     };
-    outln!(
-        "{}: resumed (paused by {} at {})",
-        args.job,
-        pause.by,
-        pause.at
-    );
+    let zone = job_zone(&config, &args.job);
+    outln!("{}: resumed (paused {})", args.job, described(pause, zone));
     if !args.catch_up || taken.is_short() {
         return replicated(&args.job, "resume", &taken);
     }
@@ -196,8 +251,9 @@ fn catch_up_pause(
     match result {
         Ok(Caught::NoSlot) => outln!("{}: no slot fell inside the pause", job.name),
         Ok(Caught::Ran(slot, by)) => outln!(
-            "{}: the newest slot inside the pause, {slot}, already ran (on {by}): nothing to catch up",
-            job.name
+            "{}: the newest slot inside the pause, {}, already ran (on {by}): nothing to catch up",
+            job.name,
+            slot.rfc3339_in(job.zone())
         ),
         Ok(Caught::Raced(result)) => return report_trigger(&job.name, &result),
         Err(e) => {

@@ -177,6 +177,13 @@ pub(crate) fn unknown_job(config: &Config, name: &str) -> String {
 #[error("{0}")]
 pub(crate) struct UnknownJob(pub String);
 
+/// A time as every command prints it: RFC 3339 to the second, in `zone` (the job's, or
+/// `[scheduler] timezone`), as `history` prints its slots.
+pub(crate) fn local_time(t: DateTime<Utc>, zone: chrono_tz::Tz) -> String {
+    t.with_timezone(&zone)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 /// Which way a duration given for a time goes from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Offset {

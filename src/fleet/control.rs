@@ -128,9 +128,22 @@ pub enum PauseError {
         /// The fleet's time when the pause was to be taken.
         now: DateTime<Utc>,
     },
+    /// Another pause holds, and the order does not replace one ([`Existing::Keep`]).
+    #[error("already paused by {} since {}", .0.by, .0.at)]
+    AlreadyPaused(Box<Pause>),
     /// Fewer than a majority took it.
     #[error(transparent)]
     NoMajority(#[from] NoMajority),
+}
+
+/// What a pause does to one that already holds (another operator's, with its own reason and
+/// end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Refuse: [`PauseError::AlreadyPaused`] names it.
+    Keep,
+    /// Replace it; the pause replaced is returned.
+    Replace,
 }
 
 impl PauseOrder {
@@ -315,8 +328,20 @@ impl Control {
     /// majority, the log, the announcement, then the primary's replicas asked to acknowledge it
     /// (sentinel and cluster modes).
     pub async fn pause(&self, job: &str, order: &PauseOrder) -> Result<Taken<Pause>, PauseError> {
+        let (taken, _) = self.pause_over(job, order, Existing::Replace).await?;
+        Ok(taken)
+    }
+
+    /// [`Control::pause`], deciding what becomes of a pause that already holds (on the fleet's
+    /// clock at the new one's stamp); returns the one it replaced, if any.
+    pub async fn pause_over(
+        &self,
+        job: &str,
+        order: &PauseOrder,
+        existing: Existing,
+    ) -> Result<(Taken<Pause>, Option<Pause>), PauseError> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(Taken::unreplicated(order.stamped(Utc::now())));
+            return Ok((Taken::unreplicated(order.stamped(Utc::now())), None));
         };
         let newest = read_newest(nodes, prefix, &[job.to_owned()])
             .await
@@ -330,15 +355,23 @@ impl Control {
                 now: pause.at,
             });
         }
+        let holding = match newest {
+            Some(PauseEvent::Paused(old)) if old.holds_at(pause.at) => Some(old),
+            _ => None,
+        };
+        if let (Some(old), Existing::Keep) = (&holding, existing) {
+            return Err(PauseError::AlreadyPaused(Box::new(old.clone())));
+        }
         let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
         majority(nodes, cmd).await?;
         let replication = self.changed(job, &PauseEvent::Paused(pause.clone())).await;
-        Ok(Taken {
+        let taken = Taken {
             change: pause,
             replication,
-        })
+        };
+        Ok((taken, holding))
     }
 
     /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority, acknowledged
