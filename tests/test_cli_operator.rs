@@ -8,11 +8,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{slotcron_cli, write_config, RedisServer};
+use std::time::Duration;
 
-/// A fleet's file: a daily job that sends to a webhook (resolvable here) and a log job, in a
-/// zone other than UTC so a time printed in UTC shows.
-fn fleet_config(dir: &Path, node: &str, webhook: &str) -> PathBuf {
+use common::{slotcron_cli, write_config, Receiver, RedisCluster, RedisServer, Replica};
+
+/// A fleet's file on `nodes`: a yearly job that sends to a webhook (the `webhook` line) and an
+/// hourly log job, in a zone other than UTC so a time printed in UTC shows.
+fn fleet_config(dir: &Path, nodes: &[String], webhook: &str) -> PathBuf {
+    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let nodes = nodes.join(", ");
     write_config(
         dir,
         &format!(
@@ -21,11 +25,11 @@ fn fleet_config(dir: &Path, node: &str, webhook: &str) -> PathBuf {
             timezone = "Asia/Shanghai"
             key_prefix = "ops"
             [redis]
-            nodes = ["{node}"]
+            nodes = [{nodes}]
             node_timeout = "250ms"
             [[job]]
             name = "standup"
-            schedule = "0 30 9 * * *"
+            schedule = "0 30 9 1 1 *"
             timeout = "5s"
             [job.action]
             type = "wecom"
@@ -86,21 +90,33 @@ const UNUSED_WEBHOOK: &str =
 #[test]
 fn check_ends_quietly_on_a_closed_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    let config = fleet_config(
+        dir.path(),
+        &["redis://127.0.0.1:9".to_owned()],
+        UNUSED_WEBHOOK,
+    );
     assert_quiet_on_a_closed_pipe(&config, &["check", "--next", "100000"], 0);
 }
 
 #[test]
 fn health_ends_quietly_on_a_closed_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    let config = fleet_config(
+        dir.path(),
+        &["redis://127.0.0.1:9".to_owned()],
+        UNUSED_WEBHOOK,
+    );
     assert_quiet_on_a_closed_pipe(&config, &["health"], 0);
 }
 
 #[test]
 fn help_ends_quietly_on_a_closed_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), "redis://127.0.0.1:9", UNUSED_WEBHOOK);
+    let config = fleet_config(
+        dir.path(),
+        &["redis://127.0.0.1:9".to_owned()],
+        UNUSED_WEBHOOK,
+    );
     assert_quiet_on_a_closed_pipe(&config, &["history", "--help"], 0);
 }
 
@@ -108,8 +124,8 @@ fn help_ends_quietly_on_a_closed_pipe() {
 fn history_ends_quietly_on_a_closed_pipe() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
-    slotcron_cli(&config, &["trigger", "demo"]);
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
+    slotcron_cli(&config, &["trigger", "--local", "demo"]);
     assert_quiet_on_a_closed_pipe(&config, &["history"], 0);
     assert_quiet_on_a_closed_pipe(&config, &["history", "--json"], 0);
 }
@@ -118,7 +134,7 @@ fn history_ends_quietly_on_a_closed_pipe() {
 fn history_since_ends_quietly_on_a_closed_pipe() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
     assert_quiet_on_a_closed_pipe(
         &config,
         &["history", "--job", "standup", "--since", "3650d"],
@@ -131,7 +147,7 @@ fn history_since_ends_quietly_on_a_closed_pipe() {
 fn pause_and_resume_end_quietly_on_a_closed_pipe() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
     assert_quiet_on_a_closed_pipe(&config, &["pause", "demo", "--reason", "pipe"], 0);
     assert_quiet_on_a_closed_pipe(&config, &["resume", "demo"], 0);
 }
@@ -140,8 +156,8 @@ fn pause_and_resume_end_quietly_on_a_closed_pipe() {
 fn trigger_ends_quietly_on_a_closed_pipe() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
-    assert_quiet_on_a_closed_pipe(&config, &["trigger", "demo"], 0);
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
+    assert_quiet_on_a_closed_pipe(&config, &["trigger", "--local", "demo"], 0);
 }
 
 /// The fleet's own file as a workstation has it: the webhook's secret file is mounted on the
@@ -155,7 +171,7 @@ fn secret_absent(dir: &Path) -> String {
 fn history_pause_and_resume_work_without_the_webhook_secrets_and_check_reports_them() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), &secret_absent(dir.path()));
+    let config = fleet_config(dir.path(), &[redis.url()], &secret_absent(dir.path()));
     for args in [
         &["pause", "standup", "--reason", "from a workstation"][..],
         &["history"],
@@ -188,7 +204,7 @@ fn every_command_that_needs_redis_exits_4_when_no_node_answers() {
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on: the node refuses every connection.
     let dead = format!("redis://127.0.0.1:{}", common::free_port());
-    let config = fleet_config(dir.path(), &dead, UNUSED_WEBHOOK);
+    let config = fleet_config(dir.path(), &[dead], UNUSED_WEBHOOK);
     for args in [
         &["history"][..],
         &["history", "--since", "1d"],
@@ -218,7 +234,7 @@ fn times_in(text: &str) -> Vec<&str> {
 fn a_second_pause_needs_force_and_names_the_pause_it_replaces_in_the_configured_zone() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet_config(dir.path(), &redis.url(), UNUSED_WEBHOOK);
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
     let first = [
         "pause",
         "demo",
@@ -266,4 +282,86 @@ fn a_second_pause_needs_force_and_names_the_pause_it_replaces_in_the_configured_
             "{time:?} in {printed}"
         );
     }
+}
+
+/// The fleet's file with `nodes`, its robot job's key read from the file `webhook` beside it
+/// (present on the replicas, absent on the workstation).
+fn fleet_on(dir: &Path, nodes: &[String], secret: Option<&str>) -> PathBuf {
+    if let Some(url) = secret {
+        common::write_file(dir, "webhook", url);
+    }
+    fleet_config(dir, nodes, r#"webhook_file = "webhook""#)
+}
+
+/// How long a replica may take to start on a loaded machine.
+const START_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn trigger_runs_the_job_on_a_fleet_replica_and_prints_who_ran_it() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let (fleet_dir, desk_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let webhook = format!("{}/cgi-bin/webhook/send?key=fleettrigger01", receiver.uri());
+    let fleet = fleet_on(fleet_dir.path(), &cluster.urls(), Some(&webhook));
+    let replicas: Vec<Replica> = (0..3)
+        .map(|i| Replica::run(&fleet, &format!("fleet-{i}"), &[]))
+        .collect();
+    for r in &replicas {
+        let started = r.wait_for_json(START_WITHIN, |l| l["message"] == "slotcron started");
+        assert!(
+            started.is_some(),
+            "a replica did not start: {:?}",
+            r.lines()
+        );
+    }
+
+    // The workstation's copy of the file: the secret is not there.
+    let desk = fleet_on(desk_dir.path(), &cluster.urls(), None);
+    let asked = std::time::Instant::now();
+    let out = slotcron(&desk, &["trigger", "standup"]).output().unwrap();
+    eprintln!("measured: trigger answered in {:?}", asked.elapsed());
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    for r in &replicas {
+        r.terminate();
+    }
+    assert_eq!(out.status.code(), Some(0), "trigger: {said}{err}");
+    assert_eq!(receiver.count(), 1, "sent once across the fleet: {said}");
+    let won: Vec<serde_json::Value> = replicas
+        .iter()
+        .flat_map(Replica::json_lines)
+        .filter(|l| l["job"] == "standup" && l["outcome"] == "won" && l["trigger"] == "trigger")
+        .collect();
+    assert_eq!(
+        won.len(),
+        1,
+        "one won line, in a fleet replica's log: {won:?}"
+    );
+    eprintln!("trigger printed: {said}");
+    let winner = won[0]["replica"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with(&format!("standup: run by {winner}: done")),
+        "the CLI names the replica that ran it and how it ended: {said}"
+    );
+}
+
+#[test]
+fn trigger_with_no_fleet_replica_alive_says_so_unless_local() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
+    let out = slotcron(&config, &["trigger", "demo"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "no replica alive: {err}");
+    assert!(
+        err.contains("no replica of the fleet") && err.contains("--local"),
+        "{err}"
+    );
+    let here = slotcron_cli(&config, &["trigger", "--local", "demo"]);
+    assert!(
+        here.starts_with("demo: done"),
+        "--local runs it here: {here}"
+    );
 }

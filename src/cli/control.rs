@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::shared::{
-    connect, default_replica_id, load_or_exit, load_unsent_or_exit, local_time, runtime,
+    connect, default_replica_id, load_or_exit, load_unsent_or_exit, local_time, operator, runtime,
     time_or_span, unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG,
     EXIT_UNAVAILABLE,
 };
@@ -306,10 +306,4 @@ fn parse_until(text: &str) -> Result<Until, BadTime> {
         TimeOrSpan::At(at) => Until::At(at),
         TimeOrSpan::Span(span) => Until::After(span),
     })
-}
-
-/// `$USER@hostname`: who runs the CLI, for the pause record.
-fn operator() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "someone".to_owned());
-    format!("{user}@{}", default_replica_id())
 }

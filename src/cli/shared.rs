@@ -74,7 +74,12 @@ pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, 
 /// secret is resolved, so the fleet's own file works from a workstation without them
 /// ([`config::load_without_secrets`]). `check` and the commands that send still need them.
 pub(crate) fn load_unsent_or_exit(path: &Path) -> Result<Config, ExitCode> {
-    reported(path, LogFormat::Text, config::load_without_secrets(path))
+    load_unsent_or_exit_as(path, LogFormat::Text)
+}
+
+/// [`load_unsent_or_exit`] for a command that logs in `format` (see [`load_or_exit_as`]).
+pub(crate) fn load_unsent_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, ExitCode> {
+    reported(path, format, config::load_without_secrets(path))
 }
 
 /// The loaded configuration, or its errors printed (as `format`'s lines) and the exit code.
@@ -124,6 +129,12 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// This replica's name when `--replica-id` is not given: the hostname.
 pub(crate) fn default_replica_id() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// `$USER@hostname`: who runs the CLI, for a pause record or a trigger request.
+pub(crate) fn operator() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "someone".to_owned());
+    format!("{user}@{}", default_replica_id())
 }
 
 /// The pool of the config's Redis nodes for a CLI command (`[redis] mode`'s: in sentinel mode,
