@@ -639,7 +639,12 @@ async fn take_trigger(replica: Replica, ctx: Arc<SlotEnv>, job: Arc<Job>, reques
     };
     tracing::info!(job = %job.name, slot = %slot, replica = %replica.name, by = %request.by,
         "trigger asked of the fleet");
-    let Some(result) = crate::slot::once(&ctx, Trigger::Manual, job, slot).await else {
+    let trigger = if request.catch_up {
+        Trigger::CatchUp
+    } else {
+        Trigger::Manual
+    };
+    let Some(result) = crate::slot::once(&ctx, trigger, job, slot).await else {
         return;
     };
     let (ending, text) = result.told();

@@ -15,6 +15,11 @@ use common::{slotcron_cli, write_config, Receiver, RedisCluster, RedisServer, Re
 /// A fleet's file on `nodes`: a yearly job that sends to a webhook (the `webhook` line) and an
 /// hourly log job, in a zone other than UTC so a time printed in UTC shows.
 fn fleet_config(dir: &Path, nodes: &[String], webhook: &str) -> PathBuf {
+    fleet_file(dir, nodes, webhook, "0 30 9 1 1 *")
+}
+
+/// [`fleet_config`] with the robot job on `schedule`.
+fn fleet_file(dir: &Path, nodes: &[String], webhook: &str, schedule: &str) -> PathBuf {
     let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
     let nodes = nodes.join(", ");
     write_config(
@@ -29,7 +34,7 @@ fn fleet_config(dir: &Path, nodes: &[String], webhook: &str) -> PathBuf {
             node_timeout = "250ms"
             [[job]]
             name = "standup"
-            schedule = "0 30 9 1 1 *"
+            schedule = "{schedule}"
             timeout = "5s"
             [job.action]
             type = "wecom"
@@ -286,23 +291,16 @@ fn a_second_pause_needs_force_and_names_the_pause_it_replaces_in_the_configured_
 
 /// The fleet's file with `nodes`, its robot job's key read from the file `webhook` beside it
 /// (present on the replicas, absent on the workstation).
-fn fleet_on(dir: &Path, nodes: &[String], secret: Option<&str>) -> PathBuf {
+fn fleet_on(dir: &Path, nodes: &[String], secret: Option<&str>, schedule: &str) -> PathBuf {
     if let Some(url) = secret {
         common::write_file(dir, "webhook", url);
     }
-    fleet_config(dir, nodes, r#"webhook_file = "webhook""#)
+    fleet_file(dir, nodes, r#"webhook_file = "webhook""#, schedule)
 }
 
-/// How long a replica may take to start on a loaded machine.
-const START_WITHIN: Duration = Duration::from_secs(30);
-
-#[test]
-fn trigger_runs_the_job_on_a_fleet_replica_and_prints_who_ran_it() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let (fleet_dir, desk_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let webhook = format!("{}/cgi-bin/webhook/send?key=fleettrigger01", receiver.uri());
-    let fleet = fleet_on(fleet_dir.path(), &cluster.urls(), Some(&webhook));
+/// A 3-replica fleet on `nodes` (its file in `dir`, with the robot job's secret), started.
+fn start_fleet(dir: &Path, nodes: &[String], webhook: &str, schedule: &str) -> Vec<Replica> {
+    let fleet = fleet_on(dir, nodes, Some(webhook), schedule);
     let replicas: Vec<Replica> = (0..3)
         .map(|i| Replica::run(&fleet, &format!("fleet-{i}"), &[]))
         .collect();
@@ -314,9 +312,32 @@ fn trigger_runs_the_job_on_a_fleet_replica_and_prints_who_ran_it() {
             r.lines()
         );
     }
+    replicas
+}
+
+/// The won lines of the robot job's races started by `trigger`, in the replicas' logs.
+fn won_lines(replicas: &[Replica], trigger: &str) -> Vec<serde_json::Value> {
+    replicas
+        .iter()
+        .flat_map(Replica::json_lines)
+        .filter(|l| l["job"] == "standup" && l["outcome"] == "won" && l["trigger"] == trigger)
+        .collect()
+}
+
+/// How long a replica may take to start on a loaded machine.
+const START_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn trigger_runs_the_job_on_a_fleet_replica_and_prints_who_ran_it() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let (fleet_dir, desk_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let webhook = format!("{}/cgi-bin/webhook/send?key=fleettrigger01", receiver.uri());
+    let yearly = "0 30 9 1 1 *";
+    let replicas = start_fleet(fleet_dir.path(), &cluster.urls(), &webhook, yearly);
 
     // The workstation's copy of the file: the secret is not there.
-    let desk = fleet_on(desk_dir.path(), &cluster.urls(), None);
+    let desk = fleet_on(desk_dir.path(), &cluster.urls(), None, yearly);
     let asked = std::time::Instant::now();
     let out = slotcron(&desk, &["trigger", "standup"]).output().unwrap();
     eprintln!("measured: trigger answered in {:?}", asked.elapsed());
@@ -329,11 +350,7 @@ fn trigger_runs_the_job_on_a_fleet_replica_and_prints_who_ran_it() {
     }
     assert_eq!(out.status.code(), Some(0), "trigger: {said}{err}");
     assert_eq!(receiver.count(), 1, "sent once across the fleet: {said}");
-    let won: Vec<serde_json::Value> = replicas
-        .iter()
-        .flat_map(Replica::json_lines)
-        .filter(|l| l["job"] == "standup" && l["outcome"] == "won" && l["trigger"] == "trigger")
-        .collect();
+    let won = won_lines(&replicas, "trigger");
     assert_eq!(
         won.len(),
         1,
@@ -363,5 +380,41 @@ fn trigger_with_no_fleet_replica_alive_says_so_unless_local() {
     assert!(
         here.starts_with("demo: done"),
         "--local runs it here: {here}"
+    );
+}
+
+#[test]
+fn resume_catch_up_runs_the_slot_on_a_fleet_replica() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let (fleet_dir, desk_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let webhook = format!("{}/cgi-bin/webhook/send?key=fleetcatchup01", receiver.uri());
+    let every_second = "* * * * * *";
+    let replicas = start_fleet(fleet_dir.path(), &cluster.urls(), &webhook, every_second);
+    let desk = fleet_on(desk_dir.path(), &cluster.urls(), None, every_second);
+    slotcron_cli(&desk, &["pause", "standup"]);
+    // Slots fall inside the pause (one a second), and none runs.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = slotcron(&desk, &["resume", "standup", "--catch-up"])
+        .output()
+        .unwrap();
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    for r in &replicas {
+        r.terminate();
+    }
+    assert_eq!(out.status.code(), Some(0), "resume --catch-up: {said}{err}");
+    let won = won_lines(&replicas, "catch_up");
+    assert_eq!(
+        won.len(),
+        1,
+        "the catch-up won once, on a fleet replica: {won:?}"
+    );
+    let winner = won[0]["replica"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!("standup: run by {winner}: done")),
+        "the CLI names the replica that caught the slot up: {said}"
     );
 }

@@ -1,26 +1,27 @@
 //! `slotcron pause` and `resume`: fleet-wide, kept on the Redis nodes.
 
-use super::out::{errln, outln};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use chrono_tz::Tz;
 use clap::Args;
 
+use super::out::{errln, outln};
 use super::shared::{
-    connect, default_replica_id, load_or_exit, load_unsent_or_exit, local_time, operator, runtime,
-    time_or_span, unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan, EXIT_CONFIG,
-    EXIT_UNAVAILABLE,
+    connect, default_replica_id, exit_code_of, load_or_exit, load_unsent_or_exit, local_time,
+    operator, runtime, time_or_span, unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan,
+    EXIT_CONFIG, EXIT_UNAVAILABLE,
 };
-use super::trigger::report_trigger;
-use crate::config::Config;
-use chrono_tz::Tz;
-
+use super::trigger::{ask_the_fleet, report_asked, report_trigger, Asked};
+use crate::config::{Config, Job};
 use crate::fleet::control::{Control, Existing, Pause, PauseError, PauseOrder, Taken, Until};
-use crate::record::history::HISTORY_CAP;
+use crate::record::history::{History, HISTORY_CAP};
+use crate::redis::Nodes;
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
-use crate::time::schedule::{Slot, SystemClock};
+use crate::time::fleet_clock::{FleetClock, Measurement};
+use crate::time::schedule::{Clock, Slot, SystemClock};
 
 #[derive(Debug, Args)]
 /// `slotcron pause`.
@@ -61,13 +62,17 @@ pub struct ResumeArgs {
     /// Who resumes (default: $USER@hostname).
     #[arg(long)]
     pub by: Option<String>,
+    /// With `--catch-up`: run the slot in this process (this machine's network, the job's
+    /// secrets read here) instead of asking the running fleet to.
+    #[arg(long, requires = "catch_up")]
+    pub local: bool,
 }
 
 /// `slotcron pause`: records the pause on a majority of the nodes; every replica honours it
 /// from its next slot.
 pub(super) fn pause(args: &PauseArgs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
-    let (runtime, config, control) =
+    let (runtime, config, control, _) =
         match control_of(&args.config.config, &args.job, load_unsent_or_exit) {
             Ok(parts) => parts,
             Err(code) => return code,
@@ -164,13 +169,13 @@ fn until_text(until: Option<chrono::DateTime<chrono::Utc>>, zone: Tz) -> String 
 /// inside it, through the race (once across the fleet).
 pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
-    // Only a catch-up sends (from this process): only it needs the job's secrets.
-    let load = if args.catch_up {
+    // Only a local catch-up sends from this process: only it needs the job's secrets.
+    let load = if args.local {
         load_or_exit
     } else {
         load_unsent_or_exit
     };
-    let (runtime, config, control) = match control_of(&args.config.config, &args.job, load) {
+    let (runtime, config, control, nodes) = match control_of(&args.config.config, &args.job, load) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -192,7 +197,11 @@ pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
         return replicated(&args.job, "resume", &taken);
     }
     logs.init();
-    catch_up_pause(&config, &args.job, pause, &runtime)
+    let Some(job) = config.jobs.iter().find(|j| j.name == args.job).cloned() else {
+        return ExitCode::SUCCESS;
+    };
+    let fleet = (!args.local).then_some(nodes);
+    catch_up_pause(&config, &job, pause, &runtime, fleet)
 }
 
 /// Exit 0 when the primary's replicas acknowledged the change (`WAIT`, sentinel and cluster
@@ -215,38 +224,51 @@ fn replicated<T>(job: &str, what: &str, taken: &Taken<T>) -> ExitCode {
 /// Runs the newest slot of `job` inside `pause`, as a catch-up through the race: judged on
 /// the fleet clock (not this machine's), and only when the history, read from a majority of
 /// the nodes, has no run of it (a slot raced as the pause was taken did run; once its key
-/// expired the race alone would let it run again).
+/// expired the race alone would let it run again). The running fleet races it (`fleet`, its
+/// nodes), or this process does (`--local`).
 fn catch_up_pause(
     config: &Config,
-    job: &str,
+    job: &Arc<Job>,
     pause: &Pause,
     runtime: &tokio::runtime::Runtime,
+    fleet: Option<Arc<Nodes>>,
 ) -> ExitCode {
-    let Some(job) = config.jobs.iter().find(|j| j.name == job).cloned() else {
-        return ExitCode::SUCCESS;
-    };
+    let prefix = &config.scheduler.key_prefix;
     let result = runtime.block_on(async {
-        let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
-        let ctx = replica.context(config);
-        let now = ctx.race().clock().fleet_now();
-        let end = pause.until.map_or(now, |u| u.min(now));
-        let newest = job
-            .schedule
-            .upcoming(pause.at, 100_000)
-            .into_iter()
-            .take_while(|s| s.instant() < end)
-            .last();
-        let Some(slot) = newest else {
-            return anyhow::Ok(Caught::NoSlot);
-        };
-        let runs = ctx.books().history().read(&job.name, HISTORY_CAP).await?;
-        if let Some(run) = runs.iter().find(|r| r.slot == slot) {
-            return Ok(Caught::Ran(slot, run.replica.clone()));
+        match fleet {
+            Some(nodes) => {
+                let clock = FleetClock::new(Arc::new(SystemClock), true);
+                if matches!(clock.measure(&nodes).await, Measurement::NoAnswer) {
+                    return Ok(Caught::Asked(Asked::RedisUnavailable));
+                }
+                let history = History::Redis {
+                    nodes: nodes.clone(),
+                    prefix: prefix.clone(),
+                };
+                Ok(
+                    match newest_inside(job, pause, clock.fleet_now(), &history).await? {
+                        Inside::Due(slot) => {
+                            Caught::Asked(ask_the_fleet(&nodes, prefix, job, Some(slot)).await)
+                        }
+                        Inside::Settled(caught) => caught,
+                    },
+                )
+            }
+            None => {
+                let replica =
+                    Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
+                let ctx = replica.context(config);
+                let now = ctx.race().clock().fleet_now();
+                let slot = match newest_inside(job, pause, now, ctx.books().history()).await? {
+                    Inside::Due(slot) => slot,
+                    Inside::Settled(caught) => return anyhow::Ok(caught),
+                };
+                let raced = crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
+                Ok(Caught::Raced(
+                    raced.context("the catch-up ended without a result")?,
+                ))
+            }
         }
-        let raced = crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
-        Ok(Caught::Raced(
-            raced.context("the catch-up ended without a result")?,
-        ))
     });
     match result {
         Ok(Caught::NoSlot) => outln!("{}: no slot fell inside the pause", job.name),
@@ -256,12 +278,46 @@ fn catch_up_pause(
             slot.rfc3339_in(job.zone())
         ),
         Ok(Caught::Raced(result)) => return report_trigger(&job.name, &result),
+        Ok(Caught::Asked(asked)) => return report_asked(&job.name, prefix, asked),
         Err(e) => {
             errln!("slotcron: {}: catch-up not run: {e:#}", job.name);
-            return ExitCode::from(EXIT_UNAVAILABLE);
+            return exit_code_of(&e);
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The newest slot of `job` inside `pause` as of `now` on the fleet clock, and whether
+/// `history` has a run of it.
+async fn newest_inside(
+    job: &Job,
+    pause: &Pause,
+    now: chrono::DateTime<chrono::Utc>,
+    history: &History,
+) -> anyhow::Result<Inside> {
+    let end = pause.until.map_or(now, |u| u.min(now));
+    let newest = job
+        .schedule
+        .upcoming(pause.at, 100_000)
+        .into_iter()
+        .take_while(|s| s.instant() < end)
+        .last();
+    let Some(slot) = newest else {
+        return Ok(Inside::Settled(Caught::NoSlot));
+    };
+    let runs = history.read(&job.name, HISTORY_CAP).await?;
+    Ok(match runs.iter().find(|r| r.slot == slot) {
+        Some(run) => Inside::Settled(Caught::Ran(slot, run.replica.clone())),
+        None => Inside::Due(slot),
+    })
+}
+
+/// The newest slot inside a pause: still to run, or settled without a race.
+enum Inside {
+    /// No run of it is recorded.
+    Due(Slot),
+    /// None fell inside, or it ran.
+    Settled(Caught),
 }
 
 /// What `resume --catch-up` found.
@@ -270,17 +326,19 @@ enum Caught {
     NoSlot,
     /// The newest slot inside it has a run record (by that replica).
     Ran(Slot, String),
-    /// It had none, and was raced for.
+    /// It had none, and was raced for here (`--local`).
     Raced(SlotResult),
+    /// It had none, and the fleet was asked to race it.
+    Asked(Asked),
 }
 
-/// The configuration (as `load` reads it), the fleet's control and a runtime, for a job the
-/// file schedules.
+/// The configuration (as `load` reads it), the fleet's control, its nodes and a runtime, for a
+/// job the file schedules.
 fn control_of(
     path: &std::path::Path,
     job: &str,
     load: fn(&std::path::Path) -> Result<Config, ExitCode>,
-) -> Result<(tokio::runtime::Runtime, Config, Control), ExitCode> {
+) -> Result<(tokio::runtime::Runtime, Config, Control, Arc<Nodes>), ExitCode> {
     let config = load(path)?;
     let Some(redis) = &config.redis else {
         errln!(
@@ -295,8 +353,8 @@ fn control_of(
     }
     let runtime = runtime()?;
     let nodes = connect(redis, "control", &runtime)?;
-    let control = Control::redis(nodes, &config.scheduler.key_prefix);
-    Ok((runtime, config, control))
+    let control = Control::redis(nodes.clone(), &config.scheduler.key_prefix);
+    Ok((runtime, config, control, nodes))
 }
 
 /// `--until`: an RFC 3339 time, or a duration from the pause's stamp on the fleet's clock (not

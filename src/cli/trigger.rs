@@ -72,7 +72,7 @@ pub(super) fn trigger(args: TriggerArgs, logs: Logs) -> ExitCode {
         Err(code) => return code,
     };
     let prefix = &config.scheduler.key_prefix;
-    let asked = runtime.block_on(ask_the_fleet(&nodes, prefix, &job));
+    let asked = runtime.block_on(ask_the_fleet(&nodes, prefix, &job, None));
     report_asked(&job.name, prefix, asked)
 }
 
@@ -105,7 +105,7 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(5);
 
 /// What asking the fleet came to.
-enum Asked {
+pub(super) enum Asked {
     /// No node answered (the subscription, the fleet clock or the request).
     RedisUnavailable,
     /// The request reached no replica of the fleet.
@@ -123,7 +123,13 @@ enum Asked {
 
 /// Listens for the answers, stamps the slot on the fleet clock, publishes the request and
 /// waits for the replica that ran it (or for every replica that heard it to answer).
-async fn ask_the_fleet(nodes: &Arc<Nodes>, prefix: &str, job: &Job) -> Asked {
+/// `at`: the slot to run as a catch-up (`resume --catch-up`), else the fleet's current second.
+pub(super) async fn ask_the_fleet(
+    nodes: &Arc<Nodes>,
+    prefix: &str,
+    job: &Job,
+    at: Option<Slot>,
+) -> Asked {
     let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
     let id = format!("{}-{}", operator(), Utc::now().timestamp_micros());
     let channel = triggers::reply_channel(prefix, &id);
@@ -136,11 +142,13 @@ async fn ask_the_fleet(nodes: &Arc<Nodes>, prefix: &str, job: &Job) -> Asked {
         if matches!(clock.measure(nodes).await, Measurement::NoAnswer) {
             return Asked::RedisUnavailable;
         }
+        let slot = at.unwrap_or_else(|| Slot::at(clock.fleet_now()));
         let request = TriggerRequest {
             id,
             job: job.name.clone(),
-            slot_ms: Slot::at(clock.fleet_now()).instant().timestamp_millis(),
+            slot_ms: slot.instant().timestamp_millis(),
             by: operator(),
+            catch_up: at.is_some(),
         };
         match triggers::ask(nodes, prefix, &request).await {
             None => Asked::RedisUnavailable,
@@ -204,7 +212,7 @@ async fn answers(
 }
 
 /// Prints what asking the fleet came to; its exit code.
-fn report_asked(job: &str, prefix: &str, asked: Asked) -> ExitCode {
+pub(super) fn report_asked(job: &str, prefix: &str, asked: Asked) -> ExitCode {
     match asked {
         Asked::RedisUnavailable => {
             errln!("slotcron: {job}: not triggered: Redis unavailable (no node answered)");

@@ -1,4 +1,4 @@
-//! Triggers asked of the fleet: `slotcron trigger JOB` publishes a [`TriggerRequest`] on
+//! Triggers asked of the fleet: `slotcron trigger JOB` (and `resume --catch-up`) publishes a [`TriggerRequest`] on
 //! `{key_prefix}:trigger` (every node, as a handoff offer is), and every replica that hears it
 //! races the named slot through the same entry as a scheduled one, so it runs once across the
 //! fleet, on a replica, with the fleet's network and secrets. Each replica that raced publishes
@@ -31,6 +31,10 @@ pub struct TriggerRequest {
     pub slot_ms: i64,
     /// Who asked (`$USER@hostname`), for the log.
     pub by: String,
+    /// A slot that fell inside a pause (`resume --catch-up`), raced as a catch-up (no start
+    /// window), not the current second.
+    #[serde(default)]
+    pub catch_up: bool,
 }
 
 impl TriggerRequest {
