@@ -418,3 +418,44 @@ fn resume_catch_up_runs_the_slot_on_a_fleet_replica() {
         "the CLI names the replica that caught the slot up: {said}"
     );
 }
+
+#[test]
+fn run_keeps_its_schedule_quietly_on_a_closed_pipe_and_stops_on_sigterm() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
+    // The log job every second instead of hourly, so a run shows soon.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "name = \"demo\"\n            schedule = \"0 0 * * * *\"",
+        "name = \"demo\"\n            schedule = \"* * * * * *\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = slotcron(&config, &["run", "--replica-id", "piped"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its runs reach the history while nothing can read its log.
+    let ran = common::wait_until(START_WITHIN, || {
+        let rows = slotcron_cli(&config, &["history", "--job", "demo", "--json"]);
+        rows.contains("\"piped\"").then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        ran.is_some(),
+        "no run recorded with the log pipe closed: {err}"
+    );
+    assert_eq!(out.status.code(), Some(0), "run on a closed pipe: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "run on a closed pipe: {err}"
+    );
+}

@@ -76,7 +76,10 @@ where
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(ansi)
-        .with_writer(writer);
+        .with_writer(writer)
+        // A log pipe its reader closed (`slotcron run | head`) is the reader's choice: the
+        // schedule goes on, and each event would otherwise say so again on stderr.
+        .log_internal_errors(false);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
