@@ -12,8 +12,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, exit_code_of, load_unsent_or_exit, runtime, time_or_offset_back, unknown_job, BadTime,
-    ConfigArg, UnknownJob, EXIT_CONFIG,
+    connect, exit_code_of, load_unsent_or_exit, local_time, runtime, time_or_offset_back,
+    unknown_job, BadTime, ConfigArg, UnknownJob, EXIT_CONFIG,
 };
 use crate::config::{Config, Job};
 use crate::fleet::control::{paused_intervals, Control};
@@ -204,7 +204,8 @@ async fn job_ledger(
         .collect();
     anyhow::ensure!(
         slots.len() <= LEDGER_MAX_SLOTS,
-        "more than {LEDGER_MAX_SLOTS} slots since {since}: ask for a shorter --since"
+        "more than {LEDGER_MAX_SLOTS} slots since {}: ask for a shorter --since",
+        local_time(since, job.zone())
     );
     let runs = history
         .read(&job.name, (slots.len() * 3 + 16).min(HISTORY_CAP))

@@ -639,11 +639,18 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
         return Ok(());
     }
     let errors: Vec<String> = replies.errors().map(ToString::to_string).collect();
+    // A node the pool holds suspect (down at its last try) is not waited for: no error of its
+    // own, but the message must still say why.
+    let errors = if errors.is_empty() {
+        "no answer from the rest (down at their last try)".to_owned()
+    } else {
+        errors.join("; ")
+    };
     Err(NoMajority {
         acked,
         nodes: nodes.len(),
         needed,
-        errors: errors.join("; "),
+        errors,
     })
 }
 
