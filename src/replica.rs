@@ -1,11 +1,16 @@
 //! The replica: start-up and lifetime. Connects the node pool (reporting each node), measures
 //! the fleet clock, joins the fleet's membership, serves the status endpoints and listens to
-//! the fleet (pauses, handoff offers); then runs one generation of the schedule per
+//! the fleet (pauses, handoff offers, trigger requests); then runs one generation of the schedule per
 //! configuration ([`crate::scheduler`]'s timeline and, at the first start, the look-back of
 //! [`crate::catch_up`]). Every task is tracked; on shutdown no new slot starts and in-flight
 //! slots finish (each within its job's timeout) before [`run_with_reload`] returns. A reload swaps the
 //! generation for one built from the new file; slots already racing or running finish on the
 //! old one.
+//!
+//! Why so long: besides the lifetime, the replica's listeners to the fleet start here, and two
+//! of them take slots from it (handoff offers, `slotcron trigger` requests): each is a short
+//! loop over the replica's own state (its current config, its slot context, its tracker), and
+//! apart from the lifetime they share they would only pass that state back in.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -95,23 +95,34 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
         Existing::Keep
     };
     let zone = job_zone(&config, &args.job);
-    match runtime.block_on(control.pause_over(&args.job, &order, existing)) {
+    let result = runtime.block_on(control.pause_over(&args.job, &order, existing));
+    report_pause(&args.job, &config, zone, result)
+}
+
+/// Prints how `pause` ended; its exit code.
+fn report_pause(
+    job: &str,
+    config: &Config,
+    zone: Tz,
+    result: Result<(Taken<Pause>, Option<Pause>), PauseError>,
+) -> ExitCode {
+    match result {
         Ok((taken, replaced)) => {
             outln!(
                 "{}: paused on every replica from its next slot, {} ({})",
-                args.job,
+                job,
                 until_text(taken.change.until, zone),
                 config.path.display()
             );
             if let Some(old) = replaced {
-                outln!("{}: replaced the pause {}", args.job, described(&old, zone));
+                outln!("{}: replaced the pause {}", job, described(&old, zone));
             }
-            replicated(&args.job, "pause", &taken)
+            replicated(&job, "pause", &taken)
         }
         Err(PauseError::AlreadyPaused(old)) => {
             errln!(
                 "slotcron: {}: not paused again: already paused {}; --force replaces it",
-                args.job,
+                job,
                 described(&old, zone)
             );
             ExitCode::from(EXIT_CONFIG)
@@ -120,14 +131,14 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
             errln!(
                 "slotcron: {}: not paused: --until {} is not after the fleet's time ({}, the \
                  Redis nodes' TIME): the pause would never hold (is this machine's clock off?)",
-                args.job,
+                job,
                 local_time(until, zone),
                 local_time(now, zone)
             );
             ExitCode::from(EXIT_CONFIG)
         }
         Err(e @ PauseError::NoMajority(_)) => {
-            errln!("slotcron: {}: the pause did not hold: {e}", args.job);
+            errln!("slotcron: {}: the pause did not hold: {e}", job);
             ExitCode::from(EXIT_UNAVAILABLE)
         }
     }
@@ -236,38 +247,8 @@ fn catch_up_pause(
     let prefix = &config.scheduler.key_prefix;
     let result = runtime.block_on(async {
         match fleet {
-            Some(nodes) => {
-                let clock = FleetClock::new(Arc::new(SystemClock), true);
-                if matches!(clock.measure(&nodes).await, Measurement::NoAnswer) {
-                    return Ok(Caught::Asked(Asked::RedisUnavailable));
-                }
-                let history = History::Redis {
-                    nodes: nodes.clone(),
-                    prefix: prefix.clone(),
-                };
-                Ok(
-                    match newest_inside(job, pause, clock.fleet_now(), &history).await? {
-                        Inside::Due(slot) => {
-                            Caught::Asked(ask_the_fleet(&nodes, prefix, job, Some(slot)).await)
-                        }
-                        Inside::Settled(caught) => caught,
-                    },
-                )
-            }
-            None => {
-                let replica =
-                    Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
-                let ctx = replica.context(config);
-                let now = ctx.race().clock().fleet_now();
-                let slot = match newest_inside(job, pause, now, ctx.books().history()).await? {
-                    Inside::Due(slot) => slot,
-                    Inside::Settled(caught) => return anyhow::Ok(caught),
-                };
-                let raced = crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
-                Ok(Caught::Raced(
-                    raced.context("the catch-up ended without a result")?,
-                ))
-            }
+            Some(nodes) => catch_up_by_fleet(&nodes, prefix, job, pause).await,
+            None => catch_up_here(config, job, pause).await,
         }
     });
     match result {
@@ -285,6 +266,44 @@ fn catch_up_pause(
         }
     }
     ExitCode::SUCCESS
+}
+
+/// [`catch_up_pause`] by the fleet: the fleet clock and the history read on `nodes`.
+async fn catch_up_by_fleet(
+    nodes: &Arc<Nodes>,
+    prefix: &str,
+    job: &Arc<Job>,
+    pause: &Pause,
+) -> anyhow::Result<Caught> {
+    let clock = FleetClock::new(Arc::new(SystemClock), true);
+    if matches!(clock.measure(nodes).await, Measurement::NoAnswer) {
+        return Ok(Caught::Asked(Asked::RedisUnavailable));
+    }
+    let history = History::Redis {
+        nodes: nodes.clone(),
+        prefix: prefix.to_owned(),
+    };
+    Ok(
+        match newest_inside(job, pause, clock.fleet_now(), &history).await? {
+            Inside::Due(slot) => Caught::Asked(ask_the_fleet(nodes, prefix, job, Some(slot)).await),
+            Inside::Settled(caught) => caught,
+        },
+    )
+}
+
+/// [`catch_up_pause`] in this process (`--local`), as a replica would race it.
+async fn catch_up_here(config: &Config, job: &Arc<Job>, pause: &Pause) -> anyhow::Result<Caught> {
+    let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
+    let ctx = replica.context(config);
+    let now = ctx.race().clock().fleet_now();
+    let slot = match newest_inside(job, pause, now, ctx.books().history()).await? {
+        Inside::Due(slot) => slot,
+        Inside::Settled(caught) => return Ok(caught),
+    };
+    let raced = crate::slot::once(&ctx, Trigger::CatchUp, job.clone(), slot).await;
+    Ok(Caught::Raced(
+        raced.context("the catch-up ended without a result")?,
+    ))
 }
 
 /// The newest slot of `job` inside `pause` as of `now` on the fleet clock, and whether

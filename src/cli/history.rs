@@ -265,27 +265,7 @@ async fn held_keys(
 
 fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
     if json {
-        for (job, entry) in lines {
-            let (fate, duration) = match &entry.fate {
-                Fate::Run(record) => (RowFate::Run(record), record.duration()),
-                Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => (
-                    RowFate::NoRun {
-                        job: &job.name,
-                        slot: entry.slot.rfc3339_utc(),
-                        outcome: entry.fate.outcome(),
-                    },
-                    None,
-                ),
-            };
-            let row = LedgerRow {
-                fate,
-                slot_local: entry.slot.rfc3339_in(job.zone()),
-                duration_ms: duration.map(|d| d.as_millis()),
-                duplicate: entry.duplicate,
-            };
-            outln!("{}", serde_json::to_string(&row).unwrap_or_default());
-        }
-        return;
+        return print_ledger_json(lines);
     }
     outln!(
         "{:<26} {:<20} {:<10} {:<20} {:<9}  ERROR",
@@ -315,6 +295,30 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
     }
     if lines.is_empty() {
         outln!("(no slots)");
+    }
+}
+
+/// `history --since --json`: one object a line.
+fn print_ledger_json(lines: &[(Arc<Job>, Entry)]) {
+    for (job, entry) in lines {
+        let (fate, duration) = match &entry.fate {
+            Fate::Run(record) => (RowFate::Run(record), record.duration()),
+            Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => (
+                RowFate::NoRun {
+                    job: &job.name,
+                    slot: entry.slot.rfc3339_utc(),
+                    outcome: entry.fate.outcome(),
+                },
+                None,
+            ),
+        };
+        let row = LedgerRow {
+            fate,
+            slot_local: entry.slot.rfc3339_in(job.zone()),
+            duration_ms: duration.map(|d| d.as_millis()),
+            duplicate: entry.duplicate,
+        };
+        outln!("{}", serde_json::to_string(&row).unwrap_or_default());
     }
 }
 

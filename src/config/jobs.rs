@@ -73,8 +73,7 @@ impl Loader<'_> {
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
-        let resolved = enabled && self.secrets == super::Secrets::Resolved;
-        self.read_action_files(resolved, &mut table, &section)?;
+        self.read_action_files(enabled && self.resolves(), &mut table, &section)?;
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         let before = self.errors.len();
@@ -95,10 +94,7 @@ impl Loader<'_> {
         if !enabled {
             return None;
         }
-        let action = match self.secrets {
-            super::Secrets::Resolved => self.job_action(name, &section, raw.action),
-            super::Secrets::Unresolved => Some(Action::Fn(FnAction::unresolved())),
-        };
+        let action = self.job_action(name, &section, raw.action);
         if self.errors.len() != before {
             return None;
         }
@@ -171,7 +167,11 @@ impl Loader<'_> {
     }
 
     /// The job's checked action (errors name `action.FIELD`).
+    /// Without the secrets ([`super::load_without_secrets`]), an action that fails if run.
     fn job_action(&mut self, name: &str, section: &Section, raw: raw::RawAction) -> Option<Action> {
+        if !self.resolves() {
+            return Some(Action::Fn(FnAction::unresolved()));
+        }
         let config_dir = self.config_dir.clone();
         actions::ActionCheck {
             loader: self,

@@ -368,6 +368,11 @@ impl<'e> Loader<'e> {
         })
     }
 
+    /// Whether the actions' secrets are resolved ([`load_without_secrets`]: not).
+    fn resolves(&self) -> bool {
+        self.secrets == Secrets::Resolved
+    }
+
     /// A file without jobs, or with every job disabled, is an error (when nothing else is).
     fn check_something_runs(&mut self, jobs: &[Arc<Job>], disabled: &[String]) {
         if jobs.is_empty() && disabled.is_empty() && self.errors.is_empty() {

@@ -74,6 +74,17 @@ pub struct Pause {
 }
 
 impl Pause {
+    /// Its end, if it has one, is after its stamp: else it would never hold.
+    fn ends_after_its_stamp(&self) -> Result<(), PauseError> {
+        match self.until.filter(|until| *until <= self.at) {
+            Some(until) => Err(PauseError::AlreadyOver {
+                until,
+                now: self.at,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the pause holds at `t`.
     pub fn holds_at(&self, t: DateTime<Utc>) -> bool {
         self.at <= t && self.until.is_none_or(|until| t < until)
@@ -144,6 +155,24 @@ pub enum Existing {
     Keep,
     /// Replace it; the pause replaced is returned.
     Replace,
+}
+
+impl Existing {
+    /// The pause `newest` names if it holds at `at` (the one a new pause replaces), or the
+    /// refusal that names it.
+    fn over(
+        self,
+        newest: Option<PauseEvent>,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Pause>, PauseError> {
+        match (newest, self) {
+            (Some(PauseEvent::Paused(old)), Existing::Keep) if old.holds_at(at) => {
+                Err(PauseError::AlreadyPaused(Box::new(old)))
+            }
+            (Some(PauseEvent::Paused(old)), Existing::Replace) if old.holds_at(at) => Ok(Some(old)),
+            _ => Ok(None),
+        }
+    }
 }
 
 impl PauseOrder {
@@ -343,25 +372,10 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok((Taken::unreplicated(order.stamped(Utc::now())), None));
         };
-        let newest = read_newest(nodes, prefix, &[job.to_owned()])
-            .await
-            .1
-            .pop()
-            .flatten();
+        let newest = read_newest_of(nodes, prefix, job).await;
         let pause = order.stamped(stamp(nodes, newest.as_ref()).await);
-        if let Some(until) = pause.until.filter(|until| *until <= pause.at) {
-            return Err(PauseError::AlreadyOver {
-                until,
-                now: pause.at,
-            });
-        }
-        let holding = match newest {
-            Some(PauseEvent::Paused(old)) if old.holds_at(pause.at) => Some(old),
-            _ => None,
-        };
-        if let (Some(old), Existing::Keep) = (&holding, existing) {
-            return Err(PauseError::AlreadyPaused(Box::new(old.clone())));
-        }
+        pause.ends_after_its_stamp()?;
+        let holding = existing.over(newest, pause.at)?;
         let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
@@ -380,11 +394,7 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(Taken::unreplicated(None));
         };
-        let newest = read_newest(nodes, prefix, &[job.to_owned()])
-            .await
-            .1
-            .pop()
-            .flatten();
+        let newest = read_newest_of(nodes, prefix, job).await;
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
             at: stamp(nodes, newest.as_ref()).await,
@@ -724,6 +734,15 @@ async fn restore(nodes: &Nodes, prefix: &str, job: &str, event: &PauseEvent) {
         .await;
     // A replica started since the loss read the nodes without it: it reads the job again.
     pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
+}
+
+/// [`read_newest`] of one job.
+async fn read_newest_of(nodes: &Nodes, prefix: &str, job: &str) -> Option<PauseEvent> {
+    read_newest(nodes, prefix, &[job.to_owned()])
+        .await
+        .1
+        .pop()
+        .flatten()
 }
 
 /// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`
