@@ -117,7 +117,7 @@ fn report_pause(
             if let Some(old) = replaced {
                 outln!("{}: replaced the pause {}", job, described(&old, zone));
             }
-            replicated(&job, "pause", &taken)
+            replicated(job, "pause", &taken)
         }
         Err(PauseError::AlreadyPaused(old)) => {
             errln!(
