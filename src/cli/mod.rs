@@ -59,7 +59,8 @@ pub enum Command {
     Run(RunArgs),
     /// Check the configuration and print each job's next slots.
     Check(CheckArgs),
-    /// Run one job now, through the same race as scheduled slots (once across the fleet).
+    /// Ask the running fleet to run one job now, through the same race as scheduled slots (once
+    /// across the fleet, on a replica); prints who ran it. `--local`: in this process.
     Trigger(TriggerArgs),
     /// Print the run history (who ran what), newest first, merged across the Redis nodes;
     /// with --since, the slot ledger: every scheduled slot of the period and its fate.
