@@ -68,7 +68,8 @@
 //! - [`fleet`]: the fleet as one: `membership` (live replicas by heartbeat, grouped by their
 //!   jobs' definitions, and each slot's candidates), `namesakes` (two live replicas under one
 //!   id, found by the heartbeat and warned about), `destinations` (one fleet per prefix),
-//!   `handoff` (offers of slots a winner could not deliver) and `control` (fleet-wide pause and
+//!   `handoff` (offers of slots a winner could not deliver), `triggers` (`slotcron trigger`'s
+//!   requests, raced by the fleet, and the answers) and `control` (fleet-wide pause and
 //!   resume of jobs, and their log).
 //! - [`config`]: jobs.toml parsed once into checked types; errors name file, job and field.
 //!   Each action's table is handed to that action's own parser.

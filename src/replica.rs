@@ -1,11 +1,16 @@
 //! The replica: start-up and lifetime. Connects the node pool (reporting each node), measures
 //! the fleet clock, joins the fleet's membership, serves the status endpoints and listens to
-//! the fleet (pauses, handoff offers); then runs one generation of the schedule per
+//! the fleet (pauses, handoff offers, trigger requests); then runs one generation of the schedule per
 //! configuration ([`crate::scheduler`]'s timeline and, at the first start, the look-back of
 //! [`crate::catch_up`]). Every task is tracked; on shutdown no new slot starts and in-flight
 //! slots finish (each within its job's timeout) before [`run_with_reload`] returns. A reload swaps the
 //! generation for one built from the new file; slots already racing or running finish on the
 //! old one.
+//!
+//! Why so long: besides the lifetime, the replica's listeners to the fleet start here, and two
+//! of them take slots from it (handoff offers, `slotcron trigger` requests): each is a short
+//! loop over the replica's own state (its current config, its slot context, its tracker), and
+//! apart from the lifetime they share they would only pass that state back in.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -24,6 +29,7 @@ use crate::fleet::control::Control;
 use crate::fleet::destinations;
 use crate::fleet::handoff::{HandoffRequest, Handoffs, OffersSeen};
 use crate::fleet::membership::{Group, Membership};
+use crate::fleet::triggers::{self, TriggerReply, TriggerRequest};
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::ops::liveness::Liveness;
@@ -386,6 +392,17 @@ fn listen_to_the_fleet(
         tracker,
         shutdown,
     );
+    if let Some((_, nodes)) = &replica.fleet {
+        let channel = triggers::request_channel(&replica.key_prefix);
+        let requests = pubsub::subscribe_all(nodes, &channel, tracker, shutdown);
+        tracker.spawn(take_triggers(
+            replica.clone(),
+            current.clone(),
+            requests,
+            tracker.clone(),
+            shutdown.clone(),
+        ));
+    }
     if let Some(offers) = replica.handoffs.listen(tracker, shutdown) {
         tracker.spawn(take_handoffs(
             replica.clone(),
@@ -582,6 +599,66 @@ async fn take_handoffs(
         };
         tracker.spawn(take_handoff(replica.context(&config), job, offer));
     }
+}
+
+/// Races each slot `slotcron trigger` asks of the fleet (once, however many nodes carry the
+/// request) and answers the asker with how the race ended here.
+async fn take_triggers(
+    replica: Replica,
+    current: Arc<RwLock<Arc<Config>>>,
+    mut heard: mpsc::Receiver<Heard>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut seen = triggers::Seen::default();
+    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
+        let Heard::Message(payload) = message else {
+            continue;
+        };
+        let Ok(request) = serde_json::from_str::<TriggerRequest>(&payload) else {
+            tracing::debug!(replica = %replica.name, "ignoring a malformed trigger request");
+            continue;
+        };
+        if !seen.first_time(&request) {
+            continue;
+        }
+        let config = read(&current);
+        let Some(job) = config.jobs.iter().find(|j| j.name == request.job).cloned() else {
+            tracing::debug!(job = %request.job, replica = %replica.name, "trigger for a job this replica does not run");
+            continue;
+        };
+        tracker.spawn(take_trigger(
+            replica.clone(),
+            replica.context(&config),
+            job,
+            request,
+        ));
+    }
+}
+
+/// Races one triggered slot as `slotcron trigger` would have in its own process, then answers
+/// on the request's channel: a named task, so a slow run holds up no other request.
+async fn take_trigger(replica: Replica, ctx: Arc<SlotEnv>, job: Arc<Job>, request: TriggerRequest) {
+    let (Some(slot), Some((_, nodes))) = (request.slot(), &replica.fleet) else {
+        return;
+    };
+    tracing::info!(job = %job.name, slot = %slot, replica = %replica.name, by = %request.by,
+        "trigger asked of the fleet");
+    let trigger = if request.catch_up {
+        Trigger::CatchUp
+    } else {
+        Trigger::Manual
+    };
+    let Some(result) = crate::slot::once(&ctx, trigger, job, slot).await else {
+        return;
+    };
+    let (ending, text) = result.told();
+    let reply = TriggerReply {
+        replica: replica.name.clone(),
+        ending,
+        text,
+    };
+    triggers::answer(nodes, &replica.key_prefix, &request, &reply).await;
 }
 
 /// Takes one handoff offer: a named task, so a slow handoff run holds up no other offer.

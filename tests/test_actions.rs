@@ -460,26 +460,31 @@ fn log_action_runs() {
          [job.action]\ntype = \"log\"\n\
          content = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'\n",
     );
-    let output = common::slotcron_cli(
+    let out = common::slotcron_cli_output(
         &path,
         &[
             "--log-format",
             "json",
+            "-v",
             "trigger",
             "robot",
             "--replica-id",
             REPLICA,
         ],
     );
+    assert!(out.status.success(), "{out:?}");
 
-    // The log lines are JSON objects; trigger's own summary for the terminal is the one line
-    // that is not.
-    let (json_lines, summary): (Vec<&str>, Vec<&str>) =
-        output.lines().partition(|l| l.starts_with('{'));
+    // The log lines (`-v`) are JSON objects on stderr; trigger's result is stdout's one line.
+    let (output, logs) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(
-        matches!(summary.as_slice(), [line] if line.starts_with("robot: done")),
+        matches!(output.lines().collect::<Vec<_>>().as_slice(), [line] if line.starts_with("robot: done")),
         "{output}"
     );
+    // (stderr also says, in plain text, that a standalone trigger is not coordinated.)
+    let json_lines: Vec<&str> = logs.lines().filter(|l| l.starts_with('{')).collect();
     let lines: Vec<Value> = json_lines
         .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))

@@ -260,6 +260,7 @@ fn output_is_captured_into_the_log_truncated() {
             "trigger",
             "--log-format",
             "json",
+            "-v",
             "--replica-id",
             "r1",
             "--config",

@@ -306,7 +306,15 @@ fn two_triggers_at_the_same_moment_run_the_job_once() {
     ));
     let spawn = |id: &str| {
         Command::new(bin())
-            .args(["trigger", "--config", path, "--replica-id", id, "deploy"])
+            .args([
+                "trigger",
+                "--local",
+                "--config",
+                path,
+                "--replica-id",
+                id,
+                "deploy",
+            ])
             .spawn()
             .unwrap()
     };

@@ -60,6 +60,18 @@ impl FnAction {
         FnAction { run }
     }
 
+    /// The action of a job loaded without its secrets (`config::load_without_secrets`, for a
+    /// command that never sends): it fails, saying so, if it is ever run.
+    pub(crate) fn unresolved() -> Self {
+        FnAction::new(Arc::new(|_| {
+            Box::pin(async {
+                Err(JobError(
+                    "this job was loaded without its secrets and cannot send from here".to_owned(),
+                ))
+            })
+        }))
+    }
+
     /// Runs the function for the slot in `ctx`, cut at the deadline; its ending as a delivery.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         let run = AssertUnwindSafe((self.run)(SlotContext::of(ctx))).catch_unwind();

@@ -1,5 +1,6 @@
 //! `slotcron check`: the configuration checked, and each job's next slots printed.
 
+use super::out::out;
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
@@ -26,7 +27,7 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    print!("{}", render_check(&config, args.next));
+    out!("{}", render_check(&config, args.next));
     ExitCode::SUCCESS
 }
 

@@ -1,5 +1,6 @@
 //! `slotcron health`: the image's HEALTHCHECK, asking the running replica's `/healthz`.
 
+use super::out::{errln, out, outln};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -29,7 +30,7 @@ pub(super) fn health(args: &HealthArgs) -> ExitCode {
         config.override_http(listen);
     }
     let Some(http) = config.http else {
-        println!(
+        outln!(
             "{}: valid; no [http] listen, so no /healthz to ask",
             config.path.display()
         );
@@ -41,11 +42,11 @@ pub(super) fn health(args: &HealthArgs) -> ExitCode {
     };
     match runtime.block_on(crate::ops::probe::healthz(http.listen)) {
         Ok(body) => {
-            print!("{body}");
+            out!("{body}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("slotcron: unhealthy: {e}");
+            errln!("slotcron: unhealthy: {e}");
             ExitCode::from(EXIT_RUNTIME)
         }
     }

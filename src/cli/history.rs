@@ -1,6 +1,7 @@
 //! `slotcron history`: who ran what, newest first, merged across the Redis nodes; with
 //! `--since` or `--missed`, the slot ledger of the period.
 
+use super::out::{errln, outln};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, load_or_exit, runtime, time_or_offset_back, unknown_job, BadTime, ConfigArg,
-    UnknownJob, EXIT_CONFIG, EXIT_RUNTIME,
+    connect, exit_code_of, load_unsent_or_exit, local_time, runtime, time_or_offset_back,
+    unknown_job, BadTime, ConfigArg, UnknownJob, EXIT_CONFIG,
 };
 use crate::config::{Config, Job};
 use crate::fleet::control::{paused_intervals, Control};
@@ -61,12 +62,12 @@ struct Row<'a> {
 
 /// `slotcron history`: the latest runs, newest first, merged across nodes.
 pub(super) fn history(args: &HistoryArgs) -> ExitCode {
-    let config = match load_or_exit(&args.config.config) {
+    let config = match load_unsent_or_exit(&args.config.config) {
         Ok(config) => config,
         Err(code) => return code,
     };
     let Some(redis) = &config.redis else {
-        eprintln!(
+        errln!(
             "{}: no [redis] section: the run history is kept in Redis (a standalone replica shows its runs on its status page)",
             config.path.display()
         );
@@ -74,7 +75,7 @@ pub(super) fn history(args: &HistoryArgs) -> ExitCode {
     };
     let Selected { jobs, gone } = selected_jobs(&config, args.job.as_deref());
     if let (Some(gone), true) = (&gone, args.since.is_some() || args.missed) {
-        eprintln!(
+        errln!(
             "{gone}: the ledger (--since, --missed) needs the job's schedule; without them, \
              `history --job` lists the runs it left"
         );
@@ -118,12 +119,12 @@ fn print_latest_runs(
     });
     match result {
         Ok(runs) if runs.is_empty() && gone.is_some() => {
-            eprintln!("{}", gone.map(|g| g.0).unwrap_or_default());
+            errln!("{}", gone.map(|g| g.0).unwrap_or_default());
             ExitCode::from(EXIT_CONFIG)
         }
         Ok(mut runs) => {
             if let Some(gone) = gone {
-                eprintln!("{gone}: listing the runs it left, times in the default zone");
+                errln!("{gone}: listing the runs it left, times in the default zone");
             }
             runs.sort_by(|a, b| b.slot.cmp(&a.slot).then_with(|| a.job.cmp(&b.job)));
             runs.truncate(args.limit);
@@ -131,8 +132,8 @@ fn print_latest_runs(
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("slotcron: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            errln!("slotcron: {e:#}");
+            exit_code_of(&e)
         }
     }
 }
@@ -152,7 +153,7 @@ fn print_ledger(
     let since = match parse_since(args.since.as_deref().unwrap_or("24h")) {
         Ok(since) => since,
         Err(message) => {
-            eprintln!("--since: {message}");
+            errln!("--since: {message}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -166,8 +167,8 @@ fn print_ledger(
         match runtime.block_on(job_ledger(job, since, window, history, control)) {
             Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
             Err(e) => {
-                eprintln!("slotcron: {}: {e:#}", job.name);
-                return ExitCode::from(EXIT_RUNTIME);
+                errln!("slotcron: {}: {e:#}", job.name);
+                return exit_code_of(&e);
             }
         }
     }
@@ -203,7 +204,8 @@ async fn job_ledger(
         .collect();
     anyhow::ensure!(
         slots.len() <= LEDGER_MAX_SLOTS,
-        "more than {LEDGER_MAX_SLOTS} slots since {since}: ask for a shorter --since"
+        "more than {LEDGER_MAX_SLOTS} slots since {}: ask for a shorter --since",
+        local_time(since, job.zone())
     );
     let runs = history
         .read(&job.name, (slots.len() * 3 + 16).min(HISTORY_CAP))
@@ -263,31 +265,15 @@ async fn held_keys(
 
 fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
     if json {
-        for (job, entry) in lines {
-            let (fate, duration) = match &entry.fate {
-                Fate::Run(record) => (RowFate::Run(record), record.duration()),
-                Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => (
-                    RowFate::NoRun {
-                        job: &job.name,
-                        slot: entry.slot.rfc3339_utc(),
-                        outcome: entry.fate.outcome(),
-                    },
-                    None,
-                ),
-            };
-            let row = LedgerRow {
-                fate,
-                slot_local: entry.slot.rfc3339_in(job.zone()),
-                duration_ms: duration.map(|d| d.as_millis()),
-                duplicate: entry.duplicate,
-            };
-            println!("{}", serde_json::to_string(&row).unwrap_or_default());
-        }
-        return;
+        return print_ledger_json(lines);
     }
-    println!(
+    outln!(
         "{:<26} {:<20} {:<10} {:<20} {:<9}  ERROR",
-        "SLOT", "JOB", "OUTCOME", "WINNER", "TRIGGER"
+        "SLOT",
+        "JOB",
+        "OUTCOME",
+        "WINNER",
+        "TRIGGER"
     );
     for (job, entry) in lines {
         let (winner, trigger, error) = match &entry.fate {
@@ -298,7 +284,7 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
             ),
             Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
         };
-        println!(
+        outln!(
             "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}",
             entry.slot.rfc3339_in(job.zone()),
             job.name,
@@ -308,7 +294,31 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
         );
     }
     if lines.is_empty() {
-        println!("(no slots)");
+        outln!("(no slots)");
+    }
+}
+
+/// `history --since --json`: one object a line.
+fn print_ledger_json(lines: &[(Arc<Job>, Entry)]) {
+    for (job, entry) in lines {
+        let (fate, duration) = match &entry.fate {
+            Fate::Run(record) => (RowFate::Run(record), record.duration()),
+            Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => (
+                RowFate::NoRun {
+                    job: &job.name,
+                    slot: entry.slot.rfc3339_utc(),
+                    outcome: entry.fate.outcome(),
+                },
+                None,
+            ),
+        };
+        let row = LedgerRow {
+            fate,
+            slot_local: entry.slot.rfc3339_in(job.zone()),
+            duration_ms: duration.map(|d| d.as_millis()),
+            duplicate: entry.duplicate,
+        };
+        outln!("{}", serde_json::to_string(&row).unwrap_or_default());
     }
 }
 
@@ -381,19 +391,25 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
                 duration_ms: run.duration().map(|d| d.as_millis()),
                 duplicate: duplicate(run),
             };
-            println!("{}", serde_json::to_string(&row).unwrap_or_default());
+            outln!("{}", serde_json::to_string(&row).unwrap_or_default());
         }
         return;
     }
-    println!(
+    outln!(
         "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  ERROR",
-        "SLOT", "JOB", "WINNER", "TRIGGER", "OUTCOME", "DURATION", "ATTEMPTS"
+        "SLOT",
+        "JOB",
+        "WINNER",
+        "TRIGGER",
+        "OUTCOME",
+        "DURATION",
+        "ATTEMPTS"
     );
     for run in runs {
         let duration = run
             .duration()
             .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
-        println!(
+        outln!(
             "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  {}",
             run.slot.rfc3339_in(zone(&run.job)),
             run.job,
@@ -406,6 +422,6 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
         );
     }
     if runs.is_empty() {
-        println!("(no runs recorded)");
+        outln!("(no runs recorded)");
     }
 }

@@ -7,6 +7,7 @@ mod control;
 mod docs;
 mod health;
 mod history;
+mod out;
 mod run;
 mod shared;
 mod trigger;
@@ -42,6 +43,10 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+    /// Log what a command other than `run` does (the race, the run), on stderr: its result
+    /// alone goes to stdout.
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     /// What to do.
     pub command: Command,
@@ -54,7 +59,8 @@ pub enum Command {
     Run(RunArgs),
     /// Check the configuration and print each job's next slots.
     Check(CheckArgs),
-    /// Run one job now, through the same race as scheduled slots (once across the fleet).
+    /// Ask the running fleet to run one job now, through the same race as scheduled slots (once
+    /// across the fleet, on a replica); prints who ran it. `--local`: in this process.
     Trigger(TriggerArgs),
     /// Print the run history (who ran what), newest first, merged across the Redis nodes;
     /// with --since, the slot ledger: every scheduled slot of the period and its fate.
@@ -77,13 +83,17 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::tls::ensure_crypto_provider();
+    let logs = shared::Logs {
+        format: cli.log_format,
+        verbose: cli.verbose,
+    };
     match cli.command {
         Command::Check(args) => check::check(&args),
         Command::Run(args) => run::run(args, cli.log_format),
-        Command::Trigger(args) => trigger::trigger(args, cli.log_format),
+        Command::Trigger(args) => trigger::trigger(args, logs),
         Command::History(args) => history::history(&args),
         Command::Pause(args) => control::pause(&args),
-        Command::Resume(args) => control::resume(&args, cli.log_format),
+        Command::Resume(args) => control::resume(&args, logs),
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
         Command::Man(args) => docs::man(&args, Cli::command()),

@@ -2,6 +2,7 @@
 //! builder, the pool of nodes a command opens, and the exit codes. The commands import from
 //! here, never from the dispatcher above them.
 
+use super::out::errln;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,10 +20,30 @@ pub const EXIT_CONFIG: u8 = 2;
 pub const EXIT_RUNTIME: u8 = 1;
 /// `trigger` exit code: another replica (or trigger) already ran this slot.
 pub const EXIT_LOST: u8 = 3;
-/// `trigger` exit code: the lock could not be decided (Redis down or split).
+/// Exit code of every command that needs Redis when too few of its nodes answer; for
+/// `trigger`, also a lock that could not be decided (Redis down or split).
 pub const EXIT_UNAVAILABLE: u8 = 4;
 /// `trigger` exit code: skipped because the job's previous run is still going.
 pub const EXIT_SKIPPED: u8 = 5;
+
+/// How a command other than `run` logs: not at all unless `-v`, and then on stderr, so that
+/// stdout holds its result alone (a script reads it; `| head -1` is its first line).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Logs {
+    /// `--log-format`.
+    pub format: LogFormat,
+    /// `-v`.
+    pub verbose: bool,
+}
+
+impl Logs {
+    /// Installs the logger when asked for.
+    pub(crate) fn init(self) {
+        if self.verbose {
+            crate::ops::telemetry::init_on_stderr(self.format);
+        }
+    }
+}
 
 /// `--config`, flattened into every command that reads jobs.toml.
 #[derive(Debug, Args)]
@@ -46,19 +67,40 @@ pub(crate) fn load_or_exit(path: &Path) -> Result<Config, ExitCode> {
 /// object a line on stderr (a container's log pipeline parses every line of it), shaped like
 /// the log's own lines (`timestamp`, `level`, `message`, `config`, `error`).
 pub(crate) fn load_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, ExitCode> {
-    config::load(path).map_err(|errors| {
+    reported(path, format, config::load(path))
+}
+
+/// [`load_or_exit`] for a command that never sends (`history`, `pause`, `resume`): no action's
+/// secret is resolved, so the fleet's own file works from a workstation without them
+/// ([`config::load_without_secrets`]). `check` and the commands that send still need them.
+pub(crate) fn load_unsent_or_exit(path: &Path) -> Result<Config, ExitCode> {
+    load_unsent_or_exit_as(path, LogFormat::Text)
+}
+
+/// [`load_unsent_or_exit`] for a command that logs in `format` (see [`load_or_exit_as`]).
+pub(crate) fn load_unsent_or_exit_as(path: &Path, format: LogFormat) -> Result<Config, ExitCode> {
+    reported(path, format, config::load_without_secrets(path))
+}
+
+/// The loaded configuration, or its errors printed (as `format`'s lines) and the exit code.
+fn reported(
+    path: &Path,
+    format: LogFormat,
+    loaded: Result<Config, config::ConfigErrors>,
+) -> Result<Config, ExitCode> {
+    loaded.map_err(|errors| {
         let summary = format!(
             "slotcron: {} error(s) in {}; nothing started",
             errors.errors.len(),
             path.display()
         );
         match format {
-            LogFormat::Text => eprintln!("{errors:#}\n{summary}"),
+            LogFormat::Text => errln!("{errors:#}\n{summary}"),
             LogFormat::Json => {
                 for line in errors.to_string().lines() {
-                    eprintln!("{}", json_error(path, "configuration error", line));
+                    errln!("{}", json_error(path, "configuration error", line));
                 }
-                eprintln!("{}", json_error(path, "nothing started", &summary));
+                errln!("{}", json_error(path, "nothing started", &summary));
             }
         }
         ExitCode::from(EXIT_CONFIG)
@@ -79,7 +121,7 @@ fn json_error(path: &Path, message: &str, error: &str) -> serde_json::Value {
 /// The one runtime every command runs on; a failure to build it is reported and exits.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Runtime::new().map_err(|e| {
-        eprintln!("slotcron: cannot start the runtime: {e}");
+        errln!("slotcron: cannot start the runtime: {e}");
         ExitCode::from(EXIT_RUNTIME)
     })
 }
@@ -87,6 +129,12 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// This replica's name when `--replica-id` is not given: the hostname.
 pub(crate) fn default_replica_id() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// `$USER@hostname`: who runs the CLI, for a pause record or a trigger request.
+pub(crate) fn operator() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "someone".to_owned());
+    format!("{user}@{}", default_replica_id())
 }
 
 /// The pool of the config's Redis nodes for a CLI command (`[redis] mode`'s: in sentinel mode,
@@ -101,9 +149,22 @@ pub(crate) fn connect(
         .block_on(Nodes::open(urls, timeout, ca, &redis.topology(), name))
         .map(Arc::new)
         .map_err(|e| {
-            eprintln!("slotcron: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            errln!("slotcron: {e:#}");
+            ExitCode::from(EXIT_UNAVAILABLE)
         })
+}
+
+/// The exit code of a command's failure `e`: 4 when it is Redis that did not answer (fewer
+/// than a majority of the nodes), as documented for every command; 1 otherwise.
+pub(crate) fn exit_code_of(e: &anyhow::Error) -> ExitCode {
+    let unavailable = e
+        .chain()
+        .any(|cause| cause.is::<crate::record::history::HistoryUnavailable>());
+    ExitCode::from(if unavailable {
+        EXIT_UNAVAILABLE
+    } else {
+        EXIT_RUNTIME
+    })
 }
 
 /// The message for a job name the file does not schedule (disabled, or unknown).
@@ -126,6 +187,13 @@ pub(crate) fn unknown_job(config: &Config, name: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct UnknownJob(pub String);
+
+/// A time as every command prints it: RFC 3339 to the second, in `zone` (the job's, or
+/// `[scheduler] timezone`), as `history` prints its slots.
+pub(crate) fn local_time(t: DateTime<Utc>, zone: chrono_tz::Tz) -> String {
+    t.with_timezone(&zone)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
 
 /// Which way a duration given for a time goes from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,21 +1,31 @@
 //! `slotcron trigger JOB`: run a job now, through the same race as scheduled slots (once
-//! across the fleet).
+//! across the fleet), on a replica of the running fleet (see [`crate::fleet::triggers`]); with
+//! `--local`, in this process.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use chrono::Utc;
 use clap::Args;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::out::{errln, outln};
 use super::shared::{
-    default_replica_id, load_or_exit_as, runtime, unknown_job, ConfigArg, EXIT_CONFIG, EXIT_LOST,
-    EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE,
+    connect, default_replica_id, load_or_exit_as, load_unsent_or_exit_as, operator, runtime,
+    unknown_job, ConfigArg, Logs, EXIT_CONFIG, EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED,
+    EXIT_UNAVAILABLE,
 };
 use crate::config::{Config, Job};
-use crate::ops::telemetry::{self, LogFormat};
+use crate::fleet::triggers::{self, Ending, TriggerReply, TriggerRequest};
+use crate::redis::pubsub::{self, Heard};
+use crate::redis::Nodes;
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
-use crate::time::schedule::{Slot, SystemClock};
+use crate::time::fleet_clock::{FleetClock, Measurement};
+use crate::time::schedule::{Clock, Slot, SystemClock};
 
 #[derive(Debug, Args)]
 /// `slotcron trigger`.
@@ -23,28 +33,62 @@ pub struct TriggerArgs {
     #[command(flatten)]
     /// Which jobs.toml to read.
     pub config: ConfigArg,
-    /// This replica's name in logs and lock tokens (default: the hostname).
+    /// With `--local`: this process's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// Run the job in this process (this machine's network, the job's secrets read here)
+    /// instead of asking the running fleet to.
+    #[arg(long)]
+    pub local: bool,
     /// The job to run.
     pub job: String,
 }
 
-/// `slotcron trigger JOB`: races the current second of `JOB` like a scheduled slot.
-pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
-    telemetry::init(format);
-    let config = match load_or_exit_as(&args.config.config, format) {
+/// `slotcron trigger JOB`: asks the fleet to race the current second of `JOB` like a scheduled
+/// slot, and reports the replica that ran it; `--local` (or a standalone file) races it here.
+pub(super) fn trigger(args: TriggerArgs, logs: Logs) -> ExitCode {
+    logs.init();
+    // Asking the fleet sends nothing from here: the job's secrets are the replicas'.
+    let config = match load_unsent_or_exit_as(&args.config.config, logs.format) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    if args.local || config.redis.is_none() {
+        return trigger_here(args, logs);
+    }
+    let Some(job) = config.jobs.iter().find(|j| j.name == args.job).cloned() else {
+        errln!("{}", unknown_job(&config, &args.job));
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let Some(redis) = &config.redis else {
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let nodes = match connect(redis, "trigger", &runtime) {
+        Ok(nodes) => nodes,
+        Err(code) => return code,
+    };
+    let prefix = &config.scheduler.key_prefix;
+    let asked = runtime.block_on(ask_the_fleet(&nodes, prefix, &job, None));
+    report_asked(&job.name, prefix, asked)
+}
+
+/// `trigger --local`, and any trigger of a standalone file: the race and the run in this
+/// process, which needs the job's secrets.
+fn trigger_here(args: TriggerArgs, logs: Logs) -> ExitCode {
+    let config = match load_or_exit_as(&args.config.config, logs.format) {
         Ok(config) => config,
         Err(code) => return code,
     };
     let Some(job) = config.jobs.iter().find(|j| j.name == args.job).cloned() else {
-        eprintln!("{}", unknown_job(&config, &args.job));
+        errln!("{}", unknown_job(&config, &args.job));
         return ExitCode::from(EXIT_CONFIG);
     };
     if config.redis.is_none() {
-        eprintln!(
-            "slotcron: standalone mode: this trigger is not coordinated with a running replica"
-        );
+        errln!("slotcron: standalone mode: this trigger is not coordinated with a running replica");
     }
     let replica = args.replica_id.unwrap_or_else(default_replica_id);
     let runtime = match runtime() {
@@ -52,6 +96,165 @@ pub(super) fn trigger(args: TriggerArgs, format: LogFormat) -> ExitCode {
         Err(code) => return code,
     };
     race_once(&runtime, &config, replica, &job, None, Trigger::Manual)
+}
+
+/// How long the fleet has to answer beyond the job's timeout: the replicas' race (its start
+/// window) and the reply's hop, on a loaded machine.
+const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+/// How long the reply channel's subscription may take to open on a node.
+const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(5);
+
+/// What asking the fleet came to.
+pub(super) enum Asked {
+    /// No node answered (the subscription, the fleet clock or the request).
+    RedisUnavailable,
+    /// The request reached no replica of the fleet.
+    NobodyListening,
+    /// The replica that ran the slot, or else the best answer of those that raced it.
+    Answered(TriggerReply),
+    /// `expected` replicas heard the request and none answered in `waited`.
+    Silent {
+        /// Replicas that heard the request.
+        expected: usize,
+        /// How long the CLI waited.
+        waited: Duration,
+    },
+}
+
+/// Listens for the answers, stamps the slot on the fleet clock, publishes the request and
+/// waits for the replica that ran it (or for every replica that heard it to answer).
+/// `at`: the slot to run as a catch-up (`resume --catch-up`), else the fleet's current second.
+pub(super) async fn ask_the_fleet(
+    nodes: &Arc<Nodes>,
+    prefix: &str,
+    job: &Job,
+    at: Option<Slot>,
+) -> Asked {
+    let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
+    let id = format!("{}-{}", operator(), Utc::now().timestamp_micros());
+    let channel = triggers::reply_channel(prefix, &id);
+    let mut heard = pubsub::subscribe_all(nodes, &channel, &tracker, &shutdown);
+    let asked = async {
+        if !subscribed(&mut heard).await {
+            return Asked::RedisUnavailable;
+        }
+        let clock = FleetClock::new(Arc::new(SystemClock), true);
+        if matches!(clock.measure(nodes).await, Measurement::NoAnswer) {
+            return Asked::RedisUnavailable;
+        }
+        let slot = at.unwrap_or_else(|| Slot::at(clock.fleet_now()));
+        let request = TriggerRequest {
+            id,
+            job: job.name.clone(),
+            slot_ms: slot.instant().timestamp_millis(),
+            by: operator(),
+            catch_up: at.is_some(),
+        };
+        match triggers::ask(nodes, prefix, &request).await {
+            None => Asked::RedisUnavailable,
+            Some(0) => Asked::NobodyListening,
+            Some(expected) => answers(&mut heard, expected, job.timeout + ANSWER_MARGIN).await,
+        }
+    };
+    let asked = asked.await;
+    shutdown.cancel();
+    asked
+}
+
+/// Whether the reply channel opened on some node (one is enough: replicas answer on all).
+async fn subscribed(heard: &mut tokio::sync::mpsc::Receiver<Heard>) -> bool {
+    let first = tokio::time::timeout(SUBSCRIBE_WITHIN, async {
+        while let Some(message) = heard.recv().await {
+            if matches!(message, Heard::Subscribed { .. }) {
+                return true;
+            }
+        }
+        false
+    });
+    first.await.unwrap_or(false)
+}
+
+/// The answer of the replica that ran the slot; or, once all `expected` replicas answered
+/// without running it, the most telling of theirs (a skip or an outage before a loss to
+/// another holder); or `Silent` after `wait`.
+async fn answers(
+    heard: &mut tokio::sync::mpsc::Receiver<Heard>,
+    expected: usize,
+    wait: Duration,
+) -> Asked {
+    let mut replies: Vec<TriggerReply> = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, heard.recv()).await {
+        let Heard::Message(payload) = message else {
+            continue;
+        };
+        let Ok(reply) = serde_json::from_str::<TriggerReply>(&payload) else {
+            continue;
+        };
+        if reply.ending.ran() {
+            return Asked::Answered(reply);
+        }
+        if !replies.iter().any(|r| r.replica == reply.replica) {
+            replies.push(reply);
+        }
+        if replies.len() >= expected {
+            break;
+        }
+    }
+    replies.sort_by_key(|r| r.ending == Ending::Lost);
+    match replies.into_iter().next() {
+        Some(reply) => Asked::Answered(reply),
+        None => Asked::Silent {
+            expected,
+            waited: wait,
+        },
+    }
+}
+
+/// Prints what asking the fleet came to; its exit code.
+pub(super) fn report_asked(job: &str, prefix: &str, asked: Asked) -> ExitCode {
+    match asked {
+        Asked::RedisUnavailable => {
+            errln!("slotcron: {job}: not triggered: Redis unavailable (no node answered)");
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+        Asked::NobodyListening => {
+            errln!(
+                "slotcron: {job}: not triggered: no replica of the fleet (key_prefix {prefix:?}) \
+                 is running, or none reaches Redis; `slotcron trigger --local {job}` runs it \
+                 from this machine"
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        Asked::Silent { expected, waited } => {
+            errln!(
+                "slotcron: {job}: {expected} replica(s) heard the trigger and none answered \
+                 within {} s: see their logs (`history --job {job}` once it ended)",
+                waited.as_secs()
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        Asked::Answered(reply) => {
+            let by = if reply.ending.ran() {
+                "run by"
+            } else {
+                "raced by"
+            };
+            outln!("{job}: {by} {}: {}", reply.replica, reply.text);
+            ExitCode::from(exit_code(reply.ending))
+        }
+    }
+}
+
+/// A trigger's exit code, as the README documents them.
+fn exit_code(ending: Ending) -> u8 {
+    match ending {
+        Ending::Done => 0,
+        Ending::Failed => EXIT_RUNTIME,
+        Ending::Lost => EXIT_LOST,
+        Ending::Unavailable => EXIT_UNAVAILABLE,
+        Ending::Skipped => EXIT_SKIPPED,
+    }
 }
 
 /// Races `job` once, through the same entry as scheduled slots, as `trigger`, at `slot` (`None`:
@@ -74,56 +277,14 @@ pub(super) fn race_once(
     match result {
         Ok(result) => report_trigger(&job.name, &result),
         Err(e) => {
-            eprintln!("slotcron: {e:#}");
+            errln!("slotcron: {e:#}");
             ExitCode::from(EXIT_RUNTIME)
         }
     }
 }
 
 pub(super) fn report_trigger(job: &str, result: &SlotResult) -> ExitCode {
-    let (code, text) = match result {
-        SlotResult::Done { delivery, duration } => (
-            0,
-            format!(
-                "done in {} ms, {} attempt(s)",
-                duration.as_millis(),
-                delivery.attempts
-            ),
-        ),
-        SlotResult::Failed {
-            error, delivery, ..
-        } => (
-            EXIT_RUNTIME,
-            format!("failed (delivery {}): {error}", delivery.as_str()),
-        ),
-        SlotResult::HandedOff { reason, .. } => (
-            EXIT_RUNTIME,
-            format!("not sent from here, handed off to the running replicas: {reason}"),
-        ),
-        SlotResult::Lost { holder } => (
-            EXIT_LOST,
-            format!("already run by {} for this second", holder.replica()),
-        ),
-        SlotResult::Unavailable(why) => (EXIT_UNAVAILABLE, format!("lock unavailable: {why}")),
-        SlotResult::Overlapped { .. } => (
-            EXIT_SKIPPED,
-            "skipped: the previous run is still going".to_owned(),
-        ),
-        SlotResult::Late { .. } => (EXIT_RUNTIME, "skipped: too late".to_owned()),
-        SlotResult::Early { .. } => (
-            EXIT_RUNTIME,
-            "skipped: before its instant on the fleet clock".to_owned(),
-        ),
-        SlotResult::Paused => (EXIT_SKIPPED, "not raced: the job is paused".to_owned()),
-        SlotResult::Standby => (
-            EXIT_SKIPPED,
-            "not raced: not one of the slot's candidates".to_owned(),
-        ),
-        SlotResult::Unmeasured => (
-            EXIT_RUNTIME,
-            "skipped: the fleet clock is not measured (no Redis node answered TIME)".to_owned(),
-        ),
-    };
-    println!("{job}: {text}");
-    ExitCode::from(code)
+    let (ending, text) = result.told();
+    outln!("{job}: {text}");
+    ExitCode::from(exit_code(ending))
 }

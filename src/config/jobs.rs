@@ -13,6 +13,7 @@ use super::{
     CatchUp, CatchUpPolicy, ConfigError, Job, Loader, Overlap, SchedulerConfig, Section,
     DEFAULT_TIMEOUT, MAX_CATCH_UP_ALL,
 };
+use crate::action::function::FnAction;
 use crate::action::Action;
 use crate::time::schedule::Schedule;
 
@@ -94,7 +95,7 @@ impl Loader<'_> {
         let before = self.errors.len();
         // An unset variable or a missing secret file is reported and the job's other fields
         // still checked; only its action, which needs those values, is not.
-        let action_read = self.read_action_files(enabled, &mut table, &section);
+        let action_read = self.read_action_files(enabled && self.resolves(), &mut table, &section);
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         self.check_job_name(&raw.name, &section);
@@ -206,6 +207,10 @@ impl Loader<'_> {
         table: Value,
         read: Option<()>,
     ) -> Option<Action> {
+        // Without the secrets ([`super::load_without_secrets`]), an action that fails if run.
+        if !self.resolves() {
+            return Some(Action::Fn(FnAction::unresolved()));
+        }
         let raw: raw::RawAction = self.typed_at(table, section, "action.")?;
         read?;
         let config_dir = self.config_dir.clone();

@@ -196,21 +196,43 @@ fn why_not_loaded(failed: tokio::task::JoinError) -> String {
     }
 }
 
+/// [`load`] for a command that never sends (`history`, `pause`, `resume`, a `trigger` the fleet
+/// runs): `[redis]`, the prefix and each job's schedule are checked as for a replica, but no
+/// action's secret is resolved (its `${VAR}` left unexpanded, its `NAME_file` unread), so an
+/// operator's workstation needs only the fleet's file. Each enabled job's action stands for the
+/// unread one and fails if ever run: such a `Config` must not run slots.
+pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigErrors> {
+    read_text(path).and_then(|text| parse_as(path, &text, &ProcessEnv, Secrets::Unresolved))
+}
+
+/// Whether the loader resolves the actions' secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secrets {
+    /// Expands `${VAR}` and reads `NAME_file` in every enabled job's action.
+    Resolved,
+    /// Leaves them: [`load_without_secrets`].
+    Unresolved,
+}
+
 /// Reads and checks `path` against `env`.
 pub fn load_with(path: &Path, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    parse(path, &read_text(path)?, env)
+}
+
+/// The text of `path`, or the file-level error saying why not.
+fn read_text(path: &Path) -> Result<String, ConfigErrors> {
     let shown = path.display().to_string();
     let fail = |e: ConfigError| ConfigErrors {
         path: shown.clone(),
         errors: vec![e],
     };
     let bytes = std::fs::read(path).map_err(|e| fail(ConfigError::file(read_error(&e))))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
+    String::from_utf8(bytes).map_err(|e| {
         fail(ConfigError::file(format!(
             "not UTF-8 text (invalid byte at offset {})",
             e.utf8_error().valid_up_to()
         )))
-    })?;
-    parse(path, &text, env)
+    })
 }
 
 fn read_error(e: &std::io::Error) -> String {
@@ -240,7 +262,18 @@ pub(crate) fn log_jobs(schedules: &[(&str, &str)]) -> Vec<Arc<Job>> {
 
 /// Checks the text of a jobs.toml.
 pub fn parse(path: &Path, text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    parse_as(path, text, env, Secrets::Resolved)
+}
+
+/// [`parse`], resolving the actions' secrets or not.
+fn parse_as(
+    path: &Path,
+    text: &str,
+    env: &dyn Env,
+    secrets: Secrets,
+) -> Result<Config, ConfigErrors> {
     let mut loader = Loader::new(env);
+    loader.secrets = secrets;
     let config = loader.load(path, text);
     match config {
         Some(config) if loader.errors.is_empty() => Ok(config),
@@ -281,6 +314,8 @@ struct Loader<'e> {
     /// reported as the `NAME_file` the file has, and one whose file could not be read is not
     /// reported missing as well.
     file_keys: Vec<String>,
+    /// Whether the actions' secrets are resolved ([`load_without_secrets`]: not).
+    secrets: Secrets,
 }
 
 impl<'e> Loader<'e> {
@@ -298,6 +333,7 @@ impl<'e> Loader<'e> {
             job_errors: Vec::new(),
             rejected: Vec::new(),
             file_keys: Vec::new(),
+            secrets: Secrets::Resolved,
         }
     }
 
@@ -368,6 +404,11 @@ impl<'e> Loader<'e> {
                 }
             }
         }
+    }
+
+    /// Whether the actions' secrets are resolved ([`load_without_secrets`]: not).
+    fn resolves(&self) -> bool {
+        self.secrets == Secrets::Resolved
     }
 
     /// A file without jobs, or with every job disabled, is an error (when nothing else is).

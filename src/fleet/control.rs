@@ -74,6 +74,17 @@ pub struct Pause {
 }
 
 impl Pause {
+    /// Its end, if it has one, is after its stamp: else it would never hold.
+    fn ends_after_its_stamp(&self) -> Result<(), PauseError> {
+        match self.until.filter(|until| *until <= self.at) {
+            Some(until) => Err(PauseError::AlreadyOver {
+                until,
+                now: self.at,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the pause holds at `t`.
     pub fn holds_at(&self, t: DateTime<Utc>) -> bool {
         self.at <= t && self.until.is_none_or(|until| t < until)
@@ -128,9 +139,40 @@ pub enum PauseError {
         /// The fleet's time when the pause was to be taken.
         now: DateTime<Utc>,
     },
+    /// Another pause holds, and the order does not replace one ([`Existing::Keep`]).
+    #[error("already paused by {} since {}", .0.by, .0.at)]
+    AlreadyPaused(Box<Pause>),
     /// Fewer than a majority took it.
     #[error(transparent)]
     NoMajority(#[from] NoMajority),
+}
+
+/// What a pause does to one that already holds (another operator's, with its own reason and
+/// end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Refuse: [`PauseError::AlreadyPaused`] names it.
+    Keep,
+    /// Replace it; the pause replaced is returned.
+    Replace,
+}
+
+impl Existing {
+    /// The pause `newest` names if it holds at `at` (the one a new pause replaces), or the
+    /// refusal that names it.
+    fn over(
+        self,
+        newest: Option<PauseEvent>,
+        at: DateTime<Utc>,
+    ) -> Result<Option<Pause>, PauseError> {
+        match (newest, self) {
+            (Some(PauseEvent::Paused(old)), Existing::Keep) if old.holds_at(at) => {
+                Err(PauseError::AlreadyPaused(Box::new(old)))
+            }
+            (Some(PauseEvent::Paused(old)), Existing::Replace) if old.holds_at(at) => Ok(Some(old)),
+            _ => Ok(None),
+        }
+    }
 }
 
 impl PauseOrder {
@@ -315,30 +357,35 @@ impl Control {
     /// majority, the log, the announcement, then the primary's replicas asked to acknowledge it
     /// (sentinel and cluster modes).
     pub async fn pause(&self, job: &str, order: &PauseOrder) -> Result<Taken<Pause>, PauseError> {
+        let (taken, _) = self.pause_over(job, order, Existing::Replace).await?;
+        Ok(taken)
+    }
+
+    /// [`Control::pause`], deciding what becomes of a pause that already holds (on the fleet's
+    /// clock at the new one's stamp); returns the one it replaced, if any.
+    pub async fn pause_over(
+        &self,
+        job: &str,
+        order: &PauseOrder,
+        existing: Existing,
+    ) -> Result<(Taken<Pause>, Option<Pause>), PauseError> {
         let Control::Redis { nodes, prefix, .. } = self else {
-            return Ok(Taken::unreplicated(order.stamped(Utc::now())));
+            return Ok((Taken::unreplicated(order.stamped(Utc::now())), None));
         };
-        let newest = read_newest(nodes, prefix, &[job.to_owned()])
-            .await
-            .1
-            .pop()
-            .flatten();
+        let newest = read_newest_of(nodes, prefix, job).await;
         let pause = order.stamped(stamp(nodes, newest.as_ref()).await);
-        if let Some(until) = pause.until.filter(|until| *until <= pause.at) {
-            return Err(PauseError::AlreadyOver {
-                until,
-                now: pause.at,
-            });
-        }
+        pause.ends_after_its_stamp()?;
+        let holding = existing.over(newest, pause.at)?;
         let record = serde_json::to_string(&pause).unwrap_or_default();
         let mut cmd = redis::cmd("SET");
         cmd.arg(pause_key(prefix, job)).arg(record);
         majority(nodes, cmd).await?;
         let replication = self.changed(job, &PauseEvent::Paused(pause.clone())).await;
-        Ok(Taken {
+        let taken = Taken {
             change: pause,
             replication,
-        })
+        };
+        Ok((taken, holding))
     }
 
     /// Resumes `job` fleet-wide: a tombstone in place of the pause, on a majority, acknowledged
@@ -347,11 +394,7 @@ impl Control {
         let Control::Redis { nodes, prefix, .. } = self else {
             return Ok(Taken::unreplicated(None));
         };
-        let newest = read_newest(nodes, prefix, &[job.to_owned()])
-            .await
-            .1
-            .pop()
-            .flatten();
+        let newest = read_newest_of(nodes, prefix, job).await;
         let event = PauseEvent::Resumed {
             by: by.to_owned(),
             at: stamp(nodes, newest.as_ref()).await,
@@ -606,11 +649,18 @@ async fn majority(nodes: &Nodes, cmd: redis::Cmd) -> Result<(), NoMajority> {
         return Ok(());
     }
     let errors: Vec<String> = replies.errors().map(ToString::to_string).collect();
+    // A node the pool holds suspect (down at its last try) is not waited for: no error of its
+    // own, but the message must still say why.
+    let errors = if errors.is_empty() {
+        "no answer from the rest (down at their last try)".to_owned()
+    } else {
+        errors.join("; ")
+    };
     Err(NoMajority {
         acked,
         nodes: nodes.len(),
         needed,
-        errors: errors.join("; "),
+        errors,
     })
 }
 
@@ -684,6 +734,15 @@ async fn restore(nodes: &Nodes, prefix: &str, job: &str, event: &PauseEvent) {
         .await;
     // A replica started since the loss read the nodes without it: it reads the job again.
     pubsub::publish_all(nodes, &channel(prefix), job, CONTROL_TIMEOUT).await;
+}
+
+/// [`read_newest`] of one job.
+async fn read_newest_of(nodes: &Nodes, prefix: &str, job: &str) -> Option<PauseEvent> {
+    read_newest(nodes, prefix, &[job.to_owned()])
+        .await
+        .1
+        .pop()
+        .flatten()
 }
 
 /// The newest change to each job of `jobs`'s pause that any answering node holds (one `MGET`

@@ -10,3 +10,4 @@ pub mod destinations;
 pub mod handoff;
 pub mod membership;
 pub mod namesakes;
+pub mod triggers;

@@ -54,15 +54,32 @@ fn filter(rust_log: Option<&str>) -> EnvFilter {
 
 /// Installs the global subscriber, writing to stdout. `RUST_LOG` overrides the default `info`.
 pub fn init(format: LogFormat) {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    init_writing(format, std::io::stdout, ansi);
+}
+
+/// [`init`] writing to stderr: a CLI command's logs (`-v`), kept apart from its result on
+/// stdout.
+pub fn init_on_stderr(format: LogFormat) {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    init_writing(format, std::io::stderr, ansi);
+}
+
+/// The global subscriber writing to `writer`, coloured when it is a `terminal`.
+fn init_writing<W>(format: LogFormat, writer: W, terminal: bool)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
-    let ansi = colour(
-        std::io::IsTerminal::is_terminal(&std::io::stdout()),
-        std::env::var_os("NO_COLOR"),
-    );
+    let ansi = colour(terminal, std::env::var_os("NO_COLOR"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(ansi);
+        .with_ansi(ansi)
+        .with_writer(writer)
+        // A log pipe its reader closed (`slotcron run | head`) is the reader's choice: the
+        // schedule goes on, and each event would otherwise say so again on stderr.
+        .log_internal_errors(false);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder

@@ -38,6 +38,7 @@ mod paused;
 mod record;
 mod report;
 mod run;
+mod told;
 
 pub use alerts::{ALERT_TIMEOUT, MISSED_KEY_TTL};
 pub use candidates::{stagger_warning, LOOKOUT_AFTER};
