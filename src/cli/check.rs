@@ -9,6 +9,7 @@ use super::shared::{load_or_exit, ConfigArg};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
 use crate::time::schedule::Slot;
+use crate::time::words::{self, Lang};
 
 #[derive(Debug, Args)]
 /// `slotcron check`.
@@ -19,6 +20,10 @@ pub struct CheckArgs {
     /// How many upcoming slots to print per job.
     #[arg(long, default_value_t = 5)]
     pub next: usize,
+    /// The language of each job's schedule in words [default: from LC_ALL, LC_MESSAGES or
+    /// LANG: zh for zh_CN.UTF-8 and other zh locales, else en].
+    #[arg(long, value_enum)]
+    pub lang: Option<Lang>,
 }
 
 pub(super) fn check(args: &CheckArgs) -> ExitCode {
@@ -26,7 +31,8 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    print!("{}", render_check(&config, args.next));
+    let lang = args.lang.unwrap_or_else(Lang::from_env);
+    print!("{}", render_check_in(&config, args.next, lang));
     ExitCode::SUCCESS
 }
 
@@ -61,8 +67,14 @@ fn describe_lock(config: &Config) -> String {
     )
 }
 
-/// The text `check` prints: the lock, then each job with its next slots in its zone.
+/// The text `check` prints, its schedules in words in the locale's language ([`Lang::from_env`]).
 pub fn render_check(config: &Config, next: usize) -> String {
+    render_check_in(config, next, Lang::from_env())
+}
+
+/// The text `check` prints: the lock, then each job with its schedule in words in `lang` and
+/// its next slots in its zone.
+pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
     let mut out = String::new();
     let lock = describe_lock(config);
     out.push_str(&format!(
@@ -94,6 +106,14 @@ pub fn render_check(config: &Config, next: usize) -> String {
             job.zone(),
             humantime::format_duration(job.timeout),
             job.action.kind(),
+        ));
+        let label = match lang {
+            Lang::Zh => "计划：",
+            Lang::En => "schedule: ",
+        };
+        out.push_str(&format!(
+            "  {label}{}\n",
+            words::describe(&job.schedule, lang)
         ));
         for line in slot_lines(job, now, next) {
             out.push_str(&format!("  {line}\n"));

@@ -17,7 +17,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::ops::telemetry::LogFormat;
 
-pub use check::{render_check, CheckArgs};
+pub use check::{render_check, render_check_in, CheckArgs};
 pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;

@@ -31,6 +31,7 @@ use crate::action::template::Templates;
 use crate::action::Action;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
+use crate::time::words;
 use durations::DurationRange;
 pub use endpoints::{HttpConfig, RedisConfig, RedisMode};
 pub use env::{Env, ProcessEnv};
@@ -140,6 +141,11 @@ impl Job {
     /// The job's zone.
     pub fn zone(&self) -> Tz {
         self.schedule.zone()
+    }
+
+    /// The job's schedule in words, in the process's locale (`LANG`): for alert templates.
+    pub fn schedule_words(&self) -> String {
+        words::describe(&self.schedule, words::Lang::from_env())
     }
 }
 
