@@ -20,8 +20,12 @@ pub struct CheckArgs {
     /// How many upcoming slots to print per job.
     #[arg(long, default_value_t = 5)]
     pub next: usize,
-    /// The language of each job's schedule in words [default: from LC_ALL, LC_MESSAGES or
-    /// LANG: zh for zh_CN.UTF-8 and other zh locales, else en].
+    /// The language of the schedules in words (default: from LANG).
+    ///
+    /// `zh` says `工作日 09:30（Asia/Shanghai），法定节假日跳过，调休上班日照常执行`, `en`
+    /// `09:30 on workdays (Asia/Shanghai), ...`. Default: the locale's, from the first of
+    /// LC_ALL, LC_MESSAGES and LANG that is set (zh for zh_CN.UTF-8 and other zh locales, en
+    /// for any other), en when none is set.
     #[arg(long, value_enum)]
     pub lang: Option<Lang>,
 }
