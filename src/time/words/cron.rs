@@ -96,7 +96,7 @@ pub(super) fn read(expression: &str) -> Option<Cron> {
     let [second, minute, hour, day, month, weekday] = <[String; 6]>::try_from(fields).ok()?;
     let both_days = weekday.starts_with('+');
     let weekday = names(weekday.trim_start_matches('+'), &WEEKDAYS, 0);
-    Some(Cron {
+    let cron = Cron {
         second: field(&second)?,
         minute: field(&minute)?,
         hour: field(&hour)?,
@@ -104,7 +104,31 @@ pub(super) fn read(expression: &str) -> Option<Cron> {
         month: field(&names(&month, &MONTHS, 1))?,
         weekday: field(&weekday)?,
         both_days,
-    })
+    };
+    special_days_in_place(&cron).then_some(cron)
+}
+
+/// Whether the special days stand where the words read them: `L`, `LW` and `W` in the day of
+/// month, `#` and `5L` in the day of week, nowhere else. croner gives some others a meaning
+/// (`L` alone in the day of week); those crons are quoted rather than said wrong.
+fn special_days_in_place(cron: &Cron) -> bool {
+    let only = |field: &Field, allowed: fn(&Part) -> bool| match field {
+        Field::Any => true,
+        Field::Parts(parts) => parts.iter().all(allowed),
+    };
+    [&cron.second, &cron.minute, &cron.hour, &cron.month]
+        .iter()
+        .all(|f| only(f, plain))
+        && only(&cron.day, |p| {
+            plain(p) || matches!(p, Part::Last | Part::LastWeekday | Part::NearestWeekday(_))
+        })
+        && only(&cron.weekday, |p| {
+            plain(p) || matches!(p, Part::Nth(..) | Part::LastOf(_))
+        })
+}
+
+fn plain(part: &Part) -> bool {
+    matches!(part, Part::Value(_) | Part::Range(..) | Part::Step(..))
 }
 
 fn nickname(expression: &str) -> Option<&'static str> {
@@ -154,10 +178,23 @@ fn part(text: &str) -> Option<Part> {
         _ if text.ends_with('W') => Part::NearestWeekday(number(&text[..text.len() - 1])?),
         _ if text.ends_with('L') => Part::LastOf(number(&text[..text.len() - 1])?),
         _ => match (text.split_once('#'), text.split_once('-')) {
-            (Some((d, n)), _) if n == "L" => Part::LastOf(number(d)?),
+            (Some((d, "L")), _) => Part::LastOf(number(d)?),
             (Some((d, n)), _) => Part::Nth(number(d)?, number(n)?),
             (None, Some((a, b))) => Part::Range(number(a)?, number(b)?),
             (None, None) => Part::Value(number(text)?),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_special_day_out_of_its_field_is_not_read() {
+        assert!(read("0 9 * * L").is_none(), "L alone in the day of week");
+        assert!(read("0 9 5#3 * *").is_none(), "# in the day of month");
+        assert!(read("0 9 * * 5#3").is_some());
+        assert!(read("0 9 LW * *").is_some());
+    }
 }
