@@ -8,7 +8,7 @@ use clap::Args;
 use super::shared::{load_or_exit, ConfigArg};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
-use crate::time::schedule::Slot;
+use crate::time::schedule::{Schedule, Slot};
 use crate::time::words::{self, Lang};
 
 #[derive(Debug, Args)]
@@ -111,22 +111,27 @@ pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
             humantime::format_duration(job.timeout),
             job.action.kind(),
         ));
-        let label = match lang {
-            Lang::Zh => "计划：",
-            Lang::En => "schedule: ",
-        };
-        out.push_str(&format!(
-            "  {label}{}\n",
-            words::describe(&job.schedule, lang)
-        ));
+        out.push_str(&words_line(&job.schedule, lang));
         for line in slot_lines(job, now, next) {
             out.push_str(&format!("  {line}\n"));
         }
     }
     for name in &config.disabled {
         out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
+        if let Some(schedule) = config.disabled_schedules.get(name) {
+            out.push_str(&words_line(schedule, lang));
+        }
     }
     out
+}
+
+/// The line under a job's heading that says its schedule in words.
+fn words_line(schedule: &Schedule, lang: Lang) -> String {
+    let label = match lang {
+        Lang::Zh => "计划：",
+        Lang::En => "schedule: ",
+    };
+    format!("  {label}{}\n", words::describe(schedule, lang))
 }
 
 /// A job's next slots, one line each. With a calendar, also the days between them the calendar
