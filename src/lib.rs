@@ -82,8 +82,9 @@
 //!   never reaches before it).
 //! - [`time`]: `fleet_clock` (the Redis nodes' `TIME` kept on the monotonic clock; scheduling on
 //!   it; never trusted before it is measured; wall-clock steps and jumps seen and reported),
-//!   `schedule` (slots from cron + IANA zone; the wall-clock seam) and `calendar` (workdays and
-//!   days off: built-in `cn`, .ics files, inline dates).
+//!   `schedule` (slots from cron + IANA zone; the wall-clock seam), `calendar` (workdays and
+//!   days off: built-in `cn`, .ics files, inline dates) and `words` (a schedule said in Chinese
+//!   or English).
 //! - [`metrics`]: Prometheus metrics.
 //! - [`outcome`]: how a slot ended, as its log line and its counter name it.
 //! - [`redis`]: everything that talks to Redis: the node pool (fan-out, quorum, its one view of

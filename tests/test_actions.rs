@@ -79,6 +79,7 @@ async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::acti
         deadline: tokio::time::Instant::now() + job.timeout,
         valid_until: tokio::time::Instant::now() + job.timeout,
         about: None,
+        schedule_words: &job.schedule_words(),
         client: &client,
         templates: &config.templates,
         budgets: &budgets,

@@ -87,7 +87,7 @@ fn output(cmd: &mut Command) -> (Option<i32>, String, String) {
     )
 }
 
-/// The slot lines `check` prints under `job "<name>"`.
+/// The slot lines `check` prints under `job "<name>"` (after its schedule in words).
 fn slots_of<'a>(stdout: &'a str, job: &str) -> Vec<&'a str> {
     let header = format!("job {job:?}:");
     let mut lines = stdout.lines().skip_while(|l| !l.starts_with(&header));
@@ -95,6 +95,7 @@ fn slots_of<'a>(stdout: &'a str, job: &str) -> Vec<&'a str> {
     lines
         .take_while(|l| l.starts_with("  "))
         .map(str::trim)
+        .filter(|l| !l.starts_with("schedule: ") && !l.starts_with("计划："))
         .collect()
 }
 

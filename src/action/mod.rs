@@ -129,6 +129,8 @@ pub struct SendContext<'a> {
     pub valid_until: Instant,
     /// In an alert: the slot's outcome and error, for the alert's templates.
     pub about: Option<(&'a str, &'a str)>,
+    /// The job's schedule in words, for templates (`{{ schedule_words }}`).
+    pub schedule_words: &'a str,
     /// The shared HTTP client (one connection pool per replica).
     pub client: &'a reqwest::Client,
     /// The compiled templates of the configuration.
@@ -148,7 +150,8 @@ impl SendContext<'_> {
             self.zone,
             self.replica,
             self.fence,
-        );
+        )
+        .in_words(self.schedule_words);
         match self.about {
             Some((outcome, error)) => context.about(outcome, error),
             None => context,

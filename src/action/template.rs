@@ -28,6 +28,9 @@ pub struct TemplateContext<'a> {
     pub outcome: &'a str,
     /// In an alert: why the slot failed; empty otherwise.
     pub error: &'a str,
+    /// The job's schedule in words, in the replica's locale (`LANG`: `zh_CN.UTF-8` for
+    /// Chinese): `工作日 09:30（Asia/Shanghai），法定节假日跳过，调休上班日照常执行`.
+    pub schedule_words: &'a str,
 }
 
 impl<'a> TemplateContext<'a> {
@@ -42,7 +45,14 @@ impl<'a> TemplateContext<'a> {
             fence: fence.get(),
             outcome: "",
             error: "",
+            schedule_words: "",
         }
+    }
+
+    /// The context with the job's schedule in words.
+    pub fn in_words(mut self, schedule_words: &'a str) -> Self {
+        self.schedule_words = schedule_words;
+        self
     }
 
     /// The context of an alert about this slot.
@@ -56,6 +66,7 @@ impl<'a> TemplateContext<'a> {
     fn sample() -> Self {
         let slot = Slot::at(chrono::Utc::now());
         TemplateContext::new("job", slot, chrono_tz::UTC, "replica", Fence::new(slot, 0))
+            .in_words("09:30 every day (UTC)")
     }
 }
 

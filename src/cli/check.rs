@@ -9,7 +9,8 @@ use clap::Args;
 use super::shared::{load_or_exit, ConfigArg};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
-use crate::time::schedule::Slot;
+use crate::time::schedule::{Schedule, Slot};
+use crate::time::words::{self, Lang};
 
 #[derive(Debug, Args)]
 /// `slotcron check`.
@@ -20,6 +21,14 @@ pub struct CheckArgs {
     /// How many upcoming slots to print per job.
     #[arg(long, default_value_t = 5)]
     pub next: usize,
+    /// The language of the schedules in words (default: from LANG).
+    ///
+    /// `zh` says `工作日 09:30（Asia/Shanghai），法定节假日跳过，调休上班日照常执行`, `en`
+    /// `09:30 on workdays (Asia/Shanghai), ...`. Default: the locale's, from the first of
+    /// LC_ALL, LC_MESSAGES and LANG that is set (zh for zh_CN.UTF-8 and other zh locales, en
+    /// for any other), en when none is set.
+    #[arg(long, value_enum)]
+    pub lang: Option<Lang>,
 }
 
 pub(super) fn check(args: &CheckArgs) -> ExitCode {
@@ -27,7 +36,8 @@ pub(super) fn check(args: &CheckArgs) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    out!("{}", render_check(&config, args.next));
+    let lang = args.lang.unwrap_or_else(Lang::from_env);
+    out!("{}", render_check_in(&config, args.next, lang));
     ExitCode::SUCCESS
 }
 
@@ -62,8 +72,14 @@ fn describe_lock(config: &Config) -> String {
     )
 }
 
-/// The text `check` prints: the lock, then each job with its next slots in its zone.
+/// The text `check` prints, its schedules in words in the locale's language ([`Lang::from_env`]).
 pub fn render_check(config: &Config, next: usize) -> String {
+    render_check_in(config, next, Lang::from_env())
+}
+
+/// The text `check` prints: the lock, then each job with its schedule in words in `lang` and
+/// its next slots in its zone.
+pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
     let mut out = String::new();
     let lock = describe_lock(config);
     out.push_str(&format!(
@@ -96,14 +112,27 @@ pub fn render_check(config: &Config, next: usize) -> String {
             humantime::format_duration(job.timeout),
             job.action.kind(),
         ));
+        out.push_str(&words_line(&job.schedule, lang));
         for line in slot_lines(job, now, next) {
             out.push_str(&format!("  {line}\n"));
         }
     }
     for name in &config.disabled {
         out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
+        if let Some(schedule) = config.disabled_schedules.get(name) {
+            out.push_str(&words_line(schedule, lang));
+        }
     }
     out
+}
+
+/// The line under a job's heading that says its schedule in words.
+fn words_line(schedule: &Schedule, lang: Lang) -> String {
+    let label = match lang {
+        Lang::Zh => "计划：",
+        Lang::En => "schedule: ",
+    };
+    format!("  {label}{}\n", words::describe(schedule, lang))
 }
 
 /// A job's next slots, one line each. With a calendar, also the days between them the calendar

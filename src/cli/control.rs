@@ -31,18 +31,22 @@ pub struct PauseArgs {
     pub config: ConfigArg,
     /// The job to pause.
     pub job: String,
-    /// When the pause ends by itself: an RFC 3339 time (`2026-12-28T09:00:00+08:00`) or a
-    /// duration from now (`2h`, `3d`). Default: until `slotcron resume`.
+    /// When the pause ends by itself (`2h`, `3d` or an RFC 3339 time).
+    ///
+    /// An RFC 3339 time (`2026-12-28T09:00:00+08:00`) or a duration from now on the fleet's
+    /// clock (`2h`, `3d`). Default: until `slotcron resume`.
     #[arg(long)]
     pub until: Option<String>,
-    /// Why, shown in the logs, the metrics' status page and the ledger.
+    /// Why, shown in the logs, the status page and the ledger.
     #[arg(long)]
     pub reason: Option<String>,
     /// Who pauses (default: $USER@hostname).
     #[arg(long)]
     pub by: Option<String>,
-    /// Replace a pause that already holds (another operator's reason and end): without it,
-    /// the command refuses and names that pause.
+    /// Replace a pause that already holds.
+    ///
+    /// That pause's reason and end are another operator's: without --force the command
+    /// refuses and names that pause.
     #[arg(long)]
     pub force: bool,
 }
@@ -55,15 +59,17 @@ pub struct ResumeArgs {
     pub config: ConfigArg,
     /// The job to resume.
     pub job: String,
-    /// Also run the newest slot that fell inside the pause, once across the fleet (by default
-    /// a paused job's slots are not caught up).
+    /// Also run the newest slot that fell inside the pause.
+    ///
+    /// It runs once across the fleet. By default a paused job's slots are not caught up.
     #[arg(long)]
     pub catch_up: bool,
     /// Who resumes (default: $USER@hostname).
     #[arg(long)]
     pub by: Option<String>,
-    /// With `--catch-up`: run the slot in this process (this machine's network, the job's
-    /// secrets read here) instead of asking the running fleet to.
+    /// With `--catch-up`: run the slot in this process, not on the fleet.
+    ///
+    /// The run then uses this machine's network, and the job's secrets are read here.
     #[arg(long, requires = "catch_up")]
     pub local: bool,
 }

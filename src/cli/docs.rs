@@ -19,8 +19,10 @@ pub struct CompletionsArgs {
 #[derive(Debug, Args)]
 /// `slotcron man`.
 pub struct ManArgs {
-    /// Write slotcron.1 and one page per command (slotcron-run.1, ...) into this directory
-    /// instead of printing the top-level page.
+    /// Write slotcron.1 and one page per command into this directory.
+    ///
+    /// The pages are slotcron-run.1, slotcron-check.1, ...; without --dir, only the top-level
+    /// page is printed.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }

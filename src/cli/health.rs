@@ -13,8 +13,9 @@ pub struct HealthArgs {
     #[command(flatten)]
     /// Which jobs.toml to read.
     pub config: ConfigArg,
-    /// The replica's status address, when `run` was given one (`--http-listen`) instead of the
-    /// file's `[http] listen`.
+    /// The replica's status address, when `run` was given `--http-listen`.
+    ///
+    /// Without it, the config's `[http] listen` is asked.
     #[arg(long, env = "SLOTCRON_HTTP_LISTEN", value_name = "ADDR:PORT")]
     pub http_listen: Option<std::net::SocketAddr>,
 }

@@ -38,13 +38,17 @@ pub struct HistoryArgs {
     /// One JSON object per run instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The slot ledger of this period: every scheduled slot, run or not (`done`, `failed`,
-    /// `handed_off`, `skipped`, `running`, `paused`, `pending`, `missed`; a slot run twice is
-    /// listed twice, flagged `duplicate`). A duration back from now (`24h`, `30m`)
-    /// or an RFC 3339 time.
+    /// The slot ledger of this period (`24h`, `30m` or an RFC 3339 time).
+    ///
+    /// Every scheduled slot of the period, run or not, and its fate (`done`, `failed`,
+    /// `handed_off`, `skipped`, `running`, `paused`, `pending`, `missed`); a slot run twice is
+    /// listed twice, flagged `duplicate`. The period starts a duration back from now (`24h`,
+    /// `30m`) or at an RFC 3339 time.
     #[arg(long)]
     pub since: Option<String>,
-    /// Only the gaps: slots no replica ran and no pause covered (implies --since 24h).
+    /// Only the gaps: slots no replica ran and no pause covered.
+    ///
+    /// Implies --since 24h when --since is not given.
     #[arg(long)]
     pub missed: bool,
 }

@@ -18,7 +18,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::ops::telemetry::LogFormat;
 
-pub use check::{render_check, CheckArgs};
+pub use check::{render_check, render_check_in, CheckArgs};
 pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;
@@ -35,7 +35,10 @@ pub use trigger::TriggerArgs;
 )]
 /// The command line: global options and one command.
 pub struct Cli {
-    /// Log format: text for people, json (one object a line) for containers.
+    /// Log format: text or json.
+    ///
+    /// text for people; json, one object a line (`timestamp`, `level`, `message` and the
+    /// fields), for containers' log pipelines.
     #[arg(
         long,
         global = true,
@@ -43,8 +46,10 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: LogFormat,
-    /// Log what a command other than `run` does (the race, the run), on stderr: its result
-    /// alone goes to stdout.
+    /// Log what a command other than `run` does, on stderr.
+    ///
+    /// The race and the run of `trigger` and `resume --catch-up`, for example; the command's
+    /// result alone goes to stdout, with or without -v.
     #[arg(long, short = 'v', global = true)]
     pub verbose: bool,
     #[command(subcommand)]
@@ -56,26 +61,58 @@ pub struct Cli {
 /// The commands, each in its own file.
 pub enum Command {
     /// Run the schedule: race for every slot, run the slots this replica wins.
+    ///
+    /// Every replica runs the same jobs.toml. At each slot the replicas race for a lock keyed by
+    /// job and slot (a Redlock over the `[redis]` nodes, or an in-process lock when there is no
+    /// `[redis]`); the winner runs the job and records it. Reloads on SIGHUP and when the file
+    /// changes (unless --no-watch); SIGTERM or Ctrl-C stops it gracefully.
     Run(RunArgs),
     /// Check the configuration and print each job's next slots.
+    ///
+    /// Reads and checks jobs.toml offline (nothing is asked of Redis) and prints, per job, its
+    /// schedule in words (--lang or LANG), its next slots in its zone, and the days its calendar
+    /// skips. Every error is printed, each naming the file, job and field; exit 2 on errors.
     Check(CheckArgs),
-    /// Ask the running fleet to run one job now, through the same race as scheduled slots (once
-    /// across the fleet, on a replica); prints who ran it. `--local`: in this process.
+    /// Ask the running fleet to run one job now, through the same race as scheduled slots.
+    ///
+    /// The fleet's replicas race the current second on the fleet clock; the winner runs it (once
+    /// across the fleet) with its own network and secrets, and the CLI prints who ran it and how
+    /// it ended. With no replica of the fleet alive it says so and exits 1; --local runs the
+    /// race and the job in this process instead. Exit 0 when it ran, 3 when another replica
+    /// had the slot, 4 when the lock could not be decided, 5 when the previous run is still
+    /// going.
     Trigger(TriggerArgs),
-    /// Print the run history (who ran what), newest first, merged across the Redis nodes;
-    /// with --since, the slot ledger: every scheduled slot of the period and its fate.
+    /// Print the run history, newest first, merged across the Redis nodes.
+    ///
+    /// Each run: its slot in the job's zone, the winner, the trigger, the outcome, the
+    /// duration, the attempts and the error; --json gives one object per line. With --since,
+    /// the slot ledger instead: every scheduled slot of the period and its fate, missed ones
+    /// included.
     History(HistoryArgs),
-    /// Pause a job on every replica from its next slot (fleet-wide, kept on the Redis nodes).
+    /// Pause a job on every replica from its next slot (fleet-wide).
+    ///
+    /// The pause is kept on the Redis nodes, so every replica, and one started later, skips
+    /// the job's slots (`paused`) until `slotcron resume` or --until.
     Pause(PauseArgs),
     /// Resume a paused job on every replica.
+    ///
+    /// The job runs again from its next slot; with --catch-up the newest slot that fell inside
+    /// the pause runs too, once across the fleet.
     Resume(ResumeArgs),
-    /// Ask the running replica's /healthz (on `--http-listen` or the config's `[http] listen`);
-    /// exit 0 when healthy.
+    /// Ask the running replica's /healthz; exit 0 when healthy.
+    ///
+    /// Asks /healthz on `--http-listen` or the config's `[http] listen`: the image's
+    /// HEALTHCHECK. Exit 0 when the replica is healthy, 1 otherwise.
     Health(HealthArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// For example: `slotcron completions bash > /etc/bash_completion.d/slotcron`.
     Completions(CompletionsArgs),
-    /// Print the man page (roff): slotcron man > slotcron.1; with --dir DIR, write one page per
-    /// command there.
+    /// Print the man page, or write one page per command with --dir.
+    ///
+    /// `slotcron man > slotcron.1` prints the top-level page (roff); `slotcron man --dir DIR`
+    /// writes slotcron.1 and one page per command (slotcron-run.1, slotcron-check.1, ...)
+    /// there, for `man -l DIR/slotcron-check.1` or a package's man directory.
     Man(ManArgs),
 }
 

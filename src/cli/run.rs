@@ -19,9 +19,11 @@ pub struct RunArgs {
     /// This replica's name in logs and lock tokens (default: the hostname).
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
-    /// Serve /healthz, /readyz, /metrics and the status page on this address instead of the
-    /// file's `[http] listen` (with or without one): replicas sharing a host and a file each
-    /// get their own port.
+    /// Serve the status endpoints on this address, not the file's `[http] listen`.
+    ///
+    /// The endpoints are /healthz, /readyz, /metrics and the status page; the file may have an
+    /// `[http]` section or not. Replicas sharing a host and a file each get their own port. A
+    /// reload keeps it.
     #[arg(long, env = "SLOTCRON_HTTP_LISTEN", value_name = "ADDR:PORT")]
     pub http_listen: Option<std::net::SocketAddr>,
     /// Reload only on SIGHUP, not when the configuration file changes.

@@ -33,11 +33,14 @@ pub struct TriggerArgs {
     #[command(flatten)]
     /// Which jobs.toml to read.
     pub config: ConfigArg,
-    /// With `--local`: this process's name in logs and lock tokens (default: the hostname).
+    /// With `--local`: this process's name in logs and lock tokens.
+    ///
+    /// Default: the hostname.
     #[arg(long, env = "SLOTCRON_REPLICA_ID")]
     pub replica_id: Option<String>,
-    /// Run the job in this process (this machine's network, the job's secrets read here)
-    /// instead of asking the running fleet to.
+    /// Run the job in this process instead of asking the running fleet to.
+    ///
+    /// The run then uses this machine's network, and the job's secrets are read here.
     #[arg(long)]
     pub local: bool,
     /// The job to run.

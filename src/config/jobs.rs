@@ -113,6 +113,8 @@ impl Loader<'_> {
             schedule.as_ref(),
         );
         if !enabled {
+            self.disabled_schedules
+                .extend(schedule.map(|s| (raw.name, s)));
             return None;
         }
         let action = self.job_action(name, &section, raw.action, action_read);

@@ -31,6 +31,7 @@ use crate::action::template::Templates;
 use crate::action::Action;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
+use crate::time::words;
 use durations::DurationRange;
 pub use endpoints::{HttpConfig, RedisConfig, RedisMode};
 pub use env::{Env, ProcessEnv};
@@ -58,6 +59,9 @@ pub struct Config {
     pub jobs: Vec<Arc<Job>>,
     /// Jobs with `enabled = false`: checked, not scheduled.
     pub disabled: Vec<String>,
+    /// The schedules of the disabled jobs whose schedule checked: `check` says them in words,
+    /// so a job shipped off (the WeCom stand-up) shows when it would run once turned on.
+    pub disabled_schedules: BTreeMap<String, Schedule>,
     /// `[alert.NAME]`: the actions that tell someone a slot failed or was missed.
     pub alerts: BTreeMap<String, Arc<Action>>,
     /// Every template of every action, compiled once.
@@ -140,6 +144,11 @@ impl Job {
     /// The job's zone.
     pub fn zone(&self) -> Tz {
         self.schedule.zone()
+    }
+
+    /// The job's schedule in words, in the process's locale (`LANG`): for alert templates.
+    pub fn schedule_words(&self) -> String {
+        words::describe(&self.schedule, words::Lang::from_env())
     }
 }
 
@@ -316,6 +325,16 @@ struct Loader<'e> {
     file_keys: Vec<String>,
     /// Whether the actions' secrets are resolved ([`load_without_secrets`]: not).
     secrets: Secrets,
+    /// The checked schedules of the disabled jobs, for [`Config::disabled_schedules`].
+    disabled_schedules: BTreeMap<String, Schedule>,
+}
+
+/// The directory of jobs.toml, which the files it names are relative to (`.` for a bare name).
+fn directory_of(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_owned()
 }
 
 impl<'e> Loader<'e> {
@@ -334,15 +353,12 @@ impl<'e> Loader<'e> {
             rejected: Vec::new(),
             file_keys: Vec::new(),
             secrets: Secrets::Resolved,
+            disabled_schedules: BTreeMap::new(),
         }
     }
 
     fn load(&mut self, path: &Path, text: &str) -> Option<Config> {
-        self.config_dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-            .to_owned();
+        self.config_dir = directory_of(path);
         self.templates.set_env(self.env.vars());
         let mut table = match text.parse::<Table>() {
             Ok(table) => table,
@@ -381,6 +397,7 @@ impl<'e> Loader<'e> {
             http,
             jobs,
             disabled,
+            disabled_schedules: std::mem::take(&mut self.disabled_schedules),
             alerts: std::mem::take(&mut self.alerts.checked),
             templates: Arc::new(std::mem::take(&mut self.templates)),
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),

@@ -114,6 +114,7 @@ impl Outbox {
             deadline,
             valid_until: deadline,
             about: Some((outcome.as_str(), error)),
+            schedule_words: &job.schedule_words(),
             client: self.client(),
             templates: self.templates(),
             budgets: self.budgets(),

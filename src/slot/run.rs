@@ -157,6 +157,7 @@ async fn send(
         deadline,
         valid_until: won.lease.valid_until,
         about: None,
+        schedule_words: &job.schedule_words(),
         client: outbox.client(),
         templates: outbox.templates(),
         budgets: outbox.budgets(),

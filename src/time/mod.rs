@@ -1,7 +1,8 @@
 //! Time: the slots of a job (`schedule`: cron in an IANA zone, the wall-clock seam), the days
 //! they may fall on (`calendar`: workdays and days off), and the clock the fleet schedules on
-//! (`fleet_clock`: the Redis nodes' `TIME` kept on the monotonic clock). Within the folder,
-//! `fleet_clock` uses `schedule`, which uses `calendar`.
+//! (`fleet_clock`: the Redis nodes' `TIME` kept on the monotonic clock), and a schedule said in
+//! words (`words`). Within the folder, `fleet_clock` and `words` use `schedule`, which uses
+//! `calendar`.
 //!
 //! The timeline that sleeps until the next slot (`crate::scheduler`) is not here: it hands the
 //! due jobs to the race, which sits above everything in this folder.
@@ -9,3 +10,4 @@
 pub mod calendar;
 pub mod fleet_clock;
 pub mod schedule;
+pub mod words;
