@@ -7,7 +7,9 @@ mod control;
 mod docs;
 mod health;
 mod history;
+mod init;
 mod run;
+mod schema;
 mod shared;
 mod trigger;
 
@@ -22,7 +24,9 @@ pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;
 pub use history::HistoryArgs;
+pub use init::{InitArgs, Robot};
 pub use run::RunArgs;
+pub use schema::SchemaArgs;
 pub use shared::{ConfigArg, EXIT_CONFIG, EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE};
 pub use trigger::TriggerArgs;
 
@@ -71,6 +75,10 @@ pub enum Command {
     /// Print the man page (roff): slotcron man > slotcron.1; with --dir DIR, write one page per
     /// command there.
     Man(ManArgs),
+    /// Write a commented starter jobs.toml for one robot (never over an existing file).
+    Init(InitArgs),
+    /// Print the JSON Schema of jobs.toml (for Taplo and editors: `#:schema` in the file).
+    Schema(SchemaArgs),
 }
 
 /// Parses the command line and runs it.
@@ -87,5 +95,7 @@ pub fn main() -> ExitCode {
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
         Command::Man(args) => docs::man(&args, Cli::command()),
+        Command::Init(args) => init::init(&args),
+        Command::Schema(args) => schema::schema(&args),
     }
 }

@@ -1,0 +1,110 @@
+//! The JSON Schema of jobs.toml (`slotcron schema`), generated from the raw types the loader
+//! reads the file into, so that an editor (Taplo, Even Better TOML) refuses what the loader
+//! refuses and completes every key. `schema/jobs.schema.json` is this text, committed; a test
+//! fails when the two drift apart.
+
+use schemars::generate::SchemaSettings;
+use serde_json::{json, Value};
+
+use super::raw::RawFile;
+
+/// The schema as pretty JSON, ending with a newline.
+pub fn json_schema() -> String {
+    // Draft 7: the newest draft Taplo's validator knows fully.
+    let generator = SchemaSettings::draft07().into_generator();
+    let mut schema = generator.into_root_schema_for::<RawFile>().to_value();
+    drop_null(&mut schema);
+    if let Some(definitions) = schema.get_mut("definitions") {
+        allow_file_forms(definitions);
+    }
+    let mut text = serde_json::to_string_pretty(&schema).expect("a JSON value serializes");
+    text.push('\n');
+    text
+}
+
+/// Takes `null` out of every schema below `schema`: TOML has no null (an optional key is one
+/// left out), so `Option<T>`'s `["T", "null"]` is `T`, its `anyOf: [T, null]` is `T`, and a
+/// `default` of `null` says nothing.
+fn drop_null(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(Value::Array(types)) = object.get_mut("type") {
+                types.retain(|t| t != "null");
+                if let [only] = types.as_slice() {
+                    let only = only.clone();
+                    object.insert("type".to_owned(), only);
+                }
+            }
+            if object.get("default") == Some(&Value::Null) {
+                object.remove("default");
+            }
+            if let Some(Value::Array(choices)) = object.get_mut("anyOf") {
+                choices.retain(|c| c != &json!({ "type": "null" }));
+                if let [only] = choices.as_slice() {
+                    let only = only.clone();
+                    object.remove("anyOf");
+                    object.insert("allOf".to_owned(), Value::Array(vec![only]));
+                }
+            }
+            object.values_mut().for_each(drop_null);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null),
+        _ => {}
+    }
+}
+
+/// Every string key of an action table may be given as `NAME_file` instead (the loader reads
+/// the file into `NAME`, see `actions::read_file_fields`): each such key gets its `_file` form,
+/// and a required one is satisfied by either.
+fn allow_file_forms(definitions: &mut Value) {
+    let Some(action) = definitions.get_mut("RawAction") else {
+        return;
+    };
+    for variant in action["oneOf"].as_array_mut().into_iter().flatten() {
+        add_file_forms(variant);
+    }
+}
+
+/// [`allow_file_forms`] for one action type's object schema.
+fn add_file_forms(variant: &mut Value) {
+    let Some(properties) = variant.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let strings: Vec<String> = properties
+        .iter()
+        .filter(|(name, schema)| *name != "type" && is_string(schema))
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in &strings {
+        let described = format!("A file whose contents are `{name}` (relative to jobs.toml).");
+        properties.insert(
+            format!("{name}_file"),
+            json!({ "type": "string", "description": described }),
+        );
+    }
+    let Some(required) = variant.get_mut("required").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let either: Vec<String> = strings
+        .into_iter()
+        .filter(|name| required.iter().any(|r| r == name.as_str()))
+        .collect();
+    required.retain(|r| !either.iter().any(|name| r == name.as_str()));
+    let alternatives: Vec<Value> = either
+        .iter()
+        .map(|name| json!({ "anyOf": [{ "required": [name] }, { "required": [format!("{name}_file")] }] }))
+        .collect();
+    if let (false, Some(object)) = (alternatives.is_empty(), variant.as_object_mut()) {
+        object.insert("allOf".to_owned(), Value::Array(alternatives));
+    }
+}
+
+/// Whether `schema` takes a string (perhaps optional: `["string", "null"]`).
+fn is_string(schema: &Value) -> bool {
+    match &schema["type"] {
+        Value::String(t) => t == "string",
+        Value::Array(types) => types.iter().any(|t| t == "string"),
+        _ => false,
+    }
+}
+
