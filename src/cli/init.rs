@@ -67,7 +67,9 @@ pub fn init(args: &InitArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            eprintln!("slotcron init: {shown} exists; left as it was (remove it or name another path)");
+            eprintln!(
+                "slotcron init: {shown} exists; left as it was (remove it or name another path)"
+            );
             ExitCode::FAILURE
         }
         Err(e) => {

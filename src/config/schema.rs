@@ -14,6 +14,7 @@ pub fn json_schema() -> String {
     let generator = SchemaSettings::draft07().into_generator();
     let mut schema = generator.into_root_schema_for::<RawFile>().to_value();
     drop_null(&mut schema);
+    words_as_enum(&mut schema);
     if let Some(definitions) = schema.get_mut("definitions") {
         allow_file_forms(definitions);
     }
@@ -53,6 +54,40 @@ fn drop_null(schema: &mut Value) {
     }
 }
 
+/// A `oneOf` of constants (a unit enum whose variants have doc comments, such as `overlap`)
+/// as one `enum`, each word's comment kept in the description: a validator then reports a bad
+/// word against the list of good ones, as `check` does.
+fn words_as_enum(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            let words: Option<Vec<(Value, String)>> = match object.get("oneOf") {
+                Some(Value::Array(choices)) => choices
+                    .iter()
+                    .map(|c| {
+                        let word = c.get("const")?.clone();
+                        let said = c.get("description").and_then(Value::as_str).unwrap_or("");
+                        Some((word.clone(), format!("{word}: {said}")))
+                    })
+                    .collect(),
+                _ => None,
+            };
+            if let Some(words) = words {
+                object.remove("oneOf");
+                let (words, said): (Vec<Value>, Vec<String>) = words.into_iter().unzip();
+                let described = object.get("description").and_then(Value::as_str);
+                let description = described.into_iter().chain(said.iter().map(String::as_str));
+                let description = description.collect::<Vec<_>>().join("\n");
+                object.insert("type".to_owned(), json!("string"));
+                object.insert("enum".to_owned(), Value::Array(words));
+                object.insert("description".to_owned(), Value::String(description));
+            }
+            object.values_mut().for_each(words_as_enum);
+        }
+        Value::Array(items) => items.iter_mut().for_each(words_as_enum),
+        _ => {}
+    }
+}
+
 /// Every string key of an action table may be given as `NAME_file` instead (the loader reads
 /// the file into `NAME`, see `actions::read_file_fields`): each such key gets its `_file` form,
 /// and a required one is satisfied by either.
@@ -63,6 +98,34 @@ fn allow_file_forms(definitions: &mut Value) {
     for variant in action["oneOf"].as_array_mut().into_iter().flatten() {
         add_file_forms(variant);
     }
+    by_type(action);
+}
+
+/// The action's `oneOf` as one `if type is X then X's table` per type: a validator then
+/// reports the key at fault inside the chosen type (an unknown key, a missing `msgtype`), as
+/// `check` does, instead of "not valid under any of the schemas"; and an unknown `type` is
+/// reported against the list of types.
+fn by_type(action: &mut Value) {
+    let Some(Value::Array(variants)) = action.as_object_mut().and_then(|a| a.remove("oneOf"))
+    else {
+        return;
+    };
+    let types: Vec<Value> = variants
+        .iter()
+        .map(|v| v["properties"]["type"]["const"].clone())
+        .collect();
+    let cases: Vec<Value> = variants
+        .into_iter()
+        .zip(&types)
+        .map(|(then, name)| {
+            json!({ "if": { "properties": { "type": { "const": name } } }, "then": then })
+        })
+        .collect();
+    action["type"] = json!("object");
+    action["required"] = json!(["type"]);
+    action["properties"] =
+        json!({ "type": { "enum": types, "description": "What the action does." } });
+    action["allOf"] = Value::Array(cases);
 }
 
 /// [`allow_file_forms`] for one action type's object schema.
@@ -107,4 +170,3 @@ fn is_string(schema: &Value) -> bool {
         _ => false,
     }
 }
-
