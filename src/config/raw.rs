@@ -137,7 +137,10 @@ pub struct RawJob {
     pub on_failure: Option<String>,
     /// `[job.action]`: typed into a [`RawAction`] on its own, so that a mistake inside it does
     /// not stop the checks of the job's other keys.
-    #[schemars(with = "RawAction")]
+    #[schemars(
+        with = "RawAction",
+        description = "What the winner of a slot does: a robot's message, a request, a command."
+    )]
     pub action: toml::Value,
 }
 
@@ -228,7 +231,11 @@ pub enum RawAction {
 /// sections one by one from a TOML table instead, so that a mistake in one does not hide the
 /// others'. Its keys are the ones `check_top_level` accepts.
 #[derive(schemars::JsonSchema)]
-#[schemars(deny_unknown_fields, title = "slotcron jobs.toml")]
+#[schemars(
+    deny_unknown_fields,
+    title = "slotcron jobs.toml",
+    description = "slotcron's schedule: every replica runs this file; one wins each slot."
+)]
 #[expect(dead_code, reason = "never built: only its schema is used")]
 pub struct RawFile {
     /// The schema editors check the file against; the loader ignores it.

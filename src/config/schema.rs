@@ -14,6 +14,13 @@ pub fn json_schema() -> String {
     let generator = SchemaSettings::draft07().into_generator();
     let mut schema = generator.into_root_schema_for::<RawFile>().to_value();
     drop_null(&mut schema);
+    if let Some(definitions) = schema.get_mut("definitions").and_then(Value::as_object_mut) {
+        // A type's doc comment is for this crate's readers (why it is kept apart, which checker
+        // reads it); the editor shows its fields' and words' comments instead.
+        for definition in definitions.values_mut().filter_map(Value::as_object_mut) {
+            definition.remove("description");
+        }
+    }
     words_as_enum(&mut schema);
     if let Some(definitions) = schema.get_mut("definitions") {
         allow_file_forms(definitions);
@@ -55,7 +62,7 @@ fn drop_null(schema: &mut Value) {
 }
 
 /// A `oneOf` of constants (a unit enum whose variants have doc comments, such as `overlap`)
-/// as one `enum`, each word's comment kept in the description: a validator then reports a bad
+/// as one `enum`, each word's comment kept in its description: a validator then reports a bad
 /// word against the list of good ones, as `check` does.
 fn words_as_enum(schema: &mut Value) {
     match schema {
@@ -74,9 +81,7 @@ fn words_as_enum(schema: &mut Value) {
             if let Some(words) = words {
                 object.remove("oneOf");
                 let (words, said): (Vec<Value>, Vec<String>) = words.into_iter().unzip();
-                let described = object.get("description").and_then(Value::as_str);
-                let description = described.into_iter().chain(said.iter().map(String::as_str));
-                let description = description.collect::<Vec<_>>().join("\n");
+                let description = said.join("\n");
                 object.insert("type".to_owned(), json!("string"));
                 object.insert("enum".to_owned(), Value::Array(words));
                 object.insert("description".to_owned(), Value::String(description));
