@@ -86,6 +86,17 @@ if [ "$(cat "$TOOLS_VENV/pins" 2>/dev/null)" != "$TOOLS_PINS" ]; then
     echo "$TOOLS_PINS" > "$TOOLS_VENV/pins"
 fi
 
+# Taplo checks the shipped configs, the `init` starters and the ten typical mistakes against
+# schema/jobs.schema.json (tests/test_schema.rs): npm's package (a WebAssembly build, installed
+# in seconds), else cargo's build from source.
+if ! command -v taplo >/dev/null 2>&1; then
+    apt_install npm npm
+    echo "scripts/test.sh: installing Taplo (@taplo/cli)"
+    if ! "${SUDO[@]}" npm install --global --no-fund --no-audit @taplo/cli@0.7.0; then
+        cargo install taplo-cli --locked
+    fi
+fi
+
 # The tests start their own redis-server processes; the Debian package also
 # starts a system service on 6379, which the tests don't use (they pick free ports).
 

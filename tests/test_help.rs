@@ -78,7 +78,11 @@ fn dash_h_gives_every_command_one_short_line_per_flag() {
         );
         for line in lines {
             assert!(
-                line.starts_with("  -") || line.starts_with("  <") || line.starts_with("      --"),
+                // `<ARG>` a required positional, `[ARG]` an optional one (`init [PATH]`).
+                line.starts_with("  -")
+                    || line.starts_with("  <")
+                    || line.starts_with("  [")
+                    || line.starts_with("      --"),
                 "slotcron {args:?}: {line:?} is not a flag's own line:\n{help}"
             );
             let summary = line.trim().split_once("  ").map_or("", |(_, s)| s.trim());

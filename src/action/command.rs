@@ -151,7 +151,7 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>) -> String {
 
 /// `type = "command"` as written: `argv` and `shell` both optional here so that `parse` can
 /// say "give either" in one error instead of serde's two.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCommand {
     pub(crate) argv: Option<Vec<String>>,

@@ -101,7 +101,7 @@ const DEFAULT_RATE: &str = "20/min";
 
 /// `type = "dingtalk"` as written: one flat table for every `msgtype`; `parse` checks that only
 /// the chosen type's fields are set, naming any other.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDingTalk {
     pub(crate) webhook: String,
@@ -122,7 +122,7 @@ pub(crate) struct RawDingTalk {
 }
 
 /// `msgtype` as DingTalk spells it (`actionCard` in camel case, hence the renames).
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RawDingTalkMsgType {
     #[serde(rename = "text")]
     Text,
@@ -135,7 +135,7 @@ pub(crate) enum RawDingTalkMsgType {
 }
 
 /// One button of an `actionCard`, as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawButton {
     pub(crate) title: String,

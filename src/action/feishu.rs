@@ -76,20 +76,22 @@ const DEFAULT_RATE: &str = "100/min";
 
 /// `type = "feishu"` as written: one flat table for every `msg_type`; `parse` checks that only
 /// the chosen type's field is set, and turns `post`/`card` into the JSON it sends, once.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFeishu {
     pub(crate) webhook: String,
     pub(crate) secret: Option<String>,
     pub(crate) msg_type: RawFeishuMsgType,
     pub(crate) text: Option<String>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub(crate) post: Option<toml::Value>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub(crate) card: Option<toml::Value>,
     pub(crate) rate: Option<String>,
 }
 
 /// `msg_type` as Feishu spells it; `parse` pairs it with the one field it needs.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum RawFeishuMsgType {
     Text,

@@ -109,7 +109,7 @@ fn json_pointer(dotted: &str) -> String {
 
 /// `type = "http"` as written: method, status range and headers stay strings here so that
 /// `parse` checks each and names the key at fault.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHttp {
     pub(crate) url: String,
@@ -125,10 +125,11 @@ pub(crate) struct RawHttp {
 
 /// `success_json = { field, equals }` as written: the answer counts as delivered only when the
 /// JSON `field` of the reply equals `equals`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSuccessJson {
     pub(crate) field: String,
+    #[schemars(with = "serde_json::Value")]
     pub(crate) equals: toml::Value,
 }
 

@@ -31,7 +31,7 @@ impl LogAction {
 // --- Checking the `[job.action]` table (at load) ---
 
 /// `type = "log"` as written: the content template, checked at load like every template.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLog {
     pub(crate) content: String,

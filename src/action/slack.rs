@@ -58,11 +58,12 @@ pub fn classify(answer: &Answer) -> Verdict {
 const DEFAULT_RATE: &str = "1/s";
 
 /// `type = "slack"` as written: `text`, `blocks` or both; `parse` builds the JSON body once.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSlack {
     pub(crate) webhook: String,
     pub(crate) text: Option<String>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub(crate) blocks: Option<toml::Value>,
     pub(crate) rate: Option<String>,
 }

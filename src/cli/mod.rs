@@ -7,8 +7,10 @@ mod control;
 mod docs;
 mod health;
 mod history;
+mod init;
 mod out;
 mod run;
+mod schema;
 mod shared;
 mod trigger;
 
@@ -23,7 +25,9 @@ pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;
 pub use history::HistoryArgs;
+pub use init::{InitArgs, Robot};
 pub use run::RunArgs;
+pub use schema::SchemaArgs;
 pub use shared::{ConfigArg, EXIT_CONFIG, EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE};
 pub use trigger::TriggerArgs;
 
@@ -114,6 +118,19 @@ pub enum Command {
     /// writes slotcron.1 and one page per command (slotcron-run.1, slotcron-check.1, ...)
     /// there, for `man -l DIR/slotcron-check.1` or a package's man directory.
     Man(ManArgs),
+    /// Write a commented starter jobs.toml for one robot (never over an existing file).
+    ///
+    /// `slotcron init --robot wecom` writes jobs.toml (or PATH) with a log job every minute and a
+    /// WeCom job that stays `enabled = false` until its webhook variable is set; it passes
+    /// `slotcron check` as written. An existing file is left as it was (exit 1).
+    Init(InitArgs),
+    /// Print the JSON Schema of jobs.toml (for Taplo and editors: `#:schema` in the file).
+    ///
+    /// Generated from the configuration's types: `slotcron schema > jobs.schema.json`, then
+    /// `#:schema ./jobs.schema.json` as the file's first line lets Taplo and Even Better TOML
+    /// check and complete every key as you type. Only `slotcron check` checks what needs the
+    /// rest of the file (cron syntax, zones, calendar names, ranges).
+    Schema(SchemaArgs),
 }
 
 /// Parses the command line and runs it.
@@ -134,5 +151,7 @@ pub fn main() -> ExitCode {
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
         Command::Man(args) => docs::man(&args, Cli::command()),
+        Command::Init(args) => init::init(&args),
+        Command::Schema(args) => schema::schema(&args),
     }
 }

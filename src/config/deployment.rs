@@ -6,7 +6,7 @@
 //! unless it is named (`[scheduler] deployment`, or `SLOTCRON_DEPLOYMENT`), a deployment is
 //! known by a fingerprint of each environment variable the file names (`${VAR}`, `$VAR` in a
 //! command, `{{ env.VAR }}` in a template), except those that differ between the replicas of
-//! one deployment by design ([`PER_REPLICA`]); a fleet built in code is also known by its
+//! one deployment by design (`PER_REPLICA`); a fleet built in code is also known by its
 //! program's name (two services embedding the library are two deployments).
 
 use std::collections::BTreeMap;

@@ -16,6 +16,7 @@ mod jobs;
 mod locate;
 mod raw;
 mod scheduler;
+pub mod schema;
 mod suggest;
 mod typed;
 
@@ -442,8 +443,19 @@ impl<'e> Loader<'e> {
 
     fn check_top_level(&mut self, table: &Table) {
         const SECTIONS: [&str; 6] = ["scheduler", "redis", "http", "calendar", "alert", "job"];
-        for key in table.keys() {
+        for (key, value) in table {
             if SECTIONS.contains(&key.as_str()) {
+                continue;
+            }
+            // The schema editors check the file against (`slotcron schema`); not ours to read.
+            if key == "$schema" {
+                if !value.is_str() {
+                    self.errors.push(ConfigError::field(
+                        Section::Top,
+                        key,
+                        "must be a string: the path or URL of the file's JSON Schema",
+                    ));
+                }
                 continue;
             }
             let message = match suggest::closest(key, SECTIONS) {

@@ -18,7 +18,7 @@ use crate::action::wecom::RawWecom;
 /// `[scheduler]` as written: every key optional (the table itself may be absent, hence
 /// `Default`), so the checker can apply each default in one place and bound each duration
 /// with an error that names the key.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawScheduler {
     /// The default zone of every job's schedule: an IANA name, checked against chrono-tz.
@@ -27,6 +27,7 @@ pub struct RawScheduler {
     pub key_prefix: Option<String>,
     /// How far the replicas' clocks may disagree; bounded by the checker.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub max_clock_skew: Option<Duration>,
     /// Which clock slots are scheduled on.
     pub clock: Option<RawClockMode>,
@@ -36,16 +37,18 @@ pub struct RawScheduler {
     pub candidates: Option<RawCandidates>,
     /// How much later each further candidate joins the race; bounded by the checker.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub candidate_stagger: Option<Duration>,
     /// How long replicas on one prefix may send a job of one name to different places.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub destination_conflict_after: Option<Duration>,
     /// The deployment's name: checked non-empty.
     pub deployment: Option<String>,
 }
 
 /// `candidates = 2` or `candidates = "all"`.
-#[derive(Debug, Deserialize, Clone)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone)]
 #[serde(untagged)]
 pub enum RawCandidates {
     /// A number as written (signed, so that `0` and `-1` reach the checker and get its error).
@@ -57,7 +60,7 @@ pub enum RawCandidates {
 /// `clock = "redis" | "local"` as spelled in the file. Kept apart from [`super::ClockMode`] so
 /// the domain type carries no serde spelling, and an absent key gets its default (`redis`) in
 /// the checker, with the other defaults.
-#[derive(Debug, Deserialize, Clone, Copy)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawClockMode {
     /// Schedule on the fleet clock (the Redis nodes' `TIME`).
@@ -69,18 +72,20 @@ pub enum RawClockMode {
 /// `[redis]` as written: the node URLs stay strings here so the checker can parse each one and
 /// name the entry at fault (and warn about an even count); the lock's tuning is optional, its
 /// defaults applied by the checker.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     /// `redis://` or `rediss://` URLs, one per independent node.
     pub nodes: Vec<String>,
     /// Bound on one node's answer in a race.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub node_timeout: Option<Duration>,
     /// Extra attempts after a split vote.
     pub retry_count: Option<u32>,
     /// Upper bound of the random delay between attempts.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub retry_delay: Option<Duration>,
     /// The CA that signs `rediss://` nodes' certificates, relative to the config's directory.
     pub ca_file: Option<std::path::PathBuf>,
@@ -101,7 +106,7 @@ pub struct RawRedis {
 /// One `[[job]]` as written: the cron, zone, calendar and alert stay strings here because
 /// checking them needs the rest of the file (the scheduler's zone, the `[calendar.NAME]` and
 /// `[alert.NAME]` tables) and an error that names the job.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawJob {
     /// The job's name: unique, part of its Redis keys.
@@ -112,6 +117,7 @@ pub struct RawJob {
     pub timezone: Option<String>,
     /// How long one run may take.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     /// `false`: the job is checked but not scheduled.
     pub enabled: Option<bool>,
@@ -119,6 +125,7 @@ pub struct RawJob {
     pub overlap: Option<RawOverlap>,
     /// How far back a starting replica looks for missed slots.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub catch_up: Option<Duration>,
     /// Which of the missed slots it runs.
     pub catch_up_policy: Option<RawCatchUpPolicy>,
@@ -130,12 +137,16 @@ pub struct RawJob {
     pub on_failure: Option<String>,
     /// `[job.action]`: typed into a [`RawAction`] on its own, so that a mistake inside it does
     /// not stop the checks of the job's other keys.
+    #[schemars(
+        with = "RawAction",
+        description = "What the winner of a slot does: a robot's message, a request, a command."
+    )]
     pub action: toml::Value,
 }
 
 /// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into
 /// [`crate::time::calendar::Days`] only together with a `calendar` (days without one is an error).
-#[derive(Debug, Deserialize, Clone, Copy)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawDays {
     /// The calendar's working days.
@@ -145,7 +156,7 @@ pub enum RawDays {
 }
 
 /// `[calendar.NAME]`: the days come from a built-in data set, an .ics file and inline lists.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCalendar {
     /// The name of a built-in data set (`cn`).
@@ -154,15 +165,17 @@ pub struct RawCalendar {
     pub ics: Option<PathBuf>,
     /// Dates as strings or TOML dates; checked one by one so an error names the entry.
     #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
     pub holidays: Vec<toml::Value>,
     /// Working days over the others (a weekend made a working day), read like `holidays`.
     #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
     pub workdays: Vec<toml::Value>,
 }
 
 /// `overlap = "skip" | "allow"` as spelled in the file. Kept apart from [`super::Overlap`] so
 /// the domain type carries no serde spelling and the default (`skip`) is the checker's.
-#[derive(Debug, Deserialize, Clone, Copy)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawOverlap {
     /// A slot due while the previous run goes on is skipped.
@@ -174,7 +187,7 @@ pub enum RawOverlap {
 /// `catch_up_policy = "latest" | "all"` as spelled in the file. Kept apart from
 /// [`super::CatchUpPolicy`] so the domain type carries no serde spelling and the default
 /// (`latest`) is the checker's.
-#[derive(Debug, Deserialize, Clone, Copy)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 pub enum RawCatchUpPolicy {
     /// Only the most recent missed slot runs.
@@ -185,7 +198,7 @@ pub enum RawCatchUpPolicy {
 
 /// `[http]` as written: `listen` stays a string so a bad address gets the checker's error,
 /// which names the key and shows the expected form, instead of serde's.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawHttpServer {
     /// Address and port of the metrics, health and status endpoints (`0.0.0.0:9090`).
@@ -195,7 +208,7 @@ pub struct RawHttpServer {
 /// `[job.action]` as written, chosen by its `type`: each variant is the action module's own raw
 /// table, so every action keeps its keys and their checks beside its code, and an unknown
 /// `type` or a key of another type is serde's error naming the job.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum RawAction {
     /// `type = "wecom"`: a WeCom group robot.
@@ -212,4 +225,34 @@ pub enum RawAction {
     Command(RawCommand),
     /// `type = "log"`: a log line only.
     Log(RawLog),
+}
+
+/// The whole file as written, for its JSON Schema only (`slotcron schema`): the loader reads the
+/// sections one by one from a TOML table instead, so that a mistake in one does not hide the
+/// others'. Its keys are the ones `check_top_level` accepts.
+#[derive(schemars::JsonSchema)]
+#[schemars(
+    deny_unknown_fields,
+    title = "slotcron jobs.toml",
+    description = "slotcron's schedule: every replica runs this file; one wins each slot."
+)]
+#[expect(dead_code, reason = "never built: only its schema is used")]
+pub struct RawFile {
+    /// The schema editors check the file against; the loader ignores it.
+    #[schemars(rename = "$schema")]
+    pub schema: Option<String>,
+    /// Settings shared by every job.
+    pub scheduler: Option<RawScheduler>,
+    /// The Redis nodes the replicas race on; absent: standalone mode, ONE replica.
+    pub redis: Option<RawRedis>,
+    /// The health, metrics and status endpoints.
+    pub http: Option<RawHttpServer>,
+    /// `[calendar.NAME]`: days a job's `calendar` names.
+    #[schemars(default)]
+    pub calendar: std::collections::BTreeMap<String, RawCalendar>,
+    /// `[alert.NAME]`: actions told when a slot fails or is missed.
+    #[schemars(default)]
+    pub alert: std::collections::BTreeMap<String, RawAction>,
+    /// The jobs, `[[job]]` each.
+    pub job: Vec<RawJob>,
 }

@@ -58,7 +58,7 @@ pub enum Conn {
 }
 
 /// A cluster's connection: redis-rs's, and the path a migrating slot's requests take
-/// ([`super::asking`]: redis-rs follows `ASK` for one command at best, not in a pipeline).
+/// (`redis::asking`: redis-rs follows `ASK` for one command at best, not in a pipeline).
 #[derive(Clone)]
 pub struct Cluster {
     conn: ClusterConnection,

@@ -52,7 +52,7 @@ pub const JUMP_BOUND: Duration = Duration::from_secs(1);
 /// Bound on one node's `TIME`.
 const TIME_TIMEOUT: Duration = Duration::from_millis(500);
 /// Two nodes' samples further apart than this disagree. An honest sample errs late by at most
-/// its round trip (bounded by [`TIME_TIMEOUT`]), so honest nodes agree within it, and a node
+/// its round trip (bounded by `TIME_TIMEOUT`), so honest nodes agree within it, and a node
 /// off by more is named and outvoted, never followed.
 pub const AGREEMENT: Duration = Duration::from_secs(1);
 /// A wall clock that moved this much more (or less) than the monotonic clock since the last

@@ -119,7 +119,7 @@ impl Message {
 }
 
 /// The robot's message types, as `msgtype` names them in jobs.toml and on the wire.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum MsgType {
     /// `text`.

@@ -20,7 +20,7 @@ const DEFAULT_RATE: &str = "20/min";
 /// `type = "wecom"` as written: one flat table for every `msgtype`, as WeCom's own docs lay the
 /// fields out; `parse` checks that only the fields of the chosen `msgtype` are set (naming any
 /// other) and checks the files it names (present, within WeCom's size limits) at load.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawWecom {
     pub(crate) webhook: String,
@@ -32,12 +32,13 @@ pub(crate) struct RawWecom {
     pub(crate) image_url: Option<String>,
     pub(crate) articles: Option<Vec<RawArticle>>,
     pub(crate) media_path: Option<PathBuf>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub(crate) template_card: Option<toml::Value>,
     pub(crate) rate: Option<String>,
 }
 
 /// One `articles` entry of a `news` message, as written; checked like the other URLs.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawArticle {
     pub(crate) title: String,

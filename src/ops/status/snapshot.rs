@@ -177,7 +177,7 @@ impl Default for Pages {
 }
 
 impl Pages {
-    /// The page at `address`, from a snapshot at most [`SNAPSHOT_LIFE`] old: kept, or rendered
+    /// The page at `address`, from a snapshot at most `SNAPSHOT_LIFE` old: kept, or rendered
     /// by `render` on a blocking thread, one rendering at a time.
     pub async fn page(
         &self,

@@ -7,7 +7,7 @@
 //! up to [`HORIZON_YEAR`], a fixed year so every replica expands them the same way.
 //!
 //! Every expansion is bounded before it is done: an event's length times its occurrences must
-//! fit in what is left of [`MAX_DAYS`], counted without allocating a day. A typo such as
+//! fit in what is left of `MAX_DAYS`, counted without allocating a day. A typo such as
 //! `DURATION:P5000000W` (35 million days) is refused by name instead of filling memory or
 //! overflowing the date type.
 
