@@ -12,6 +12,7 @@ pub mod durations;
 mod endpoints;
 pub mod env;
 pub mod error;
+mod guard;
 mod jobs;
 mod locate;
 mod raw;
@@ -163,7 +164,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// checking (a bug) comes back as an error of the file, so the reload is rejected and the
 /// running schedule kept instead of the replica lost with it.
 pub async fn load_guarded(path: &Path) -> Result<Config, ConfigErrors> {
-    guarded(path, load).await
+    guard::guarded(path, load).await
 }
 
 /// A running replica's reload of `old`'s file ([`load_guarded`]), keeping the command line's
@@ -171,39 +172,6 @@ pub async fn load_guarded(path: &Path) -> Result<Config, ConfigErrors> {
 pub async fn reload(old: &Config) -> Result<Config, ConfigErrors> {
     let new = load_guarded(&old.path).await?;
     Ok(new.with_overrides_of(old))
-}
-
-/// Runs `load` on `path` on a blocking thread; its panic becomes a file-level error.
-async fn guarded(
-    path: &Path,
-    load: fn(&Path) -> Result<Config, ConfigErrors>,
-) -> Result<Config, ConfigErrors> {
-    let owned = path.to_owned();
-    match tokio::task::spawn_blocking(move || load(&owned)).await {
-        Ok(result) => result,
-        Err(failed) => Err(ConfigErrors {
-            path: path.display().to_string(),
-            errors: vec![ConfigError::file(format!(
-                "checking the file failed ({}): this is a bug in slotcron, please report it",
-                why_not_loaded(failed)
-            ))],
-        }),
-    }
-}
-
-/// What stopped the loader's thread: its panic message, or the runtime's cancellation.
-fn why_not_loaded(failed: tokio::task::JoinError) -> String {
-    match failed.try_into_panic() {
-        Ok(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|m| (*m).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_owned());
-            format!("panicked: {message}")
-        }
-        Err(cancelled) => cancelled.to_string(),
-    }
 }
 
 /// [`load`] for a command that never sends (`history`, `pause`, `resume`, a `trigger` the fleet
@@ -589,22 +557,6 @@ const STANDALONE_WARNING: &str = "no [redis] section: standalone mode, an in-pro
 
 #[cfg(test)]
 mod tests {
-    #[tokio::test]
-    async fn a_panic_while_loading_is_an_error_of_the_file() {
-        let path = std::path::Path::new("/etc/slotcron/jobs.toml");
-        let errors = super::guarded(path, |_| panic!("event out of range"))
-            .await
-            .unwrap_err();
-        assert_eq!(errors.errors.len(), 1);
-        let text = errors.to_string();
-        assert!(
-            text.starts_with(
-                "/etc/slotcron/jobs.toml: checking the file failed (panicked: event out of range)"
-            ),
-            "{text}"
-        );
-    }
-
     use super::*;
 
     #[test]

@@ -1,0 +1,198 @@
+//! The page view's unit tests: ordering, strips, tallies and times, without a server.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::*;
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn job(schedule: &str) -> std::sync::Arc<Job> {
+    let text = format!(
+        "[[job]]\nname = \"j\"\nschedule = \"{schedule}\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+    );
+    let config = crate::config::parse(Path::new("t.toml"), &text, &HashMap::new()).unwrap();
+    config.jobs[0].clone()
+}
+
+fn run(slot: &str, outcome: RunState, replica: &str) -> RunRecord {
+    let slot = Slot::at(t(slot));
+    RunRecord {
+        started: slot.instant() + chrono::Duration::milliseconds(40),
+        finished: Some(slot.instant() + chrono::Duration::milliseconds(140)),
+        error: (outcome == RunState::Failed).then(|| "connection refused".into()),
+        ..RunRecord::test("j", slot, replica, outcome)
+    }
+}
+
+fn reads(runs: Vec<RunRecord>, pause: Option<Pause>) -> Reads {
+    Reads {
+        runs: Ok(runs),
+        paused: Vec::new(),
+        watermark: None,
+        pause,
+    }
+}
+
+fn frame(now: &str) -> Frame {
+    Frame {
+        now: t(now),
+        zone: chrono_tz::Asia::Shanghai,
+    }
+}
+
+fn view(reads: &Reads, now: &str) -> JobView {
+    let settling = chrono::Duration::seconds(2);
+    job_view(
+        &job("0 * * * * *"),
+        &ActionText::default(),
+        reads,
+        settling,
+        &frame(now),
+    )
+}
+
+#[test]
+fn relative_times_in_whole_units() {
+    let now = t("2026-01-01T00:00:00Z");
+    let at = |s: i64| relative(now + chrono::Duration::seconds(s), now);
+    assert_eq!(at(0), "in <1 s");
+    let ms = |ms: i64| relative(now + chrono::Duration::milliseconds(ms), now);
+    assert_eq!(ms(-400), "<1 s ago");
+    assert_eq!(ms(999), "in <1 s");
+    assert_eq!(ms(-1000), "1 s ago");
+    assert_eq!(at(12), "in 12 s");
+    assert_eq!(at(-59), "59 s ago");
+    assert_eq!(at(-200), "3 min ago");
+    assert_eq!(at(7300), "in 2 h");
+    assert_eq!(at(-3 * 86_400), "3 d ago");
+}
+
+#[test]
+fn times_show_in_the_page_zone() {
+    let m = moment(t("2026-01-01T00:00:00Z"), &frame("2026-01-01T00:03:00Z"));
+    assert_eq!(m.iso, "2026-01-01T08:00:00+08:00");
+    assert_eq!(m.short, "2026-01-01 08:00:00");
+    assert_eq!(m.ago, "3 min ago");
+}
+
+#[test]
+fn the_strip_shows_missed_slots_between_runs_oldest_first() {
+    let runs = vec![
+        run("2026-01-01T00:03:00Z", RunState::Failed, "a"),
+        run("2026-01-01T00:01:00Z", RunState::Done, "b"),
+    ];
+    let v = view(&reads(runs, None), "2026-01-01T00:03:30Z");
+    let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+    assert_eq!(outcomes, ["done", "missed", "failed"]);
+    assert!(
+        v.strip[2].title.contains("won by a"),
+        "{}",
+        v.strip[2].title
+    );
+    assert!(v.strip[2].title.contains("connection refused"));
+    assert_eq!(v.standing, Standing::Failing);
+    assert_eq!(v.last_success.unwrap().short, "2026-01-01 08:01:00");
+    let chart = v.chart.unwrap();
+    assert_eq!(chart.runs, 2);
+}
+
+#[test]
+fn the_day_counts_failed_missed_duplicated_and_paused_slots() {
+    let twice = run("2026-01-01T00:02:00Z", RunState::Done, "b");
+    let runs = vec![
+        run("2026-01-01T00:04:00Z", RunState::Failed, "a"),
+        twice.clone(),
+        RunRecord {
+            started: twice.started + chrono::Duration::milliseconds(5),
+            ..run("2026-01-01T00:02:00Z", RunState::Done, "c")
+        },
+        run("2026-01-01T00:00:00Z", RunState::Done, "a"),
+    ];
+    let mut r = reads(runs, None);
+    r.paused = vec![(t("2026-01-01T00:04:30Z"), None)];
+    let v = view(&r, "2026-01-01T00:06:30Z");
+    let day = Tally {
+        failed: 1,
+        missed: 2,
+        duplicated: 1,
+        paused: 2,
+        shortened: false,
+    };
+    assert_eq!(v.day, day, "missed 00:01 and 00:03, paused 00:05 and 00:06");
+}
+
+#[test]
+fn a_run_off_the_schedule_is_a_slot_of_its_own_and_says_it_came_from_the_cli() {
+    let triggered = RunRecord {
+        trigger: "trigger".into(),
+        ..run("2026-01-01T00:01:17Z", RunState::Done, "laptop")
+    };
+    let v = view(&reads(vec![triggered], None), "2026-01-01T00:01:30Z");
+    let last = v.last.unwrap();
+    assert_eq!(last.slot.short, "2026-01-01 08:01:17");
+    assert!(last.from_cli && last.title.contains("started from the CLI"));
+    assert_eq!(
+        last.by.as_deref(),
+        Some("laptop (started from the CLI: slotcron trigger)")
+    );
+}
+
+#[test]
+fn a_slot_too_recent_to_judge_is_pending_and_not_the_last_outcome() {
+    let runs = vec![run("2026-01-01T00:01:00Z", RunState::Done, "a")];
+    let v = view(&reads(runs, None), "2026-01-01T00:02:01Z");
+    let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+    assert_eq!(outcomes, ["done", "pending"]);
+    assert_eq!(v.last.unwrap().outcome, "done");
+    assert_eq!(v.standing, Standing::Fine);
+}
+
+#[test]
+fn a_skipped_slot_leaves_the_failure_before_it_as_the_last_outcome() {
+    let runs = vec![
+        run("2026-01-01T00:02:00Z", RunState::Overlapped, "a"),
+        run("2026-01-01T00:01:00Z", RunState::Failed, "a"),
+    ];
+    let v = view(&reads(runs, None), "2026-01-01T00:02:30Z");
+    assert_eq!(v.last.unwrap().outcome, "failed");
+    assert_eq!(v.standing, Standing::Failing);
+    assert_eq!(v.chart.unwrap().runs, 1, "a skipped slot did not run");
+}
+
+#[test]
+fn a_paused_job_stands_between_failing_and_fine() {
+    let pause = Pause {
+        by: "ops".into(),
+        at: t("2026-01-01T00:00:30Z"),
+        until: None,
+        reason: Some("holidays".into()),
+    };
+    let runs = vec![run("2026-01-01T00:00:00Z", RunState::Done, "a")];
+    let mut r = reads(runs, Some(pause));
+    r.paused = vec![(t("2026-01-01T00:00:30Z"), None)];
+    let v = view(&r, "2026-01-01T00:02:30Z");
+    let outcomes: Vec<&str> = v.strip.iter().map(|c| c.outcome).collect();
+    assert_eq!(outcomes, ["done", "paused", "paused"]);
+    assert_eq!(v.standing, Standing::Paused);
+    assert_eq!(v.paused.unwrap().reason.as_deref(), Some("holidays"));
+    assert!(Standing::Failing < Standing::Paused && Standing::Paused < Standing::Fine);
+}
+
+#[test]
+fn nothing_known_no_past_slots_and_an_unreadable_history_no_strip() {
+    let v = view(&reads(Vec::new(), None), "2026-01-01T00:02:30Z");
+    assert!(v.strip.is_empty() && v.last.is_none() && v.chart.is_none());
+    let mut r = reads(Vec::new(), None);
+    r.runs = Err(HistoryUnavailable {
+        answered: 0,
+        needed: 2,
+        errors: "connection refused".into(),
+    });
+    r.watermark = Some(t("2026-01-01T00:00:00Z"));
+    let v = view(&r, "2026-01-01T00:02:30Z");
+    assert!(v.strip.is_empty());
+    assert!(v.history_error.unwrap().contains("connection refused"));
+}
