@@ -98,7 +98,9 @@ impl Loader<'_> {
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         self.check_job_name(&raw.name, &section);
-        let schedule = self.job_schedule(&raw, scheduler, &section);
+        let schedule = self
+            .job_schedule(&raw, scheduler, &section)
+            .map(|s| with_dst(s, &raw, scheduler));
         let timeout = self.bounded(
             &section,
             "timeout",
@@ -306,6 +308,17 @@ fn job_name(table: &Value, index: usize) -> String {
         Some(name) => name.to_owned(),
         None => format!("#{} (no name)", index + 1),
     }
+}
+
+/// The job's DST policy: its own `dst_repeat` and `dst_gap`, else `[scheduler]`'s, else the
+/// rule of the cron's kind.
+fn with_dst(schedule: Schedule, raw: &RawJob, scheduler: Option<&SchedulerConfig>) -> Schedule {
+    let repeat = raw.dst_repeat.map(Into::into);
+    let gap = raw.dst_gap.map(Into::into);
+    schedule.with_dst(
+        repeat.or(scheduler.and_then(|s| s.dst_repeat)),
+        gap.or(scheduler.and_then(|s| s.dst_gap)),
+    )
 }
 
 /// `overlap`: overlapping runs are skipped unless the job allows them.
