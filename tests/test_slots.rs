@@ -735,8 +735,8 @@ fn named_slots(
 ) -> Vec<DateTime<Utc>> {
     let mut named = BTreeSet::new();
     let mut wall = first;
-    // Ten hours of wall times hold every instant of the six-hour window: no zone here shifts
-    // by more than an hour (Lord Howe's shift is half an hour).
+    // Ten hours of wall times from five hours before the change hold every instant of the
+    // window: no zone here shifts by more than an hour (Lord Howe's shift is half an hour).
     while wall < first + Duration::hours(10) {
         let instants = match zone.from_local_datetime(&wall) {
             LocalResult::Single(t) => vec![t],
@@ -781,12 +781,12 @@ fn gap_end(zone: Tz, wall: NaiveDateTime) -> DateTime<Tz> {
 
 /// The schedule's slots in `window`, walked forward and (checking `current`) backward.
 fn slots_in(s: &Schedule, window: (DateTime<Utc>, DateTime<Utc>)) -> Vec<DateTime<Utc>> {
-    let forward: Vec<DateTime<Utc>> = s
-        .upcoming(window.0 - Duration::seconds(1), 2000)
-        .into_iter()
-        .map(|slot| slot.instant())
-        .take_while(|&t| t <= window.1)
-        .collect();
+    let first = s.next_after(window.0 - Duration::seconds(1));
+    let forward: Vec<DateTime<Utc>> =
+        std::iter::successors(first, |slot| s.next_after(slot.instant()))
+            .map(|slot| slot.instant())
+            .take_while(|&t| t <= window.1)
+            .collect();
     let mut back: Vec<DateTime<Utc>> = s
         .back_from(window.1)
         .map(|slot| slot.instant())
@@ -803,9 +803,10 @@ fn dst_every_policy_value_gives_the_slots_it_names_on_every_transition_2020_2030
     for name in &ZONES[..10] {
         let zone = tz(name);
         for &t in transitions(name) {
-            let window = (t.at - Duration::hours(3), t.at + Duration::hours(3));
-            let from_wall = (t.at - Duration::hours(5)).naive_utc()
-                + Duration::seconds(i64::from(t.before));
+            // The overlap's instants lie within an hour of the change (no zone here shifts more).
+            let window = (t.at - Duration::minutes(75), t.at + Duration::minutes(75));
+            let from_wall =
+                (t.at - Duration::hours(5)).naive_utc() + Duration::seconds(i64::from(t.before));
             let inside = t.wall_start() + t.shift() / 2;
             let jobs = [
                 // A daily job at a wall time inside the gap or the overlap.
@@ -879,6 +880,9 @@ fn dst_defaults_are_the_rules_of_the_crons_kind() {
     );
     // A policy written changes the definition replicas compare; the default does not.
     let named = fixed.clone().with_dst(Some(DstRepeat::Both), None);
-    assert_eq!(fixed.definition(), "cron=0 30 2 * * * zone=America/New_York days=all");
+    assert_eq!(
+        fixed.definition(),
+        "cron=0 30 2 * * * zone=America/New_York days=all"
+    );
     assert!(named.definition().ends_with(" dst_repeat=both"));
 }

@@ -8,6 +8,8 @@
 //! minute and hour fields (lists and ranges included, as in Vixie cron); croner alone counts only
 //! single values, so `Schedule` applies the rule to lists and ranges itself. A job with `*` there
 //! follows elapsed time: it runs in both folds of an overlap and has no slot in a gap.
+//! Those are the defaults of a [`DstPolicy`]; a job that names another (`dst_repeat`,
+//! `dst_gap`) has its wall times walked and each resolved to the instants the policy names.
 //!
 //! A job with a calendar (`days = "workdays"`) keeps the cron's slots whose date in the job's
 //! zone the calendar keeps: the filter is a function of the date alone, so the slots stay pure.
@@ -215,7 +217,8 @@ pub struct DstEffect {
     pub kind: TransitionKind,
     /// The wall times skipped or repeated: `[start, end)`.
     pub walls: std::ops::Range<NaiveDateTime>,
-    /// The job's slots at the wall times in `walls` (for a gap, the slot at the gap's end).
+    /// The job's slots at the wall times in `walls` (for a gap, the slot at the gap's end that
+    /// `shift` gives them; none for `skip`).
     pub slots: Vec<Slot>,
 }
 
@@ -697,6 +700,8 @@ impl Schedule {
     ) -> DstEffect {
         let length = walls.end - walls.start;
         let (first, last) = match kind {
+            // Skipped: the slot at the gap's end, if any, is the next wall time's, not theirs.
+            TransitionKind::Gap if self.dst_policy().gap == DstGap::Skip => (at, at - length),
             TransitionKind::Gap => (at, at),
             TransitionKind::Repeat => (at - length, at + length - chrono::Duration::seconds(1)),
         };
@@ -841,7 +846,11 @@ pub fn transitions(
     zone: Tz,
     from: DateTime<Utc>,
     until: DateTime<Utc>,
-) -> Vec<(DateTime<Utc>, TransitionKind, std::ops::Range<NaiveDateTime>)> {
+) -> Vec<(
+    DateTime<Utc>,
+    TransitionKind,
+    std::ops::Range<NaiveDateTime>,
+)> {
     use chrono::Offset;
     let offset = |t: DateTime<Utc>| t.with_timezone(&zone).offset().fix().local_minus_utc();
     let mut found = Vec::new();
