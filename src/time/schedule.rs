@@ -14,9 +14,9 @@
 //! A job with a calendar (`days = "workdays"`) keeps the cron's slots whose date in the job's
 //! zone the calendar keeps: the filter is a function of the date alone, so the slots stay pure.
 //!
-//! Why so long: 230 of its lines are unit tests of the slot math (DST gaps and folds, fixed-time
-//! rules, calendars, windows); the code itself (about 570 lines) is one concept, a job's slots,
-//! that every replica must compute alike.
+//! Why so long: about 180 of its lines are unit tests of the slot math (calendars, walking
+//! back, windows, refusals); the code itself (about 950 lines, the named DST policy's walk
+//! included) is one concept, a job's slots, that every replica must compute alike.
 
 use std::fmt;
 use std::sync::Arc;
@@ -555,6 +555,84 @@ impl Schedule {
         found.max(gap).map(Slot)
     }
 
+    fn croner_next(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let start = truncate_to_second(at).with_timezone(&self.zone);
+        self.cron
+            .find_next_occurrence(&start, false)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    fn croner_previous(&self, at: DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
+        let start = truncate_to_second(at).with_timezone(&self.zone);
+        self.cron
+            .find_previous_occurrence(&start, inclusive)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The wall-clock time of `at` in the zone, whole seconds.
+    fn wall(&self, at: DateTime<Utc>) -> NaiveDateTime {
+        truncate_to_second(at)
+            .with_timezone(&self.zone)
+            .naive_local()
+    }
+
+    /// The slots at or before `at`, newest first: catch-up walks back from now with it, so the
+    /// newest missed slot is found whatever the window's size.
+    pub fn back_from(&self, at: DateTime<Utc>) -> impl Iterator<Item = Slot> + '_ {
+        std::iter::successors(self.current(at), move |slot| {
+            self.current(slot.instant() - chrono::Duration::seconds(1))
+        })
+    }
+
+    /// The most slots any window of length `window` holds, over the schedule's next
+    /// [`SCAN_SLOTS`] slots (or next year): enough to see a daily or weekly pattern. Stops
+    /// counting once it exceeds `limit`.
+    pub fn most_slots_within(&self, window: Duration, limit: usize) -> usize {
+        let start = Utc::now();
+        let Ok(window) = chrono::Duration::from_std(window) else {
+            return usize::MAX;
+        };
+        let end = start + chrono::Duration::days(366);
+        let mut in_window = std::collections::VecDeque::new();
+        let mut most = 0;
+        let mut after = start;
+        for _ in 0..SCAN_SLOTS {
+            let Some(slot) = self.next_after(after).filter(|s| s.instant() <= end) else {
+                break;
+            };
+            after = slot.instant();
+            in_window.push_back(after);
+            while in_window.front().is_some_and(|&t| t < after - window) {
+                in_window.pop_front();
+            }
+            most = most.max(in_window.len());
+            if most > limit {
+                break;
+            }
+        }
+        most
+    }
+
+    /// The next `n` slots after `at`.
+    pub fn upcoming(&self, at: DateTime<Utc>, n: usize) -> Vec<Slot> {
+        let mut slots = Vec::with_capacity(n);
+        let mut after = at;
+        while slots.len() < n {
+            let Some(slot) = self.next_after(after) else {
+                break;
+            };
+            slots.push(slot);
+            after = slot.instant();
+        }
+        slots
+    }
+}
+
+/// The DST policy walk: a job whose policy is not its cron's default. Apart from the rest of
+/// the slot math because croner cannot compute it (croner's rules are the defaults).
+impl Schedule {
     /// The first slot after `at` under the policy, by walking the cron's wall times forward
     /// from `at`'s and resolving each to its instants. The instants of successive wall times
     /// never go back, except that the later pass of an overlap lies after wall times the walk
@@ -717,80 +795,6 @@ impl Schedule {
             walls,
             slots,
         }
-    }
-
-    fn croner_next(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let start = truncate_to_second(at).with_timezone(&self.zone);
-        self.cron
-            .find_next_occurrence(&start, false)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
-    }
-
-    fn croner_previous(&self, at: DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
-        let start = truncate_to_second(at).with_timezone(&self.zone);
-        self.cron
-            .find_previous_occurrence(&start, inclusive)
-            .ok()
-            .map(|t| t.with_timezone(&Utc))
-    }
-
-    /// The wall-clock time of `at` in the zone, whole seconds.
-    fn wall(&self, at: DateTime<Utc>) -> NaiveDateTime {
-        truncate_to_second(at)
-            .with_timezone(&self.zone)
-            .naive_local()
-    }
-
-    /// The slots at or before `at`, newest first: catch-up walks back from now with it, so the
-    /// newest missed slot is found whatever the window's size.
-    pub fn back_from(&self, at: DateTime<Utc>) -> impl Iterator<Item = Slot> + '_ {
-        std::iter::successors(self.current(at), move |slot| {
-            self.current(slot.instant() - chrono::Duration::seconds(1))
-        })
-    }
-
-    /// The most slots any window of length `window` holds, over the schedule's next
-    /// [`SCAN_SLOTS`] slots (or next year): enough to see a daily or weekly pattern. Stops
-    /// counting once it exceeds `limit`.
-    pub fn most_slots_within(&self, window: Duration, limit: usize) -> usize {
-        let start = Utc::now();
-        let Ok(window) = chrono::Duration::from_std(window) else {
-            return usize::MAX;
-        };
-        let end = start + chrono::Duration::days(366);
-        let mut in_window = std::collections::VecDeque::new();
-        let mut most = 0;
-        let mut after = start;
-        for _ in 0..SCAN_SLOTS {
-            let Some(slot) = self.next_after(after).filter(|s| s.instant() <= end) else {
-                break;
-            };
-            after = slot.instant();
-            in_window.push_back(after);
-            while in_window.front().is_some_and(|&t| t < after - window) {
-                in_window.pop_front();
-            }
-            most = most.max(in_window.len());
-            if most > limit {
-                break;
-            }
-        }
-        most
-    }
-
-    /// The next `n` slots after `at`.
-    pub fn upcoming(&self, at: DateTime<Utc>, n: usize) -> Vec<Slot> {
-        let mut slots = Vec::with_capacity(n);
-        let mut after = at;
-        while slots.len() < n {
-            let Some(slot) = self.next_after(after) else {
-                break;
-            };
-            slots.push(slot);
-            after = slot.instant();
-        }
-        slots
     }
 }
 
