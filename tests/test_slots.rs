@@ -289,6 +289,27 @@ proptest! {
         prop_assert_eq!(schedule.current(next.instant()), Some(next), "`{}` in {}", expr, zone);
     }
 
+    /// The same under every named DST policy: the walk that resolves wall times by the policy
+    /// keeps `current` and `next_after` consistent for any cron, zone and instant.
+    #[test]
+    fn slot_le_now_lt_next_under_every_dst_policy(
+        expr in cron(),
+        (zone, now) in zone_and_instant(),
+        (repeat, gap) in prop::sample::select(policies()),
+    ) {
+        let schedule = Schedule::parse(&expr, zone);
+        prop_assume!(schedule.is_ok());
+        let schedule = schedule.unwrap().with_dst(repeat, gap);
+        let cur = schedule.current(now).unwrap();
+        let next = schedule.next_after(now).unwrap();
+        let policy = schedule.dst_policy();
+        prop_assert!(cur.instant() <= now && now < next.instant(), "`{}` in {} {:?}: {} {} {}", expr, zone, policy, cur, now, next);
+        prop_assert_eq!(schedule.next_after(cur.instant()), Some(next), "`{}` in {} {:?} at {}", expr, zone, policy, now);
+        let before_next = next.instant() - Duration::milliseconds(1);
+        prop_assert_eq!(schedule.current(before_next), Some(cur), "`{}` in {} {:?} at {}", expr, zone, policy, now);
+        prop_assert_eq!(schedule.current(next.instant()), Some(next), "`{}` in {} {:?}", expr, zone, policy);
+    }
+
     /// Replicas wake anywhere between a slot and the next (their jitter): all of them compute
     /// the same slot, so they race for the same lock key.
     #[test]
