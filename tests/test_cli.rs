@@ -646,3 +646,71 @@ fn a_bad_cron_names_the_job_the_cron_field_and_the_part() {
         "{err}"
     );
 }
+
+/// Two New York jobs whose wall times a DST transition skips or repeats, one with a policy
+/// of its own and one under `[scheduler]`'s, and a job no transition touches.
+const DST_JOBS: &str = r#"
+[scheduler]
+timezone = "America/New_York"
+dst_repeat = "both"
+
+[[job]]
+name = "in-gap"
+schedule = "30 2 * * *"
+dst_gap = "skip"
+action = { type = "log", content = "x" }
+
+[[job]]
+name = "in-fold"
+schedule = "30 1 * * *"
+action = { type = "log", content = "x" }
+
+[[job]]
+name = "noon"
+schedule = "0 12 * * *"
+action = { type = "log", content = "x" }
+"#;
+
+/// The lines `check` prints under `job`, up to the next job.
+fn job_block<'a>(stdout: &'a str, job: &str) -> &'a str {
+    let start = stdout
+        .find(&format!("job {job:?}"))
+        .unwrap_or_else(|| panic!("no job {job}:\n{stdout}"));
+    let rest = &stdout[start..];
+    let end = rest[1..].find("\njob ").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+#[test]
+fn check_prints_the_dst_policy_and_the_slots_of_each_transition_it_touches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, DST_JOBS);
+    let (code, stdout, stderr) = output(slotcron().args(["check", "--config"]).arg(&path));
+    assert_eq!(code, Some(0), "stderr: {stderr}\nstdout: {stdout}");
+    // New York springs forward at 02:00 and falls back at 02:00 every year: the next year of
+    // slots holds one of each, whatever day the test runs.
+    let gap = job_block(&stdout, "in-gap");
+    assert!(
+        gap.contains("dst: dst_repeat = \"both\", dst_gap = \"skip\" (configured)"),
+        "{gap}"
+    );
+    assert!(gap.contains(" 02:00-03:00 do not exist: no slot"), "{gap}");
+    let fold = job_block(&stdout, "in-fold");
+    assert!(
+        fold.contains("dst: dst_repeat = \"both\", dst_gap = \"shift\" (configured)"),
+        "{fold}"
+    );
+    let twice = fold
+        .lines()
+        .find(|l| l.contains(" 01:00-02:00 happen twice: "))
+        .unwrap_or_else(|| panic!("no repeat line:\n{fold}"));
+    assert!(
+        twice.contains("T01:30:00-04:00, ") && twice.ends_with("T01:30:00-05:00"),
+        "both passes of 01:30: {twice}"
+    );
+    let noon = job_block(&stdout, "noon");
+    assert!(
+        !noon.contains("dst:"),
+        "no transition touches 12:00: {noon}"
+    );
+}

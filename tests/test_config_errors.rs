@@ -104,6 +104,8 @@ fn cases() -> Vec<Case> {
         case("unknown action field", job("", &format!("{WECOM}\ncolor = 1")), j, "action.color", &["unknown field", "each also as NAME_file, such as webhook_file"]),
         case("schedule is a number", job("", WECOM).replace("\"* * * * *\"", "5"), j, "schedule", &["invalid type", "a string in quotes"]),
         case("timeout is a number", job("timeout = 30", WECOM), j, "timeout", &["invalid type"]),
+        case("dst_repeat misspelled", job("dst_repeat = \"frist\"", WECOM), j, "dst_repeat", &["unknown value \"frist\"; did you mean \"first\"?"]),
+        case("dst_gap misspelled in scheduler", format!("[scheduler]\ndst_gap = \"shfit\"\n{GOOD_JOB}"), None, "dst_gap", &["[scheduler]", "unknown value \"shfit\"; did you mean \"shift\"?"]),
         case("nodes is a string", format!("[redis]\nnodes = \"redis://x:6379\"\n{GOOD_JOB}"), None, "nodes", &["[redis]", "invalid type", "a list in brackets"]),
         case("cron with 3 fields", job("", WECOM).replace("* * * * *", "* * *"), j, "schedule", &["3 fields"]),
         case("cron value out of range", job("", WECOM).replace("* * * * *", "61 * * * *"), j, "schedule", &["invalid cron expression \"61 * * * *\""]),
@@ -1007,6 +1009,18 @@ fn mistakes() -> Vec<Mistake> {
             log_job("overlap = \"alow\""),
             "\"alow\"",
             Some("allow"),
+        ),
+        mistake(
+            "misspelled dst_repeat",
+            log_job("dst_repeat = \"boht\""),
+            "\"boht\"",
+            Some("both"),
+        ),
+        mistake(
+            "misspelled dst_gap",
+            log_job("dst_gap = \"skpi\""),
+            "\"skpi\"",
+            Some("skip"),
         ),
         mistake(
             "misspelled catch_up_policy",

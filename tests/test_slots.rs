@@ -22,7 +22,7 @@ use chrono::{
 };
 use chrono_tz::Tz;
 use proptest::prelude::*;
-use slotcron::time::schedule::{Schedule, Slot};
+use slotcron::time::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Slot};
 
 /// The ten zones whose transitions are checked one by one, then three more for the proptests
 /// (Kolkata and UTC never change; Chatham shifts by 45 minutes at 02:45/03:45).
@@ -287,6 +287,27 @@ proptest! {
         let before_next = next.instant() - Duration::milliseconds(1);
         prop_assert_eq!(schedule.current(before_next), Some(cur), "`{}` in {} at {}", expr, zone, now);
         prop_assert_eq!(schedule.current(next.instant()), Some(next), "`{}` in {}", expr, zone);
+    }
+
+    /// The same under every named DST policy: the walk that resolves wall times by the policy
+    /// keeps `current` and `next_after` consistent for any cron, zone and instant.
+    #[test]
+    fn slot_le_now_lt_next_under_every_dst_policy(
+        expr in cron(),
+        (zone, now) in zone_and_instant(),
+        (repeat, gap) in prop::sample::select(policies()),
+    ) {
+        let schedule = Schedule::parse(&expr, zone);
+        prop_assume!(schedule.is_ok());
+        let schedule = schedule.unwrap().with_dst(repeat, gap);
+        let cur = schedule.current(now).unwrap();
+        let next = schedule.next_after(now).unwrap();
+        let policy = schedule.dst_policy();
+        prop_assert!(cur.instant() <= now && now < next.instant(), "`{}` in {} {:?}: {} {} {}", expr, zone, policy, cur, now, next);
+        prop_assert_eq!(schedule.next_after(cur.instant()), Some(next), "`{}` in {} {:?} at {}", expr, zone, policy, now);
+        let before_next = next.instant() - Duration::milliseconds(1);
+        prop_assert_eq!(schedule.current(before_next), Some(cur), "`{}` in {} {:?} at {}", expr, zone, policy, now);
+        prop_assert_eq!(schedule.current(next.instant()), Some(next), "`{}` in {} {:?}", expr, zone, policy);
     }
 
     /// Replicas wake anywhere between a slot and the next (their jitter): all of them compute
@@ -707,4 +728,182 @@ fn weekday_names() {
     assert_eq!(next.rfc3339_utc(), "2026-11-23T01:30:00Z");
     assert_eq!(next.rfc3339_in(shanghai), "2026-11-23T09:30:00+08:00");
     assert!(Schedule::parse("0 9 * * Funday", shanghai).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// DST policy: every value of `dst_repeat` and `dst_gap` on every transition 2020-2030
+// ---------------------------------------------------------------------------------------------
+
+/// Every policy a job may name, and `None` for the rule of the cron's kind.
+fn policies() -> Vec<(Option<DstRepeat>, Option<DstGap>)> {
+    let mut all = vec![(None, None)];
+    for repeat in [DstRepeat::First, DstRepeat::Last, DstRepeat::Both] {
+        for gap in [DstGap::Shift, DstGap::Skip] {
+            all.push((Some(repeat), Some(gap)));
+        }
+    }
+    all
+}
+
+/// The slots `policy` names, by its definition: each wall time of the job (the first `first`,
+/// then every `step`) resolved to its instants — a repeated one to the first, last or both, a
+/// skipped one to the first instant after its gap or to none — kept within `window`.
+fn named_slots(
+    zone: Tz,
+    policy: DstPolicy,
+    (first, step): (NaiveDateTime, Duration),
+    window: (DateTime<Utc>, DateTime<Utc>),
+) -> Vec<DateTime<Utc>> {
+    let mut named = BTreeSet::new();
+    let mut wall = first;
+    // Ten hours of wall times from five hours before the change hold every instant of the
+    // window: no zone here shifts by more than an hour (Lord Howe's shift is half an hour).
+    while wall < first + Duration::hours(10) {
+        let instants = match zone.from_local_datetime(&wall) {
+            LocalResult::Single(t) => vec![t],
+            LocalResult::Ambiguous(e, l) => match policy.repeat {
+                DstRepeat::First => vec![e],
+                DstRepeat::Last => vec![l],
+                DstRepeat::Both => vec![e, l],
+            },
+            LocalResult::None => match policy.gap {
+                // The gap ends where the clock, read an hour later, stands later than `wall`.
+                DstGap::Shift => vec![gap_end(zone, wall)],
+                DstGap::Skip => vec![],
+            },
+        };
+        named.extend(
+            instants
+                .into_iter()
+                .map(|t| t.with_timezone(&Utc))
+                .filter(|t| (window.0..=window.1).contains(t)),
+        );
+        wall += step;
+    }
+    named.into_iter().collect()
+}
+
+/// The first instant whose wall time is past the skipped `wall`: found minute by minute, then
+/// second by second (the gaps here start and end on whole minutes, but check anyway).
+fn gap_end(zone: Tz, wall: NaiveDateTime) -> DateTime<Tz> {
+    let mut t = zone
+        .from_local_datetime(&(wall - Duration::hours(2)))
+        .earliest()
+        .unwrap();
+    while t.naive_local() <= wall {
+        t += Duration::minutes(1);
+    }
+    t -= Duration::minutes(1);
+    while t.naive_local() <= wall {
+        t += Duration::seconds(1);
+    }
+    t
+}
+
+/// The schedule's slots in `window`, walked forward and (checking `current`) backward.
+fn slots_in(s: &Schedule, window: (DateTime<Utc>, DateTime<Utc>)) -> Vec<DateTime<Utc>> {
+    let first = s.next_after(window.0 - Duration::seconds(1));
+    let forward: Vec<DateTime<Utc>> =
+        std::iter::successors(first, |slot| s.next_after(slot.instant()))
+            .map(|slot| slot.instant())
+            .take_while(|&t| t <= window.1)
+            .collect();
+    let mut back: Vec<DateTime<Utc>> = s
+        .back_from(window.1)
+        .map(|slot| slot.instant())
+        .take_while(|&t| t >= window.0)
+        .collect();
+    back.reverse();
+    assert_eq!(back, forward, "walking back meets other slots than forward");
+    forward
+}
+
+#[test]
+fn dst_every_policy_value_gives_the_slots_it_names_on_every_transition_2020_2030() {
+    let (mut checked, mut gaps) = (0, 0);
+    for name in &ZONES[..10] {
+        let zone = tz(name);
+        for &t in transitions(name) {
+            // The overlap's instants lie within an hour of the change (no zone here shifts more).
+            let window = (t.at - Duration::minutes(75), t.at + Duration::minutes(75));
+            let from_wall =
+                (t.at - Duration::hours(5)).naive_utc() + Duration::seconds(i64::from(t.before));
+            let inside = t.wall_start() + t.shift() / 2;
+            let jobs = [
+                // A daily job at a wall time inside the gap or the overlap.
+                (
+                    format!("0 {} {} * * *", inside.minute(), inside.hour()),
+                    (inside, Duration::days(1)),
+                ),
+                // An hourly and a minutely job across it.
+                (
+                    "0 0 * * * *".to_owned(),
+                    (from_wall.with_minute(0).unwrap(), Duration::hours(1)),
+                ),
+                (
+                    "0 * * * * *".to_owned(),
+                    (from_wall.with_second(0).unwrap(), Duration::minutes(1)),
+                ),
+            ];
+            for (cron, walls) in &jobs {
+                for (repeat, gap) in policies() {
+                    let s = Schedule::parse(cron, zone).unwrap().with_dst(repeat, gap);
+                    let policy = s.dst_policy();
+                    let named = named_slots(zone, policy, *walls, window);
+                    let got = slots_in(&s, window);
+                    assert_eq!(got, named, "{name} {t:?} `{cron}` {policy:?}");
+                    checked += 1;
+                }
+            }
+            // The daily job, said outright: the one wall time gives these instants.
+            let daily = &jobs[0].0;
+            for (repeat, gap) in policies().into_iter().skip(1) {
+                let s = Schedule::parse(daily, zone).unwrap().with_dst(repeat, gap);
+                let got = slots_in(&s, window);
+                let expected: Vec<DateTime<Utc>> = match zone.from_local_datetime(&inside) {
+                    LocalResult::None => match gap {
+                        Some(DstGap::Shift) => vec![t.at],
+                        _ => vec![],
+                    },
+                    LocalResult::Ambiguous(e, l) => {
+                        let (e, l) = (e.with_timezone(&Utc), l.with_timezone(&Utc));
+                        match repeat {
+                            Some(DstRepeat::First) => vec![e],
+                            Some(DstRepeat::Last) => vec![l],
+                            _ => vec![e, l],
+                        }
+                    }
+                    LocalResult::Single(_) => panic!("{name} {inside} exists"),
+                };
+                assert_eq!(got, expected, "{name} {t:?} `{daily}` {repeat:?} {gap:?}");
+            }
+            gaps += usize::from(t.is_gap());
+        }
+    }
+    // 8 zones with DST over 11 years, Tehran until 2022: about 180 transitions × 3 jobs × 7.
+    assert!(checked >= 3000, "only {checked} checks");
+    assert!(gaps >= 75, "only {gaps} gaps");
+}
+
+#[test]
+fn dst_defaults_are_the_rules_of_the_crons_kind() {
+    let ny = tz("America/New_York");
+    let fixed = Schedule::parse("0 30 2 * * *", ny).unwrap();
+    let elapsed = Schedule::parse("0 */15 * * * *", ny).unwrap();
+    assert_eq!(fixed.dst_policy(), DstPolicy::of(true));
+    assert_eq!(
+        (fixed.dst_policy().repeat, fixed.dst_policy().gap),
+        (DstRepeat::First, DstGap::Shift)
+    );
+    assert_eq!(
+        (elapsed.dst_policy().repeat, elapsed.dst_policy().gap),
+        (DstRepeat::Both, DstGap::Skip)
+    );
+    // A policy written changes the definition replicas compare; the default does not.
+    let named = fixed.clone().with_dst(Some(DstRepeat::Both), None);
+    assert_eq!(
+        fixed.definition(),
+        "cron=0 30 2 * * * zone=America/New_York days=all"
+    );
+    assert!(named.definition().ends_with(" dst_repeat=both"));
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use super::shared::{load_or_exit, ConfigArg};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
-use crate::time::schedule::{Schedule, Slot};
+use crate::time::schedule::{Schedule, Slot, TransitionKind};
 use crate::time::words::{self, Lang};
 
 #[derive(Debug, Args)]
@@ -116,6 +116,9 @@ pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
         for line in slot_lines(job, now, next) {
             out.push_str(&format!("  {line}\n"));
         }
+        for line in dst_lines(job, now) {
+            out.push_str(&format!("  {line}\n"));
+        }
     }
     for name in &config.disabled {
         out.push_str(&format!("\njob {name:?}: disabled (enabled = false)\n"));
@@ -165,6 +168,56 @@ fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
     }
     lines
 }
+
+/// A job whose cron names a wall time that a DST transition of the next year skips or
+/// repeats: its policy, then each such transition with the slots the policy gives it (the
+/// first and last of many).
+fn dst_lines(job: &Job, now: DateTime<Utc>) -> Vec<String> {
+    let schedule = &job.schedule;
+    let effects = schedule.dst_effects(now, now + chrono::Duration::days(DST_LOOKAHEAD_DAYS));
+    if effects.is_empty() {
+        return Vec::new();
+    }
+    let policy = schedule.dst_policy();
+    let source = if schedule.dst_policy_configured() {
+        "configured"
+    } else {
+        "default"
+    };
+    let mut lines = vec![format!(
+        "dst: dst_repeat = {:?}, dst_gap = {:?} ({source})",
+        policy.repeat.name(),
+        policy.gap.name()
+    )];
+    for effect in effects {
+        let what = match effect.kind {
+            TransitionKind::Gap => "do not exist",
+            TransitionKind::Repeat => "happen twice",
+        };
+        let zone = job.zone();
+        let slots = match effect.slots.as_slice() {
+            [] => "no slot".to_owned(),
+            [one] => one.rfc3339_in(zone),
+            [one, two] => format!("{}, {}", one.rfc3339_in(zone), two.rfc3339_in(zone)),
+            [first, .., last] => format!(
+                "{} slots, {} .. {}",
+                effect.slots.len(),
+                first.rfc3339_in(zone),
+                last.rfc3339_in(zone)
+            ),
+        };
+        lines.push(format!(
+            "  {} {}-{} {what}: {slots}",
+            effect.walls.start.format("%Y-%m-%d"),
+            effect.walls.start.format("%H:%M"),
+            effect.walls.end.format("%H:%M"),
+        ));
+    }
+    lines
+}
+
+/// How far ahead `check` looks for DST transitions: a year, so both of a zone's show.
+const DST_LOOKAHEAD_DAYS: i64 = 366;
 
 /// What `check` says beside a kept slot of a calendar job.
 fn day_note(filter: &DayFilter, date: chrono::NaiveDate) -> String {

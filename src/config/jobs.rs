@@ -99,13 +99,10 @@ impl Loader<'_> {
         let raw: RawJob = self.typed(table, &section)?;
         let enabled = raw.enabled.unwrap_or(enabled);
         self.check_job_name(&raw.name, &section);
-        let schedule = self.job_schedule(&raw, scheduler, &section);
-        let timeout = self.bounded(
-            &section,
-            "timeout",
-            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
-            durations::TIMEOUT,
-        );
+        let schedule = self
+            .job_schedule(&raw, scheduler, &section)
+            .map(|s| with_dst(s, &raw, scheduler));
+        let timeout = self.job_timeout(&raw, &section);
         let catch_up = self.catch_up(
             raw.catch_up,
             raw.catch_up_policy,
@@ -133,6 +130,16 @@ impl Loader<'_> {
             action: action?,
             on_failure: on_failure?,
         })
+    }
+
+    /// The job's `timeout` (default [`DEFAULT_TIMEOUT`]), checked against its range.
+    fn job_timeout(&mut self, raw: &RawJob, section: &Section) -> Option<Duration> {
+        self.bounded(
+            section,
+            "timeout",
+            raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            durations::TIMEOUT,
+        )
     }
 
     /// The alert of a job: its own `on_failure` (checked to exist), else `[scheduler]`'s.
@@ -313,6 +320,17 @@ fn job_name(table: &Value, index: usize) -> String {
         Some(name) => name.to_owned(),
         None => format!("#{} (no name)", index + 1),
     }
+}
+
+/// The job's DST policy: its own `dst_repeat` and `dst_gap`, else `[scheduler]`'s, else the
+/// rule of the cron's kind.
+fn with_dst(schedule: Schedule, raw: &RawJob, scheduler: Option<&SchedulerConfig>) -> Schedule {
+    let repeat = raw.dst_repeat.map(Into::into);
+    let gap = raw.dst_gap.map(Into::into);
+    schedule.with_dst(
+        repeat.or(scheduler.and_then(|s| s.dst_repeat)),
+        gap.or(scheduler.and_then(|s| s.dst_gap)),
+    )
 }
 
 /// `overlap`: overlapping runs are skipped unless the job allows them.

@@ -14,6 +14,7 @@ use crate::action::http::RawHttp;
 use crate::action::log::RawLog;
 use crate::action::slack::RawSlack;
 use crate::action::wecom::RawWecom;
+use crate::time::schedule::{DstGap, DstRepeat};
 
 /// `[scheduler]` as written: every key optional (the table itself may be absent, hence
 /// `Default`), so the checker can apply each default in one place and bound each duration
@@ -45,6 +46,53 @@ pub struct RawScheduler {
     pub destination_conflict_after: Option<Duration>,
     /// The deployment's name: checked non-empty.
     pub deployment: Option<String>,
+    /// The `dst_repeat` of every job without its own.
+    pub dst_repeat: Option<RawDstRepeat>,
+    /// The `dst_gap` of every job without its own.
+    pub dst_gap: Option<RawDstGap>,
+}
+
+/// `dst_repeat = "first" | "last" | "both"` as spelled in the file. Kept apart from
+/// [`crate::time::schedule::DstRepeat`] so the domain type carries no serde spelling, and an
+/// absent key keeps the rule of the cron's kind.
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawDstRepeat {
+    /// The first pass of a repeated wall time.
+    First,
+    /// The second pass.
+    Last,
+    /// Both passes.
+    Both,
+}
+
+/// `dst_gap = "shift" | "skip"` as spelled in the file (see [`RawDstRepeat`]).
+#[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum RawDstGap {
+    /// The first instant after the gap.
+    Shift,
+    /// No slot.
+    Skip,
+}
+
+impl From<RawDstRepeat> for DstRepeat {
+    fn from(raw: RawDstRepeat) -> Self {
+        match raw {
+            RawDstRepeat::First => DstRepeat::First,
+            RawDstRepeat::Last => DstRepeat::Last,
+            RawDstRepeat::Both => DstRepeat::Both,
+        }
+    }
+}
+
+impl From<RawDstGap> for DstGap {
+    fn from(raw: RawDstGap) -> Self {
+        match raw {
+            RawDstGap::Shift => DstGap::Shift,
+            RawDstGap::Skip => DstGap::Skip,
+        }
+    }
 }
 
 /// `candidates = 2` or `candidates = "all"`.
@@ -135,6 +183,10 @@ pub struct RawJob {
     pub days: Option<RawDays>,
     /// The `[alert.NAME]` told when a slot fails.
     pub on_failure: Option<String>,
+    /// A repeated wall time: over `[scheduler] dst_repeat`.
+    pub dst_repeat: Option<RawDstRepeat>,
+    /// A skipped wall time: over `[scheduler] dst_gap`.
+    pub dst_gap: Option<RawDstGap>,
     /// `[job.action]`: typed into a [`RawAction`] on its own, so that a mistake inside it does
     /// not stop the checks of the job's other keys.
     #[schemars(

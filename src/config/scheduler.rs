@@ -12,6 +12,7 @@ use super::deployment::Deployment;
 use super::durations;
 use super::raw::{RawCandidates, RawClockMode, RawScheduler};
 use super::{ConfigError, Loader, Section};
+use crate::time::schedule::{DstGap, DstRepeat};
 
 /// Default `[scheduler] destination_conflict_after`: longer than a rollout takes.
 pub const DEFAULT_DESTINATION_CONFLICT_AFTER: Duration = Duration::from_secs(600);
@@ -58,6 +59,10 @@ pub struct SchedulerConfig {
     pub destination_conflict_after: Duration,
     /// Which deployment this replica belongs to, compared with the others on the prefix.
     pub deployment: Deployment,
+    /// `dst_repeat` of jobs without their own; `None`: the rule of each cron's kind.
+    pub dst_repeat: Option<DstRepeat>,
+    /// `dst_gap` of jobs without their own; `None`: the rule of each cron's kind.
+    pub dst_gap: Option<DstGap>,
 }
 
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
@@ -119,6 +124,8 @@ impl Loader<'_> {
             candidates: candidates?,
             candidate_stagger: candidate_stagger?,
             destination_conflict_after: destination_conflict_after?,
+            dst_repeat: raw.dst_repeat.map(DstRepeat::from),
+            dst_gap: raw.dst_gap.map(DstGap::from),
         })
     }
 

@@ -8,13 +8,15 @@
 //! minute and hour fields (lists and ranges included, as in Vixie cron); croner alone counts only
 //! single values, so `Schedule` applies the rule to lists and ranges itself. A job with `*` there
 //! follows elapsed time: it runs in both folds of an overlap and has no slot in a gap.
+//! Those are the defaults of a [`DstPolicy`]; a job that names another (`dst_repeat`,
+//! `dst_gap`) has its wall times walked and each resolved to the instants the policy names.
 //!
 //! A job with a calendar (`days = "workdays"`) keeps the cron's slots whose date in the job's
 //! zone the calendar keeps: the filter is a function of the date alone, so the slots stay pure.
 //!
-//! Why so long: 230 of its lines are unit tests of the slot math (DST gaps and folds, fixed-time
-//! rules, calendars, windows); the code itself (about 570 lines) is one concept, a job's slots,
-//! that every replica must compute alike.
+//! Why so long: about 180 of its lines are unit tests of the slot math (calendars, walking
+//! back, windows, refusals); the code itself (about 950 lines, the named DST policy's walk
+//! included) is one concept, a job's slots, that every replica must compute alike.
 
 use std::fmt;
 use std::sync::Arc;
@@ -121,6 +123,103 @@ pub struct Schedule {
     wall_times: bool,
     /// The calendar days the job keeps; `None`: every day the cron names.
     days: Option<DayFilter>,
+    /// `dst_repeat` as configured; `None`: the rule of the cron's kind ([`DstPolicy::of`]).
+    repeat: Option<DstRepeat>,
+    /// `dst_gap` as configured; `None`: the rule of the cron's kind.
+    gap: Option<DstGap>,
+}
+
+/// `dst_repeat`: which instants a wall time that a fall-back overlap repeats runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DstRepeat {
+    /// Only the first pass (the earlier instant).
+    First,
+    /// Only the second pass (the later instant).
+    Last,
+    /// Both instants: they are distinct moments, an hour apart.
+    Both,
+}
+
+/// `dst_gap`: what a wall time that a spring-forward gap skips runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DstGap {
+    /// The first instant after the gap (several such times in one gap share that run).
+    Shift,
+    /// Nothing: the wall time does not exist, so it has no slot.
+    Skip,
+}
+
+impl DstRepeat {
+    /// The value as written in jobs.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            DstRepeat::First => "first",
+            DstRepeat::Last => "last",
+            DstRepeat::Both => "both",
+        }
+    }
+}
+
+impl DstGap {
+    /// The value as written in jobs.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            DstGap::Shift => "shift",
+            DstGap::Skip => "skip",
+        }
+    }
+}
+
+/// A job's DST policy: how its wall times map to instants across a transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DstPolicy {
+    /// A repeated wall time.
+    pub repeat: DstRepeat,
+    /// A skipped wall time.
+    pub gap: DstGap,
+}
+
+impl DstPolicy {
+    /// The default of a cron: wall-clock times (no `*` in second, minute, hour) run once, in
+    /// the first pass, and right after a gap; a cron with `*` follows elapsed time (both
+    /// passes, nothing in a gap). The rules slotcron had before the policy had a name.
+    pub fn of(wall_times: bool) -> Self {
+        if wall_times {
+            DstPolicy {
+                repeat: DstRepeat::First,
+                gap: DstGap::Shift,
+            }
+        } else {
+            DstPolicy {
+                repeat: DstRepeat::Both,
+                gap: DstGap::Skip,
+            }
+        }
+    }
+}
+
+/// Which way a DST transition moves the wall clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransitionKind {
+    /// Spring forward: a range of wall times does not exist.
+    Gap,
+    /// Fall back: a range of wall times happens twice.
+    Repeat,
+}
+
+/// A DST transition that a job's cron names a wall time in, and the slots that the policy
+/// gives those wall times (for `check`).
+#[derive(Clone, Debug)]
+pub struct DstEffect {
+    /// The instant the offset changes.
+    pub at: DateTime<Utc>,
+    /// Gap or repeat.
+    pub kind: TransitionKind,
+    /// The wall times skipped or repeated: `[start, end)`.
+    pub walls: std::ops::Range<NaiveDateTime>,
+    /// The job's slots at the wall times in `walls` (for a gap, the slot at the gap's end that
+    /// `shift` gives them; none for `skip`).
+    pub slots: Vec<Slot>,
 }
 
 /// Why a cron expression was refused.
@@ -266,6 +365,8 @@ impl Schedule {
             expression: expression.to_owned(),
             wall_times,
             days: None,
+            repeat: None,
+            gap: None,
         };
         schedule
             .next_after(Utc::now())
@@ -280,12 +381,46 @@ impl Schedule {
     /// the same slots of a job ([`crate::fleet::membership`]).
     pub fn definition(&self) -> String {
         let days = self.days.as_ref().map(DayFilter::definition);
+        // Only a policy that was written changes the text: replicas of a version before the
+        // policy had a name keep the same definition for the same slots.
+        let repeat = self.repeat.map(|r| format!(" dst_repeat={}", r.name()));
+        let gap = self.gap.map(|g| format!(" dst_gap={}", g.name()));
         format!(
-            "cron={} zone={} {}",
+            "cron={} zone={} {}{}{}",
             self.expression,
             self.zone,
-            days.as_deref().unwrap_or("days=all")
+            days.as_deref().unwrap_or("days=all"),
+            repeat.unwrap_or_default(),
+            gap.unwrap_or_default()
         )
+    }
+
+    /// The same cron with a DST policy: each of `repeat` and `gap` left `None` keeps the rule
+    /// of the cron's kind.
+    pub fn with_dst(mut self, repeat: Option<DstRepeat>, gap: Option<DstGap>) -> Self {
+        self.repeat = repeat;
+        self.gap = gap;
+        self
+    }
+
+    /// The policy in force: as configured, else the rule of the cron's kind.
+    pub fn dst_policy(&self) -> DstPolicy {
+        let default = DstPolicy::of(self.wall_times);
+        DstPolicy {
+            repeat: self.repeat.unwrap_or(default.repeat),
+            gap: self.gap.unwrap_or(default.gap),
+        }
+    }
+
+    /// Whether the policy was configured (on the job or in `[scheduler]`), not defaulted.
+    pub fn dst_policy_configured(&self) -> bool {
+        self.repeat.is_some() || self.gap.is_some()
+    }
+
+    /// Whether the slots need the policy walk: the policy differs from the cron's default,
+    /// which croner (with the two corrections below) already computes.
+    fn policy_walk(&self) -> bool {
+        self.dst_policy() != DstPolicy::of(self.wall_times)
     }
 
     /// The schedule's zone.
@@ -374,6 +509,9 @@ impl Schedule {
 
     /// The cron's first slot strictly after `at`, whatever the calendar says.
     fn cron_next_after(&self, at: DateTime<Utc>) -> Option<Slot> {
+        if self.policy_walk() {
+            return self.policy_next_after(at).map(Slot);
+        }
         let mut found = self.croner_next(at);
         if !self.wall_times {
             return found.map(Slot);
@@ -397,6 +535,9 @@ impl Schedule {
 
     /// The cron's latest slot at or before `at`, whatever the calendar says.
     fn cron_current(&self, at: DateTime<Utc>) -> Option<Slot> {
+        if self.policy_walk() {
+            return self.policy_current(at).map(Slot);
+        }
         let mut found = self.croner_previous(at, true);
         if !self.wall_times {
             return found.map(Slot);
@@ -489,6 +630,174 @@ impl Schedule {
     }
 }
 
+/// The DST policy walk: a job whose policy is not its cron's default. Apart from the rest of
+/// the slot math because croner cannot compute it (croner's rules are the defaults).
+impl Schedule {
+    /// The first slot after `at` under the policy, by walking the cron's wall times forward
+    /// from `at`'s and resolving each to its instants. The instants of successive wall times
+    /// never go back, except that the later pass of an overlap lies after wall times the walk
+    /// has passed: when `at` is in the earlier pass, those are looked at first.
+    fn policy_next_after(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let policy = self.dst_policy();
+        let passed = (policy.repeat != DstRepeat::First)
+            .then(|| self.repeat_passed(at))
+            .flatten();
+        let mut wall = self.wall(at);
+        loop {
+            wall = self.cron.find_next_occurrence(&wall, false).ok()?;
+            let found = match self.zone.from_local_datetime(&wall) {
+                LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
+                LocalResult::Ambiguous(earlier, later) => {
+                    let (e, l) = (earlier.with_timezone(&Utc), later.with_timezone(&Utc));
+                    match policy.repeat {
+                        DstRepeat::First => Some(e),
+                        DstRepeat::Last => Some(l),
+                        DstRepeat::Both => Some(if e > at { e } else { l }),
+                    }
+                    .filter(|&t| t > at)
+                }
+                LocalResult::None => match policy.gap {
+                    DstGap::Shift => gap_end(self.zone, wall),
+                    DstGap::Skip => {
+                        // Past the whole gap at once: its other wall times are skipped too.
+                        let end = gap_end(self.zone, wall)?;
+                        wall = self.wall(end) - chrono::Duration::seconds(1);
+                        None
+                    }
+                },
+            };
+            if let Some(found) = found {
+                return Some(passed.map_or(found, |p| p.min(found)));
+            }
+        }
+    }
+
+    /// When `at` is in the earlier pass of an overlap: the later instant of the first wall time
+    /// of the cron in the overlap at or before `at`'s (those the forward walk has passed).
+    fn repeat_passed(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let wall = self.wall(at);
+        let LocalResult::Ambiguous(_, later) = self.zone.from_local_datetime(&wall) else {
+            return None;
+        };
+        let later = later.with_timezone(&Utc);
+        if later == truncate_to_second(at) {
+            return None;
+        }
+        let start = self.wall(offset_change(self.zone, truncate_to_second(at), later));
+        let first = self.cron.find_next_occurrence(&start, true).ok()?;
+        (first <= wall)
+            .then(|| self.zone.from_local_datetime(&first).latest())
+            .flatten()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The latest slot at or before `at` under the policy: the forward walk's mirror. When `at`
+    /// is in the later pass of an overlap, the earlier pass of wall times after `at`'s is
+    /// already past: those are looked at first.
+    fn policy_current(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let at = truncate_to_second(at);
+        let policy = self.dst_policy();
+        let passed = (policy.repeat != DstRepeat::Last)
+            .then(|| self.repeat_ahead(at))
+            .flatten();
+        let mut wall = self.wall(at);
+        let mut inclusive = true;
+        loop {
+            wall = self.cron.find_previous_occurrence(&wall, inclusive).ok()?;
+            inclusive = false;
+            let found = match self.zone.from_local_datetime(&wall) {
+                LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
+                LocalResult::Ambiguous(earlier, later) => {
+                    let (e, l) = (earlier.with_timezone(&Utc), later.with_timezone(&Utc));
+                    match policy.repeat {
+                        DstRepeat::First => Some(e),
+                        DstRepeat::Last => Some(l),
+                        DstRepeat::Both => Some(if l <= at { l } else { e }),
+                    }
+                    .filter(|&t| t <= at)
+                }
+                LocalResult::None => match policy.gap {
+                    DstGap::Shift => gap_end(self.zone, wall),
+                    DstGap::Skip => {
+                        // Before the whole gap at once: the wall time the gap starts at.
+                        let end = gap_end(self.zone, wall)?;
+                        wall = self.wall(end - chrono::Duration::seconds(1))
+                            + chrono::Duration::seconds(1);
+                        None
+                    }
+                },
+            };
+            if let Some(found) = found {
+                return Some(passed.map_or(found, |p| p.max(found)));
+            }
+        }
+    }
+
+    /// When `at` is in the later pass of an overlap: the earlier instant of the last wall time
+    /// of the cron in the overlap after `at`'s (already past, though the backward walk starts
+    /// before it).
+    fn repeat_ahead(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let wall = self.wall(at);
+        let LocalResult::Ambiguous(earlier, _) = self.zone.from_local_datetime(&wall) else {
+            return None;
+        };
+        let earlier = earlier.with_timezone(&Utc);
+        if earlier == at {
+            return None;
+        }
+        // The overlap's wall times end where the earlier pass's clock stood at the change.
+        let change = offset_change(self.zone, earlier, at);
+        let end = (change - chrono::Duration::seconds(1))
+            .with_timezone(&self.zone)
+            .naive_local();
+        let last = self.cron.find_previous_occurrence(&end, true).ok()?;
+        (last > wall)
+            .then(|| self.zone.from_local_datetime(&last).earliest())
+            .flatten()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The DST transitions in `(from, until]` that the cron names a wall time in, with the
+    /// slots the policy gives them: what `check` shows.
+    pub fn dst_effects(&self, from: DateTime<Utc>, until: DateTime<Utc>) -> Vec<DstEffect> {
+        transitions(self.zone, from, until)
+            .into_iter()
+            .filter_map(|(at, kind, walls)| {
+                let named = self.cron.find_next_occurrence(&walls.start, true).ok()?;
+                (named < walls.end).then(|| self.effect(at, kind, walls))
+            })
+            .collect()
+    }
+
+    /// The job's slots at the wall times of one transition.
+    fn effect(
+        &self,
+        at: DateTime<Utc>,
+        kind: TransitionKind,
+        walls: std::ops::Range<NaiveDateTime>,
+    ) -> DstEffect {
+        let length = walls.end - walls.start;
+        let (first, last) = match kind {
+            // Skipped: the slot at the gap's end, if any, is the next wall time's, not theirs.
+            TransitionKind::Gap if self.dst_policy().gap == DstGap::Skip => (at, at - length),
+            TransitionKind::Gap => (at, at),
+            TransitionKind::Repeat => (at - length, at + length - chrono::Duration::seconds(1)),
+        };
+        let mut slots = Vec::new();
+        let mut after = first - chrono::Duration::seconds(1);
+        while let Some(slot) = self.next_after(after).filter(|s| s.instant() <= last) {
+            slots.push(slot);
+            after = slot.instant();
+        }
+        DstEffect {
+            at,
+            kind,
+            walls,
+            slots,
+        }
+    }
+}
+
 /// Whether `t` is the second of two instants with the same wall time (a fall-back overlap).
 fn in_later_fold(zone: Tz, t: DateTime<Utc>) -> bool {
     match zone.from_local_datetime(&t.with_timezone(&zone).naive_local()) {
@@ -515,6 +824,58 @@ fn gap_end(zone: Tz, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
         }
     }
     Utc.timestamp_opt(after, 0).single()
+}
+
+/// The first instant in `(before, after]` whose UTC offset differs from `before`'s: bisected
+/// in whole seconds (the caller knows the offset changes in between).
+fn offset_change(zone: Tz, before: DateTime<Utc>, after: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::Offset;
+    let offset = |t: DateTime<Utc>| t.with_timezone(&zone).offset().fix();
+    let start = offset(before);
+    let (mut low, mut high) = (before.timestamp(), after.timestamp());
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        match Utc.timestamp_opt(middle, 0).single() {
+            Some(t) if offset(t) != start => high = middle,
+            _ => low = middle,
+        }
+    }
+    Utc.timestamp_opt(high, 0).single().unwrap_or(after)
+}
+
+/// Every UTC offset change of `zone` in `(from, until]` that moves the wall clock: the instant,
+/// its kind, and the wall times it skips or repeats. Found hour by hour (no zone changes its
+/// offset twice within an hour), each change then bisected to the second.
+pub fn transitions(
+    zone: Tz,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Vec<(
+    DateTime<Utc>,
+    TransitionKind,
+    std::ops::Range<NaiveDateTime>,
+)> {
+    use chrono::Offset;
+    let offset = |t: DateTime<Utc>| t.with_timezone(&zone).offset().fix().local_minus_utc();
+    let mut found = Vec::new();
+    let mut t = from;
+    while t < until {
+        let next = (t + chrono::Duration::hours(1)).min(until);
+        let (before, after) = (offset(t), offset(next));
+        if before != after {
+            let at = offset_change(zone, t, next);
+            let shift = chrono::Duration::seconds(i64::from(after - before));
+            let wall_after = at.naive_utc() + chrono::Duration::seconds(i64::from(after));
+            let (kind, walls) = if after > before {
+                (TransitionKind::Gap, wall_after - shift..wall_after)
+            } else {
+                (TransitionKind::Repeat, wall_after..wall_after - shift)
+            };
+            found.push((at, kind, walls));
+        }
+        t = next;
+    }
+    found
 }
 
 /// The wall clock, as a seam: tests skew one replica in-process, production reads the system.
