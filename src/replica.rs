@@ -288,6 +288,9 @@ pub async fn run_replica(
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
     replica.shutdown = shutdown.clone();
+    if let Some(endpoint) = &config.otlp_endpoint {
+        crate::ops::trace::install(endpoint, &replica.name);
+    }
     let http = config.http;
     let current = Arc::new(RwLock::new(Arc::new(config)));
     let tracker = TaskTracker::new();
@@ -326,6 +329,8 @@ pub async fn run_replica(
     if let Some(nodes) = replica.lock.nodes() {
         nodes.settle().await;
     }
+    // The last runs' spans, before the process exits (the flush waits on the runtime).
+    drop(tokio::task::spawn_blocking(crate::ops::trace::shutdown).await);
     tracing::info!(replica = %replica.name, "stopped");
     Ok(())
 }

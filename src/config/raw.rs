@@ -192,6 +192,14 @@ pub struct RawHttpServer {
     pub listen: String,
 }
 
+/// `[telemetry]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// OTLP/HTTP base URL (`http://host:4318`): spans go to its `/v1/traces`.
+    pub otlp_endpoint: Option<String>,
+}
+
 /// `[job.action]` as written, chosen by its `type`: each variant is the action module's own raw
 /// table, so every action keeps its keys and their checks beside its code, and an unknown
 /// `type` or a key of another type is serde's error naming the job.

@@ -7,3 +7,4 @@ pub mod liveness;
 pub mod probe;
 pub mod status;
 pub mod telemetry;
+pub mod trace;

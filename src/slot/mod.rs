@@ -44,7 +44,7 @@ pub use offer::HANDOFF_CLAIM_WAIT;
 pub use run::START_RECORD_DELAY;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::join_all;
 use tokio::task::JoinSet;
@@ -53,6 +53,7 @@ use crate::action::{Delivery, DeliveryState};
 use crate::config::Job;
 use crate::fleet::handoff::HandoffRequest;
 use crate::lock::{Token, Unavailable};
+use crate::ops::trace;
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
 use claim::Raced;
@@ -179,9 +180,12 @@ async fn race_place(
         Verdict::NotOurs => return ended,
     }
     let mut runs = JoinSet::new();
-    for raced in claim::claim(race, books, trigger, &jobs, slot, rank).await {
+    let raced_at = SystemTime::now();
+    let claimed = claim::claim(race, books, trigger, &jobs, slot, rank).await;
+    let race_span = (raced_at, SystemTime::now());
+    for raced in claimed {
         match raced {
-            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won))),
+            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), won, race_span))),
             Raced::Settled(result) => ended.push(result),
         }
     }
@@ -191,9 +195,11 @@ async fn race_place(
 
 /// A won slot, to its end: the run; a run where nothing left this replica offered to the
 /// fleet; the record (and the report of a second run found beside it); the alert of a failure.
-async fn run_won(ctx: Arc<SlotEnv>, won: Won) -> SlotResult {
+/// With traces on, the run is a new trace, `race_span` its race's start and end.
+async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime)) -> SlotResult {
     let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
-    let (ran, record) = run::run(race, outbox, books, &won).await;
+    let span = trace::run_span(&won.trace_ids(books.replica()), race_span);
+    let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
     let result = offer::conclude(&ctx, &won, ran).await;
     if let Some(twice) = record::finish(books, &won, record, &result).await {
         alerts::duplicate(race, outbox, books, &won.job, &twice).await;
