@@ -64,6 +64,7 @@
 //!   clients), `ledger` (every scheduled slot of a period and its fate, missed ones included),
 //!   `liveness` (the timeline's watchdog behind `/healthz`, the races' verdicts behind `/readyz`),
 //!   `probe` (`slotcron health`, the image's HEALTHCHECK) and `telemetry` (log format, filter).
+//!   `trace`: a trace per won run over OTLP (`[telemetry] otlp_endpoint`, the `otel` feature).
 //! - [`fleet`]: the fleet as one: `membership` (live replicas by heartbeat, grouped by their
 //!   jobs' definitions, and each slot's candidates), `namesakes` (two live replicas under one
 //!   id, found by the heartbeat and warned about), `destinations` (one fleet per prefix),

@@ -37,6 +37,8 @@ pub(super) struct Parts {
     pub(super) jobs: Vec<(JobSpec, JobFn)>,
     /// `[http] listen`: where the status endpoints are served; `None`: not served.
     pub(super) http: Option<std::net::SocketAddr>,
+    /// `[telemetry] otlp_endpoint`: where the runs' traces go; `None`: no traces.
+    pub(super) otlp_endpoint: Option<String>,
     /// The alerts (`[alert.NAME]`) that jobs' `on_failure` name, with their functions.
     pub(super) alerts: Vec<(String, JobFn)>,
 }
@@ -125,6 +127,11 @@ impl Parts {
             let mut http = Table::new();
             http.insert("listen".into(), listen.to_string().into());
             top.insert("http".into(), http.into());
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            let mut telemetry = Table::new();
+            telemetry.insert("otlp_endpoint".into(), endpoint.clone().into());
+            top.insert("telemetry".into(), telemetry.into());
         }
         let mut jobs = Vec::new();
         let mut calendars = Table::new();
