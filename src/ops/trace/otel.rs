@@ -1,6 +1,7 @@
 //! The OpenTelemetry side of [`super`]: one tracer provider per process, installed by the first
 //! replica whose configuration names an endpoint.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
@@ -35,9 +36,34 @@ struct OnRuntime {
 impl HttpClient for OnRuntime {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         let client = self.client.clone();
-        self.runtime
+        let sent = self
+            .runtime
             .spawn(async move { client.send_bytes(request).await })
-            .await?
+            .await?;
+        note_export(&sent);
+        sent
+    }
+}
+
+/// Whether the last export failed: the SDK's own diagnostics are compiled out, so a collector
+/// that cannot be reached is logged here, once when exports start failing and once when they
+/// work again (not once a batch).
+static FAILING: AtomicBool = AtomicBool::new(false);
+
+fn note_export(sent: &Result<Response<Bytes>, HttpError>) {
+    let error = match sent {
+        Ok(response) if response.status().is_success() => None,
+        Ok(response) => Some(format!("the collector answered {}", response.status())),
+        Err(e) => Some(e.to_string()),
+    };
+    match error {
+        Some(error) if !FAILING.swap(true, Ordering::Relaxed) => {
+            tracing::warn!(error = %error, "traces: exporting spans failed; runs go on, their spans are dropped");
+        }
+        None if FAILING.swap(false, Ordering::Relaxed) => {
+            tracing::info!("traces: exporting spans works again");
+        }
+        _ => {}
     }
 }
 
