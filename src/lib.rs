@@ -76,6 +76,9 @@
 //! - [`action`]: what a winner does, one file per action (WeCom, DingTalk, Feishu, Slack, HTTP,
 //!   command, log), each parsing and checking its own `[job.action]` table; delivery, retries,
 //!   the fleet-wide rate budget and templates.
+//! - [`trace`]: a trace per won run over OTLP (`[telemetry] otlp_endpoint`, the `otel`
+//!   feature): the run's root span, the race's and each delivery attempt's; below `action`,
+//!   whose `http` attempts carry its `traceparent`.
 //! - [`lock`]: the Redlock over the Redis layer, and the standalone in-process lock.
 //! - [`record`]: what the fleet keeps about its jobs: `history` (run records in a capped stream
 //!   per job on every node) and `watermark` (when the fleet first scheduled a job; catch-up
@@ -117,6 +120,7 @@ pub mod secret;
 pub mod slot;
 pub mod time;
 pub mod tls;
+pub mod trace;
 pub mod watch;
 
 pub use api::{

@@ -294,6 +294,9 @@ pub async fn run_replica(
     reloads: Option<mpsc::Receiver<()>>,
 ) -> anyhow::Result<()> {
     replica.shutdown = shutdown.clone();
+    if let Some(endpoint) = &config.otlp_endpoint {
+        install_traces(endpoint, &replica.name);
+    }
     let http = config.http;
     let current = Arc::new(RwLock::new(Arc::new(config)));
     let tracker = TaskTracker::new();
@@ -326,14 +329,22 @@ pub async fn run_replica(
         replica.membership.regroup(group_of(&new)).await;
         *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
     }
+    drain(&replica, tracker).await;
+    Ok(())
+}
+
+/// Waits for the running slots and the fleet tasks, settles the nodes' writes and flushes the
+/// last runs' spans, before the process exits.
+async fn drain(replica: &Replica, tracker: TaskTracker) {
     tracing::info!(replica = %replica.name, "shutting down: no new slots; waiting for running slots");
     tracker.close();
     tracker.wait().await;
     if let Some(nodes) = replica.lock.nodes() {
         nodes.settle().await;
     }
+    // The flush waits on the runtime: from a blocking thread.
+    drop(tokio::task::spawn_blocking(crate::trace::shutdown).await);
     tracing::info!(replica = %replica.name, "stopped");
-    Ok(())
 }
 
 /// Binds `listen` and serves `/healthz`, `/readyz`, `/metrics` and the status page.
@@ -665,4 +676,14 @@ async fn take_trigger(replica: Replica, ctx: Arc<SlotEnv>, job: Arc<Job>, reques
 async fn take_handoff(ctx: Arc<SlotEnv>, job: Arc<Job>, offer: HandoffRequest) {
     let Some(slot) = offer.slot() else { return };
     crate::slot::once(&ctx, Trigger::Handoff(Arc::new(offer)), job, slot).await;
+}
+
+/// Starts exporting a trace per won run to `endpoint`, over the actions' own HTTP client (so
+/// its TLS and proxy settings); without a client, the replica runs without traces, saying so.
+fn install_traces(endpoint: &url::Url, replica: &str) {
+    match crate::action::http_client() {
+        Ok(client) => crate::trace::install(endpoint, replica, client),
+        Err(e) => tracing::warn!(%endpoint, replica, error = %e,
+            "traces: cannot build the HTTP client; running without traces"),
+    }
 }

@@ -155,6 +155,7 @@ fn cases() -> Vec<Case> {
         case("bad rate", job("", &format!("{WECOM}\nrate = \"lots\"")), j, "action.rate", &["not a rate"]),
         case("missing secret file", job("", &WECOM.replace("webhook = \"${WECOM_WEBHOOK}\"", "webhook_file = \"/nonexistent/secret\"")), j, "action.webhook_file", &["no such file"]),
         case("bad [http] listen", format!("[http]\nlisten = \"everywhere\"\n{GOOD_JOB}"), None, "listen", &["address"]),
+        case("bad [telemetry] otlp_endpoint", format!("[telemetry]\notlp_endpoint = \"collector:4318\"\n{GOOD_JOB}"), None, "otlp_endpoint", &["http(s) URL"]),
         case("catch_up_policy without catch_up", job("catch_up_policy = \"all\"", WECOM), j, "catch_up_policy", &["needs catch_up"]),
         case("unknown calendar", job("calendar = \"nope\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"nope\"", "no [calendar.NAME] section"]),
         case("built-in calendar without its section", job("calendar = \"cn\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"cn\"", "[calendar.cn] with builtin = \"cn\""]),
@@ -731,6 +732,7 @@ fn toml_document() -> impl Strategy<Value = String> {
         "[scheduler]",
         "[redis]",
         "[http]",
+        "[telemetry]",
         "[job]",
         "",
     ]);

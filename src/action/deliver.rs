@@ -110,7 +110,7 @@ pub async fn deliver_for<T>(
         ctx.may_send(attempt, seen.reached, &last)
             .map_err(|e| e.with_uncertain(seen.uncertain))?;
         let remaining = ctx.deadline.saturating_duration_since(Instant::now());
-        let outcome = attempt_once(ctx, request(), remaining, &classify).await;
+        let outcome = attempt_once(ctx, request(), attempt, remaining, &classify).await;
         let retry = match seen.judge(outcome, attempt, on_uncertain) {
             Next::Done(result) => return result,
             Next::Retry(retry) => retry,
@@ -253,10 +253,16 @@ async fn take_budget(
 async fn attempt_once<T>(
     ctx: &SendContext<'_>,
     request: RequestBuilder,
+    attempt: u32,
     remaining: Duration,
     classify: &impl Fn(&Answer) -> Verdict<T>,
 ) -> Attempt<T> {
-    let request = request.headers(slotcron_headers(ctx)).timeout(remaining);
+    // Ended when the attempt is (dropped on return).
+    let span = crate::trace::attempt_span(attempt);
+    let request = request
+        .headers(slotcron_headers(ctx))
+        .headers(span.traceparent())
+        .timeout(remaining);
     match request.send().await {
         Ok(response) => match read_answer(response).await {
             Ok(answer) => Attempt::Answered(classify(&answer)),

@@ -37,6 +37,8 @@ pub(super) struct Parts {
     pub(super) jobs: Vec<(JobSpec, JobFn)>,
     /// `[http] listen`: where the status endpoints are served; `None`: not served.
     pub(super) http: Option<std::net::SocketAddr>,
+    /// `[telemetry] otlp_endpoint`: where the runs' traces go; `None`: no traces.
+    pub(super) otlp_endpoint: Option<String>,
     /// The alerts (`[alert.NAME]`) that jobs' `on_failure` name, with their functions.
     pub(super) alerts: Vec<(String, JobFn)>,
 }
@@ -122,9 +124,13 @@ impl Parts {
             top.insert("redis".into(), redis.into());
         }
         if let Some(listen) = self.http {
-            let mut http = Table::new();
-            http.insert("listen".into(), listen.to_string().into());
-            top.insert("http".into(), http.into());
+            top.insert("http".into(), one_key("listen", listen.to_string()));
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            top.insert(
+                "telemetry".into(),
+                one_key("otlp_endpoint", endpoint.clone()),
+            );
         }
         let mut jobs = Vec::new();
         let mut calendars = Table::new();
@@ -153,13 +159,19 @@ impl Parts {
             top.insert("calendar".into(), calendars.into());
         }
         if !self.alerts.is_empty() {
-            let alerts = self.alerts.iter().map(|(name, _)| {
-                let placeholder = job::placeholder_action();
-                (name.clone(), Value::from(placeholder))
-            });
-            top.insert("alert".into(), Table::from_iter(alerts).into());
+            top.insert("alert".into(), self.alert_tables());
         }
         top
+    }
+
+    /// `[alert.NAME]` for each registered alert: a placeholder action (the function is the
+    /// alert's; the loader checks only that each `on_failure` names one).
+    fn alert_tables(&self) -> Value {
+        let alerts = self.alerts.iter().map(|(name, _)| {
+            let placeholder = job::placeholder_action();
+            (name.clone(), Value::from(placeholder))
+        });
+        Table::from_iter(alerts).into()
     }
 }
 
@@ -210,4 +222,9 @@ fn builder_field(section: &Section, field: &str) -> (Section, String) {
         (Section::Http, _) => (Section::Top, "Fleet::http".to_owned()),
         (_, f) => named(f),
     }
+}
+
+/// A table of one key: `[http] listen`, `[telemetry] otlp_endpoint`.
+fn one_key(key: &str, value: String) -> Value {
+    Table::from_iter([(key.to_owned(), Value::from(value))]).into()
 }

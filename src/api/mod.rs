@@ -233,6 +233,20 @@ impl Fleet {
         self
     }
 
+    /// Sends a trace per won run to `endpoint` (OTLP over HTTP, protobuf, `{endpoint}/v1/traces`),
+    /// as the binary's `[telemetry] otlp_endpoint` does; the job's function runs inside the
+    /// run's span (`opentelemetry::Context::current()`). One exporter per process: the first
+    /// fleet's endpoint.
+    ///
+    /// ```
+    /// let fleet = slotcron::Fleet::new("replica-1").otlp_endpoint("http://otel-collector:4318");
+    /// # let _ = fleet;
+    /// ```
+    pub fn otlp_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.parts.otlp_endpoint = Some(endpoint.into());
+        self
+    }
+
     /// Registers a job: `run` is called with the slot's [`SlotContext`] on the replica that
     /// wins the slot. `Ok` records the slot `done`; `Err` records it `failed` with the error's
     /// text (its `{:#}` form); a run past the job's timeout is dropped and recorded `failed`.

@@ -152,6 +152,29 @@ impl Loader<'_> {
         }
     }
 
+    /// `[telemetry] otlp_endpoint`: an http(s) URL. `Some(None)`: no traces. `None`: errors
+    /// were recorded.
+    pub(super) fn telemetry(&mut self, value: Option<Value>) -> Option<Option<url::Url>> {
+        let Some(value) = value else {
+            return Some(None);
+        };
+        let raw: super::raw::RawTelemetry = self.typed(value, &Section::Telemetry)?;
+        let Some(endpoint) = raw.otlp_endpoint else {
+            return Some(None);
+        };
+        match url::Url::parse(&endpoint) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => Some(Some(url)),
+            _ => {
+                self.errors.push(ConfigError::field(
+                    Section::Telemetry,
+                    "otlp_endpoint",
+                    format!("{endpoint:?} is not an http(s) URL such as \"http://collector:4318\""),
+                ));
+                None
+            }
+        }
+    }
+
     /// `Some(None)`: no [redis] (standalone). `None`: errors were recorded.
     pub(super) fn redis(&mut self, value: Option<Value>) -> Option<Option<RedisConfig>> {
         let Some(value) = value else {

@@ -38,6 +38,8 @@ pub enum Section {
     Redis,
     /// `[http]`.
     Http,
+    /// `[telemetry]`.
+    Telemetry,
     /// A `[[job]]`, by name.
     Job(String),
     /// `[calendar.NAME]`.
@@ -194,6 +196,7 @@ fn section_prefix(section: &Section) -> String {
         Section::Scheduler => "[scheduler] ".to_owned(),
         Section::Redis => "[redis] ".to_owned(),
         Section::Http => "[http] ".to_owned(),
+        Section::Telemetry => "[telemetry] ".to_owned(),
         Section::Job(name) => format!("job {name:?}, "),
         Section::Calendar(name) => format!("calendar {name:?}, "),
         Section::Alert(name) => format!("alert {name:?}, "),

@@ -82,6 +82,7 @@ fn section_of<'a>(
         Section::Scheduler => child("scheduler"),
         Section::Redis => child("redis"),
         Section::Http => child("http"),
+        Section::Telemetry => child("telemetry"),
         Section::Calendar(name) => {
             table_at(table_at(top.0.get("calendar")?)?.0.get(name.as_str())?)
         }

@@ -57,6 +57,8 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     /// `[http]`: the health, metrics and status endpoints; `None`: not served.
     pub http: Option<HttpConfig>,
+    /// `[telemetry] otlp_endpoint`: where a trace per won run goes; `None`: no traces.
+    pub otlp_endpoint: Option<url::Url>,
     /// Enabled jobs, in file order.
     pub jobs: Vec<Arc<Job>>,
     /// Jobs with `enabled = false`: checked, not scheduled.
@@ -340,6 +342,7 @@ impl<'e> Loader<'e> {
         let scheduler = self.scheduler(table.remove("scheduler"), text);
         let redis = self.redis(table.remove("redis"));
         let http = self.http_server(table.remove("http"));
+        let otlp_endpoint = self.telemetry(table.remove("telemetry"));
         self.calendars(table.remove("calendar"));
         self.alerts(table.remove("alert"));
         if let Some(scheduler) = &scheduler {
@@ -355,6 +358,7 @@ impl<'e> Loader<'e> {
             scheduler.key_prefix = self.key_prefix_for(&scheduler.key_prefix, &redis.mode)?;
         }
         let http = http?;
+        let otlp_endpoint = otlp_endpoint?;
         self.coverage_warnings();
         if redis.is_none() {
             self.warnings.push(STANDALONE_WARNING.to_owned());
@@ -364,6 +368,7 @@ impl<'e> Loader<'e> {
             scheduler,
             redis,
             http,
+            otlp_endpoint,
             jobs,
             disabled,
             disabled_schedules: std::mem::take(&mut self.disabled_schedules),
@@ -410,7 +415,15 @@ impl<'e> Loader<'e> {
     }
 
     fn check_top_level(&mut self, table: &Table) {
-        const SECTIONS: [&str; 6] = ["scheduler", "redis", "http", "calendar", "alert", "job"];
+        const SECTIONS: [&str; 7] = [
+            "scheduler",
+            "redis",
+            "http",
+            "telemetry",
+            "calendar",
+            "alert",
+            "job",
+        ];
         for (key, value) in table {
             if SECTIONS.contains(&key.as_str()) {
                 continue;
@@ -433,7 +446,7 @@ impl<'e> Loader<'e> {
                 }
                 Some(near) => format!("unknown section or key; did you mean [{near}]?"),
                 None => "unknown section or key (expected [scheduler], [redis], [http], \
-                    [calendar.NAME], [alert.NAME] or [[job]])"
+                    [telemetry], [calendar.NAME], [alert.NAME] or [[job]])"
                     .to_owned(),
             };
             self.errors

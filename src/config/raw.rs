@@ -257,6 +257,14 @@ pub struct RawHttpServer {
     pub listen: String,
 }
 
+/// `[telemetry]` as written.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// OTLP/HTTP base URL (`http://host:4318`): spans go to its `/v1/traces`.
+    pub otlp_endpoint: Option<String>,
+}
+
 /// `[job.action]` as written, chosen by its `type`: each variant is the action module's own raw
 /// table, so every action keeps its keys and their checks beside its code, and an unknown
 /// `type` or a key of another type is serde's error naming the job.
@@ -299,6 +307,8 @@ pub struct RawFile {
     pub redis: Option<RawRedis>,
     /// The health, metrics and status endpoints.
     pub http: Option<RawHttpServer>,
+    /// Traces: a span per won run, over OTLP/HTTP.
+    pub telemetry: Option<RawTelemetry>,
     /// `[calendar.NAME]`: days a job's `calendar` names.
     #[schemars(default)]
     pub calendar: std::collections::BTreeMap<String, RawCalendar>,

@@ -79,6 +79,17 @@ impl Won {
             .unwrap_or_default()
     }
 
+    /// What the run's trace says about it, on `replica`.
+    pub(super) fn trace_ids<'a>(&'a self, replica: &'a str) -> crate::trace::RunIds<'a> {
+        crate::trace::RunIds {
+            job: &self.job.name,
+            slot: self.slot,
+            fence: self.fence,
+            trigger: self.trigger.as_str(),
+            replica,
+        }
+    }
+
     /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
     pub(super) fn start_record(&self, replica: &str) -> RunRecord {
         RunRecord {

@@ -49,7 +49,7 @@ pub use offer::HANDOFF_CLAIM_WAIT;
 pub use run::START_RECORD_DELAY;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::join_all;
 use tokio::task::JoinSet;
@@ -60,6 +60,7 @@ use crate::fleet::handoff::HandoffRequest;
 use crate::lock::{Token, Unavailable};
 use crate::outcome::Outcome;
 use crate::time::schedule::Slot;
+use crate::trace;
 use claim::Raced;
 use guard::Verdict;
 
@@ -184,12 +185,15 @@ async fn race_place(
         }
         Verdict::NotOurs => return ended,
     }
+    let raced_at = SystemTime::now();
     let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
+    // The race's span ends with the claim: the check after the win belongs to the run.
+    let race_span = (raced_at, SystemTime::now());
     confirm::confirm(race, books, &mut claims).await;
     let mut runs = JoinSet::new();
     for raced in claims {
         match raced {
-            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won))),
+            Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won, race_span))),
             Raced::Settled(result) => ended.push(result),
         }
     }
@@ -199,9 +203,11 @@ async fn race_place(
 
 /// A won slot, to its end: the run; a run where nothing left this replica offered to the
 /// fleet; the record (and the report of a second run found beside it); the alert of a failure.
-async fn run_won(ctx: Arc<SlotEnv>, won: Won) -> SlotResult {
+/// With traces on, the run is a new trace, `race_span` its race's start and end.
+async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime)) -> SlotResult {
     let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
-    let (ran, record) = run::run(race, outbox, books, &won).await;
+    let span = trace::run_span(&won.trace_ids(books.replica()), race_span);
+    let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
     let result = offer::conclude(&ctx, &won, ran).await;
     if let Some(twice) = record::finish(books, &won, record, &result).await {
         alerts::duplicate(race, outbox, books, &won.job, &twice).await;
