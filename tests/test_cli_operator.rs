@@ -459,3 +459,32 @@ fn run_keeps_its_schedule_quietly_on_a_closed_pipe_and_stops_on_sigterm() {
         "run on a closed pipe: {err}"
     );
 }
+
+/// `slotcron ARGS` (a command that takes no `--config`) on a closed stdout: no panic, no word
+/// about the pipe, the command's own exit code.
+fn assert_bare_command_quiet_on_a_closed_pipe(dir: &Path, args: &[&str], code: i32) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_slotcron"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "slotcron {args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "slotcron {args:?} on a closed pipe: {err}"
+    );
+}
+
+#[test]
+fn schema_and_init_end_quietly_on_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_bare_command_quiet_on_a_closed_pipe(dir.path(), &["schema"], 0);
+    assert_bare_command_quiet_on_a_closed_pipe(dir.path(), &["init", "--robot", "wecom"], 0);
+    assert!(dir.path().join("jobs.toml").is_file(), "init wrote nothing");
+    // A second init onto the same file is refused (exit 1), quietly too.
+    assert_bare_command_quiet_on_a_closed_pipe(dir.path(), &["init", "--robot", "wecom"], 1);
+}

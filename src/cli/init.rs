@@ -7,6 +7,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::out::{errln, outln};
+
 /// The settings and the log job every starter begins with.
 const HEAD: &str = include_str!("starters/head.toml");
 
@@ -63,17 +65,17 @@ pub fn init(args: &InitArgs) -> ExitCode {
         .and_then(|mut file| file.write_all(format!("{HEAD}{}", args.robot.job()).as_bytes()));
     match written {
         Ok(()) => {
-            println!("wrote {shown}; check it with: slotcron check --config {shown}");
+            outln!("wrote {shown}; check it with: slotcron check --config {shown}");
             ExitCode::SUCCESS
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            eprintln!(
+            errln!(
                 "slotcron init: {shown} exists; left as it was (remove it or name another path)"
             );
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("slotcron init: cannot write {shown}: {e}");
+            errln!("slotcron init: cannot write {shown}: {e}");
             ExitCode::FAILURE
         }
     }
