@@ -185,10 +185,11 @@ async fn race_place(
         }
         Verdict::NotOurs => return ended,
     }
-    let raced_at = SystemTime::now();
+    // Read through the race's clock (the seam every wall-clock read goes through).
+    let raced_at = SystemTime::from(race.clock().now());
     let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
     // The race's span ends with the claim: the check after the win belongs to the run.
-    let race_span = (raced_at, SystemTime::now());
+    let race_span = (raced_at, SystemTime::from(race.clock().now()));
     confirm::confirm(race, books, &mut claims).await;
     let mut runs = JoinSet::new();
     for raced in claims {
