@@ -6,6 +6,9 @@
 //! scrape, at zero ([`Metrics::declare_job`]), so `rate()` and alerts see a job before its
 //! first slot. Race outcomes and run outcomes are separate counters: a won slot is counted
 //! once in `slotcron_races_total` and once more, when its run ends, in `slotcron_runs_total`.
+//!
+//! Why so long: about 130 of its lines are unit tests of the exposition; the series and their
+//! setters stay together so a new series is declared, set and registered in one place.
 
 mod process;
 mod register;
@@ -14,7 +17,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use crate::outcome::{RACE_OUTCOMES, RUN_OUTCOMES};
+pub use crate::outcome::{ALERT_OUTCOMES, RACE_OUTCOMES, RUN_OUTCOMES};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -143,6 +146,8 @@ pub struct Metrics {
     missed: Family<JobLabels, Counter>,
     /// Slots run twice under one fence, found by a replica that ran one (counted once, fleet-wide).
     duplicates: Family<JobLabels, Counter>,
+    /// Deadline and recovery alerts this replica won the right to send (each once, fleet-wide).
+    alerts: Family<OutcomeLabels, Counter>,
     /// Won slots run though fewer replicas than `wait_replicas` had their lock (`WAIT`).
     unreplicated: Family<JobLabels, Counter>,
     /// Pause changes heard that fewer replicas than `wait_replicas` had (`WAIT`).
@@ -188,6 +193,7 @@ impl Metrics {
             handoffs: Family::default(),
             missed: Family::default(),
             duplicates: Family::default(),
+            alerts: Family::default(),
             unreplicated: Family::default(),
             unreplicated_pauses: Family::default(),
             paused: Family::default(),
@@ -228,6 +234,9 @@ impl Metrics {
         drop(self.budget_wait_seconds.get_or_create(&labels));
         drop(self.handoffs.get_or_create(&labels));
         drop(self.missed.get_or_create(&labels));
+        for o in ALERT_OUTCOMES {
+            drop(self.alerts.get_or_create(&outcome_labels(name, o)));
+        }
         drop(self.unreplicated.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
     }
@@ -280,6 +289,10 @@ impl Metrics {
             Series::Duplicate => {
                 self.duplicates.get_or_create(&job(job_name)).inc();
             }
+            Series::Alert => {
+                let labels = outcome_labels(job_name, outcome.as_str());
+                self.alerts.get_or_create(&labels).inc();
+            }
         }
     }
 
@@ -315,7 +328,9 @@ impl Metrics {
             | Outcome::Paused
             | Outcome::Standby
             | Outcome::Missed
-            | Outcome::Duplicate => {}
+            | Outcome::Duplicate
+            | Outcome::Deadline
+            | Outcome::Recovered => {}
         }
     }
 

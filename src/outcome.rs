@@ -51,6 +51,12 @@ pub enum Outcome {
     /// The slot ran twice under one fence (the lock failed: nodes restarted empty, a clock
     /// fault); this replica, which ran one of the runs, won the right to report it once.
     Duplicate,
+    /// The slot was not `done` by the job's `deadline`; this replica won the right to alert it
+    /// once for the fleet.
+    Deadline,
+    /// The job ended `done` after an alert that it failed, was missed or passed its deadline;
+    /// this replica won the right to say so once for the fleet.
+    Recovered,
 }
 
 /// Which family of counters an outcome is counted in.
@@ -64,6 +70,9 @@ pub enum Series {
     Missed,
     /// `slotcron_duplicate_runs_total`: a slot run twice, reported once across the fleet.
     Duplicate,
+    /// `slotcron_alerts_total{outcome}`: a deadline or recovery alert, sent once across the
+    /// fleet.
+    Alert,
 }
 
 impl Outcome {
@@ -81,6 +90,8 @@ impl Outcome {
             Outcome::HandedOff => "handed_off",
             Outcome::Missed => "missed",
             Outcome::Duplicate => "duplicate",
+            Outcome::Deadline => "deadline",
+            Outcome::Recovered => "recovered",
         }
     }
 
@@ -98,6 +109,7 @@ impl Outcome {
             }
             Outcome::Missed => Series::Missed,
             Outcome::Duplicate => Series::Duplicate,
+            Outcome::Deadline | Outcome::Recovered => Series::Alert,
         }
     }
 
@@ -106,12 +118,17 @@ impl Outcome {
     /// non-candidate replica and slot: the bulk of a large fleet's lines) at debug only.
     pub fn level(self) -> tracing::Level {
         match self {
-            Outcome::Won | Outcome::Lost | Outcome::Paused | Outcome::Done => tracing::Level::INFO,
+            Outcome::Won
+            | Outcome::Lost
+            | Outcome::Paused
+            | Outcome::Done
+            | Outcome::Recovered => tracing::Level::INFO,
             Outcome::Unavailable
             | Outcome::OutOfWindow
             | Outcome::Overlapped
             | Outcome::HandedOff
-            | Outcome::Missed => tracing::Level::WARN,
+            | Outcome::Missed
+            | Outcome::Deadline => tracing::Level::WARN,
             Outcome::Failed | Outcome::Duplicate => tracing::Level::ERROR,
             Outcome::Standby => tracing::Level::DEBUG,
         }
@@ -131,12 +148,16 @@ pub const RACE_OUTCOMES: [&str; 6] = ["won", "lost", "unavailable", "skipped", "
 /// How a won slot's run ended (`slotcron_runs_total{outcome}`); `skipped`: its previous run
 /// still held the running lease (`overlap = "skip"`).
 pub const RUN_OUTCOMES: [&str; 4] = ["done", "failed", "handed_off", "skipped"];
+/// The alerts raced once across the fleet beside a slot's run (`slotcron_alerts_total{outcome}`):
+/// `deadline`, a slot not `done` by the job's `deadline`; `recovered`, a job `done` again after
+/// an alert that it failed, was missed or passed its deadline.
+pub const ALERT_OUTCOMES: [&str; 2] = ["deadline", "recovered"];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [Outcome; 12] = [
+    const ALL: [Outcome; 14] = [
         Outcome::Won,
         Outcome::Lost,
         Outcome::Unavailable,
@@ -149,6 +170,8 @@ mod tests {
         Outcome::Overlapped,
         Outcome::Missed,
         Outcome::Duplicate,
+        Outcome::Deadline,
+        Outcome::Recovered,
     ];
 
     #[test]
@@ -157,6 +180,7 @@ mod tests {
             let declared = match outcome.series() {
                 Series::Race => RACE_OUTCOMES.as_slice(),
                 Series::Run => RUN_OUTCOMES.as_slice(),
+                Series::Alert => ALERT_OUTCOMES.as_slice(),
                 Series::Missed | Series::Duplicate => continue,
             };
             assert!(declared.contains(&outcome.as_str()), "{outcome:?}");

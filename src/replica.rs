@@ -479,6 +479,13 @@ fn start_generation(
     } else {
         tracker.spawn(catch_up::mark_first_seen(ctx.clone(), config.jobs.clone()));
     }
+    tracker.spawn(crate::slot::deadline::watch(
+        ctx.clone(),
+        config.jobs.clone(),
+        generation.fleet.clone(),
+        generation.shutdown.clone(),
+        tracker.clone(),
+    ));
     tracker.spawn(scheduler::timeline(
         ctx,
         replica.liveness.clone(),

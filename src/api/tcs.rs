@@ -248,6 +248,7 @@ impl Guarded {
             catch_up: None,
             action: Action::Fn(FnAction::new(run)),
             on_failure: None,
+            deadline: None,
         }
     }
 }

@@ -36,6 +36,9 @@ pub const RETRY_DELAY: DurationRange = DurationRange::new(Duration::ZERO, SECOND
 pub const TIMEOUT: DurationRange = DurationRange::new(MS, DAY);
 /// Job `catch_up`: the window of missed slots run at start.
 pub const CATCH_UP: DurationRange = DurationRange::new(SECOND, Duration::from_secs(7 * 86_400));
+/// Job `deadline`: from a second (the fleet clock's precision leaves less meaningless) to a
+/// week; it must also end before the job's next slot (checked against the schedule).
+pub const DEADLINE: DurationRange = DurationRange::new(SECOND, Duration::from_secs(7 * 86_400));
 /// The window of an action's `rate` (`"20/min"`).
 pub const RATE_WINDOW: DurationRange = DurationRange::new(MS, DAY);
 

@@ -142,6 +142,9 @@ pub struct Job {
     pub action: Action,
     /// The `[alert.NAME]` told when a slot ends `failed` or is found `missed`.
     pub on_failure: Option<String>,
+    /// `deadline`: after the slot's instant, when a slot not yet `done` is alerted (once
+    /// across the fleet); checked to end before the job's next slot and to have an alert.
+    pub deadline: Option<Duration>,
 }
 
 impl Job {

@@ -183,6 +183,11 @@ pub struct RawJob {
     pub days: Option<RawDays>,
     /// The `[alert.NAME]` told when a slot fails.
     pub on_failure: Option<String>,
+    /// After a slot's nominal instant, the time by which it must be `done`: past it, one
+    /// `deadline` alert goes to the job's `on_failure` alert (`"10m"`; none by default).
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub deadline: Option<Duration>,
     /// A repeated wall time: over `[scheduler] dst_repeat`.
     pub dst_repeat: Option<RawDstRepeat>,
     /// A skipped wall time: over `[scheduler] dst_gap`.

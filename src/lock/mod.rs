@@ -47,6 +47,18 @@ impl SlotKey {
         SlotKey(format!("{prefix}:{job}:{}:duplicate", slot.epoch_ms()))
     }
 
+    /// The key the replicas race for to send `slot`'s deadline alert (`deadline = "…"`): held
+    /// while the alert is sent, kept once it is (see `slot/alerts.rs`).
+    pub fn deadline(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:deadline", slot.epoch_ms()))
+    }
+
+    /// The key the replicas race for to send the `recovered` alert that answers the job's
+    /// alert about `slot` (its last `failed`, `missed` or `deadline` alert), so it goes once.
+    pub fn recovered(prefix: &str, job: &str, slot: Slot) -> Self {
+        SlotKey(format!("{prefix}:{job}:{}:recovered", slot.epoch_ms()))
+    }
+
     /// The lease a job's current run holds while it runs (`overlap = "skip"`).
     pub fn running(prefix: &str, job: &str) -> Self {
         SlotKey(format!("{prefix}:{job}:running"))

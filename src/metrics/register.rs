@@ -89,6 +89,11 @@ impl Metrics {
             self.duplicates.clone(),
         );
         r.register(
+            "alerts",
+            "Deadline and recovery alerts this replica won the right to send, by job and outcome (deadline: a slot not done by the job's deadline; recovered: done again after a failed, missed or deadline alert; each counted once, fleet-wide)",
+            self.alerts.clone(),
+        );
+        r.register(
             "job_paused",
             "1 while the job is paused fleet-wide (slotcron pause), as of its latest slot",
             self.paused.clone(),

@@ -243,7 +243,17 @@ pub enum History {
         prefix: String,
     },
     /// Kept in this process (standalone mode).
-    Local(Arc<Mutex<VecDeque<RunRecord>>>),
+    Local(Arc<LocalStore>),
+}
+
+/// What standalone mode keeps in the process: the runs, and the alert log's lines (JSON, as
+/// `record::alerts` stores them on the nodes), so the alert log needs no store of its own.
+#[derive(Debug, Default)]
+pub struct LocalStore {
+    /// The runs, newest first.
+    runs: Mutex<VecDeque<RunRecord>>,
+    /// The alert log's lines, newest first.
+    pub alert_lines: Mutex<VecDeque<String>>,
 }
 
 /// History could not be read from a majority of the nodes.
@@ -261,7 +271,7 @@ pub struct HistoryUnavailable {
 impl History {
     /// A history in this process.
     pub fn local() -> Self {
-        History::Local(Arc::new(Mutex::new(VecDeque::new())))
+        History::Local(Arc::default())
     }
 
     /// The same history read and written on `nodes` (the status page's own connections).
@@ -287,8 +297,8 @@ impl History {
                     tracing::debug!(job = %record.job, slot = %record.slot, error = %e, "history write missed a node");
                 }
             }
-            History::Local(runs) => {
-                let mut runs = runs.lock().unwrap_or_else(|p| p.into_inner());
+            History::Local(store) => {
+                let mut runs = store.runs.lock().unwrap_or_else(|p| p.into_inner());
                 runs.push_front(record.clone());
                 runs.truncate(HISTORY_CAP);
             }
@@ -342,8 +352,8 @@ impl History {
     ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
         let records = match self {
             History::Redis { nodes, prefix } => read_nodes(nodes, prefix, job, limit).await?,
-            History::Local(runs) => {
-                let runs = runs.lock().unwrap_or_else(|p| p.into_inner());
+            History::Local(store) => {
+                let runs = store.runs.lock().unwrap_or_else(|p| p.into_inner());
                 runs.iter().filter(|r| r.job == job).cloned().collect()
             }
         };

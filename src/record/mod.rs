@@ -3,8 +3,12 @@
 //! same store, each job's watermark (`watermark`: when the fleet first scheduled it, so catch-up
 //! never reaches before it).
 //!
+//! Beside them, each job's alert log (`alerts`: every alert sent about it, whose newest decides
+//! whether a `done` run is a recovery).
+//!
 //! The watermark sits here rather than with the time: it is read and written through the
 //! history's store ([`history::History`]), so it is one step above it.
 
+pub mod alerts;
 pub mod history;
 pub mod watermark;

@@ -17,7 +17,11 @@
 //! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
 //! 8. `record`: the run's history record (and the check for a second run of the slot).
 //! 9. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
-//!    reported once across the fleet.
+//!    reported once across the fleet; a `done` run after a failed, missed or deadline alert
+//!    sends one `recovered` for the fleet.
+//! 10. `deadline` (every replica, for every slot of a job with a `deadline`, won here or not):
+//!    at the slot's deadline its fate is read on a majority, and a slot not `done` is alerted
+//!    once across the fleet.
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
 //! `replica`, `outcome` and counted, both in one place (`report`).
@@ -31,6 +35,7 @@ mod alerts;
 mod candidates;
 mod claim;
 mod confirm;
+pub mod deadline;
 mod env;
 mod guard;
 mod offer;
@@ -40,7 +45,7 @@ mod report;
 mod run;
 mod told;
 
-pub use alerts::{ALERT_TIMEOUT, MISSED_KEY_TTL};
+pub use alerts::{ALERT_LEASE, ALERT_TIMEOUT, MISSED_KEY_TTL};
 pub use candidates::{stagger_warning, LOOKOUT_AFTER};
 pub use claim::Won;
 pub use env::{Books, Contenders, Outbox, Race, SlotEnv};
@@ -211,9 +216,12 @@ async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime
     let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
     let result = offer::conclude(&ctx, &won, ran).await;
     if let Some(twice) = record::finish(books, &won, record, &result).await {
-        alerts::duplicate(race, outbox, books, &won.job, &twice).await;
+        alerts::duplicate(&ctx, &won.job, &twice).await;
     }
-    alerts::on_failure(outbox, books, &won, &result).await;
+    alerts::on_failure(&ctx, &won, &result).await;
+    if let SlotResult::Done { .. } = result {
+        alerts::recovered(&ctx, &won.job, won.slot).await;
+    }
     result
 }
 
