@@ -61,33 +61,47 @@ impl<'a> Alert<'a> {
     }
 }
 
-/// Keeps `alert` in the job's alert log (before the send: the log's newest entry is what a
-/// `done` run just after is judged against) and sends it.
+/// Keeps `alert` in the job's alert log and sends it. A failure's alert is kept before the
+/// send, so a `done` run just after is judged against it; a recovery after, so one whose
+/// sender dies before it went out is still owed, and sent by the next `done` run.
 async fn log_and_send(ctx: &SlotEnv, alert: &Alert<'_>, fence: Fence) {
     if alert.job.on_failure.is_none() {
         return;
     }
     let books = ctx.books();
-    if let Some(kind) = AlertKind::of(alert.outcome) {
-        let record = AlertRecord {
-            job: alert.job.name.clone(),
-            kind,
-            slot: alert.slot,
-            replica: books.replica().to_owned(),
-            at: ctx.race().clock().now(),
-            reason: alert.reason.clone(),
-        };
-        alert_log::record(books.history(), &record).await;
+    let send = ctx
+        .outbox()
+        .alert(books, alert.job, alert.slot, fence, alert.outcome, &alert.reason);
+    if alert.outcome == Outcome::Recovered {
+        send.await;
+        keep_in_log(ctx, alert).await;
+    } else {
+        keep_in_log(ctx, alert).await;
+        send.await;
     }
-    let outcome = alert.outcome;
-    ctx.outbox()
-        .alert(books, alert.job, alert.slot, fence, outcome, &alert.reason)
-        .await;
+}
+
+/// Adds `alert` to its job's alert log, stamped on the fleet clock.
+async fn keep_in_log(ctx: &SlotEnv, alert: &Alert<'_>) {
+    let Some(kind) = AlertKind::of(alert.outcome) else {
+        return;
+    };
+    let record = AlertRecord {
+        job: alert.job.name.clone(),
+        kind,
+        slot: alert.slot,
+        replica: ctx.books().replica().to_owned(),
+        at: ctx.race().clock().now(),
+        reason: alert.reason.clone(),
+    };
+    alert_log::record(ctx.books().history(), &record).await;
 }
 
 /// A `done` run ends a run of alerts: when the job's last alert was `failed`, `missed` or
 /// `deadline`, the fleet sends one `recovered`, raced under the key of the alert it answers.
-pub(super) async fn recovered(ctx: &SlotEnv, job: &Job, slot: Slot) {
+/// `on_loss`: the run's winner leaves a recovery another replica holds (should that one die,
+/// the recovery is still owed: the next `done` run sends it); a deadline's look watches it.
+pub(super) async fn recovered(ctx: &SlotEnv, job: &Job, slot: Slot, on_loss: OnLoss) {
     if job.on_failure.is_none() {
         return;
     }
@@ -102,7 +116,16 @@ pub(super) async fn recovered(ctx: &SlotEnv, job: &Job, slot: Slot) {
     );
     let key = SlotKey::recovered(ctx.race().key_prefix(), &job.name, last.slot);
     let alert = Alert::new(job, slot, Outcome::Recovered, reason);
-    send_once(ctx, &alert, &key).await;
+    send_once(ctx, &alert, &key, on_loss).await;
+}
+
+/// What a replica that loses a raced alert does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnLoss {
+    /// Watches the key until the alert went out, taking it if its sender dies.
+    Watch,
+    /// Leaves it to the holder.
+    Leave,
 }
 
 /// The job's last alert when a `done` run answers it (`failed`, `missed`, `deadline`).
@@ -121,19 +144,21 @@ async fn last_unrecovered(ctx: &SlotEnv, job: &Job) -> Option<AlertRecord> {
 /// is sent under a lease kept alive meanwhile and kept for hours after; lost, the key is
 /// watched until it lapses (its sender died: this replica takes it) or is kept past the
 /// longest send (it went out).
-pub(super) async fn send_once(ctx: &SlotEnv, alert: &Alert<'_>, key: &SlotKey) {
+pub(super) async fn send_once(ctx: &SlotEnv, alert: &Alert<'_>, key: &SlotKey, on_loss: OnLoss) {
     let (lock, shutdown) = (ctx.race().lock(), ctx.shutdown());
     let mut watched: Option<(Token, Instant)> = None;
     loop {
         match lock.acquire(key, ALERT_LEASE).await {
             Acquire::Won(lease) => {
-                let retaken = watched.is_some();
-                if !(retaken && alert.outcome == Outcome::Recovered && recovered_meanwhile(ctx, alert.job).await) {
+                // A recovery taken over from a sender that died after it went out is not owed.
+                let retaken = watched.is_some() && alert.outcome == Outcome::Recovered;
+                if !(retaken && recovered_meanwhile(ctx, alert.job).await) {
                     send_holding(ctx, alert, lock, &lease).await;
                 }
                 lock.extend(&lease, MISSED_KEY_TTL).await;
                 return;
             }
+            Acquire::Lost { .. } if on_loss == OnLoss::Leave => return,
             Acquire::Lost { holder } => {
                 let since = match watched {
                     Some((seen, since)) if seen == holder => since,

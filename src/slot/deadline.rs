@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::alerts::{self, Alert};
+use super::alerts::{self, Alert, OnLoss};
 use super::SlotEnv;
 use crate::config::Job;
 use crate::lock::SlotKey;
@@ -130,12 +130,12 @@ async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
     let paused = ctx.contenders().control().paused(&job.name, slot.instant());
     let of_slot: Vec<&RunRecord> = runs.iter().filter(|r| r.slot == slot).collect();
     match at_deadline(&of_slot, paused.is_some()) {
-        AtDeadline::Done => alerts::recovered(&ctx, &job, slot).await,
+        AtDeadline::Done => alerts::recovered(&ctx, &job, slot, OnLoss::Watch).await,
         AtDeadline::Failed | AtDeadline::Paused => {}
         AtDeadline::Late(reason) => {
             let key = SlotKey::deadline(ctx.race().key_prefix(), &job.name, slot);
             let alert = Alert::new(&job, slot, Outcome::Deadline, reason);
-            alerts::send_once(&ctx, &alert, &key).await;
+            alerts::send_once(&ctx, &alert, &key, OnLoss::Watch).await;
         }
     }
 }

@@ -220,7 +220,7 @@ async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime
     }
     alerts::on_failure(&ctx, &won, &result).await;
     if let SlotResult::Done { .. } = result {
-        alerts::recovered(&ctx, &won.job, won.slot).await;
+        alerts::recovered(&ctx, &won.job, won.slot, alerts::OnLoss::Leave).await;
     }
     result
 }
