@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{wait_until, write_config, Receiver, RedisCluster, Replica};
+use common::{
+    free_port, http_get, slotcron_cli, wait_until, write_config, Receiver, RedisCluster, Replica,
+};
 
 /// The job's receiver holds each request this long: far past the 2 s deadline, so a deadline
 /// look delayed by a loaded machine still finds the run going; and short of the 10 s between
@@ -116,6 +118,18 @@ fn replicas(path: &Path) -> Vec<Replica> {
         .collect()
 }
 
+/// The ledger's alerts of each slot (`history --since --json`), by slot.
+fn ledger_alerts(path: &Path) -> BTreeMap<String, Vec<String>> {
+    let out = slotcron_cli(path, &["history", "--job", "report", "--since", "10m", "--json"]);
+    let rows = out.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    rows.filter_map(|row| {
+        let alerts = row.get("alerts")?.as_array()?;
+        let kinds = alerts.iter().filter_map(|k| k.as_str().map(str::to_owned));
+        Some((row["slot"].as_str()?.to_owned(), kinds.collect()))
+    })
+    .collect()
+}
+
 /// Whether some replica's log has the raced alert's line: `outcome`, job, slot, replica and
 /// reason as stable fields.
 fn logged(replicas: &[Replica], alert: &Alert) -> bool {
@@ -136,7 +150,13 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/10 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"2s\"";
     let text = config(&cluster.urls(), &receiver.uri(), &alert_receiver.uri(), "late", job);
-    let replicas = replicas(&write_config(dir.path(), &text));
+    let path = write_config(dir.path(), &text);
+    let mut replicas = replicas(&path);
+    // A fourth replica serves the status page.
+    let port = free_port();
+    let mut cmd = Replica::run_command(&path, "r4");
+    cmd.args(["--http-listen", &format!("127.0.0.1:{port}")]);
+    replicas.push(Replica::spawn_cmd("slotcron", cmd));
     let three = wait_until(PATIENCE, || {
         (by_slot(&alerts(&alert_receiver), "recovered").len() >= 3).then_some(())
     });
@@ -161,6 +181,15 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
         wait_until(PATIENCE, || logged(&replicas, first).then_some(())).is_some(),
         "no log line for {first:?}"
     );
+    // The ledger marks each settled slot with both alerts, in order.
+    let ledger = ledger_alerts(&path);
+    for slot in &settled {
+        assert_eq!(ledger.get(*slot).map(Vec::as_slice), Some(&["deadline".to_owned(), "recovered".to_owned()][..]), "{slot}: {ledger:?}");
+    }
+    // The status page shows the job's deadline and its last alert.
+    let page = http_get(port, "/?job=report").expect("the status page answers").body;
+    assert!(page.contains("deadline 2s after each slot"), "{page}");
+    assert!(page.contains("last alert: <span class=\"outcome "), "{page}");
 }
 
 #[test]

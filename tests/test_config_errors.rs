@@ -56,6 +56,9 @@ fn job(extra: &str, action: &str) -> String {
 const WECOM: &str =
     "type = \"wecom\"\nwebhook = \"${WECOM_WEBHOOK}\"\nmsgtype = \"text\"\ncontent = \"x\"";
 
+/// An `[alert.oncall]` section, for jobs whose keys need an alert.
+const ONCALL: &str = "[alert.oncall]\ntype = \"log\"\ncontent = \"x\"\n";
+
 /// A `[calendar.cn]` section.
 const CN: &str = "[calendar.cn]\nbuiltin = \"cn\"\n";
 
@@ -156,6 +159,9 @@ fn cases() -> Vec<Case> {
         case("missing secret file", job("", &WECOM.replace("webhook = \"${WECOM_WEBHOOK}\"", "webhook_file = \"/nonexistent/secret\"")), j, "action.webhook_file", &["no such file"]),
         case("bad [http] listen", format!("[http]\nlisten = \"everywhere\"\n{GOOD_JOB}"), None, "listen", &["address"]),
         case("bad [telemetry] otlp_endpoint", format!("[telemetry]\notlp_endpoint = \"collector:4318\"\n{GOOD_JOB}"), None, "otlp_endpoint", &["http(s) URL"]),
+        case("zero deadline", format!("{ONCALL}{}", job("deadline = \"0s\"\non_failure = \"oncall\"", WECOM)), j, "deadline", &["out of range", "1s to 7d"]),
+        case("deadline reaching the next slot", format!("{ONCALL}{}", job("deadline = \"1m\"\non_failure = \"oncall\"", WECOM)), j, "deadline", &["1m reaches the job's next slot", "before the next slot"]),
+        case("deadline without an alert", job("deadline = \"30s\"", WECOM), j, "deadline", &["needs an alert", "on_failure"]),
         case("catch_up_policy without catch_up", job("catch_up_policy = \"all\"", WECOM), j, "catch_up_policy", &["needs catch_up"]),
         case("unknown calendar", job("calendar = \"nope\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"nope\"", "no [calendar.NAME] section"]),
         case("built-in calendar without its section", job("calendar = \"cn\"\ndays = \"workdays\"", WECOM), j, "calendar", &["unknown calendar \"cn\"", "[calendar.cn] with builtin = \"cn\""]),

@@ -18,7 +18,8 @@ use super::shared::{
 use crate::config::{Config, Job};
 use crate::fleet::control::{paused_intervals, Control};
 use crate::lock::SlotKey;
-use crate::ops::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
+use crate::ops::ledger::{ledger, mark_alerts, Entry, Fate, Now, Row as LedgerRow, RowFate};
+use crate::record::alerts::{AlertKind, ALERT_LOG_CAP};
 use crate::record::history::{duplicates, History, RunRecord, HISTORY_CAP};
 use crate::redis::Replies;
 use crate::time::schedule::Slot;
@@ -228,7 +229,10 @@ async fn job_ledger(
         window_closed_before: held.as_ref().map(|_| ago(window)),
         held: held.unwrap_or_default(),
     };
-    Ok(ledger(&slots, &runs, &paused, &judged))
+    let mut entries = ledger(&slots, &runs, &paused, &judged);
+    let alerts = crate::record::alerts::read(history, &job.name, ALERT_LOG_CAP).await?;
+    mark_alerts(&mut entries, &alerts);
+    Ok(entries)
 }
 
 /// Which of `slots` some node holds the key of, read from a majority of the nodes (`None`:
@@ -279,6 +283,7 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
         "WINNER",
         "TRIGGER"
     );
+    // A slot's alerts follow its error: `[alerted: deadline, recovered]`.
     for (job, entry) in lines {
         let (winner, trigger, error) = match &entry.fate {
             Fate::Run(r) => (
@@ -288,8 +293,9 @@ fn print_ledger_lines(lines: &[(Arc<Job>, Entry)], json: bool) {
             ),
             Fate::Held | Fate::Paused | Fate::Pending | Fate::Missed => ("-", "-", ""),
         };
+        let alerted = alerted_text(&entry.alerts);
         outln!(
-            "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}",
+            "{:<26} {:<20} {:<10} {:<20} {:<9}  {error}{alerted}",
             entry.slot.rfc3339_in(job.zone()),
             job.name,
             outcome_text(entry.fate.outcome(), entry.duplicate),
@@ -321,9 +327,19 @@ fn print_ledger_json(lines: &[(Arc<Job>, Entry)]) {
             slot_local: entry.slot.rfc3339_in(job.zone()),
             duration_ms: duration.map(|d| d.as_millis()),
             duplicate: entry.duplicate,
+            alerts: entry.alerts.iter().map(|k| k.as_str()).collect(),
         };
         outln!("{}", serde_json::to_string(&row).unwrap_or_default());
     }
+}
+
+/// The alerts sent about a slot, after its error: ` [alerted: deadline, recovered]`.
+fn alerted_text(alerts: &[AlertKind]) -> String {
+    if alerts.is_empty() {
+        return String::new();
+    }
+    let kinds: Vec<&str> = alerts.iter().map(|k| k.as_str()).collect();
+    format!(" [alerted: {}]", kinds.join(", "))
 }
 
 /// The OUTCOME column: the outcome, marked when the slot ran twice under one fence.

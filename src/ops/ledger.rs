@@ -8,6 +8,8 @@
 //! or Redis unavailable to all of them); for a young slot that is known at once when its start
 //! window has closed and no node holds its key. A slot run twice under one fence (the lock
 //! failed: nodes restarted empty, a clock fault) has two entries, each flagged `duplicate`.
+//! The alerts the fleet sent about a slot (its alert log: `failed`, `missed`, `duplicate`,
+//! `deadline`, `recovered`) are marked on its entries ([`mark_alerts`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::fleet::control::{covered, PausedSpan};
+use crate::record::alerts::{AlertKind, AlertRecord};
 use crate::record::history::{duplicates, RunRecord};
 use crate::time::schedule::Slot;
 
@@ -57,6 +60,24 @@ pub struct Entry {
     pub fate: Fate,
     /// Another run of the slot had the same fence: the slot ran twice.
     pub duplicate: bool,
+    /// The alerts sent about the slot, oldest first ([`mark_alerts`]).
+    pub alerts: Vec<AlertKind>,
+}
+
+/// Marks on each entry the alerts `alerts` (the job's alert log) sent about its slot, oldest
+/// first: the slot's deadline alert and the recovery its `done` run sent, for instance.
+pub fn mark_alerts(entries: &mut [Entry], alerts: &[AlertRecord]) {
+    let mut by_slot: HashMap<Slot, Vec<&AlertRecord>> = HashMap::new();
+    for alert in alerts {
+        by_slot.entry(alert.slot).or_default().push(alert);
+    }
+    for entry in entries {
+        if let Some(of_slot) = by_slot.get_mut(&entry.slot) {
+            of_slot.sort_by_key(|a| a.at);
+            entry.alerts = of_slot.iter().map(|a| a.kind).collect();
+            entry.alerts.dedup();
+        }
+    }
 }
 
 /// When the ledger is read, and what the nodes said of the slots too young to be settled.
@@ -86,6 +107,7 @@ pub fn ledger(slots: &[Slot], runs: &[RunRecord], paused: &[PausedSpan], now: &N
                 slot,
                 fate: unrun_fate(slot, paused, now),
                 duplicate: false,
+                alerts: Vec::new(),
             }),
         }
     }
@@ -103,6 +125,7 @@ fn run_entries(slot: Slot, mut runs: Vec<&RunRecord>) -> Vec<Entry> {
             slot,
             duplicate: twice.contains(&r),
             fate: Fate::Run(r),
+            alerts: Vec::new(),
         })
         .collect()
 }
@@ -135,6 +158,10 @@ pub struct Row<'a> {
     /// Present (true) on each run of a slot that ran twice under one fence.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// The alerts sent about the slot, oldest first (`deadline`, `recovered`, …); absent when
+    /// none was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<&'static str>,
 }
 
 /// What a ledger line says of its slot: a run's record, or the slot with its fate.
@@ -245,6 +272,34 @@ mod tests {
             ..now
         };
         assert_eq!(ledger(&slots, &[], &[], &unread)[1].fate, Fate::Pending);
+    }
+
+    #[test]
+    fn a_slot_s_alerts_are_marked_on_its_entries_oldest_first() {
+        let slots = [Slot::at(t(10)), Slot::at(t(20))];
+        let runs = [run(10, RunState::Done, 0), run(20, RunState::Done, 0)];
+        let mut entries = ledger(&slots, &runs, &[], &settled(30));
+        let alert = |slot: i64, kind: AlertKind, at: i64| AlertRecord {
+            job: "j".into(),
+            kind,
+            slot: Slot::at(t(slot)),
+            replica: "r".into(),
+            at: t(at),
+            reason: String::new(),
+        };
+        let log = [
+            alert(10, AlertKind::Recovered, 17),
+            alert(10, AlertKind::Deadline, 12),
+        ];
+        mark_alerts(&mut entries, &log);
+        let marks: Vec<(i64, Vec<&str>)> = entries
+            .iter()
+            .map(|e| {
+                let kinds = e.alerts.iter().map(|k| k.as_str()).collect();
+                (e.slot.instant().timestamp(), kinds)
+            })
+            .collect();
+        assert_eq!(marks, vec![(20, vec![]), (10, vec!["deadline", "recovered"])]);
     }
 
     #[test]

@@ -329,6 +329,7 @@ mod tests {
                 paused: Vec::new(),
                 watermark: None,
                 pause: None,
+                last_alert: None,
             })
             .collect()
     }

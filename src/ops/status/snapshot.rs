@@ -110,16 +110,18 @@ async fn read_all(sources: &Sources, jobs: &[Arc<Job>], frame: &Frame) -> Vec<Re
 /// A job's runs, pause log and watermark (read together), and its pause as this replica
 /// knows it.
 async fn read_job(sources: &Sources, job: &Job, frame: &Frame) -> Reads {
-    let (runs, log, watermark) = tokio::join!(
+    let (runs, log, watermark, last_alert) = tokio::join!(
         sources.history.read(&job.name, RUNS_READ),
         sources.control.log(&job.name),
         watermark::recorded(&sources.history, &job.name),
+        crate::record::alerts::last(&sources.history, &job.name),
     );
     Reads {
         runs,
         paused: paused_intervals(&log),
         watermark,
         pause: sources.control.paused(&job.name, frame.now),
+        last_alert: last_alert.ok().flatten(),
     }
 }
 

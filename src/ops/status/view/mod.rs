@@ -10,6 +10,7 @@ use super::words::{failure_sentence, from_cli, meaning, ran_by};
 use crate::config::Job;
 use crate::fleet::control::{Pause, PausedSpan};
 use crate::ops::ledger::{ledger, Entry, Fate};
+use crate::record::alerts::AlertRecord;
 use crate::record::history::{HistoryUnavailable, RunRecord, RunState};
 use crate::time::schedule::Slot;
 
@@ -51,6 +52,8 @@ pub struct Reads {
     pub watermark: Option<DateTime<Utc>>,
     /// The pause in force now, as this replica knows it.
     pub pause: Option<Pause>,
+    /// The job's last alert (its alert log's newest), if one was read.
+    pub last_alert: Option<AlertRecord>,
 }
 
 /// Where a job stands, in the overview's order: failures first, then paused jobs.
@@ -132,6 +135,21 @@ pub struct PauseView {
     pub reason: Option<String>,
 }
 
+/// The job's last alert, as its section shows it: `deadline` or `recovered` beside `failed`,
+/// `missed` and `duplicate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlertView {
+    /// Its kind (the alert's `outcome`), also the badge's CSS class.
+    pub kind: &'static str,
+    /// The slot it was about.
+    pub slot: Moment,
+    /// When it was sent.
+    pub at: Moment,
+    /// The replica that sent it.
+    pub replica: String,
+    pub reason: String,
+}
+
 /// One row of a job's table of last runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunView {
@@ -182,6 +200,10 @@ pub struct JobView {
     pub history_error: Option<String>,
     /// Its slots of the last 24 h, for the fleet line.
     pub day: Tally,
+    /// `deadline`, as written (`10m`), if the job has one.
+    pub deadline: Option<String>,
+    /// Its last alert, if any was read.
+    pub last_alert: Option<AlertView>,
 }
 
 /// The view of `job` from `reads`; `action` names its (scrubbed) action; `settling` is how
@@ -224,6 +246,20 @@ pub fn job_view(
             .collect(),
         history_error: reads.runs.as_ref().err().map(ToString::to_string),
         day,
+        deadline: job
+            .deadline
+            .map(|d| humantime::format_duration(d).to_string()),
+        last_alert: reads.last_alert.as_ref().map(|a| alert_view(a, frame)),
+    }
+}
+
+fn alert_view(alert: &AlertRecord, frame: &Frame) -> AlertView {
+    AlertView {
+        kind: alert.kind.as_str(),
+        slot: moment(alert.slot.instant(), frame),
+        at: moment(alert.at, frame),
+        replica: alert.replica.clone(),
+        reason: alert.reason.clone(),
     }
 }
 

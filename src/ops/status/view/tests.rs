@@ -33,6 +33,7 @@ fn reads(runs: Vec<RunRecord>, pause: Option<Pause>) -> Reads {
         paused: Vec::new(),
         watermark: None,
         pause,
+        last_alert: None,
     }
 }
 
