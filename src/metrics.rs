@@ -238,6 +238,7 @@ impl Metrics {
             drop(self.alerts.get_or_create(&outcome_labels(name, o)));
         }
         drop(self.unreplicated.get_or_create(&labels));
+        drop(self.unreplicated_pauses.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
     }
 
