@@ -88,6 +88,17 @@ fn parse_alert(request: &wiremock::Request) -> Option<Alert> {
     })
 }
 
+/// How long after the alert `cut` the next of its kind arrived (for FAULTS.md).
+fn taken_over_after(receiver: &Receiver, cut: &Alert) -> Option<Duration> {
+    let arrivals: Vec<chrono::DateTime<chrono::Utc>> = receiver
+        .received_at()
+        .iter()
+        .filter(|(r, _)| parse_alert(r).is_some_and(|a| a.outcome == cut.outcome))
+        .map(|(_, at)| *at)
+        .collect();
+    (*arrivals.get(1)? - *arrivals.first()?).to_std().ok()
+}
+
 /// The alerts of kind `outcome`, by slot.
 fn by_slot(alerts: &[Alert], outcome: &str) -> BTreeMap<String, Vec<Alert>> {
     let mut slots: BTreeMap<String, Vec<Alert>> = BTreeMap::new();
@@ -259,7 +270,10 @@ fn a_deadline_alert_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another(
         (late.len() >= 3).then_some(late)
     })
     .expect("deadline alerts of later slots");
-    eprintln!("deadline alerts by slot: {later:#?}");
+    eprintln!(
+        "deadline alerts by slot: {later:#?}\ntaken over {:?} after the cut one arrived",
+        taken_over_after(&alert_receiver, &cut)
+    );
     let of_cut = &later[&cut.slot];
     assert_eq!(of_cut.len(), 2, "{of_cut:?}");
     assert_eq!(of_cut[0], cut);
@@ -297,7 +311,10 @@ fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
         .into_iter()
         .filter(|a| a.outcome == "recovered")
         .collect();
-    eprintln!("recoveries: {recovered:#?}");
+    eprintln!(
+        "recoveries: {recovered:#?}\ntaken over {:?} after the cut one arrived",
+        taken_over_after(&alert_receiver, &cut)
+    );
     assert_eq!(recovered.len(), 2, "{recovered:?}");
     assert_eq!(recovered[0], cut);
     assert_ne!(recovered[1].sender, cut.sender, "{recovered:?}");
