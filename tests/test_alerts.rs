@@ -187,6 +187,12 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
         assert_eq!((l[0].job.as_str(), l[0].replica == l[0].sender), ("report", true));
     }
     assert!(late.values().chain(recovered.values()).all(|a| a.len() == 1), "{alerts:?}");
+    eprintln!(
+        "{} slots settled: each 1 deadline + 1 recovered alert; {} deadline, {} recovered alerts in all",
+        settled.len(),
+        late.len(),
+        recovered.len()
+    );
     let first = &late[settled[0]][0];
     assert!(
         wait_until(PATIENCE, || logged(&replicas, first).then_some(())).is_some(),
@@ -232,6 +238,7 @@ fn three_failures_then_a_success_send_one_recovery() {
     assert_eq!(all.len(), 1, "{alerts:?}");
     assert_eq!(all[0].slot, ran[3]);
     assert!(all[0].reason.contains("after the failed alert"), "{all:?}");
+    eprintln!("{} slots run: {} failed alerts, recovered: {all:?}", ran.len(), failed.len());
     assert!(logged(&replicas, all[0]), "no log line for {all:?}");
 }
 

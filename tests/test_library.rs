@@ -510,6 +510,47 @@ async fn a_jobspecs_on_failure_alert_and_enabled_false_take_effect() {
     assert!(history(&cluster.urls(), "settings", "off").is_empty());
 }
 
+/// A `JobSpec::deadline`: a slot still running at its deadline tells the alert `deadline`,
+/// and `recovered` once it ends done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobspecs_deadline_alerts_a_slow_slot_then_its_recovery() {
+    let cluster = RedisCluster::start(1);
+    let (told, mut alerts) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+    let handle = Fleet::new("lib-1")
+        .nodes(cluster.urls())
+        .key_prefix("deadline")
+        .alert("ops", move |ctx| {
+            let (outcome, why) = ctx.alert().unwrap_or_default();
+            let sent = told.send((outcome.to_owned(), why.to_owned()));
+            async move { sent.map_err(|e| e.to_string()) }
+        })
+        .job(
+            JobSpec::new("slow", "*/10 * * * * *")
+                .deadline(Duration::from_secs(1))
+                .on_failure("ops"),
+            // Past the deadline by far more than a loaded machine delays its look.
+            |_| async {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                Ok::<(), String>(())
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    // Up to two slots' time and their runs, on a loaded machine.
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(60), alerts.recv()).await {
+            Ok(Some(alert)) => got.push(alert),
+            _ => break,
+        }
+    }
+    handle.shutdown().await.unwrap();
+    let kinds: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["deadline", "recovered"], "{got:?}");
+    assert!(got[0].1.starts_with("still running on lib-1"), "{got:?}");
+}
+
 /// `GET path` on the local `port`, off the runtime's threads (the helper blocks).
 async fn get(port: u16, path: &'static str) -> common::HttpReply {
     let reply = tokio::task::spawn_blocking(move || common::http_get(port, path)).await;

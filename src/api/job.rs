@@ -34,6 +34,7 @@ pub struct JobSpec {
     catch_up_policy: Option<CatchUpPolicy>,
     overlap: Option<Overlap>,
     on_failure: Option<String>,
+    deadline: Option<Duration>,
     enabled: bool,
 }
 
@@ -63,6 +64,7 @@ impl JobSpec {
             catch_up_policy: None,
             overlap: None,
             on_failure: None,
+            deadline: None,
             enabled: true,
         }
     }
@@ -183,6 +185,23 @@ impl JobSpec {
         self
     }
 
+    /// After each slot's instant, the time by which it must be `done`: past it, the job's
+    /// [`JobSpec::on_failure`] alert is told once across the fleet (`outcome` `deadline`), and
+    /// told `recovered` once the job is done again. From a second to a week, ending before
+    /// the job's next slot; needs an alert.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = slotcron::JobSpec::new("report", "0 9 * * *")
+    ///     .deadline(Duration::from_secs(600))
+    ///     .on_failure("ops");
+    /// # let _ = job;
+    /// ```
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// `false`: the job is checked at start but not scheduled (default `true`).
     ///
     /// ```
@@ -217,6 +236,9 @@ impl JobSpec {
         }
         if let Some(alert) = &self.on_failure {
             job.insert("on_failure".into(), alert.clone().into());
+        }
+        if let Some(deadline) = self.deadline {
+            job.insert("deadline".into(), duration(deadline));
         }
         job.insert("enabled".into(), self.enabled.into());
         job.insert("action".into(), placeholder_action().into());

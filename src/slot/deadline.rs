@@ -129,7 +129,11 @@ async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
     };
     let paused = ctx.contenders().control().paused(&job.name, slot.instant());
     let of_slot: Vec<&RunRecord> = runs.iter().filter(|r| r.slot == slot).collect();
-    match at_deadline(&of_slot, paused.is_some()) {
+    let holder = match of_slot.is_empty() {
+        true => holder(&ctx, &job, slot).await,
+        false => None,
+    };
+    match at_deadline(&of_slot, paused.is_some(), holder.as_deref()) {
         AtDeadline::Done => alerts::recovered(&ctx, &job, slot, OnLoss::Watch).await,
         AtDeadline::Failed | AtDeadline::Paused => {}
         AtDeadline::Late(reason) => {
@@ -138,6 +142,17 @@ async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
             alerts::send_once(&ctx, &alert, &key, OnLoss::Watch).await;
         }
     }
+}
+
+/// The replica holding `slot`'s key, by one node's account: a run younger than its first
+/// record ([`super::START_RECORD_DELAY`]) is known only by its key.
+async fn holder(ctx: &SlotEnv, job: &Job, slot: Slot) -> Option<String> {
+    let key = SlotKey::new(ctx.race().key_prefix(), &job.name, slot);
+    let held = ctx.race().lock().look(&[key]).await?;
+    held.into_iter()
+        .next()
+        .flatten()
+        .map(|token| token.replica().to_owned())
 }
 
 /// A slot's fate at its deadline, as its run records tell it.
@@ -153,14 +168,17 @@ enum AtDeadline {
     Late(String),
 }
 
-/// The fate of a slot whose runs are `runs` (any order), `paused` when a pause held at it.
-fn at_deadline(runs: &[&RunRecord], paused: bool) -> AtDeadline {
+/// The fate of a slot whose runs are `runs` (any order), `paused` when a pause held at it,
+/// `holder` the replica holding its key when no run is recorded.
+fn at_deadline(runs: &[&RunRecord], paused: bool, holder: Option<&str>) -> AtDeadline {
     if runs.iter().any(|r| r.outcome == RunState::Done) {
         return AtDeadline::Done;
     }
     let Some(latest) = runs.iter().max_by_key(|r| (r.fence, r.started)) else {
         return if paused {
             AtDeadline::Paused
+        } else if let Some(holder) = holder {
+            AtDeadline::Late(format!("still running on {holder} (won, no run record yet)"))
         } else {
             AtDeadline::Late(
                 "pending: no replica has recorded a run of the slot (not raced, or its winner died at once)"
@@ -198,7 +216,7 @@ mod tests {
 
     fn late(runs: &[RunRecord]) -> String {
         let runs: Vec<&RunRecord> = runs.iter().collect();
-        match at_deadline(&runs, false) {
+        match at_deadline(&runs, false, None) {
             AtDeadline::Late(reason) => reason,
             other => panic!("{other:?}"),
         }
@@ -211,16 +229,18 @@ mod tests {
         assert!(late(&handed).starts_with("still running on b"), "{}", late(&handed));
         assert!(late(&[run(RunState::HandedOff, 0, "a")]).starts_with("handed off by a"));
         assert!(late(&[]).starts_with("pending"));
+        let won = at_deadline(&[], false, Some("c"));
+        assert_eq!(won, AtDeadline::Late("still running on c (won, no run record yet)".into()));
     }
 
     #[test]
     fn a_done_failed_or_paused_slot_is_not_late() {
         let done = [run(RunState::HandedOff, 0, "a"), run(RunState::Done, 1, "b")];
         let done: Vec<&RunRecord> = done.iter().collect();
-        assert_eq!(at_deadline(&done, false), AtDeadline::Done);
+        assert_eq!(at_deadline(&done, false, None), AtDeadline::Done);
         let failed = run(RunState::Failed, 0, "a");
-        assert_eq!(at_deadline(&[&failed], false), AtDeadline::Failed);
-        assert_eq!(at_deadline(&[], true), AtDeadline::Paused);
+        assert_eq!(at_deadline(&[&failed], false, None), AtDeadline::Failed);
+        assert_eq!(at_deadline(&[], true, None), AtDeadline::Paused);
     }
 
     /// Jobs parsed from `(name, cron, deadline)`, each alerting `ops`.
