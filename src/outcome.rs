@@ -118,11 +118,9 @@ impl Outcome {
     /// non-candidate replica and slot: the bulk of a large fleet's lines) at debug only.
     pub fn level(self) -> tracing::Level {
         match self {
-            Outcome::Won
-            | Outcome::Lost
-            | Outcome::Paused
-            | Outcome::Done
-            | Outcome::Recovered => tracing::Level::INFO,
+            Outcome::Won | Outcome::Lost | Outcome::Paused | Outcome::Done | Outcome::Recovered => {
+                tracing::Level::INFO
+            }
             Outcome::Unavailable
             | Outcome::OutOfWindow
             | Outcome::Overlapped

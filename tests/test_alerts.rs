@@ -124,15 +124,18 @@ const IDS: [&str; 3] = ["r1", "r2", "r3"];
 
 /// Three replicas [`IDS`] of the file at `path`.
 fn replicas(path: &Path) -> Vec<Replica> {
-    IDS.iter()
-        .map(|id| Replica::run(path, id, &[]))
-        .collect()
+    IDS.iter().map(|id| Replica::run(path, id, &[])).collect()
 }
 
 /// The ledger's alerts of each slot (`history --since --json`), by slot.
 fn ledger_alerts(path: &Path) -> BTreeMap<String, Vec<String>> {
-    let out = slotcron_cli(path, &["history", "--job", "report", "--since", "10m", "--json"]);
-    let rows = out.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    let out = slotcron_cli(
+        path,
+        &["history", "--job", "report", "--since", "10m", "--json"],
+    );
+    let rows = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
     rows.filter_map(|row| {
         let alerts = row.get("alerts")?.as_array()?;
         let kinds = alerts.iter().filter_map(|k| k.as_str().map(str::to_owned));
@@ -160,7 +163,13 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     receiver.set_delay(HELD_PAST_DEADLINE);
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/10 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"2s\"";
-    let text = config(&cluster.urls(), &receiver.uri(), &alert_receiver.uri(), "late", job);
+    let text = config(
+        &cluster.urls(),
+        &receiver.uri(),
+        &alert_receiver.uri(),
+        "late",
+        job,
+    );
     let path = write_config(dir.path(), &text);
     let mut replicas = replicas(&path);
     // A fourth replica serves the status page.
@@ -171,7 +180,11 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     let three = wait_until(PATIENCE, || {
         (by_slot(&alerts(&alert_receiver), "recovered").len() >= 3).then_some(())
     });
-    assert!(three.is_some(), "no three recoveries: {:?}", alerts(&alert_receiver));
+    assert!(
+        three.is_some(),
+        "no three recoveries: {:?}",
+        alerts(&alert_receiver)
+    );
     let alerts = alerts(&alert_receiver);
     let (late, recovered) = (by_slot(&alerts, "deadline"), by_slot(&alerts, "recovered"));
     // Every slot that ran, up to the last one done, was alerted late once and recovered once.
@@ -184,9 +197,17 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
         assert_eq!((l.len(), r.len()), (1, 1), "{slot}: {l:?} {r:?}");
         assert!(l[0].reason.starts_with("still running on r"), "{l:?}");
         assert!(r[0].reason.contains("after the deadline alert"), "{r:?}");
-        assert_eq!((l[0].job.as_str(), l[0].replica == l[0].sender), ("report", true));
+        assert_eq!(
+            (l[0].job.as_str(), l[0].replica == l[0].sender),
+            ("report", true)
+        );
     }
-    assert!(late.values().chain(recovered.values()).all(|a| a.len() == 1), "{alerts:?}");
+    assert!(
+        late.values()
+            .chain(recovered.values())
+            .all(|a| a.len() == 1),
+        "{alerts:?}"
+    );
     eprintln!(
         "{} slots settled: each 1 deadline + 1 recovered alert; {} deadline, {} recovered alerts in all",
         settled.len(),
@@ -201,12 +222,21 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     // The ledger marks each settled slot with both alerts, in order.
     let ledger = ledger_alerts(&path);
     for slot in &settled {
-        assert_eq!(ledger.get(*slot).map(Vec::as_slice), Some(&["deadline".to_owned(), "recovered".to_owned()][..]), "{slot}: {ledger:?}");
+        assert_eq!(
+            ledger.get(*slot).map(Vec::as_slice),
+            Some(&["deadline".to_owned(), "recovered".to_owned()][..]),
+            "{slot}: {ledger:?}"
+        );
     }
     // The status page shows the job's deadline and its last alert.
-    let page = http_get(port, "/?job=report").expect("the status page answers").body;
+    let page = http_get(port, "/?job=report")
+        .expect("the status page answers")
+        .body;
     assert!(page.contains("deadline 2s after each slot"), "{page}");
-    assert!(page.contains("last alert: <span class=\"outcome "), "{page}");
+    assert!(
+        page.contains("last alert: <span class=\"outcome "),
+        "{page}"
+    );
 }
 
 #[test]
@@ -218,7 +248,13 @@ fn three_failures_then_a_success_send_one_recovery() {
     }
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/2 * * * * *\"\ntimeout = \"5s\"";
-    let text = config(&cluster.urls(), &receiver.uri(), &alert_receiver.uri(), "recover", job);
+    let text = config(
+        &cluster.urls(),
+        &receiver.uri(),
+        &alert_receiver.uri(),
+        "recover",
+        job,
+    );
     let replicas = replicas(&write_config(dir.path(), &text));
     // Three failures, then three slots done: the recovery is owed by the first of them.
     let ran = wait_until(PATIENCE, || {
@@ -233,12 +269,19 @@ fn three_failures_then_a_success_send_one_recovery() {
     .expect("a recovery");
     let alerts = alerts(&alert_receiver);
     let failed = by_slot(&alerts, "failed");
-    assert_eq!(failed.keys().collect::<Vec<_>>(), ran[..3].iter().collect::<Vec<_>>());
+    assert_eq!(
+        failed.keys().collect::<Vec<_>>(),
+        ran[..3].iter().collect::<Vec<_>>()
+    );
     let all: Vec<&Alert> = recovery.values().flatten().collect();
     assert_eq!(all.len(), 1, "{alerts:?}");
     assert_eq!(all[0].slot, ran[3]);
     assert!(all[0].reason.contains("after the failed alert"), "{all:?}");
-    eprintln!("{} slots run: {} failed alerts, recovered: {all:?}", ran.len(), failed.len());
+    eprintln!(
+        "{} slots run: {} failed alerts, recovered: {all:?}",
+        ran.len(),
+        failed.len()
+    );
     assert!(logged(&replicas, all[0]), "no log line for {all:?}");
 }
 
@@ -267,7 +310,13 @@ fn a_deadline_alert_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another(
     alert_receiver.set_delay(ALERT_IN_FLIGHT);
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/10 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"2s\"";
-    let text = config(&cluster.urls(), &receiver.uri(), &alert_receiver.uri(), "kill-late", job);
+    let text = config(
+        &cluster.urls(),
+        &receiver.uri(),
+        &alert_receiver.uri(),
+        "kill-late",
+        job,
+    );
     let mut replicas = replicas(&write_config(dir.path(), &text));
     let (cut, _) = kill_the_sender(&alert_receiver, &mut replicas, "deadline");
     // Another replica takes the alert over once the dead sender's lease lapses; the fleet
@@ -285,7 +334,10 @@ fn a_deadline_alert_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another(
     assert_eq!(of_cut.len(), 2, "{of_cut:?}");
     assert_eq!(of_cut[0], cut);
     assert_ne!(of_cut[1].sender, cut.sender, "{of_cut:?}");
-    assert!(later.values().all(|a| a.len() == 1 || a[0] == cut), "{later:?}");
+    assert!(
+        later.values().all(|a| a.len() == 1 || a[0] == cut),
+        "{later:?}"
+    );
 }
 
 #[test]
@@ -297,7 +349,13 @@ fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
     }
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/2 * * * * *\"\ntimeout = \"5s\"";
-    let text = config(&cluster.urls(), &receiver.uri(), &alert_receiver.uri(), "kill-rec", job);
+    let text = config(
+        &cluster.urls(),
+        &receiver.uri(),
+        &alert_receiver.uri(),
+        "kill-rec",
+        job,
+    );
     let mut replicas = replicas(&write_config(dir.path(), &text));
     let failures = wait_until(PATIENCE, || {
         (by_slot(&alerts(&alert_receiver), "failed").len() >= 3).then_some(())
@@ -311,9 +369,14 @@ fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
         let r = by_slot(&alerts(&alert_receiver), "recovered");
         (r.values().flatten().count() >= 2).then_some(())
     });
-    assert!(again.is_some(), "the recovery was not taken over: {:?}", alerts(&alert_receiver));
+    assert!(
+        again.is_some(),
+        "the recovery was not taken over: {:?}",
+        alerts(&alert_receiver)
+    );
     // Three more slots done after the kill: still no third recovery.
-    wait_until(PATIENCE, || (receiver.count() >= seen + 3).then_some(())).expect("the fleet goes on");
+    wait_until(PATIENCE, || (receiver.count() >= seen + 3).then_some(()))
+        .expect("the fleet goes on");
     let recovered: Vec<Alert> = alerts(&alert_receiver)
         .into_iter()
         .filter(|a| a.outcome == "recovered")

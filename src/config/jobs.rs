@@ -115,8 +115,8 @@ impl Loader<'_> {
             return None;
         }
         let action = self.job_action(name, &section, raw.action, action_read);
-        let on_failure = self.job_on_failure(raw.on_failure.as_deref(), &section);
-        let deadline = self.deadline(raw.deadline, &section, schedule.as_ref(), on_failure.as_ref());
+        let keys = (raw.on_failure.as_deref(), raw.deadline);
+        let (on_failure, deadline) = self.job_alerts(keys, &section, schedule.as_ref());
         if self.errors.len() != before {
             return None;
         }
@@ -134,43 +134,6 @@ impl Loader<'_> {
         })
     }
 
-    /// The job's `deadline`, if set: in [`durations::DEADLINE`], ending before the job's next
-    /// slot (a later deadline has the next slot due before this one is late, and a slot's
-    /// deadline alert would come after its successor ran), and with an alert to send to.
-    fn deadline(
-        &mut self,
-        deadline: Option<Duration>,
-        section: &Section,
-        schedule: Option<&Schedule>,
-        on_failure: Option<&Option<String>>,
-    ) -> Option<Duration> {
-        let deadline = deadline?;
-        let error = |message: String| ConfigError::field(section.clone(), "deadline", message);
-        let deadline = match durations::DEADLINE.check(deadline) {
-            Ok(deadline) => deadline,
-            Err(e) => {
-                self.errors.push(error(e.to_string()));
-                return None;
-            }
-        };
-        if schedule.is_some_and(|s| s.most_slots_within(deadline, 1) > 1) {
-            self.errors.push(error(format!(
-                "{} reaches the job's next slot: a deadline must end before the next slot is due \
-                 (shorten it, or space the slots further apart)",
-                humantime::format_duration(deadline)
-            )));
-            return None;
-        }
-        if matches!(on_failure, Some(None)) {
-            self.errors.push(error(
-                "needs an alert to send to: set on_failure = \"NAME\" on the job or in [scheduler]"
-                    .to_owned(),
-            ));
-            return None;
-        }
-        Some(deadline)
-    }
-
     /// The job's `timeout` (default [`DEFAULT_TIMEOUT`]), checked against its range.
     fn job_timeout(&mut self, raw: &RawJob, section: &Section) -> Option<Duration> {
         self.bounded(
@@ -179,14 +142,6 @@ impl Loader<'_> {
             raw.timeout.unwrap_or(DEFAULT_TIMEOUT),
             durations::TIMEOUT,
         )
-    }
-
-    /// The alert of a job: its own `on_failure` (checked to exist), else `[scheduler]`'s.
-    fn job_on_failure(&mut self, own: Option<&str>, section: &Section) -> Option<Option<String>> {
-        match own {
-            Some(name) => self.on_failure(Some(name), section),
-            None => Some(self.default_on_failure.clone()),
-        }
     }
 
     /// `${VAR}` expanded and `NAME_file` read in an enabled job's `[job.action]` table, before

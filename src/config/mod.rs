@@ -7,6 +7,7 @@
 mod actions;
 mod alerts;
 mod calendars;
+mod deadline;
 pub mod deployment;
 pub mod durations;
 mod endpoints;

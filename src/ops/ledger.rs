@@ -299,7 +299,10 @@ mod tests {
                 (e.slot.instant().timestamp(), kinds)
             })
             .collect();
-        assert_eq!(marks, vec![(20, vec![]), (10, vec!["deadline", "recovered"])]);
+        assert_eq!(
+            marks,
+            vec![(20, vec![]), (10, vec!["deadline", "recovered"])]
+        );
     }
 
     #[test]

@@ -161,7 +161,9 @@ pub async fn read(
     limit: usize,
 ) -> Result<Vec<AlertRecord>, HistoryUnavailable> {
     let lines = match history {
-        History::Redis { nodes, prefix } => read_nodes(nodes, &list_key(prefix, job), limit).await?,
+        History::Redis { nodes, prefix } => {
+            read_nodes(nodes, &list_key(prefix, job), limit).await?
+        }
         History::Local(store) => {
             let lines = store.alert_lines.lock().unwrap_or_else(|p| p.into_inner());
             lines.iter().cloned().collect()
@@ -230,7 +232,10 @@ mod tests {
         record(&history, &alert(AlertKind::Recovered, 30, "b")).await;
         record(&history, &alert(AlertKind::Deadline, 10, "c")).await;
         let last = last(&history, "j").await.unwrap().unwrap();
-        assert_eq!((last.kind, last.replica.as_str()), (AlertKind::Recovered, "b"));
+        assert_eq!(
+            (last.kind, last.replica.as_str()),
+            (AlertKind::Recovered, "b")
+        );
         let kinds: Vec<AlertKind> = read(&history, "j", 10)
             .await
             .unwrap()

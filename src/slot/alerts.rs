@@ -69,9 +69,14 @@ async fn log_and_send(ctx: &SlotEnv, alert: &Alert<'_>, fence: Fence) {
         return;
     }
     let books = ctx.books();
-    let send = ctx
-        .outbox()
-        .alert(books, alert.job, alert.slot, fence, alert.outcome, &alert.reason);
+    let send = ctx.outbox().alert(
+        books,
+        alert.job,
+        alert.slot,
+        fence,
+        alert.outcome,
+        &alert.reason,
+    );
     if alert.outcome == Outcome::Recovered {
         send.await;
         keep_in_log(ctx, alert).await;
@@ -193,7 +198,12 @@ async fn recovered_meanwhile(ctx: &SlotEnv, job: &Job) -> bool {
 async fn send_holding(ctx: &SlotEnv, alert: &Alert<'_>, lock: &SlotLock, lease: &Lease) {
     ctx.books().report(SlotLine {
         reason: Some(&alert.reason),
-        ..SlotLine::new(&alert.job.name, alert.slot, alert.outcome, message(alert.outcome))
+        ..SlotLine::new(
+            &alert.job.name,
+            alert.slot,
+            alert.outcome,
+            message(alert.outcome),
+        )
     });
     let sending = log_and_send(ctx, alert, Fence::new(alert.slot, 0));
     tokio::pin!(sending);

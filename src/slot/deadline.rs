@@ -178,7 +178,9 @@ fn at_deadline(runs: &[&RunRecord], paused: bool, holder: Option<&str>) -> AtDea
         return if paused {
             AtDeadline::Paused
         } else if let Some(holder) = holder {
-            AtDeadline::Late(format!("still running on {holder} (won, no run record yet)"))
+            AtDeadline::Late(format!(
+                "still running on {holder} (won, no run record yet)"
+            ))
         } else {
             AtDeadline::Late(
                 "pending: no replica has recorded a run of the slot (not raced, or its winner died at once)"
@@ -193,7 +195,10 @@ fn at_deadline(runs: &[&RunRecord], paused: bool, holder: Option<&str>) -> AtDea
         RunState::Running => format!("still running on {by} (started {since})"),
         RunState::HandedOff => format!(
             "handed off by {by} ({}) and not done since",
-            latest.error.as_deref().unwrap_or("nothing left the replica")
+            latest
+                .error
+                .as_deref()
+                .unwrap_or("nothing left the replica")
         ),
         RunState::Overlapped => {
             format!("skipped by {by}: the job's previous run was still going (overlap = \"skip\")")
@@ -225,17 +230,30 @@ mod tests {
     #[test]
     fn a_slot_not_done_is_late_with_the_reason_of_its_latest_run() {
         assert!(late(&[run(RunState::Running, 0, "a")]).starts_with("still running on a"));
-        let handed = [run(RunState::HandedOff, 0, "a"), run(RunState::Running, 1, "b")];
-        assert!(late(&handed).starts_with("still running on b"), "{}", late(&handed));
+        let handed = [
+            run(RunState::HandedOff, 0, "a"),
+            run(RunState::Running, 1, "b"),
+        ];
+        assert!(
+            late(&handed).starts_with("still running on b"),
+            "{}",
+            late(&handed)
+        );
         assert!(late(&[run(RunState::HandedOff, 0, "a")]).starts_with("handed off by a"));
         assert!(late(&[]).starts_with("pending"));
         let won = at_deadline(&[], false, Some("c"));
-        assert_eq!(won, AtDeadline::Late("still running on c (won, no run record yet)".into()));
+        assert_eq!(
+            won,
+            AtDeadline::Late("still running on c (won, no run record yet)".into())
+        );
     }
 
     #[test]
     fn a_done_failed_or_paused_slot_is_not_late() {
-        let done = [run(RunState::HandedOff, 0, "a"), run(RunState::Done, 1, "b")];
+        let done = [
+            run(RunState::HandedOff, 0, "a"),
+            run(RunState::Done, 1, "b"),
+        ];
         let done: Vec<&RunRecord> = done.iter().collect();
         assert_eq!(at_deadline(&done, false, None), AtDeadline::Done);
         let failed = run(RunState::Failed, 0, "a");
@@ -260,7 +278,9 @@ mod tests {
     #[test]
     fn each_slot_s_deadline_comes_in_order_across_jobs() {
         let jobs = jobs(&[("a", "*/10 * * * * *", "5s"), ("b", "*/15 * * * * *", "2s")]);
-        let now = DateTime::parse_from_rfc3339("2026-01-01T10:00:03Z").unwrap().to_utc();
+        let now = DateTime::parse_from_rfc3339("2026-01-01T10:00:03Z")
+            .unwrap()
+            .to_utc();
         let mut due = Deadlines::new(jobs, now);
         let order: Vec<(String, i64)> = (0..4)
             .map(|_| due.next().unwrap())

@@ -20,8 +20,8 @@
 //!    reported once across the fleet; a `done` run after a failed, missed or deadline alert
 //!    sends one `recovered` for the fleet.
 //! 10. `deadline` (every replica, for every slot of a job with a `deadline`, won here or not):
-//!    at the slot's deadline its fate is read on a majority, and a slot not `done` is alerted
-//!    once across the fleet.
+//!     at the slot's deadline its fate is read on a majority, and a slot not `done` is alerted
+//!     once across the fleet.
 //!
 //! Each step's ending is one [`Outcome`], logged with the stable fields `job`, `slot`,
 //! `replica`, `outcome` and counted, both in one place (`report`).
