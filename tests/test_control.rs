@@ -325,7 +325,22 @@ fn one_alert_per_slot_missed_while_every_replica_was_down() {
         .map(|r| r["slot"].as_str().unwrap().to_owned())
         .collect();
     assert!(missed.len() >= 4, "a 5 s gap: {missed:?}");
-    let by_slot = alerts_by_slot(&alerts);
+    let mut by_slot = alerts_by_slot(&alerts);
+    // A slot done after the missed ones were alerted says `recovered` (issue 35): set apart.
+    let recovered: Vec<String> = by_slot
+        .values()
+        .flatten()
+        .filter(|a| a.contains(" recovered: done again after the missed alert"))
+        .cloned()
+        .collect();
+    assert!(
+        !recovered.is_empty(),
+        "no recovery after the missed slots: {by_slot:?}"
+    );
+    by_slot.retain(|_, about| {
+        about.retain(|a| !recovered.contains(a));
+        !about.is_empty()
+    });
     for slot in &missed {
         let about = by_slot.get(slot).cloned().unwrap_or_default();
         assert_eq!(about.len(), 1, "{slot}: {about:?}");
