@@ -24,9 +24,11 @@ pub struct TemplateContext<'a> {
     pub replica: &'a str,
     /// The run's fencing token (slot epoch ms plus its handoff number).
     pub fence: i64,
-    /// In an alert: the slot's outcome (`failed`, `missed`); empty in a job's own action.
+    /// In an alert: what it tells (`failed`, `missed`, `duplicate`, `deadline`, `recovered`);
+    /// empty in a job's own action.
     pub outcome: &'a str,
-    /// In an alert: why the slot failed; empty otherwise.
+    /// In an alert: its reason (why the slot failed, why it is late, what it recovered
+    /// from); empty otherwise.
     pub error: &'a str,
     /// The job's schedule in words, in the replica's locale (`LANG`: `zh_CN.UTF-8` for
     /// Chinese): `工作日 09:30（Asia/Shanghai），法定节假日跳过，调休上班日照常执行`.

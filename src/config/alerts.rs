@@ -1,5 +1,6 @@
-//! `[alert.NAME]` sections: actions (of any type) that tell someone a slot ended `failed` or was
-//! found `missed`, and the `on_failure` key of a job or of `[scheduler]` that names one.
+//! `[alert.NAME]` sections: actions (of any type) that tell someone a slot ended `failed`, was
+//! found `missed` or run twice, passed its job's `deadline`, or that the job `recovered`; and
+//! the `on_failure` key of a job or of `[scheduler]` that names one.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -141,7 +141,8 @@ pub struct Job {
     pub catch_up: Option<CatchUp>,
     /// What the winner does.
     pub action: Action,
-    /// The `[alert.NAME]` told when a slot ends `failed` or is found `missed`.
+    /// The `[alert.NAME]` told when a slot ends `failed`, is found `missed` or run twice, is
+    /// not done by its `deadline`, or the job is done again after one of those (`recovered`).
     pub on_failure: Option<String>,
     /// `deadline`: after the slot's instant, when a slot not yet `done` is alerted (once
     /// across the fleet); checked to end before the job's next slot and to have an alert.
