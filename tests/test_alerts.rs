@@ -344,9 +344,7 @@ fn a_deadline_alert_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another(
 fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
     let cluster = RedisCluster::start(3);
     let (receiver, alert_receiver) = (Receiver::start(), Receiver::start());
-    for _ in 0..3 {
-        receiver.push_response(400, serde_json::json!({"error": "refused"}));
-    }
+    receiver.set_response(400, serde_json::json!({"error": "refused"}));
     let dir = tempfile::tempdir().unwrap();
     let job = "schedule = \"*/2 * * * * *\"\ntimeout = \"5s\"";
     let text = config(
@@ -361,8 +359,10 @@ fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
         (by_slot(&alerts(&alert_receiver), "failed").len() >= 3).then_some(())
     });
     assert!(failures.is_some(), "three failed alerts");
-    // The next alert is the recovery: held, so its sender dies with it in flight.
+    // The job succeeds only once the alerts are held: its recovery is held, so its sender
+    // dies with it in flight.
     alert_receiver.set_delay(ALERT_IN_FLIGHT);
+    receiver.set_response(200, Receiver::default_body());
     let (cut, _) = kill_the_sender(&alert_receiver, &mut replicas, "recovered");
     let seen = receiver.count();
     let again = wait_until(PATIENCE, || {
