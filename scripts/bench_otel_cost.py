@@ -13,6 +13,7 @@ so a change in the machine's load falls on both.
 """
 
 import argparse
+import datetime
 import http.server
 import json
 import os
@@ -43,7 +44,7 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         try:
             self.wfile.write(b"{}")
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
             pass  # a replica stopped at the end of its run, its request in flight
 
     def log_message(self, *args):
@@ -77,7 +78,9 @@ def cpu_seconds(pid):
 
 
 def run_once(binary, path, seconds):
-    """One replica for `seconds` after its start line: lateness of each done slot, CPU per slot."""
+    """One replica for `seconds` after its start line: the lateness of each slot of that window
+    done, and its CPU time over the window per such slot (lines still in the pipe at the end
+    are read after it, so a reader that lags undercounts nothing)."""
     proc = subprocess.Popen(
         [binary, "run", "--log-format", "json", "--replica-id", "bench", "--config", path],
         stdout=subprocess.PIPE,
@@ -85,23 +88,29 @@ def run_once(binary, path, seconds):
         text=True,
         env={**os.environ, "RUST_LOG": "info"},
     )
-    lateness, started, cpu0, t0 = [], None, None, None
     for line in proc.stdout:
+        if '"slotcron started"' in line:
+            break
+    cpu0, start = cpu_seconds(proc.pid), datetime.datetime.now(datetime.timezone.utc)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    time.sleep(seconds)
+    cpu, end = cpu_seconds(proc.pid) - cpu0, datetime.datetime.now(datetime.timezone.utc)
+    proc.terminate()
+    proc.wait(timeout=30)
+    reader.join(timeout=30)
+    lateness = []
+    for line in lines:
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if started is None and event.get("message") == "slotcron started":
-            started, cpu0, t0 = True, cpu_seconds(proc.pid), time.monotonic()
+        if event.get("outcome") != "done" or "lateness_ms" not in event:
             continue
-        if started and event.get("outcome") == "done" and "lateness_ms" in event:
+        slot = datetime.datetime.fromisoformat(event["slot"].replace("Z", "+00:00"))
+        if start <= slot < end:
             lateness.append(event["lateness_ms"])
-        if t0 is not None and time.monotonic() - t0 >= seconds:
-            break
-    cpu = cpu_seconds(proc.pid) - cpu0
-    proc.terminate()
-    # Its last lines are read, or it would block on a full pipe instead of exiting.
-    proc.communicate(timeout=30)
     return lateness, cpu
 
 
