@@ -13,6 +13,7 @@ mod endpoints;
 pub mod env;
 pub mod error;
 mod guard;
+mod jitter;
 mod jobs;
 mod locate;
 mod raw;
@@ -134,6 +135,9 @@ pub struct Job {
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    /// Each slot is raced and sent a delay in `[0, jitter)` after its nominal instant, the same
+    /// on every replica ([`crate::time::jitter::delay`]); zero: at the instant.
+    pub jitter: Duration,
     /// What happens when a slot comes while the previous run goes on.
     pub overlap: Overlap,
     /// Catch-up of slots missed while no replica ran, if enabled.
