@@ -35,6 +35,13 @@ impl Loader<'_> {
             .then_some(jitter)
     }
 
+    /// The smallest gap between two slots of `schedule` over the next year, walked once per
+    /// schedule.
+    fn smallest_gap(&mut self, schedule: &Schedule) -> Option<Duration> {
+        let walk = || smallest_gap(schedule, chrono::Utc::now());
+        *self.gaps.entry(schedule.definition()).or_insert_with(walk)
+    }
+
     /// Whether `jitter` fits the job's interval and the start window's reach (else the error,
     /// naming both numbers; `from` says where the value came from).
     fn jitter_fits(
@@ -49,7 +56,7 @@ impl Loader<'_> {
             return true;
         }
         let show = |d: Duration| humantime::format_duration(d).to_string();
-        let message = match schedule.and_then(|s| smallest_gap(s, chrono::Utc::now(), jitter)) {
+        let message = match schedule.and_then(|s| self.smallest_gap(s)) {
             Some(gap) if jitter > gap => format!(
                 "{from}jitter {} is larger than the job's interval {} (the smallest gap between \
                  two of its slots): a slot would be sent after the next one is due",

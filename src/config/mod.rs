@@ -302,6 +302,9 @@ struct Loader<'e> {
     secrets: Secrets,
     /// The checked schedules of the disabled jobs, for [`Config::disabled_schedules`].
     disabled_schedules: BTreeMap<String, Schedule>,
+    /// The smallest gap between slots of each schedule (by its definition) a `jitter` was
+    /// checked against: a thousand jobs on one cron walk its slots once, not a thousand times.
+    gaps: std::collections::HashMap<String, Option<Duration>>,
 }
 
 /// The directory of jobs.toml, which the files it names are relative to (`.` for a bare name).
@@ -329,6 +332,7 @@ impl<'e> Loader<'e> {
             file_keys: Vec::new(),
             secrets: Secrets::Resolved,
             disabled_schedules: BTreeMap::new(),
+            gaps: Default::default(),
         }
     }
 

@@ -55,27 +55,20 @@ pub fn delayed(slot: Slot, delay: Duration) -> DateTime<Utc> {
 }
 
 /// The smallest gap between two consecutive slots of `schedule` among its next
-/// [`GAP_SCAN_SLOTS`] from `from` (a DST fold a policy runs twice included); `None` for a
-/// schedule with fewer than two. Stops at the first gap at or below `enough` (the caller
-/// only asks whether a jitter fits).
-pub fn smallest_gap(
-    schedule: &Schedule,
-    from: DateTime<Utc>,
-    enough: Duration,
-) -> Option<Duration> {
+/// [`GAP_SCAN_SLOTS`] from `from`, within a year (a DST fold a policy runs twice included);
+/// `None` for a schedule with fewer than two.
+pub fn smallest_gap(schedule: &Schedule, from: DateTime<Utc>) -> Option<Duration> {
+    let end = from + chrono::Duration::days(366);
     let mut previous = schedule.next_after(from)?;
     let mut smallest: Option<Duration> = None;
     for _ in 0..GAP_SCAN_SLOTS {
-        let Some(next) = schedule.next_after(previous.instant()) else {
+        let next = schedule.next_after(previous.instant());
+        let Some(next) = next.filter(|s| s.instant() <= end) else {
             break;
         };
-        let gap = (next.instant() - previous.instant())
-            .to_std()
-            .unwrap_or_default();
+        let gap = (next.instant() - previous.instant()).to_std();
+        let gap = gap.unwrap_or_default();
         smallest = Some(smallest.map_or(gap, |s| s.min(gap)));
-        if gap <= enough {
-            break;
-        }
         previous = next;
     }
     smallest
@@ -104,9 +97,9 @@ mod tests {
         let from = "2026-01-01T00:00:00Z".parse().unwrap();
         let daily = Schedule::parse("0 9 * * *", utc).unwrap();
         let day = Duration::from_secs(86_400);
-        assert_eq!(smallest_gap(&daily, from, Duration::ZERO), Some(day));
+        assert_eq!(smallest_gap(&daily, from), Some(day));
         let pair = Schedule::parse("0 0,5 9 * * *", utc).unwrap();
         let five = Duration::from_secs(300);
-        assert_eq!(smallest_gap(&pair, from, Duration::ZERO), Some(five));
+        assert_eq!(smallest_gap(&pair, from), Some(five));
     }
 }
