@@ -349,6 +349,32 @@ fn five_replicas_on_skewed_clocks_log_the_same_jitter_ms_and_never_send_early() 
             "{key}: replicas logged different jitter_ms {seen:?}"
         );
     }
+    assert_history_shows_both(&config, prefix, jitter);
+}
+
+/// `history` keeps the nominal slot and shows the delayed instant beside it: `--json` rows
+/// carry `jitter_ms` and `delayed` (the pure function's), the table a `DELAYED` column.
+fn assert_history_shows_both(config: &Path, prefix: &str, jitter: Duration) {
+    let json = common::slotcron_cli(config, &["history", "--json", "--job", "spread"]);
+    let rows: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(rows.len() >= 8, "{json}");
+    for row in rows {
+        let nominal = slot(row["slot"].as_str().unwrap());
+        let d = delay(prefix, "spread", nominal, jitter);
+        assert_eq!(
+            row["jitter_ms"].as_u64(),
+            Some(d.as_millis() as u64),
+            "{row}"
+        );
+        let shown: DateTime<Utc> = row["delayed"].as_str().unwrap().parse().unwrap();
+        assert_eq!(shown, delayed(nominal, d), "{row}");
+    }
+    let table = common::slotcron_cli(config, &["history", "--job", "spread"]);
+    let head = table.lines().next().unwrap_or_default();
+    assert!(head.contains("SLOT") && head.contains("DELAYED"), "{table}");
 }
 
 /// `jobs` jobs named `burst-N`, each at `at` (daily, in UTC) with `jitter = "60s"`.

@@ -115,8 +115,7 @@ pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
             job.action.kind(),
         ));
         out.push_str(&words_line(&job.schedule, lang));
-        let prefix = &config.scheduler.key_prefix;
-        for line in slot_lines(job, prefix, now, next) {
+        for line in slot_lines(job, &config.scheduler.key_prefix, now, next) {
             out.push_str(&format!("  {line}\n"));
         }
         for line in dst_lines(job, now) {
