@@ -503,3 +503,54 @@ fn five_hundred_jobs_on_one_second_spread_over_60s_each_sent_once_with_a_replica
         "busiest second over 5 %: {measured:?}"
     );
 }
+
+/// The library's `JobSpec::jitter` reaches the same checks and the same timeline as
+/// jobs.toml's: one past the job's interval is refused naming the job and the builder's
+/// field and both numbers; one that fits runs each slot at or after its nominal instant plus
+/// its delay, with the nominal instant in the slot's context.
+#[tokio::test]
+async fn the_librarys_jobspec_jitter_is_checked_and_delays_the_run() {
+    use slotcron::{Fleet, JobSpec, SlotContext};
+    let refused = Fleet::new("lib-j")
+        .job(
+            JobSpec::new("beat", "* * * * * *").jitter(Duration::from_secs(2)),
+            |_| async { Ok::<(), String>(()) },
+        )
+        .start()
+        .await;
+    let Err(error) = refused else {
+        panic!("a jitter past the interval started");
+    };
+    let shown = error.to_string();
+    for part in ["job \"beat\", jitter: ", "jitter 2s", "interval 1s"] {
+        assert!(shown.contains(part), "{part:?} not in {shown}");
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let jitter = Duration::from_secs(2);
+    let spec = JobSpec::new("pulse", "*/2 * * * * *").jitter(jitter);
+    let handle = Fleet::new("lib-j")
+        .key_prefix("libjitter")
+        .job(spec, move |ctx: SlotContext| {
+            let tx = tx.clone();
+            async move { tx.send((ctx.slot(), Utc::now())).map_err(|e| e.to_string()) }
+        })
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        // Three slots: 6 s of schedule; the wait is generous for a loaded machine.
+        let ran = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+        let (nominal, at) = ran.expect("no run within 30 s").expect("the fleet stopped");
+        let due = delayed(
+            Slot::at(nominal),
+            delay("libjitter", "pulse", Slot::at(nominal), jitter),
+        );
+        assert!(at >= due, "slot {nominal} ran at {at}, before {due}");
+        assert_eq!(
+            Slot::at(nominal).instant(),
+            nominal,
+            "the context's slot is not nominal"
+        );
+    }
+    handle.shutdown().await.unwrap();
+}

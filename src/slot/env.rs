@@ -257,9 +257,12 @@ impl Race {
     }
 
     /// The slot key's TTL: the run, plus the spread of replicas' clocks, plus the start window.
-    /// A replica whose clock lags or that wakes late then still finds the slot taken.
+    /// A replica whose clock lags or that wakes late then still finds the slot taken. Plus the
+    /// job's `jitter`: every replica of one configuration races at the same delayed instant,
+    /// but during a rollout that changes the jitter the two versions race one slot at two
+    /// instants, and the key must still be there when the later one comes (notes/jitter).
     pub fn key_ttl(&self, job: &Job) -> Duration {
-        job.timeout + self.max_clock_skew + self.start_window() + KEY_MARGIN
+        job.timeout + self.max_clock_skew + self.start_window() + job.jitter + KEY_MARGIN
     }
 
     /// The latest instant a slot may be delivered, on the fleet clock: one job timeout after
