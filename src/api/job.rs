@@ -412,3 +412,32 @@ impl Calendar {
         table
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The setters of the DST policy and the jitter reach the job the fleet checks and runs:
+    /// the spec's `[[job]]` table, loaded as jobs.toml, names the same values.
+    #[test]
+    fn the_dst_policy_and_jitter_set_in_code_reach_the_checked_job() {
+        let spec = JobSpec::new("backup", "30 2 * * *")
+            .zone("America/New_York")
+            .dst_repeat(DstRepeat::Both)
+            .dst_gap(DstGap::Skip)
+            .jitter(Duration::from_secs(90));
+        let (job, _) = spec.to_toml();
+        let file = Table::from_iter([("job".to_owned(), Value::Array(vec![job.into()]))]);
+        let text = toml::to_string(&file).unwrap();
+        let env = std::collections::HashMap::<String, String>::new();
+        let config = crate::config::parse(std::path::Path::new("t.toml"), &text, &env).unwrap();
+        let checked = &config.jobs[0];
+        let policy = checked.schedule.dst_policy();
+        assert_eq!((policy.repeat, policy.gap), (DstRepeat::Both, DstGap::Skip));
+        assert_eq!(checked.jitter, Duration::from_secs(90));
+        let plain = JobSpec::new("plain", "0 9 * * *").to_toml().0;
+        for key in ["dst_repeat", "dst_gap", "jitter"] {
+            assert!(!plain.contains_key(key), "{key} written without being set");
+        }
+    }
+}
