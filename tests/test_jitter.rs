@@ -414,13 +414,14 @@ fn per_second(
 }
 
 /// 500 jobs due at the same second with `jitter = "60s"` on 3 replica processes (default
-/// candidates), one SIGKILLed 30 s into the window: every slot is sent once (0 duplicated, 0
-/// missed), none before its delay, and the sends follow the delays: the busiest second holds
+/// candidates) over 3 Redis nodes; one node SIGKILLed 20 s into the window and one replica
+/// 30 s into it: every slot is sent once (0 duplicated, 0 missed), none before its delay, and the sends follow the delays: the busiest second holds
 /// what the function puts in it (give or take the seconds a send straddles), never more than
 /// 5 % of the sends (500 delays drawn uniformly over 60 s put about 3 % in the busiest second,
 /// above 3 % in half the draws: notes/jitter.en.md).
 #[test]
-fn five_hundred_jobs_on_one_second_spread_over_60s_each_sent_once_with_a_replica_killed() {
+fn five_hundred_jobs_on_one_second_spread_over_60s_each_sent_once_with_a_node_and_a_replica_killed()
+{
     const JOBS: usize = 500;
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
@@ -441,11 +442,13 @@ fn five_hundred_jobs_on_one_second_spread_over_60s_each_sent_once_with_a_replica
         Utc::now() < at,
         "the replicas started after the slot; nothing judged"
     );
-    // Mid-window: the sends of the first half have left, those of the second are to come.
-    let kill_at = at + chrono::Duration::seconds(30);
-    let _ = common::wait_until(Duration::from_secs(90), || {
-        (Utc::now() >= kill_at).then_some(())
-    });
+    // Mid-window: the sends of the first third or half have left, the others are to come.
+    let until = |t: DateTime<Utc>| {
+        common::wait_until(Duration::from_secs(90), || (Utc::now() >= t).then_some(()))
+    };
+    let _ = until(at + chrono::Duration::seconds(20));
+    cluster.iter().next().unwrap().kill();
+    let _ = until(at + chrono::Duration::seconds(30));
     replicas[0].kill();
     // Every slot's delay runs out by at + 60 s; wait for the sends, not a fixed time.
     receiver.wait_for(JOBS, Duration::from_secs(120));
