@@ -34,6 +34,7 @@ use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::ops::liveness::Liveness;
 use crate::ops::status;
+use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{independence, Nodes};
@@ -54,6 +55,9 @@ pub struct Replica {
     pub lock: SlotLock,
     /// The run history, shared by every generation and the status page.
     pub history: History,
+    /// The audit trail: this replica's reloads and config hash changes, and the library's
+    /// pauses, resumes and triggers.
+    pub audit: Audit,
     /// One registry for the replica's life: counters keep counting across reloads.
     pub metrics: Arc<Metrics>,
     /// The rate budgets: a reload must not hand a job a fresh budget mid-minute.
@@ -105,6 +109,7 @@ impl Replica {
         Replica {
             lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
             history: History::local(),
+            audit: Audit::local(),
             budgets: Budgets::local(),
             handoffs: Handoffs::Off,
             control: Control::Off,
@@ -156,6 +161,7 @@ impl Replica {
                 nodes: nodes.clone(),
                 prefix: prefix.clone(),
             },
+            audit: Audit::redis(nodes.clone(), &prefix),
             handoffs: Handoffs::redis(nodes.clone(), &prefix),
             control: Control::redis(nodes.clone(), &prefix).counting(metrics.clone()),
             lock: SlotLock::Redlock(lock),
@@ -307,6 +313,7 @@ pub async fn run_replica(
     // run concurrently with the timeline).
     let names: Vec<String> = read(&current).jobs.iter().map(|j| j.name.clone()).collect();
     replica.control.refresh(&names).await;
+    tracker.spawn(audit_start(replica.clone(), read(&current).hash.clone()));
     listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;
@@ -360,6 +367,7 @@ async fn serve_status(
         lock: replica.lock.clone(),
         history: replica.history.clone(),
         control: replica.control.clone(),
+        audit: replica.audit.clone(),
         metrics: replica.metrics.clone(),
         clock: replica.clock.clone(),
         liveness: replica.liveness.clone(),
@@ -519,22 +527,58 @@ async fn wait_for_reload(
 
 /// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
 /// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
+/// Either way it is recorded in the audit trail, with the config hash change or the errors.
 async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
+    let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::Reload);
     match config::reload(old).await {
         Ok(new) => {
             warn_about_restart_only_changes(old, &new);
             replica.metrics.config_reload(ReloadResult::Applied);
             tracing::info!(replica = %replica.name, config = %new.path.display(),
-                jobs = new.jobs.len(), "reloaded");
+                jobs = new.jobs.len(), config_hash = %new.hash, "reloaded");
+            let change = hash_change(&old.hash, &new.hash);
+            replica.audit.note(&entry.detail(change)).await;
+            replica
+                .audit
+                .config_hash_seen(&replica.name, &new.hash)
+                .await;
             Some(new)
         }
         Err(errors) => {
             replica.metrics.config_reload(ReloadResult::Rejected);
             tracing::error!(replica = %replica.name, config = %old.path.display(),
                 error = %errors, "reload rejected");
+            let rejected = AuditEntry {
+                action: AuditAction::ReloadRejected,
+                reason: Some(errors.to_string()),
+                ..entry.detail(format!("config hash {} kept", old.hash))
+            };
+            replica.audit.note(&rejected).await;
             None
         }
     }
+}
+
+/// A config hash change as the audit trail words it.
+fn hash_change(old: &str, new: &str) -> String {
+    if old == new {
+        format!("config hash {new} unchanged")
+    } else {
+        format!("config hash {old} -> {new}")
+    }
+}
+
+/// At start: records in the audit trail that this replica now runs a configuration other
+/// than the one it last ran (a deploy, an edit applied by a restart). Nothing on a first start.
+async fn audit_start(replica: Replica, hash: String) {
+    let Some(previous) = replica.audit.config_hash_seen(&replica.name, &hash).await else {
+        return;
+    };
+    let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::ConfigHash);
+    replica
+        .audit
+        .note(&entry.detail(hash_change(&previous, &hash)))
+        .await;
 }
 
 /// Warns about the changes a reload does not apply: they would split the fleet mid-flight.
