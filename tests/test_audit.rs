@@ -145,6 +145,16 @@ fn every_control_command_leaves_one_entry_with_its_actor_job_reason_and_fleet_ti
     );
     let since = ours[1].at.to_rfc3339();
     assert_eq!(audit(&path, &["--since", &since]).len(), 2);
+    // The table: one line per entry under its header, the reason on the entry's line.
+    let table = slotcron_cli(&path, &["audit", "--job", "report"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 1 + commands.len(), "{table}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" pause ") && l.contains("r-pause")),
+        "{table}"
+    );
     drop(replica);
 }
 
@@ -218,6 +228,56 @@ fn with_two_of_three_nodes_down_a_pause_is_refused_and_leaves_no_entry_and_no_pa
     }
     let out = slotcron_cli(&path, &["resume", "report"]);
     assert!(out.contains("was not paused"), "{out}");
+}
+
+#[test]
+fn a_pause_the_fleet_refuses_after_its_entry_is_marked_not_taken_with_why() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&cluster.urls(), "audit5", "x"));
+    slotcron_cli(&path, &["pause", "report", "--reason", "first"]);
+    // Another operator's pause holds and this one has no --force: refused after its entry.
+    let (code, out) = slotcron_cli_status(&path, &["pause", "report", "--reason", "second"]);
+    assert_eq!(code, Some(2), "{out}");
+
+    let entries = audit(&path, &[]);
+    assert_eq!(entries.len(), 2, "{entries:#?}");
+    assert_eq!(entries[0].reason.as_deref(), Some("second"));
+    assert_eq!(entries[0].status.as_str(), "not_taken");
+    let detail = entries[0].detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("not taken: already paused by"), "{detail}");
+    assert_eq!(entries[1].reason.as_deref(), Some("first"));
+    assert_eq!(entries[1].status.as_str(), "recorded");
+}
+
+#[test]
+fn the_status_page_shows_the_latest_entries() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let text = config(&cluster.urls(), "audit6", "x");
+    let text = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{text}");
+    let path = write_config(dir.path(), &text);
+    let replica = start(&path, "replica-p", &[]);
+    slotcron_cli(&path, &["pause", "report", "--reason", "<db migration>"]);
+
+    // The page reads through a snapshot up to 2 s old: wait for one taken after the pause.
+    let section = common::wait_until(WITHIN, || {
+        let page = common::http_get(port, "/")?;
+        let start = page.body.find("id=\"audit\"")?;
+        let section = &page.body[start..];
+        let section = section[..section.find("</table>")?].to_owned();
+        section.contains("&lt;db migration&gt;").then_some(section)
+    });
+    let section = section.unwrap_or_else(|| panic!("no entry on the page: {:?}", replica.lines()));
+    let row = section
+        .split("<tr>")
+        .find(|row| row.contains("&lt;db migration&gt;"))
+        .unwrap();
+    for cell in ["<td>pause</td>", "<td>report</td>", "<td>recorded</td>"] {
+        assert!(row.contains(cell), "{cell} not in {row}");
+    }
+    assert!(row.contains(&format!("<td>{}</td>", operator())), "{row}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
