@@ -330,7 +330,7 @@ pub async fn run_replica(
         };
         start_generation(&replica, &config, &tracker, ties, first);
         first = false;
-        let next = wait_for_reload(&replica, &shutdown, &mut reloads, &config).await;
+        let next = wait_for_reload(&replica, &shutdown, &tracker, &mut reloads, &config).await;
         generation.cancel();
         let Some(new) = next else { break };
         replica.membership.regroup(group_of(&new)).await;
@@ -496,10 +496,12 @@ fn start_generation(
     ));
 }
 
-/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
+/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`); `tracker` keeps
+/// the reloads' audit writes.
 async fn wait_for_reload(
     replica: &Replica,
     shutdown: &CancellationToken,
+    tracker: &TaskTracker,
     reloads: &mut Option<mpsc::Receiver<()>>,
     old: &Config,
 ) -> Option<Config> {
@@ -517,7 +519,7 @@ async fn wait_for_reload(
                     *reloads = None;
                     continue;
                 }
-                if let Some(new) = reload(replica, old).await {
+                if let Some(new) = reload(replica, old, tracker).await {
                     return Some(new);
                 }
             }
@@ -527,8 +529,9 @@ async fn wait_for_reload(
 
 /// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
 /// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
-/// Either way it is recorded in the audit trail, with the config hash change or the errors.
-async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
+/// Either way it is recorded in the audit trail, with the config hash change or the errors, by
+/// a task of `tracker`: off the reload's path, so a hung node never delays the new schedule.
+async fn reload(replica: &Replica, old: &Config, tracker: &TaskTracker) -> Option<Config> {
     let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::Reload);
     match config::reload(old).await {
         Ok(new) => {
@@ -536,12 +539,12 @@ async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
             replica.metrics.config_reload(ReloadResult::Applied);
             tracing::info!(replica = %replica.name, config = %new.path.display(),
                 jobs = new.jobs.len(), config_hash = %new.hash, "reloaded");
-            let change = hash_change(&old.hash, &new.hash);
-            replica.audit.note(&entry.detail(change)).await;
-            replica
-                .audit
-                .config_hash_seen(&replica.name, &new.hash)
-                .await;
+            let entry = entry.detail(hash_change(&old.hash, &new.hash));
+            tracker.spawn(record_reload(
+                replica.clone(),
+                entry,
+                Some(new.hash.clone()),
+            ));
             Some(new)
         }
         Err(errors) => {
@@ -553,9 +556,18 @@ async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
                 reason: Some(errors.to_string()),
                 ..entry.detail(format!("config hash {} kept", old.hash))
             };
-            replica.audit.note(&rejected).await;
+            tracker.spawn(record_reload(replica.clone(), rejected, None));
             None
         }
+    }
+}
+
+/// Records a reload's audit entry and, when it applied a file, that file's hash as the one
+/// this replica runs (what its next start compares with).
+async fn record_reload(replica: Replica, entry: AuditEntry, now_running: Option<String>) {
+    replica.audit.note(&entry).await;
+    if let Some(hash) = now_running {
+        replica.audit.config_hash_seen(&replica.name, &hash).await;
     }
 }
 
