@@ -280,6 +280,30 @@ fn the_status_page_shows_the_latest_entries() {
     assert!(row.contains(&format!("<td>{}</td>", operator())), "{row}");
 }
 
+#[test]
+fn entries_survive_a_rolling_empty_restart_of_every_node() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&cluster.urls(), "audit7", "x"));
+    let replica = start(&path, "replica-k", &[]);
+    slotcron_cli(&path, &["pause", "report", "--reason", "kept"]);
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        node.restart();
+        // The replica's subscription to the node reopens, and it repairs the node.
+        let repaired = replica.wait_for_json(WITHIN, |l| {
+            l["message"] == "audit trail repaired onto a node that lacked entries" && l["node"] == i
+        });
+        assert!(
+            repaired.is_some(),
+            "node {i} not repaired: {:?}",
+            replica.lines()
+        );
+    }
+    let entries = audit(&path, &[]);
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    assert_eq!(entries[0].reason.as_deref(), Some("kept"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_handle_records_its_actions_as_the_replica() {
     let cluster = RedisCluster::start(3);

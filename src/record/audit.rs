@@ -10,6 +10,10 @@
 //! then does not take effect (another operator's pause holds, the nodes went away between the
 //! two writes), a second record of the same id marks the entry `not_taken` with the reason;
 //! a read shows the entry once, with its last word.
+//!
+//! Why so long: about 70 of its lines are unit tests; the code is one wire format (the entry:
+//! written, withdrawn, read back, merged over the nodes, repaired onto a node restarted empty)
+//! that stays in one file so that its writer and its readers change together.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -415,6 +419,73 @@ impl Audit {
     }
 }
 
+impl Audit {
+    /// Copies the trail's newest entries (up to [`REPAIR_ENTRIES`]) that a majority of the
+    /// nodes hold onto each answering node that lacks them: a node restarted empty, which
+    /// would otherwise leave a recorded entry on fewer nodes at each rolling restart until none.
+    /// An entry on fewer than a majority (a refused one whose withdrawal failed) is not spread.
+    pub async fn repair(&self) {
+        let Audit::Redis { nodes, prefix } = self else {
+            return;
+        };
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(audit_key(prefix)).arg("+").arg("-");
+        cmd.arg("COUNT").arg(REPAIR_ENTRIES);
+        let reads = nodes
+            .query::<Value>(cmd, AUDIT_TIMEOUT, Replies::settled)
+            .await;
+        let held: Vec<Option<Vec<AuditEntry>>> = reads
+            .into_answers()
+            .into_iter()
+            .map(|a| a.and_then(Result::ok).map(parse_entries))
+            .collect();
+        for (i, missing) in missing_per_node(&held, nodes.quorum()) {
+            tracing::info!(
+                node = i,
+                entries = missing.len(),
+                "audit trail repaired onto a node that lacked entries"
+            );
+            let mut pipe = redis::pipe();
+            for entry in missing.iter().rev() {
+                pipe.add_command(xadd(prefix, entry)).ignore();
+            }
+            let _ = nodes
+                .ask_one(i, |node| async move {
+                    node.query_pipe::<Value>(&pipe, AUDIT_TIMEOUT * 4).await
+                })
+                .await;
+        }
+    }
+}
+
+/// Entries a node restarted empty gets back ([`Audit::repair`]).
+pub const REPAIR_ENTRIES: usize = 2000;
+
+/// For each node that answered (`held`), the records held by at least `quorum` nodes that it
+/// lacks, newest first.
+fn missing_per_node(
+    held: &[Option<Vec<AuditEntry>>],
+    quorum: usize,
+) -> Vec<(usize, Vec<AuditEntry>)> {
+    let mut all: Vec<&AuditEntry> = held.iter().flatten().flatten().collect();
+    // Newest first; the records of one entry (`recorded`, `not_taken`) side by side.
+    all.sort_by(|a, b| (b.at, &b.id, b.status).cmp(&(a.at, &a.id, a.status)));
+    all.dedup();
+    let on_a_majority: Vec<&AuditEntry> = all
+        .into_iter()
+        .filter(|e| held.iter().flatten().filter(|h| h.contains(e)).count() >= quorum)
+        .collect();
+    held.iter()
+        .enumerate()
+        .filter_map(|(i, h)| Some((i, h.as_ref()?)))
+        .map(|(i, h)| {
+            let lacking = on_a_majority.iter().filter(|e| !h.contains(e));
+            (i, lacking.map(|e| (*e).clone()).collect::<Vec<_>>())
+        })
+        .filter(|(_, missing)| !missing.is_empty())
+        .collect()
+}
+
 /// How long a replica's last config hash is kept without the replica starting or reloading.
 pub const CONFIG_HASH_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
@@ -557,6 +628,17 @@ mod tests {
         };
         let merged = merge(vec![a.clone(), b.clone(), a.clone(), refused.clone(), b]);
         assert_eq!(merged, vec![refused, a]);
+    }
+
+    #[test]
+    fn a_node_restarted_empty_gets_the_entries_a_majority_holds_but_no_stray() {
+        let (a, b, stray) = (entry(10), entry(20), entry(30));
+        let held = vec![
+            Some(vec![stray.clone(), b.clone(), a.clone()]),
+            Some(vec![b.clone(), a.clone()]),
+            Some(Vec::new()),
+        ];
+        assert_eq!(missing_per_node(&held, 2), vec![(2, vec![b, a])]);
     }
 
     #[test]
