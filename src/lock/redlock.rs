@@ -265,7 +265,8 @@ impl Redlock {
 
     /// Races for every `(key, ttl)` at once, each decided on its own by the module's rules; the
     /// answers come in the order asked. One attempt is one pipelined round trip per node for
-    /// the whole batch: jobs due at the same instant cost a node one request, not one each.
+    /// each 250 keys of the batch (`KEYS_PER_REQUEST`): jobs due at the same instant cost a
+    /// node a request per 250, not one each.
     pub async fn acquire_many(&self, claims: &[(SlotKey, Duration)]) -> Vec<Acquire> {
         let mut races: Vec<Race> = claims
             .iter()
