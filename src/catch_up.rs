@@ -123,7 +123,12 @@ async fn report_missed(
     // The slots just before the start may still be running elsewhere (a run is recorded when it
     // ends): judge them once their timeout and start window are over. Later slots are this
     // replica's to race.
-    let longest = jobs.iter().map(|job| job.timeout).max().unwrap_or_default();
+    // A slot's jitter moves its run that much later.
+    let longest = jobs
+        .iter()
+        .map(|job| job.timeout + job.jitter)
+        .max()
+        .unwrap_or_default();
     tokio::select! {
         _ = ctx.shutdown().cancelled() => return,
         _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
@@ -186,7 +191,7 @@ async fn catch_up(
     turns: &Semaphore,
 ) {
     let Some(catch_up) = job.catch_up else { return };
-    let now = ctx.race().clock().fleet_now();
+    let now = opened_by(ctx, job, ctx.race().clock().fleet_now());
     let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
     let floor = (now - window).max(watermark);
     if job
@@ -211,6 +216,19 @@ async fn catch_up(
         }
         tracing::info!(job = %job.name, %slot, replica = %ctx.books().replica(), "catching up a missed slot");
         crate::slot::once(ctx, Trigger::CatchUp, job.clone(), slot).await;
+    }
+}
+
+/// `now`, or just before the latest slot at or before it when that slot has not opened yet
+/// (its jitter's delay runs past `now`): that slot is the timeline's to race, at its delayed
+/// instant, and catching it up now would send it early. Only the latest can be unopened: a
+/// jitter is never larger than the job's interval.
+fn opened_by(ctx: &SlotEnv, job: &Job, now: DateTime<Utc>) -> DateTime<Utc> {
+    match job.schedule.back_from(now).next() {
+        Some(slot) if ctx.race().opens(&Trigger::CatchUp, job, slot) > now => {
+            slot.instant() - chrono::Duration::milliseconds(1)
+        }
+        _ => now,
     }
 }
 

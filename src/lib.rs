@@ -124,8 +124,8 @@ pub mod trace;
 pub mod watch;
 
 pub use api::{
-    Calendar, CatchUpPolicy, DateTime, Error, Fleet, FleetHandle, JobSpec, NaiveDate, Outcome,
-    Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
+    Calendar, CatchUpPolicy, DateTime, DstGap, DstRepeat, Error, Fleet, FleetHandle, JobSpec,
+    NaiveDate, Outcome, Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
 };
 /// The crates of the time types the API returns, at the versions it uses.
 pub use {chrono, chrono_tz};
