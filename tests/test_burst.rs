@@ -390,15 +390,15 @@ impl Sampler {
     }
 
     /// Stops sampling; returns (peak commands a second over the nodes, the busiest node's
-    /// peak, the nodes' CPU seconds) between `from` and `to`.
-    fn finish(self, from: DateTime<Utc>, to: DateTime<Utc>) -> (u64, u64, f64) {
+    /// peak, every command over the nodes, the nodes' CPU seconds) between `from` and `to`.
+    fn finish(self, from: DateTime<Utc>, to: DateTime<Utc>) -> NodeLoad {
         let _ = self.stop.send(());
         let samples = self.thread.join().unwrap();
         let inside: Vec<_> = samples
             .iter()
             .filter(|(at, _)| *at >= from && *at <= to)
             .collect();
-        let (mut peak, mut node_peak) = (0, 0);
+        let (mut peak, mut node_peak, mut total) = (0, 0, 0);
         for pair in inside.windows(2) {
             let deltas = pair[0]
                 .1
@@ -407,14 +407,29 @@ impl Sampler {
                 .map(|(a, b)| b.commands - a.commands);
             let deltas: Vec<u64> = deltas.collect();
             peak = peak.max(deltas.iter().sum());
+            total += deltas.iter().sum::<u64>();
             node_peak = node_peak.max(deltas.into_iter().max().unwrap_or(0));
         }
         let cpu = match (inside.first(), inside.last()) {
             (Some(a), Some(b)) => b.1.iter().zip(&a.1).map(|(b, a)| b.cpu - a.cpu).sum(),
             _ => 0.0,
         };
-        (peak, node_peak, cpu)
+        NodeLoad {
+            peak: (peak, node_peak),
+            total,
+            cpu,
+        }
     }
+}
+
+/// What the 3 nodes did over a burst's window.
+struct NodeLoad {
+    /// Peak commands a second over the nodes, and the busiest node's.
+    peak: (u64, u64),
+    /// Every command over the nodes (the sampler's `INFO`s included: 3 a second).
+    total: u64,
+    /// The nodes' CPU seconds.
+    cpu: f64,
 }
 
 /// p50 and p99 of `samples` (milliseconds), NaN when empty.
@@ -449,9 +464,7 @@ struct Measured {
     past_delay: Option<(f64, f64)>,
     /// The busiest second's sends, and how many seconds had sends.
     busiest_second: (usize, usize),
-    /// Peak commands a second over the 3 nodes, and the busiest node's.
-    peak_commands: (u64, u64),
-    redis_cpu: f64,
+    nodes: NodeLoad,
     /// Replica CPU seconds over the window: the fleet's sum and the busiest replica's.
     replica_cpu: (f64, f64),
     /// The largest peak RSS of a replica (KiB).
@@ -513,7 +526,7 @@ fn measure_burst(burst: &Burst, lead: chrono::TimeDelta) -> Measured {
         .map(|r| common::usage(r.pid()))
         .collect();
     let to = Utc::now();
-    let (peak, node_peak, redis_cpu) = sampler.finish(from, to);
+    let nodes = sampler.finish(from, to);
     fleet.stop();
     let cpu: Vec<f64> = after.iter().zip(&before).map(|((a, _), b)| a - b).collect();
     let mut measured = Measured {
@@ -523,8 +536,7 @@ fn measure_burst(burst: &Burst, lead: chrono::TimeDelta) -> Measured {
         run_started: (0.0, 0.0),
         past_delay: None,
         busiest_second: (0, 0),
-        peak_commands: (peak, node_peak),
-        redis_cpu,
+        nodes,
         replica_cpu: (cpu.iter().sum(), cpu.iter().copied().fold(0.0, f64::max)),
         peak_rss: after.iter().map(|(_, rss)| *rss).max().unwrap_or(0),
         logged: fleet.logged(),
@@ -576,7 +588,7 @@ fn row(burst: &Burst, m: &Measured) -> String {
     let past = m.past_delay.map_or("n/a".to_owned(), ms);
     let logged: Vec<String> = m.logged.iter().map(|(k, v)| format!("{k} {v}")).collect();
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} of {} s: {:.1} % | {} ({} busiest node) | {:.2} s | {:.2} s ({:.2} s busiest) | {:.1} MiB | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} of {} s: {:.1} % | {} ({} busiest node) | {:.1} | {:.2} s | {:.2} s ({:.2} s busiest) | {:.1} MiB | {} |",
         burst.name(),
         burst.jobs,
         m.run,
@@ -588,9 +600,10 @@ fn row(burst: &Burst, m: &Measured) -> String {
         m.busiest_second.0,
         m.busiest_second.1,
         100.0 * m.busiest_second.0 as f64 / m.run.max(1) as f64,
-        m.peak_commands.0,
-        m.peak_commands.1,
-        m.redis_cpu,
+        m.nodes.peak.0,
+        m.nodes.peak.1,
+        m.nodes.total as f64 / burst.jobs as f64,
+        m.nodes.cpu,
         m.replica_cpu.0,
         m.replica_cpu.1,
         m.peak_rss as f64 / 1024.0,
@@ -638,8 +651,8 @@ fn bursts() -> Vec<Burst> {
 fn burst_benchmark() {
     let lead: i64 = std::env::var("SLOTCRON_BURST_LEAD").map_or(40, |v| v.parse().unwrap());
     let mut rows = vec![
-        "| burst | slots | run | missed | duplicated | lateness p50 / p99 | run started (replica's lateness_ms) p50 / p99 | past the delay p50 / p99 | busiest second (sends) | peak Redis commands/s (3 nodes) | Redis CPU | replica CPU (fleet) | peak RSS (largest replica) | replicas logged | load average before |".to_owned(),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".to_owned(),
+        "| burst | slots | run | missed | duplicated | lateness p50 / p99 | run started (replica's lateness_ms) p50 / p99 | past the delay p50 / p99 | busiest second (sends) | peak Redis commands/s (3 nodes) | Redis commands/slot | Redis CPU | replica CPU (fleet) | peak RSS (largest replica) | replicas logged | load average before |".to_owned(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".to_owned(),
     ];
     for burst in bursts() {
         let load = load_average();
