@@ -15,7 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -93,6 +95,7 @@ pub async fn keep_comparing(
     let mut period = tokio::time::interval(PERIOD);
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             _ = period.tick() => {}
         }
