@@ -442,8 +442,8 @@ fn compare_destinations(
     let config = current.clone();
     tracker.spawn(destinations::keep_comparing(
         nodes.clone(),
-        replica.key_prefix.clone(),
-        replica.name.clone(),
+        (replica.key_prefix.clone(), replica.name.clone()),
+        replica.clock.clone(),
         move || destinations::Own::of(&read(&config)),
         shutdown.clone(),
     ));

@@ -27,8 +27,8 @@ pub fn kept() -> Vec<(String, Plan)> {
     (paths.into_iter())
         .map(|p| {
             let text = std::fs::read_to_string(&p).expect("a case file");
-            let plan: Plan = toml::from_str(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let plan: Plan =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             (p.display().to_string(), plan)
         })
         .collect()
@@ -45,7 +45,11 @@ pub fn cpu_seconds() -> f64 {
 
 /// `work` on each seed, on `threads` threads (each run has its own runtime on its thread);
 /// the results in seed order.
-pub fn on_threads<T: Send>(seeds: &[u64], threads: usize, work: impl Fn(u64) -> T + Sync) -> Vec<T> {
+pub fn on_threads<T: Send>(
+    seeds: &[u64],
+    threads: usize,
+    work: impl Fn(u64) -> T + Sync,
+) -> Vec<T> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -67,13 +71,20 @@ pub fn on_threads<T: Send>(seeds: &[u64], threads: usize, work: impl Fn(u64) -> 
 pub fn check(name: &str, plan: &Plan) {
     let outcome = run::run(plan);
     for v in &outcome.violations {
-        eprintln!("{name}: VIOLATION {} job={} slot_us={} replicas={:?}: {}", v.invariant, v.job, v.slot_us, v.replicas, v.detail);
+        eprintln!(
+            "{name}: VIOLATION {} job={} slot_us={} replicas={:?}: {}",
+            v.invariant, v.job, v.slot_us, v.replicas, v.detail
+        );
         for e in &v.last_events {
             eprintln!("    {e}");
         }
     }
     assert!(outcome.slots > 0, "{name}: nothing was delivered");
-    assert!(outcome.violations.is_empty(), "{name}: {} violation(s) (above)", outcome.violations.len());
+    assert!(
+        outcome.violations.is_empty(),
+        "{name}: {} violation(s) (above)",
+        outcome.violations.len()
+    );
 }
 
 #[test]

@@ -52,7 +52,13 @@ pub struct Running {
 }
 
 /// Starts incarnation `incarnation` of replica `name`.
-pub fn start(world: &Shared, shape: &Shape, name: &str, incarnation: u64, v: &Violations) -> Running {
+pub fn start(
+    world: &Shared,
+    shape: &Shape,
+    name: &str,
+    incarnation: u64,
+    v: &Violations,
+) -> Running {
     let skew = {
         let mut w = world.lock();
         w.incarnation.insert(name.to_owned(), incarnation);
@@ -75,7 +81,12 @@ pub fn start(world: &Shared, shape: &Shape, name: &str, incarnation: u64, v: &Vi
         skew_us: skew,
     });
     let stop = CancellationToken::new();
-    let task = tokio::spawn(slotcron::replica::run(config, name.to_owned(), clock, stop.clone()));
+    let task = tokio::spawn(slotcron::replica::run(
+        config,
+        name.to_owned(),
+        clock,
+        stop.clone(),
+    ));
     Running {
         name: name.to_owned(),
         stop,

@@ -49,7 +49,14 @@ impl Violations {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn report(&self, w: &World, invariant: &'static str, e: &Effect, replicas: Vec<String>, detail: String) {
+    fn report(
+        &self,
+        w: &World,
+        invariant: &'static str,
+        e: &Effect,
+        replicas: Vec<String>,
+        detail: String,
+    ) {
         self.state().found.push(Violation {
             invariant,
             job: e.job.clone(),
@@ -64,7 +71,10 @@ impl Violations {
     pub fn on_effect(&self, w: &mut World, e: &Effect, stale: bool) {
         let fleet_now = e.at_us + w.fleet_offset_us();
         if fleet_now < e.slot_us {
-            let early = format!("{} µs before its slot on the fleet's time", e.slot_us - fleet_now);
+            let early = format!(
+                "{} µs before its slot on the fleet's time",
+                e.slot_us - fleet_now
+            );
             self.report(w, "never_early", e, vec![e.replica.clone()], early);
         }
         if stale {
@@ -78,7 +88,13 @@ impl Violations {
             seen.push((e.fence, e.replica.clone()));
             before
         };
-        let replicas = || before.iter().map(|(_, r)| r.clone()).chain([e.replica.clone()]).collect();
+        let replicas = || {
+            before
+                .iter()
+                .map(|(_, r)| r.clone())
+                .chain([e.replica.clone()])
+                .collect()
+        };
         if let Some((fence, _)) = before.iter().find(|(f, _)| *f >= e.fence) {
             let detail = format!("fence {} after fence {fence}", e.fence);
             self.report(w, "fences_increase", e, replicas(), detail);
@@ -103,8 +119,17 @@ impl Violations {
             let job = format!("j{j}");
             for slot in (first..to_us).step_by(1_000_000).filter(|s| calm(*s)) {
                 if !self.state().seen.contains_key(&(job.clone(), slot)) {
-                    let e = Effect { job: job.clone(), slot_us: slot, fence: 0, replica: String::new(), at_us: 0 };
-                    let detail = format!("slot {} s after the start never reached a receiver", (slot - EPOCH_US) / 1_000_000);
+                    let e = Effect {
+                        job: job.clone(),
+                        slot_us: slot,
+                        fence: 0,
+                        replica: String::new(),
+                        at_us: 0,
+                    };
+                    let detail = format!(
+                        "slot {} s after the start never reached a receiver",
+                        (slot - EPOCH_US) / 1_000_000
+                    );
                     self.report(w, "liveness", &e, Vec::new(), detail);
                 }
             }
@@ -124,7 +149,13 @@ impl Violations {
 impl Violations {
     /// A replica told to stop that had not exited within its longest timeout.
     pub fn stuck(&self, w: &World, replica: &str) {
-        let e = Effect { job: String::new(), slot_us: 0, fence: 0, replica: replica.to_owned(), at_us: w.now_us() };
+        let e = Effect {
+            job: String::new(),
+            slot_us: 0,
+            fence: 0,
+            replica: replica.to_owned(),
+            at_us: w.now_us(),
+        };
         let detail = "told to stop (SIGTERM), still running after its longest timeout".to_owned();
         self.report(w, "exits_on_sigterm", &e, vec![replica.to_owned()], detail);
     }

@@ -27,7 +27,10 @@ use std::time::Instant;
 use run::{Outcome, Plan};
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Seeds from `SLOTCRON_SIM_FIRST_SEED` (default 1).
@@ -37,7 +40,11 @@ fn seeds() -> Vec<u64> {
 }
 
 fn seeded(seed: u64) -> Plan {
-    Plan::seeded(seed, env_or("SLOTCRON_SIM_JOBS", 10) as usize, env_or("SLOTCRON_SIM_SECONDS", 300))
+    Plan::seeded(
+        seed,
+        env_or("SLOTCRON_SIM_JOBS", 10) as usize,
+        env_or("SLOTCRON_SIM_SECONDS", 300),
+    )
 }
 
 /// Prints a failed run: seed, profile, invariant, slot, who, the last events, and the command
@@ -85,7 +92,10 @@ fn simulation() {
         seeds.len(),
         (slots as f64 / cpu).round()
     );
-    eprintln!("sim: wall {:.1} s, cpu {cpu:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "sim: wall {:.1} s, cpu {cpu:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(violations, 0, "the simulation found violations (above)");
 }
 
@@ -98,7 +108,11 @@ fn replay() {
     let outcome = run::run(&plan);
     println!(
         "sim: replay seed={} profile={} trace={:016x} slots={} violations={}",
-        plan.seed, plan.profile, outcome.trace_hash, outcome.slots, outcome.violations.len()
+        plan.seed,
+        plan.profile,
+        outcome.trace_hash,
+        outcome.slots,
+        outcome.violations.len()
     );
     if !outcome.violations.is_empty() {
         report_failure(&plan, &outcome);
@@ -111,7 +125,11 @@ fn a_seed_replays_its_trace() {
     // Profile "mixed" (seed 4 mod 6): node, network and replica faults in one run.
     let plan = Plan::seeded(4, 3, 120);
     let (first, again) = (run::run(&plan), run::run(&plan));
-    assert!(first.events > 1000, "the run did something: {} events", first.events);
+    assert!(
+        first.events > 1000,
+        "the run did something: {} events",
+        first.events
+    );
     assert_eq!(
         first.trace_hash, again.trace_hash,
         "seed {} ran differently the second time",

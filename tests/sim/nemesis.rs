@@ -19,15 +19,28 @@ use crate::world::Shared;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
     /// A node killed; back after `down_s`, empty (no persistence) or with its data (AOF).
-    NodeKill { node: usize, down_s: f64, empty: bool },
+    NodeKill {
+        node: usize,
+        down_s: f64,
+        empty: bool,
+    },
     /// A node that accepts connections and answers nothing for `for_s`.
     NodeHang { node: usize, for_s: f64 },
     /// A node's clock stepped by `step_ms`.
     NodeClock { node: usize, step_ms: i64 },
     /// Every reply of `node` to `replica` (all replicas: none) `ms` late for `for_s`.
-    Delay { replica: Option<usize>, node: usize, ms: u64, for_s: f64 },
+    Delay {
+        replica: Option<usize>,
+        node: usize,
+        ms: u64,
+        for_s: f64,
+    },
     /// `replica` cut from `node` (connections reset, dials refused) for `for_s`.
-    Cut { replica: usize, node: usize, for_s: f64 },
+    Cut {
+        replica: usize,
+        node: usize,
+        for_s: f64,
+    },
     /// The next `count` replies of `node` lost after their command applied (connection reset).
     LoseReplies { node: usize, count: u32 },
     /// Every connection of `node` reset (subscriptions end).
@@ -76,7 +89,10 @@ pub fn schedule(profile: &str, seed: u64, shape: &Shape, horizon_s: u64) -> Vec<
             other => other,
         };
         if let Some(fault) = one(kind, &mut rng, shape) {
-            out.push(Timed { at_s: (at * 1000.0).round() / 1000.0, fault });
+            out.push(Timed {
+                at_s: (at * 1000.0).round() / 1000.0,
+                fault,
+            });
         }
     }
     out
@@ -88,26 +104,66 @@ fn one(kind: &str, rng: &mut StdRng, shape: &Shape) -> Option<Fault> {
     let replica = rng.random_range(0..shape.replicas);
     let skew = shape.max_skew_ms as i64 / 2;
     Some(match (kind, rng.random_range(0..4)) {
-        ("nodes", 0) => Fault::NodeKill { node, down_s: rng.random_range(1.0..6.0), empty: false },
+        ("nodes", 0) => Fault::NodeKill {
+            node,
+            down_s: rng.random_range(1.0..6.0),
+            empty: false,
+        },
         // One node empty at a time, and faults 8 s or more apart: a minority loses keys.
-        ("nodes", 1) => Fault::NodeKill { node, down_s: rng.random_range(1.0..6.0), empty: true },
-        ("nodes", 2) => Fault::NodeHang { node, for_s: rng.random_range(1.0..6.0) },
-        ("nodes", _) => Fault::NodeClock { node, step_ms: rng.random_range(-skew..=skew) },
+        ("nodes", 1) => Fault::NodeKill {
+            node,
+            down_s: rng.random_range(1.0..6.0),
+            empty: true,
+        },
+        ("nodes", 2) => Fault::NodeHang {
+            node,
+            for_s: rng.random_range(1.0..6.0),
+        },
+        ("nodes", _) => Fault::NodeClock {
+            node,
+            step_ms: rng.random_range(-skew..=skew),
+        },
         ("network", 0) => Fault::Delay {
             replica: Some(replica),
             node,
             ms: rng.random_range(20..400),
             for_s: rng.random_range(1.0..5.0),
         },
-        ("network", 1) => Fault::Cut { replica, node, for_s: rng.random_range(1.0..5.0) },
-        ("network", 2) => Fault::LoseReplies { node, count: rng.random_range(1..4) },
+        ("network", 1) => Fault::Cut {
+            replica,
+            node,
+            for_s: rng.random_range(1.0..5.0),
+        },
+        ("network", 2) => Fault::LoseReplies {
+            node,
+            count: rng.random_range(1..4),
+        },
         ("network", _) => Fault::ResetNode { node },
-        ("replicas", 0 | 1) => Fault::ReplicaCrash { replica, down_s: rng.random_range(1.0..8.0) },
-        ("replicas", 2) => Fault::ReplicaClock { replica, step_ms: rng.random_range(-skew..=skew) },
-        ("replicas", _) => Fault::ReceiversRefuse { for_s: rng.random_range(0.5..3.0) },
-        ("beyond", 0 | 1) => Fault::NodeKill { node: 0, down_s: 1.0, empty: true },
-        ("beyond", 2) => Fault::NodeKill { node: 1, down_s: 1.0, empty: true },
-        ("beyond", _) => Fault::ReplicaClock { replica, step_ms: 3 * shape.max_skew_ms as i64 },
+        ("replicas", 0 | 1) => Fault::ReplicaCrash {
+            replica,
+            down_s: rng.random_range(1.0..8.0),
+        },
+        ("replicas", 2) => Fault::ReplicaClock {
+            replica,
+            step_ms: rng.random_range(-skew..=skew),
+        },
+        ("replicas", _) => Fault::ReceiversRefuse {
+            for_s: rng.random_range(0.5..3.0),
+        },
+        ("beyond", 0 | 1) => Fault::NodeKill {
+            node: 0,
+            down_s: 1.0,
+            empty: true,
+        },
+        ("beyond", 2) => Fault::NodeKill {
+            node: 1,
+            down_s: 1.0,
+            empty: true,
+        },
+        ("beyond", _) => Fault::ReplicaClock {
+            replica,
+            step_ms: 3 * shape.max_skew_ms as i64,
+        },
         _ => return None,
     })
 }
@@ -173,13 +229,18 @@ fn begin(t: &Target, fault: &Fault) {
         }
         Fault::NodeHang { node, .. } => w.nodes[*node].hung = true,
         Fault::NodeClock { node, step_ms } => w.nodes[*node].skew_us += step_ms * 1000,
-        Fault::Delay { replica, node, ms, .. } => {
+        Fault::Delay {
+            replica, node, ms, ..
+        } => {
             for r in links_of(*replica, &t.shape) {
                 w.links.entry((r, *node)).or_default().delay_us = ms * 1000;
             }
         }
         Fault::Cut { replica, node, .. } => {
-            w.links.entry((replica_name(*replica), *node)).or_default().cut = true;
+            w.links
+                .entry((replica_name(*replica), *node))
+                .or_default()
+                .cut = true;
             w.reset_node(*node);
         }
         Fault::LoseReplies { node, count } => w.nodes[*node].lose_replies += count,
@@ -223,7 +284,10 @@ fn end(t: &Target, fault: &Fault) {
             }
         }
         Fault::Cut { replica, node, .. } => {
-            w.links.entry((replica_name(*replica), *node)).or_default().cut = false;
+            w.links
+                .entry((replica_name(*replica), *node))
+                .or_default()
+                .cut = false;
         }
         Fault::ReplicaCrash { replica, .. } => {
             let name = replica_name(*replica);

@@ -27,7 +27,9 @@ pub struct SimDial {
 /// Node index of an address `n<i>:6379`.
 fn node_of(address: &str) -> usize {
     let host = address.split(':').next().unwrap_or_default();
-    host.trim_start_matches('n').parse().expect("a simulated node's address")
+    host.trim_start_matches('n')
+        .parse()
+        .expect("a simulated node's address")
 }
 
 impl Dial for SimDial {

@@ -101,7 +101,12 @@ async fn simulate(plan: &Plan) -> Outcome {
         let running = fleet::start(&world, &shape, &format!("r{r}"), 0, &violations);
         replicas.lock().unwrap().insert(r, running);
     }
-    let target = Target { world: world.clone(), shape, replicas: replicas.clone(), violations: violations.clone() };
+    let target = Target {
+        world: world.clone(),
+        shape,
+        replicas: replicas.clone(),
+        violations: violations.clone(),
+    };
     let faults = nemesis::play(&target, &plan.faults);
     let start = world.lock().start;
     tokio::time::sleep_until(start + Duration::from_secs(plan.horizon_s)).await;
@@ -113,6 +118,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     let from = crate::world::EPOCH_US + WARM_UP_S as i64 * 1_000_000;
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
     violations.at_end(&w, plan.jobs, (from, to));
+    w.write_dump();
     Outcome {
         trace_hash: w.trace_hash(),
         slots: violations.delivered(),
@@ -123,8 +129,14 @@ async fn simulate(plan: &Plan) -> Outcome {
 }
 
 /// SIGTERM to every replica; each must exit within [`EXIT_WITHIN`].
-async fn stop_all(world: &Shared, replicas: &Mutex<BTreeMap<usize, fleet::Running>>, v: &Violations) {
-    let running: Vec<fleet::Running> = std::mem::take(&mut *replicas.lock().unwrap()).into_values().collect();
+async fn stop_all(
+    world: &Shared,
+    replicas: &Mutex<BTreeMap<usize, fleet::Running>>,
+    v: &Violations,
+) {
+    let running: Vec<fleet::Running> = std::mem::take(&mut *replicas.lock().unwrap())
+        .into_values()
+        .collect();
     for r in &running {
         r.stop.cancel();
     }

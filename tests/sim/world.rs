@@ -69,6 +69,9 @@ pub struct World {
     hasher: DefaultHasher,
     pub last: VecDeque<String>,
     pub events: u64,
+    /// Every event as text, when `SLOTCRON_SIM_DUMP` names a file to write them to (to find
+    /// where two runs of one seed part).
+    pub dump: Option<Vec<String>>,
 }
 
 /// The world, shared.
@@ -102,6 +105,7 @@ impl Shared {
             hasher: DefaultHasher::new(),
             last: VecDeque::new(),
             events: 0,
+            dump: std::env::var_os("SLOTCRON_SIM_DUMP").map(|_| Vec::new()),
         })))
     }
 
@@ -121,6 +125,9 @@ impl World {
         let text = format!("{} {}", self.now_us() - EPOCH_US, what());
         self.hasher.write(text.as_bytes());
         self.events += 1;
+        if let Some(dump) = &mut self.dump {
+            dump.push(text.clone());
+        }
         if self.last.len() == LAST_EVENTS {
             self.last.pop_front();
         }
@@ -133,6 +140,21 @@ impl World {
         self.hasher.write_u64(tag);
         self.hasher.write(bytes);
         self.events += 1;
+        if self.dump.is_some() {
+            let text = format!(
+                "{} c{tag} {}",
+                self.now_us() - EPOCH_US,
+                String::from_utf8_lossy(bytes)
+            );
+            self.dump.as_mut().unwrap().push(text);
+        }
+    }
+
+    /// Writes the dump (see `dump`) to `SLOTCRON_SIM_DUMP`.
+    pub fn write_dump(&self) {
+        if let (Some(dump), Some(path)) = (&self.dump, std::env::var_os("SLOTCRON_SIM_DUMP")) {
+            let _ = std::fs::write(path, dump.join("\n"));
+        }
     }
 
     pub fn trace_hash(&self) -> u64 {
