@@ -115,7 +115,7 @@ fn deliver(
     if !w.alive(name, incarnation) {
         return Err("a dead process sends nothing".to_owned());
     }
-    if w.receivers_refuse {
+    if w.receivers_refuse || w.egress_broken.contains(name) {
         return Err("connection refused".to_owned());
     }
     let effect = Effect {
@@ -134,5 +134,9 @@ fn deliver(
     });
     v.on_effect(&mut w, &effect, stale);
     w.effects.push(effect);
+    if w.ambiguous > 0 {
+        w.ambiguous -= 1;
+        return Err("the answer was cut off after the receiver acted".to_owned());
+    }
     Ok(())
 }

@@ -11,6 +11,10 @@ use crate::world::{Effect, World, EPOCH_US};
 /// fault may be lost or handed off; one in calm water must be delivered.
 const CALM_US: i64 = 15_000_000;
 
+/// A pause holds from this long after the operator took it (µs): slots already racing when
+/// it was taken may still run; from then on every replica heard it (pub/sub, one hop).
+const PAUSE_HEARD_US: i64 = 2_000_000;
+
 /// One broken invariant.
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -108,6 +112,7 @@ impl Violations {
     /// After the settle period: every calm slot of the horizon delivered (inside the
     /// assumptions). `from_us..to_us`: the horizon, true time.
     pub fn at_end(&self, w: &World, jobs: usize, (from_us, to_us): (i64, i64)) {
+        self.pauses_held(w);
         if !self.inside {
             return;
         }
@@ -132,6 +137,22 @@ impl Violations {
                     );
                     self.report(w, "liveness", &e, Vec::new(), detail);
                 }
+            }
+        }
+    }
+
+    /// No effect of a paused job for a slot after its pause was heard and before its resume.
+    fn pauses_held(&self, w: &World) {
+        for (job, from, to) in &w.pauses {
+            let to = to.unwrap_or(i64::MAX);
+            let held =
+                |e: &&Effect| &e.job == job && e.slot_us >= from + PAUSE_HEARD_US && e.slot_us < to;
+            for e in w.effects.iter().filter(held) {
+                let detail = format!(
+                    "ran while paused (pause taken at {} s)",
+                    (from - EPOCH_US) / 1_000_000
+                );
+                self.report(w, "pause_holds", e, vec![e.replica.clone()], detail);
             }
         }
     }

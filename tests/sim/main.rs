@@ -17,8 +17,10 @@ mod cases;
 mod fleet;
 mod invariants;
 mod model;
+mod named;
 mod nemesis;
 mod net;
+mod operator;
 mod run;
 mod world;
 

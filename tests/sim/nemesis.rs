@@ -51,6 +51,17 @@ pub enum Fault {
     ReplicaClock { replica: usize, step_ms: i64 },
     /// Every receiver refuses connections for `for_s`.
     ReceiversRefuse { for_s: f64 },
+    /// `replica`'s egress broken (its receivers refuse it) for `for_s`: its wins are handed off.
+    Egress { replica: usize, for_s: f64 },
+    /// The next `count` sends are ambiguous: the receiver acts, then the answer is cut off.
+    Ambiguous { count: u32 },
+    /// The operator pauses job `j<job>` (`slotcron pause`, through the fleet's control path on
+    /// the nodes) from a machine whose clock is `clock_off_s` off, and resumes it after `for_s`.
+    Pause {
+        job: usize,
+        for_s: f64,
+        clock_off_s: i64,
+    },
 }
 
 /// A fault at `at_s` seconds of true time into the run.
@@ -197,6 +208,9 @@ async fn apply(t: Target, timed: Timed) {
         let fault = timed.fault.clone();
         w.event(|| format!("fault {fault:?}"));
     }
+    if let Fault::Pause { job, for_s, .. } = timed.fault {
+        return crate::operator::pause_for(&t.world, &t.shape, job, for_s).await;
+    }
     begin(&t, &timed.fault);
     if lasts > 0.0 {
         tokio::time::sleep(Duration::from_secs_f64(lasts)).await;
@@ -211,7 +225,9 @@ fn lasting(fault: &Fault) -> f64 {
         Fault::NodeHang { for_s, .. }
         | Fault::Delay { for_s, .. }
         | Fault::Cut { for_s, .. }
-        | Fault::ReceiversRefuse { for_s } => *for_s,
+        | Fault::ReceiversRefuse { for_s }
+        | Fault::Egress { for_s, .. }
+        | Fault::Pause { for_s, .. } => *for_s,
         _ => 0.0,
     }
 }
@@ -259,6 +275,11 @@ fn begin(t: &Target, fault: &Fault) {
             }
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = true,
+        Fault::Egress { replica, .. } => {
+            w.egress_broken.insert(replica_name(*replica));
+        }
+        Fault::Ambiguous { count } => w.ambiguous += count,
+        Fault::Pause { .. } => {}
     }
 }
 
@@ -297,6 +318,9 @@ fn end(t: &Target, fault: &Fault) {
             t.replicas.lock().unwrap().insert(*replica, running);
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = false,
+        Fault::Egress { replica, .. } => {
+            w.egress_broken.remove(&replica_name(*replica));
+        }
         _ => {}
     }
 }

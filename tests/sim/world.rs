@@ -62,6 +62,12 @@ pub struct World {
     pub effects: Vec<Effect>,
     /// Receivers refuse every request while true.
     pub receivers_refuse: bool,
+    /// Replicas whose egress is broken: their requests are refused.
+    pub egress_broken: std::collections::BTreeSet<String>,
+    /// Sends still to be ambiguous (acted on, the answer cut off).
+    pub ambiguous: u32,
+    /// The operator's pauses: job, true time taken (µs), true time resumed.
+    pub pauses: Vec<(String, i64, Option<i64>)>,
     pub next_conn: u64,
     pub faults: u64,
     /// Last fault's true time (µs): liveness is judged on slots away from faults.
@@ -99,6 +105,9 @@ impl Shared {
             replica_skew: BTreeMap::new(),
             effects: Vec::new(),
             receivers_refuse: false,
+            egress_broken: Default::default(),
+            ambiguous: 0,
+            pauses: Vec::new(),
             next_conn: 1,
             faults: 0,
             fault_times: Vec::new(),
