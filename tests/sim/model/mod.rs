@@ -236,6 +236,7 @@ impl Node {
             return args::arity(spec.name);
         }
         if self.subscribed_resp2(call.conn) && !spec.pubsub {
+            let name = full_name(spec, argv);
             return Reply::error(format!(
                 "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
             ));
@@ -277,6 +278,21 @@ impl Node {
     fn subscribed_resp2(&self, conn: ConnId) -> bool {
         let proto = self.conns.get(&conn).map_or(2, |c| c.proto);
         proto == 2 && self.channels.count(conn) > 0
+    }
+}
+
+/// A command's name as redis-server's errors spell it: `pubsub|numsub` for a subcommand.
+fn full_name(spec: &Spec, argv: &[Vec<u8>]) -> String {
+    let containers = ["pubsub", "client", "cluster", "script"];
+    match argv.get(1) {
+        Some(sub) if containers.contains(&spec.name) => {
+            format!(
+                "{}|{}",
+                spec.name,
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )
+        }
+        _ => spec.name.to_owned(),
     }
 }
 

@@ -1,0 +1,313 @@
+//! One differential run: the same steps sent to a real server and to the model, the replies
+//! compared as redis-rs decodes them.
+//!
+//! Time. The server runs on its real clock, which the test cannot set (libfaketime does not
+//! load into redis-server's jemalloc build), so the model cannot simply be given "the same
+//! time". Instead each command is bracketed by two `TIME`s on a connection of the test's own:
+//! the server executed the command at some millisecond between them. The model is run at
+//! every millisecond of that window (usually one or two), and each run whose reply matches is
+//! kept as a hypothesis of the model's state; the next command prunes them. A key that expires
+//! inside the window is therefore judged both ways, and the model must match the server for
+//! some instant the server could have used; nothing is compared "within a tolerance". `TIME`
+//! itself is checked for its shape and for lying inside its window, and the model then runs at
+//! exactly the answered instant (so its own `TIME` must give the same answer back).
+
+use redis::Value;
+
+use super::generate::{Op, CONNS};
+use super::wire::{time_of, Real};
+use crate::model::{ConnId, Node, Persistence};
+
+/// A state the model may be in, with the pushes each connection has been sent and not yet
+/// read.
+#[derive(Clone, PartialEq)]
+struct Hypothesis {
+    node: Node,
+    pending: Vec<Vec<Value>>,
+}
+
+/// Hypotheses kept at most (all alike but for an expiry judged either way).
+const MAX_HYPOTHESES: usize = 16;
+
+/// How many of the last steps a failure shows.
+const TRACE_SHOWN: usize = 40;
+
+pub struct Differential {
+    pub real: Real,
+    persistence: Persistence,
+    hypotheses: Vec<Hypothesis>,
+    /// Connections of earlier server processes are gone: each restart numbers them anew.
+    generation: u64,
+    syncs: u64,
+    trace: Vec<String>,
+}
+
+impl Differential {
+    pub fn new(mut real: Real, persistence: Persistence) -> Differential {
+        real.reset();
+        if persistence != Persistence::None {
+            real.save();
+        }
+        let fresh = Hypothesis {
+            node: Node::new(persistence),
+            pending: vec![Vec::new(); CONNS],
+        };
+        Differential {
+            real,
+            persistence,
+            hypotheses: vec![fresh],
+            generation: 0,
+            syncs: 0,
+            trace: Vec::new(),
+        }
+    }
+
+    /// Runs one step on both sides; the error says what differed, with the last steps.
+    pub fn step(&mut self, op: &Op) -> Result<(), String> {
+        let outcome = match op {
+            Op::Command { conn, argv } => self.command(*conn, argv),
+            Op::Sleep(ms) => {
+                std::thread::sleep(std::time::Duration::from_millis(*ms));
+                Ok(format!("sleep {ms} ms"))
+            }
+            Op::Sync => self.sync(),
+            Op::Save => self.save(),
+            Op::Restart => self.restart(),
+        };
+        match outcome {
+            Ok(line) => {
+                self.trace.push(line);
+                Ok(())
+            }
+            Err(why) => {
+                let from = self.trace.len().saturating_sub(TRACE_SHOWN);
+                Err(format!(
+                    "{why}\n--- the last steps before it ---\n{}",
+                    self.trace[from..].join("\n")
+                ))
+            }
+        }
+    }
+
+    fn conn_id(&self, conn: usize) -> ConnId {
+        ConnId(self.generation * 100 + conn as u64)
+    }
+
+    fn command(&mut self, conn: usize, argv: &[Vec<u8>]) -> Result<String, String> {
+        let before = self.real.time_us();
+        self.real.conns[conn].send(argv);
+        let got = self.real.conns[conn].read()?;
+        let after = self.real.time_us();
+        let shown = show_argv(argv);
+        let instants = instants(argv, &got, before, after).ok_or_else(|| {
+            format!("{shown}: TIME answered {got:?}, not a time within [{before}, {after}] µs")
+        })?;
+        let id = self.conn_id(conn);
+        let mut kept: Vec<Hypothesis> = Vec::new();
+        let mut differed = Vec::new();
+        for hypothesis in &self.hypotheses {
+            for &now_us in &instants {
+                let mut next = hypothesis.clone();
+                let effects = next.node.execute(id, now_us, argv);
+                let answer = decode(&effects.reply);
+                if same(argv, &got, &answer) {
+                    for (to, bytes) in &effects.pushes {
+                        let to = (to.0 % 100) as usize;
+                        next.pending[to].push(decode(bytes));
+                    }
+                    if !kept.contains(&next) {
+                        kept.push(next);
+                    }
+                } else if differed.len() < 3 {
+                    differed.push(format!("  model at {now_us} µs: {answer:?}"));
+                }
+            }
+        }
+        if kept.is_empty() {
+            return Err(format!(
+                "conn {conn}: {shown}\n  server: {got:?}\n{}\n(server's window: [{before}, {after}] µs)",
+                differed.join("\n")
+            ));
+        }
+        kept.truncate(MAX_HYPOTHESES);
+        self.hypotheses = kept;
+        Ok(format!("conn {conn}: {shown} -> {got:?}"))
+    }
+
+    /// Each connection's pushes, read up to the reply of a `PING` sent after them, against the
+    /// model's.
+    fn sync(&mut self) -> Result<String, String> {
+        self.syncs += 1;
+        let token = format!("sync-{}", self.syncs);
+        let ping = vec![b"PING".to_vec(), token.clone().into_bytes()];
+        let mut read = Vec::new();
+        for conn in 0..CONNS {
+            self.real.conns[conn].send(&ping);
+            let mut frames = Vec::new();
+            loop {
+                let frame = self.real.conns[conn].read()?;
+                let last = mentions(&frame, &token);
+                frames.push(frame);
+                if last {
+                    break;
+                }
+            }
+            read.push(frames);
+        }
+        let ids: Vec<ConnId> = (0..CONNS).map(|c| self.conn_id(c)).collect();
+        let before = self.hypotheses.len();
+        self.hypotheses.retain_mut(|h| {
+            let mut matches = true;
+            for (conn, frames) in read.iter().enumerate() {
+                let mut expected = std::mem::take(&mut h.pending[conn]);
+                expected.push(decode(&h.node.execute(ids[conn], 0, &ping).reply));
+                matches &= expected == *frames;
+            }
+            matches
+        });
+        if self.hypotheses.is_empty() {
+            return Err(format!(
+                "pushes differ (of {before} model state(s)): the server sent {read:?}"
+            ));
+        }
+        Ok(format!("sync: {read:?}"))
+    }
+
+    fn save(&mut self) -> Result<String, String> {
+        // Without persistence the server must not find a dump at its restart.
+        if self.persistence != Persistence::None {
+            self.real.save();
+        }
+        self.hypotheses.iter_mut().for_each(|h| h.node.save());
+        Ok("save".into())
+    }
+
+    fn restart(&mut self) -> Result<String, String> {
+        self.real.restart();
+        self.generation += 1;
+        for h in &mut self.hypotheses {
+            h.node.restart();
+            h.pending = vec![Vec::new(); CONNS];
+        }
+        Ok("restart".into())
+    }
+}
+
+/// The instants (µs) at which the server may have executed `argv`: its `TIME` answer for a
+/// `TIME`, else each millisecond between the two readings. `None`: a `TIME` answer that is no
+/// time within the window.
+fn instants(argv: &[Vec<u8>], got: &Value, before: i64, after: i64) -> Option<Vec<i64>> {
+    if argv[0].eq_ignore_ascii_case(b"TIME") && !matches!(got, Value::ServerError(_)) {
+        let answered = time_of(got)?;
+        return (before..=after).contains(&answered).then(|| vec![answered]);
+    }
+    Some((before / 1000..=after / 1000).map(|ms| ms * 1000).collect())
+}
+
+fn decode(bytes: &[u8]) -> Value {
+    redis::parse_redis_value(bytes).unwrap_or_else(|e| {
+        panic!(
+            "the model wrote bad RESP ({e}): {}",
+            String::from_utf8_lossy(bytes)
+        )
+    })
+}
+
+/// Whether `frame` carries `token` (a `PING token` reply, plain or subscribed).
+fn mentions(frame: &Value, token: &str) -> bool {
+    match frame {
+        Value::BulkString(b) => b == token.as_bytes(),
+        Value::Array(items) => items.iter().any(|i| mentions(i, token)),
+        _ => false,
+    }
+}
+
+fn show_argv(argv: &[Vec<u8>]) -> String {
+    argv.iter()
+        .map(|a| {
+            let text = String::from_utf8_lossy(a);
+            if text.len() > 24 {
+                format!("{:?}…", &text[..24])
+            } else {
+                format!("{text:?}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether the server's and the model's replies to `argv` agree, where they may differ in
+/// nothing slotcron or redis-rs reads:
+/// - `HELLO`: only `proto`, `mode` and `role` (the server's name, version, client id and
+///   modules are its own);
+/// - `HGETALL`: the fields as a set (redis-server answers in hash-table order);
+/// - errors: by code and text, with the texts redis-server 7.0 and valkey 9 word differently
+///   made one (a script error's ` script: <sha>,` and [`VALKEY_WORDING`]).
+pub fn same(argv: &[Vec<u8>], server: &Value, model: &Value) -> bool {
+    let command = String::from_utf8_lossy(&argv[0]).to_ascii_uppercase();
+    normal(&command, server) == normal(&command, model)
+}
+
+fn normal(command: &str, value: &Value) -> Value {
+    match (command, value) {
+        (_, Value::ServerError(e)) => Value::SimpleString(format!(
+            "error {} {}",
+            e.code(),
+            canonical_error(e.details().unwrap_or(""))
+        )),
+        ("HELLO", _) => {
+            let mut pairs = pairs_of(value);
+            pairs.retain(|(k, _)| {
+                [b"proto".as_slice(), b"mode", b"role"]
+                    .iter()
+                    .any(|f| *k == Value::BulkString(f.to_vec()))
+            });
+            Value::Map(pairs)
+        }
+        ("HGETALL", _) => {
+            let mut pairs = pairs_of(value);
+            pairs.sort_by_key(|(k, v)| format!("{k:?}{v:?}"));
+            Value::Map(pairs)
+        }
+        _ => value.clone(),
+    }
+}
+
+/// A map's pairs, from a RESP3 map or a RESP2 flat array.
+fn pairs_of(value: &Value) -> Vec<(Value, Value)> {
+    match value {
+        Value::Map(pairs) => pairs.clone(),
+        Value::Array(flat) => flat
+            .chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect(),
+        other => vec![(other.clone(), Value::Nil)],
+    }
+}
+
+/// Error texts valkey 9 words differently from redis-server 7.0, as (valkey's, redis-server's):
+/// the codes are the same, and neither redis-rs nor slotcron reads the rest.
+const VALKEY_WORDING: [(&str, &str); 2] = [
+    ("Unbalanced 'xread' list", "Unbalanced XREAD list"),
+    (
+        "No matching script.",
+        "No matching script. Please use EVAL.",
+    ),
+];
+
+fn canonical_error(details: &str) -> String {
+    let mut text = details.to_owned();
+    for (valkey, redis) in VALKEY_WORDING {
+        if !text.contains(redis) {
+            text = text.replace(valkey, redis);
+        }
+    }
+    if let Some(at) = text.find(" script: ") {
+        let rest = &text[at + " script: ".len()..];
+        let hex = rest.chars().take_while(|c| c.is_ascii_hexdigit()).count();
+        if hex == 40 && rest[hex..].starts_with(", ") {
+            text = format!("{} script: {}", &text[..at], &rest[hex + 2..]);
+        }
+    }
+    text
+}
