@@ -16,6 +16,7 @@ mod src_texts;
 #[path = "sim_model/wire.rs"]
 mod wire;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::RedisServer;
@@ -34,9 +35,9 @@ const STEPS: usize = 300;
 /// Sequences per persistence mode and server: `(mode, sequences)`. Restarts matter most
 /// where something is kept.
 const RUNS: [(Persistence, u64); 3] = [
-    (Persistence::None, 10),
-    (Persistence::Aof, 4),
-    (Persistence::Snapshot, 4),
+    (Persistence::None, 16),
+    (Persistence::Aof, 6),
+    (Persistence::Snapshot, 6),
 ];
 
 /// The server arguments of each persistence mode: AOF with every write on disk before it is
@@ -49,16 +50,15 @@ fn persistence_args(mode: Persistence) -> &'static [&'static str] {
 }
 
 /// Runs the generated sequences against `bin`; panics with the seed, the step and the last
-/// steps at the first difference.
+/// steps at the first difference, or if the sequences left out something that matters.
 fn differential_against(bin: &Path, name: &str) {
     let scripts = Scripts::read();
+    let mut coverage = BTreeMap::new();
     for (mode, sequences) in RUNS {
         let server = RedisServer::start_bin(bin, persistence_args(mode), &[]);
-        let mut run = Differential::new(Real::new(server, CONNS), mode);
+        let mut real = Real::new(server, CONNS);
         for seed in 0..sequences {
-            if seed > 0 {
-                run = Differential::new(run.real, mode);
-            }
+            let mut run = Differential::new(real, mode, coverage);
             let mut generator = Generator::new(seed, &scripts);
             for step in 0..STEPS {
                 let op = generator.next_op();
@@ -66,8 +66,40 @@ fn differential_against(bin: &Path, name: &str) {
                     panic!("{name}, persistence {mode:?}, seed {seed}, step {step}: the model differs:\n{why}");
                 }
             }
+            (real, coverage) = (run.real, run.coverage);
         }
     }
+    eprintln!("{name}: exercised {coverage:?}");
+    let missing: Vec<String> = required_coverage()
+        .into_iter()
+        .filter(|label| !coverage.contains_key(label))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{name}: the sequences never exercised {missing:?}"
+    );
+}
+
+/// What the sequences must have exercised: every command `src/` sends, every script run and
+/// refused (a wrong type, a missing script), the errors redis-rs tells apart, messages pushed
+/// on RESP2 and RESP3 connections, and a restart under each persistence mode.
+fn required_coverage() -> Vec<String> {
+    let mut labels: Vec<String> = src_texts::commands_sent()
+        .iter()
+        .map(|name| format!("cmd:{name}"))
+        .collect();
+    for (known, _) in model::KNOWN_SCRIPTS {
+        labels.push(format!("script:{known:?}:ran"));
+    }
+    for (known, _) in &model::KNOWN_SCRIPTS[..2] {
+        labels.push(format!("script:{known:?}:refused"));
+    }
+    for code in ["WRONGTYPE", "NOSCRIPT", "ERR"] {
+        labels.push(format!("error:{code}"));
+    }
+    labels.extend(["push:resp2", "push:resp3"].map(String::from));
+    labels.extend(RUNS.iter().map(|(mode, _)| format!("restart:{mode:?}")));
+    labels
 }
 
 #[test]

@@ -12,6 +12,8 @@
 //! itself is checked for its shape and for lying inside its window, and the model then runs at
 //! exactly the answered instant (so its own `TIME` must give the same answer back).
 
+use std::collections::BTreeMap;
+
 use redis::Value;
 
 use super::generate::{Op, CONNS};
@@ -40,10 +42,18 @@ pub struct Differential {
     generation: u64,
     syncs: u64,
     trace: Vec<String>,
+    /// What the run exercised, by label (`cmd:set`, `error:WRONGTYPE`, `script:Take`,
+    /// `push:resp3`, `restart`): the test requires each that matters to have happened.
+    pub coverage: BTreeMap<String, usize>,
 }
 
 impl Differential {
-    pub fn new(mut real: Real, persistence: Persistence) -> Differential {
+    /// A run on `real`, emptied first, with the coverage of the runs before it.
+    pub fn new(
+        mut real: Real,
+        persistence: Persistence,
+        coverage: BTreeMap<String, usize>,
+    ) -> Differential {
         real.reset();
         if persistence != Persistence::None {
             real.save();
@@ -59,6 +69,7 @@ impl Differential {
             generation: 0,
             syncs: 0,
             trace: Vec::new(),
+            coverage,
         }
     }
 
@@ -94,22 +105,25 @@ impl Differential {
     }
 
     fn command(&mut self, conn: usize, argv: &[Vec<u8>]) -> Result<String, String> {
+        let id = self.conn_id(conn);
+        let frames = self.frames_expected(id, argv);
         let before = self.real.time_us();
         self.real.conns[conn].send(argv);
-        let got = self.real.conns[conn].read()?;
+        let got = (0..frames)
+            .map(|_| self.real.conns[conn].read())
+            .collect::<Result<Vec<Value>, String>>()?;
         let after = self.real.time_us();
         let shown = show_argv(argv);
         let instants = instants(argv, &got, before, after).ok_or_else(|| {
             format!("{shown}: TIME answered {got:?}, not a time within [{before}, {after}] µs")
         })?;
-        let id = self.conn_id(conn);
         let mut kept: Vec<Hypothesis> = Vec::new();
         let mut differed = Vec::new();
         for hypothesis in &self.hypotheses {
             for &now_us in &instants {
                 let mut next = hypothesis.clone();
                 let effects = next.node.execute(id, now_us, argv);
-                let answer = decode(&effects.reply);
+                let answer = decode_all(&effects.reply);
                 if same(argv, &got, &answer) {
                     for (to, bytes) in &effects.pushes {
                         let to = (to.0 % 100) as usize;
@@ -131,7 +145,45 @@ impl Differential {
         }
         kept.truncate(MAX_HYPOTHESES);
         self.hypotheses = kept;
+        self.count_command(argv, &got);
         Ok(format!("conn {conn}: {shown} -> {got:?}"))
+    }
+
+    /// How many frames the server writes for `argv` on `id`, by the model: one reply, and
+    /// before it a message to a RESP3 connection that publishes on a channel it listens on.
+    /// (A wrong count shows as a difference, or as the read timing out.)
+    fn frames_expected(&self, id: ConnId, argv: &[Vec<u8>]) -> usize {
+        let mut probe = self.hypotheses[0].node.clone();
+        decode_all(&probe.execute(id, 0, argv).reply).len()
+    }
+
+    fn count(&mut self, label: String) {
+        *self.coverage.entry(label).or_default() += 1;
+    }
+
+    fn count_command(&mut self, argv: &[Vec<u8>], got: &[Value]) {
+        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        self.count(format!("cmd:{name}"));
+        let refused = got.iter().any(|f| matches!(f, Value::ServerError(_)));
+        for frame in got {
+            match frame {
+                Value::ServerError(e) => self.count(format!("error:{}", e.code())),
+                Value::Push { .. } if name == "publish" => self.count("push:own".into()),
+                _ => {}
+            }
+        }
+        let script = match name.as_str() {
+            "eval" => crate::model::recognise_script(&argv[1]),
+            "evalsha" => crate::model::KNOWN_SCRIPTS
+                .iter()
+                .find(|(_, text)| redis::Script::new(text).get_hash().as_bytes() == argv[1])
+                .map(|(known, _)| *known),
+            _ => None,
+        };
+        if let Some(known) = script {
+            let ran = if refused { "refused" } else { "ran" };
+            self.count(format!("script:{known:?}:{ran}"));
+        }
     }
 
     /// Each connection's pushes, read up to the reply of a `PING` sent after them, against the
@@ -165,6 +217,14 @@ impl Differential {
             }
             matches
         });
+        for frame in read.iter().flat_map(|frames| &frames[..frames.len() - 1]) {
+            let resp = if matches!(frame, Value::Push { .. }) {
+                3
+            } else {
+                2
+            };
+            self.count(format!("push:resp{resp}"));
+        }
         if self.hypotheses.is_empty() {
             return Err(format!(
                 "pushes differ (of {before} model state(s)): the server sent {read:?}"
@@ -184,6 +244,7 @@ impl Differential {
 
     fn restart(&mut self) -> Result<String, String> {
         self.real.restart();
+        self.count(format!("restart:{:?}", self.persistence));
         self.generation += 1;
         for h in &mut self.hypotheses {
             h.node.restart();
@@ -196,12 +257,63 @@ impl Differential {
 /// The instants (µs) at which the server may have executed `argv`: its `TIME` answer for a
 /// `TIME`, else each millisecond between the two readings. `None`: a `TIME` answer that is no
 /// time within the window.
-fn instants(argv: &[Vec<u8>], got: &Value, before: i64, after: i64) -> Option<Vec<i64>> {
-    if argv[0].eq_ignore_ascii_case(b"TIME") && !matches!(got, Value::ServerError(_)) {
-        let answered = time_of(got)?;
+fn instants(argv: &[Vec<u8>], got: &[Value], before: i64, after: i64) -> Option<Vec<i64>> {
+    let time = match got {
+        [reply] if !matches!(reply, Value::ServerError(_)) => Some(reply),
+        _ => None,
+    };
+    if let (true, Some(time)) = (argv[0].eq_ignore_ascii_case(b"TIME"), time) {
+        let answered = time_of(time)?;
         return (before..=after).contains(&answered).then(|| vec![answered]);
     }
     Some((before / 1000..=after / 1000).map(|ms| ms * 1000).collect())
+}
+
+/// Every frame in `bytes`.
+fn decode_all(mut bytes: &[u8]) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while !bytes.is_empty() {
+        let len = frame_len(bytes).unwrap_or_else(|| {
+            panic!(
+                "the model wrote bad RESP: {}",
+                String::from_utf8_lossy(bytes)
+            )
+        });
+        frames.push(decode(&bytes[..len]));
+        bytes = &bytes[len..];
+    }
+    frames
+}
+
+/// The length of the RESP frame at the start of `bytes` (redis-rs's parser reads a frame
+/// but does not say where it ended).
+fn frame_len(bytes: &[u8]) -> Option<usize> {
+    let line_end = bytes.windows(2).position(|w| w == b"\r\n")? + 2;
+    let number = || {
+        std::str::from_utf8(&bytes[1..line_end - 2])
+            .ok()?
+            .parse::<i64>()
+            .ok()
+    };
+    match bytes[0] {
+        b'$' | b'=' | b'!' => match number()? {
+            n if n < 0 => Some(line_end),
+            n => Some(line_end + n as usize + 2),
+        },
+        b'*' | b'>' | b'~' | b'%' | b'|' => {
+            let items = match number()? {
+                n if n < 0 => return Some(line_end),
+                n if matches!(bytes[0], b'%' | b'|') => 2 * n,
+                n => n,
+            };
+            let mut at = line_end;
+            for _ in 0..items {
+                at += frame_len(&bytes[at..])?;
+            }
+            Some(at)
+        }
+        _ => Some(line_end),
+    }
 }
 
 fn decode(bytes: &[u8]) -> Value {
@@ -243,9 +355,11 @@ fn show_argv(argv: &[Vec<u8>]) -> String {
 /// - `HGETALL`: the fields as a set (redis-server answers in hash-table order);
 /// - errors: by code and text, with the texts redis-server 7.0 and valkey 9 word differently
 ///   made one (a script error's ` script: <sha>,` and [`VALKEY_WORDING`]).
-pub fn same(argv: &[Vec<u8>], server: &Value, model: &Value) -> bool {
+pub fn same(argv: &[Vec<u8>], server: &[Value], model: &[Value]) -> bool {
     let command = String::from_utf8_lossy(&argv[0]).to_ascii_uppercase();
-    normal(&command, server) == normal(&command, model)
+    let normal_all =
+        |frames: &[Value]| -> Vec<Value> { frames.iter().map(|f| normal(&command, f)).collect() };
+    normal_all(server) == normal_all(model)
 }
 
 fn normal(command: &str, value: &Value) -> Value {

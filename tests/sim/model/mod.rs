@@ -48,8 +48,11 @@ pub enum Persistence {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
-/// What one command did: the reply to its connection, and messages pushed to other
-/// connections (a `PUBLISH`'s subscribers), all RESP bytes as redis-server writes them.
+/// What one command did: the bytes written to its connection, and messages pushed to other
+/// connections (a `PUBLISH`'s subscribers), all RESP as redis-server writes them. A message a
+/// RESP3 connection publishes to a channel it listens on itself is in `reply`, before the
+/// `PUBLISH` count, as redis-server 7.0 writes it (valkey 9 writes it after; slotcron never
+/// publishes on a subscribed connection).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Effects {
     pub reply: Vec<u8>,
@@ -215,9 +218,13 @@ impl Node {
         };
         let reply = self.answer(&mut call);
         let proto = self.conn(conn).proto;
+        let (own, pushes): (Vec<_>, Vec<_>) =
+            call.pushes.into_iter().partition(|(to, _)| *to == conn);
+        let mut bytes: Vec<u8> = own.into_iter().flat_map(|(_, push)| push).collect();
+        reply.encode(proto, &mut bytes);
         Effects {
-            reply: reply.to_bytes(proto),
-            pushes: call.pushes,
+            reply: bytes,
+            pushes,
         }
     }
 
