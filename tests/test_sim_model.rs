@@ -222,3 +222,122 @@ fn model_script_cache_is_lost_at_restart() {
     let again = run(&mut n, 3, &["EVALSHA", &sha, "1", "k", "tok"]);
     assert_eq!(error_code(&again).as_deref(), Some("NOSCRIPT"));
 }
+
+/// What each persistence mode brings back at a restart: nothing, everything, or the last
+/// snapshot (stale: the write after it is lost).
+#[test]
+fn model_restart_keeps_what_its_persistence_keeps() {
+    let expect = [
+        (Persistence::None, Value::Nil, Value::Nil),
+        (Persistence::Aof, bulk("1"), bulk("2")),
+        (Persistence::Snapshot, bulk("1"), Value::Nil),
+    ];
+    for (mode, saved, after_save) in expect {
+        let mut n = Node::new(mode);
+        run(&mut n, 1, &["SET", "saved", "1"]);
+        n.save();
+        run(&mut n, 2, &["SET", "after", "2"]);
+        n.restart();
+        assert_eq!(run(&mut n, 3, &["GET", "saved"]), saved, "{mode:?}");
+        assert_eq!(run(&mut n, 3, &["GET", "after"]), after_save, "{mode:?}");
+    }
+}
+
+/// While loading, data commands and `PING` are refused with `LOADING` (redis-rs's
+/// `BusyLoading`), and what redis-server flags `loading` (`TIME`, `HELLO`, `PUBLISH`) answers.
+#[test]
+fn model_loading_refuses_data_commands() {
+    let mut n = Node::new(Persistence::Aof);
+    n.set_loading(true);
+    for refused in [
+        &["GET", "k"][..],
+        &["PING"],
+        &["EVAL", "return 1", "0"],
+        &["WAIT", "0", "0"],
+    ] {
+        let answer = run(&mut n, 1, refused);
+        assert_eq!(
+            error_code(&answer).as_deref(),
+            Some("LOADING"),
+            "{refused:?}"
+        );
+        let Value::ServerError(e) = answer else {
+            unreachable!()
+        };
+        assert_eq!(e.kind(), Some(redis::ServerErrorKind::BusyLoading));
+    }
+    for answered in [&["TIME"][..], &["HELLO"], &["PUBLISH", "c", "m"]] {
+        assert_eq!(error_code(&run(&mut n, 1, answered)), None, "{answered:?}");
+    }
+    n.set_loading(false);
+    assert_eq!(run(&mut n, 1, &["GET", "k"]), Value::Nil);
+}
+
+/// A subscriber's messages are pushes in its own protocol (a RESP3 `>` push after `HELLO 3`),
+/// and a disconnect or a restart ends its subscriptions.
+#[test]
+fn model_pushes_follow_the_subscribers_protocol_and_end_with_it() {
+    let mut n = Node::new(Persistence::None);
+    let (old, new, publisher) = (ConnId(1), ConnId(2), ConnId(3));
+    n.execute(old, 0, &argv(&["SUBSCRIBE", "c"]));
+    n.execute(new, 0, &argv(&["HELLO", "3"]));
+    n.execute(new, 0, &argv(&["SUBSCRIBE", "c"]));
+    let published = n.execute(publisher, 0, &argv(&["PUBLISH", "c", "m"]));
+    assert_eq!(published.reply, b":2\r\n");
+    let message = |kind: u8| {
+        format!(
+            "{}3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n",
+            kind as char
+        )
+    };
+    assert_eq!(
+        published.pushes,
+        vec![
+            (old, message(b'*').into_bytes()),
+            (new, message(b'>').into_bytes())
+        ]
+    );
+    n.disconnect(old);
+    assert_eq!(
+        n.execute(publisher, 0, &argv(&["PUBLISH", "c", "m"])).reply,
+        b":1\r\n"
+    );
+    n.restart();
+    assert_eq!(
+        n.execute(publisher, 0, &argv(&["PUBLISH", "c", "m"])).reply,
+        b":0\r\n"
+    );
+}
+
+/// Request frames come off the front of the buffer whole, one at a time; a partial one waits.
+#[test]
+fn model_parses_request_frames_as_redis_rs_writes_them() {
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("k").arg("v").arg("PX").arg(10);
+    pipe.cmd("GET").arg("k");
+    let packed = pipe.get_packed_pipeline();
+    let mut buf = packed[..packed.len() - 3].to_vec();
+    assert_eq!(
+        model::parse_request(&mut buf),
+        Some(argv(&["SET", "k", "v", "PX", "10"]))
+    );
+    assert_eq!(
+        model::parse_request(&mut buf),
+        None,
+        "GET's frame is not whole yet"
+    );
+    buf.extend_from_slice(&packed[packed.len() - 3..]);
+    assert_eq!(model::parse_request(&mut buf), Some(argv(&["GET", "k"])));
+    assert!(buf.is_empty());
+}
+
+/// `WAIT` wanting replicas blocks its whole timeout on a standalone node (for ever at 0); the
+/// model answers at once and says how long the answer takes.
+#[test]
+fn model_says_how_long_a_wait_blocks() {
+    let delay = |words: &[&str]| model::reply_delay_us(&argv(words));
+    assert_eq!(delay(&["WAIT", "1", "200"]), 200_000);
+    assert_eq!(delay(&["WAIT", "0", "200"]), 0);
+    assert_eq!(delay(&["WAIT", "1", "0"]), i64::MAX);
+    assert_eq!(delay(&["GET", "k"]), 0);
+}
