@@ -42,6 +42,10 @@ pub struct Differential {
     generation: u64,
     syncs: u64,
     trace: Vec<String>,
+    /// Each connection's protocol and how many channels it listens on, as its replies said:
+    /// a subscribed RESP2 connection may not send the `TIME`s that bracket a command.
+    protos: [u8; CONNS],
+    channels: [i64; CONNS],
     /// What the run exercised, by label (`cmd:set`, `error:WRONGTYPE`, `script:Take`,
     /// `push:resp3`, `restart`): the test requires each that matters to have happened.
     pub coverage: BTreeMap<String, usize>,
@@ -69,6 +73,8 @@ impl Differential {
             generation: 0,
             syncs: 0,
             trace: Vec::new(),
+            protos: [2; CONNS],
+            channels: [0; CONNS],
             coverage,
         }
     }
@@ -107,22 +113,32 @@ impl Differential {
     fn command(&mut self, conn: usize, argv: &[Vec<u8>]) -> Result<String, String> {
         let id = self.conn_id(conn);
         let frames = self.frames_expected(id, argv);
-        let before = self.real.time_us();
-        self.real.conns[conn].send(argv);
-        let got = (0..frames)
-            .map(|_| self.real.conns[conn].read())
-            .collect::<Result<Vec<Value>, String>>()?;
-        let after = self.real.time_us();
+        // A subscribed RESP2 connection (or one about to be) may not send `TIME`.
+        let subscribing = argv[0].eq_ignore_ascii_case(b"SUBSCRIBE");
+        let listening = self.protos[conn] == 2 && (self.channels[conn] > 0 || subscribing);
+        let (before, got, after) = if listening {
+            self.real.beside(conn, argv, frames)?
+        } else {
+            self.real.bracketed(conn, argv, frames)?
+        };
+        self.follow(conn, &got);
         let shown = show_argv(argv);
-        let instants = instants(argv, &got, before, after).ok_or_else(|| {
-            format!("{shown}: TIME answered {got:?}, not a time within [{before}, {after}] µs")
-        })?;
+        let instants = if listening {
+            // What a subscribed RESP2 connection may send (subscribing, unsubscribing, PING)
+            // reads no clock, and anything else is refused: one instant is enough. (A
+            // `SUBSCRIBE` refused for a bad argument count touches nothing either.)
+            vec![(before, before)]
+        } else {
+            instants(argv, &got, before, after).ok_or_else(|| {
+                format!("{shown}: TIME answered {got:?}, not a time within [{before}, {after}] µs")
+            })?
+        };
         let mut kept: Vec<Hypothesis> = Vec::new();
         let mut differed = Vec::new();
         for hypothesis in &self.hypotheses {
-            for &now_us in &instants {
+            for &(now_us, script_time_us) in &instants {
                 let mut next = hypothesis.clone();
-                let effects = next.node.execute(id, now_us, argv);
+                let effects = next.node.execute_at(id, now_us, script_time_us, argv);
                 let answer = decode_all(&effects.reply);
                 if same(argv, &got, &answer) {
                     for (to, bytes) in &effects.pushes {
@@ -155,6 +171,35 @@ impl Differential {
     fn frames_expected(&self, id: ConnId, argv: &[Vec<u8>]) -> usize {
         let mut probe = self.hypotheses[0].node.clone();
         decode_all(&probe.execute(id, 0, argv).reply).len()
+    }
+
+    /// Keeps track of what the connection's replies say of it: its protocol (`HELLO`) and how
+    /// many channels it listens on (a subscription's confirmation).
+    fn follow(&mut self, conn: usize, got: &[Value]) {
+        for frame in got {
+            let items = match frame {
+                Value::Array(items) | Value::Push { data: items, .. } => items.clone(),
+                Value::Map(_) => pairs_of(frame)
+                    .into_iter()
+                    .flat_map(|(k, v)| [k, v])
+                    .collect(),
+                _ => continue,
+            };
+            let text = |v: &Value| match v {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            let kind = items.first().map(text).unwrap_or_default();
+            let confirmation = matches!(kind.as_str(), "subscribe" | "unsubscribe");
+            if let (true, Some(Value::Int(n))) = (confirmation, items.last()) {
+                self.channels[conn] = *n;
+            }
+            if let Some(at) = items.iter().position(|v| text(v) == "proto") {
+                if let (Some(Value::Int(p)), true) = (items.get(at + 1), kind == "server") {
+                    self.protos[conn] = *p as u8;
+                }
+            }
+        }
     }
 
     fn count(&mut self, label: String) {
@@ -245,6 +290,7 @@ impl Differential {
     fn restart(&mut self) -> Result<String, String> {
         self.real.restart();
         self.count(format!("restart:{:?}", self.persistence));
+        (self.protos, self.channels) = ([2; CONNS], [0; CONNS]);
         self.generation += 1;
         for h in &mut self.hypotheses {
             h.node.restart();
@@ -254,19 +300,32 @@ impl Differential {
     }
 }
 
-/// The instants (µs) at which the server may have executed `argv`: its `TIME` answer for a
-/// `TIME`, else each millisecond between the two readings. `None`: a `TIME` answer that is no
-/// time within the window.
-fn instants(argv: &[Vec<u8>], got: &[Value], before: i64, after: i64) -> Option<Vec<i64>> {
+/// The instants (µs) at which the server may have executed `argv`, each with what a script's
+/// `TIME` may have read then: its `TIME` answer for a `TIME`; else each millisecond between the
+/// two readings, and for a script each pair of them in order (its `TIME` may read a later
+/// millisecond than the one it started in). `None`: a `TIME` answer that is no time within the
+/// window.
+fn instants(argv: &[Vec<u8>], got: &[Value], before: i64, after: i64) -> Option<Vec<(i64, i64)>> {
     let time = match got {
         [reply] if !matches!(reply, Value::ServerError(_)) => Some(reply),
         _ => None,
     };
     if let (true, Some(time)) = (argv[0].eq_ignore_ascii_case(b"TIME"), time) {
         let answered = time_of(time)?;
-        return (before..=after).contains(&answered).then(|| vec![answered]);
+        return (before..=after)
+            .contains(&answered)
+            .then(|| vec![(answered, answered)]);
     }
-    Some((before / 1000..=after / 1000).map(|ms| ms * 1000).collect())
+    let millis: Vec<i64> = (before / 1000..=after / 1000).map(|ms| ms * 1000).collect();
+    let script = argv[0].eq_ignore_ascii_case(b"EVAL") || argv[0].eq_ignore_ascii_case(b"EVALSHA");
+    let pairs = millis.iter().flat_map(|&start| {
+        let next = (script && millis.contains(&(start + 1000))).then_some(start + 1000);
+        [Some(start), next]
+            .into_iter()
+            .flatten()
+            .map(move |time| (start, time))
+    });
+    Some(pairs.collect())
 }
 
 /// Every frame in `bytes`.

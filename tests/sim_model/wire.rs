@@ -34,12 +34,20 @@ impl Wire {
     }
 
     pub fn send(&mut self, argv: &[Vec<u8>]) {
+        self.send_all(&[argv]);
+    }
+
+    /// Several commands in one write (a pipeline).
+    pub fn send_all(&mut self, commands: &[&[Vec<u8>]]) {
         use std::io::Write;
-        let mut cmd = redis::cmd(std::str::from_utf8(&argv[0]).unwrap());
-        for arg in &argv[1..] {
-            cmd.arg(arg.as_slice());
+        let mut pipe = redis::pipe();
+        for argv in commands {
+            let cmd = pipe.cmd(std::str::from_utf8(&argv[0]).unwrap());
+            for arg in &argv[1..] {
+                cmd.arg(arg.as_slice());
+            }
         }
-        self.stream.write_all(&cmd.get_packed_command()).unwrap();
+        self.stream.write_all(&pipe.get_packed_pipeline()).unwrap();
     }
 
     pub fn read(&mut self) -> Result<Value, String> {
@@ -76,6 +84,40 @@ impl Real {
     /// The server's clock, in µs since the epoch.
     pub fn time_us(&mut self) -> i64 {
         time_of(&self.clock.ask(&[b"TIME".to_vec()])).expect("TIME's shape")
+    }
+
+    /// `argv` on `conn` between two `TIME`s written with it at once, so that the server runs
+    /// the three back to back: the window the command ran in is microseconds wide even on a
+    /// loaded machine. Its `frames` replies, between the two readings.
+    pub fn bracketed(
+        &mut self,
+        conn: usize,
+        argv: &[Vec<u8>],
+        frames: usize,
+    ) -> Result<(i64, Vec<Value>, i64), String> {
+        let time = [b"TIME".to_vec()];
+        let wire = &mut self.conns[conn];
+        wire.send_all(&[&time, argv, &time]);
+        let reading = |v: Value| time_of(&v).ok_or(format!("TIME answered {v:?}"));
+        let before = reading(wire.read()?)?;
+        let got = (0..frames).map(|_| wire.read()).collect::<Result<_, _>>()?;
+        Ok((before, got, reading(wire.read()?)?))
+    }
+
+    /// `argv` on `conn` between two `TIME`s on the test's own connection: for a connection
+    /// that may not send `TIME` (a subscribed RESP2 one).
+    pub fn beside(
+        &mut self,
+        conn: usize,
+        argv: &[Vec<u8>],
+        frames: usize,
+    ) -> Result<(i64, Vec<Value>, i64), String> {
+        let before = self.time_us();
+        self.conns[conn].send(argv);
+        let got = (0..frames)
+            .map(|_| self.conns[conn].read())
+            .collect::<Result<_, _>>()?;
+        Ok((before, got, self.time_us()))
     }
 
     /// Empties the server (data and script cache) and opens fresh connections.
