@@ -125,6 +125,7 @@ async fn report_missed(
     // replica's to race.
     let longest = jobs.iter().map(|job| job.timeout).max().unwrap_or_default();
     tokio::select! {
+        biased;
         _ = ctx.shutdown().cancelled() => return,
         _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
     }
