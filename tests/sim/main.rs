@@ -24,6 +24,7 @@ mod operator;
 mod run;
 mod world;
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use run::{Outcome, Plan};
@@ -103,7 +104,10 @@ fn simulation() {
             report_failure(plan, outcome);
         }
     }
-    println!(
+    // Straight to the process's stdout: the summary shows without `--nocapture` (libtest
+    // captures only `print!`).
+    let _ = writeln!(
+        std::io::stdout(),
         "sim: seeds={} slots={slots} faults={faults} violations={violations} slots_per_cpu_s={}",
         seeds.len(),
         (slots as f64 / cpu).round()
