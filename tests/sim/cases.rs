@@ -43,6 +43,14 @@ pub fn cpu_seconds() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// This thread's CPU time, seconds.
+pub fn thread_cpu_seconds() -> f64 {
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
 /// `work` on each seed, on `threads` threads (each run has its own runtime on its thread);
 /// the results in seed order.
 pub fn on_threads<T: Send>(

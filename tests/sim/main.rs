@@ -4,8 +4,8 @@
 //! promises checked as invariants on every effect and after a settle period.
 //!
 //! - `simulation`: the CI run: `SLOTCRON_SIM_SEEDS` seeds (default 100) of mixed profiles,
-//!   `SLOTCRON_SIM_JOBS` jobs every second (default 10) for `SLOTCRON_SIM_SECONDS` (default
-//!   300) each; prints `sim: seeds=… slots=… faults=… violations=… slots_per_cpu_s=…`.
+//!   `SLOTCRON_SIM_JOBS` jobs every second for `SLOTCRON_SIM_SECONDS` each (defaults:
+//!   [`JOBS_SECONDS`]); prints `sim: seeds=… slots=… faults=… violations=… slots_per_cpu_s=…`.
 //! - `replay`: `SLOTCRON_SIM_SEED=<seed>` runs that one seed (a failure prints this command).
 //! - `a_seed_replays_its_trace`: one seed run twice, the same trace hash.
 //! - `kept_cases`: every case file in `tests/sim/cases/`, and the named cases of FAULTS.md.
@@ -24,6 +24,7 @@ mod operator;
 mod run;
 mod world;
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use run::{Outcome, Plan};
@@ -41,12 +42,18 @@ fn seeds() -> Vec<u64> {
     (first..first + env_or("SLOTCRON_SIM_SEEDS", 100)).collect()
 }
 
+/// The default budget (jobs every second, simulated seconds per seed): a million slots over
+/// 100 seeds when optimised (`--profile sim`); in the dev profile, which `cargo test` builds
+/// for the whole suite and which runs the same code about ten times slower, 12,000 (faults fall between 20 s and the
+/// horizon less 30 s).
+const JOBS_SECONDS: (u64, u64) = match cfg!(debug_assertions) {
+    true => (1, 120),
+    false => (20, 510),
+};
+
 fn seeded(seed: u64) -> Plan {
-    Plan::seeded(
-        seed,
-        env_or("SLOTCRON_SIM_JOBS", 10) as usize,
-        env_or("SLOTCRON_SIM_SECONDS", 300),
-    )
+    let jobs = env_or("SLOTCRON_SIM_JOBS", JOBS_SECONDS.0) as usize;
+    Plan::seeded(seed, jobs, env_or("SLOTCRON_SIM_SECONDS", JOBS_SECONDS.1))
 }
 
 /// Prints a failed run: seed, profile, invariant, slot, who, the last events, and the command
@@ -63,7 +70,7 @@ fn report_failure(plan: &Plan, outcome: &Outcome) {
     }
     let case = cases::write_failed(plan);
     eprintln!(
-        "sim: replay with: SLOTCRON_SIM_SEED={} SLOTCRON_SIM_JOBS={} SLOTCRON_SIM_SECONDS={} cargo test --release --test sim replay -- --nocapture   (case file: {case})",
+        "sim: replay with: SLOTCRON_SIM_SEED={} SLOTCRON_SIM_JOBS={} SLOTCRON_SIM_SECONDS={} cargo test --profile sim --test sim replay -- --nocapture   (case file: {case})",
         plan.seed, plan.jobs, plan.horizon_s
     );
 }
@@ -76,7 +83,15 @@ fn simulation() {
     let threads = env_or("SLOTCRON_SIM_THREADS", 2) as usize;
     let outcomes = cases::on_threads(&seeds, threads, |seed| {
         let plan = seeded(seed);
+        let cpu = cases::thread_cpu_seconds();
         let outcome = run::run(&plan);
+        if std::env::var_os("SLOTCRON_SIM_VERBOSE").is_some() {
+            let cpu = cases::thread_cpu_seconds() - cpu;
+            eprintln!(
+                "sim: seed {seed} {} slots={} faults={} cpu={cpu:.2}s",
+                plan.profile, outcome.slots, outcome.faults
+            );
+        }
         (plan, outcome)
     });
     let cpu = (cases::cpu_seconds() - cpu_before).max(1e-3);
@@ -89,7 +104,10 @@ fn simulation() {
             report_failure(plan, outcome);
         }
     }
-    println!(
+    // Straight to the process's stdout: the summary shows without `--nocapture` (libtest
+    // captures only `print!`).
+    let _ = writeln!(
+        std::io::stdout(),
         "sim: seeds={} slots={slots} faults={faults} violations={violations} slots_per_cpu_s={}",
         seeds.len(),
         (slots as f64 / cpu).round()
