@@ -353,3 +353,82 @@ fn the_readers_see_what_they_are_meant_to() {
     let decl = vec!["    fn f(&self) -> u8;".to_owned()];
     assert_eq!(span(&decl, 0, 4), None);
 }
+
+/// Reads of the wall clock, the OS monotonic clock and unseeded randomness: in `src/` they go
+/// through the seams (`time::schedule`'s `Clock`, tokio's `Instant`, `crate::seed`), so a
+/// simulation (tests/sim/) replaces them and a seed replays its run.
+const UNSEAMED: [&str; 8] = [
+    "Utc::now()",
+    "SystemTime::now",
+    "Local::now",
+    "std::time::Instant",
+    "Instant}",
+    "rand::rng",
+    "thread_rng",
+    "rand::random",
+];
+
+/// Files allowed a direct read, each with its reason: the seams themselves, and code a
+/// simulated fleet never reaches (operator commands, the status page, process metrics) or
+/// reaches only for a value that decides nothing (a timestamp in a signature).
+const SEAM_ALLOWED: [(&str, &str); 17] = [
+    ("time/schedule.rs", "the wall-clock seam: SystemClock"),
+    (
+        "time/fleet_clock.rs",
+        "the test clock FrozenOffset, over the system clock",
+    ),
+    ("seed.rs", "the randomness seam"),
+    ("metrics.rs", "process start time, a gauge"),
+    ("metrics/process.rs", "process CPU and start time, gauges"),
+    ("ops/status/mod.rs", "the status page's `now`"),
+    ("ops/status/page.rs", "the status page's `now`"),
+    ("cli/check.rs", "`slotcron check`, an operator command"),
+    ("cli/history.rs", "`slotcron history`, an operator command"),
+    ("cli/shared.rs", "operator commands' times"),
+    ("cli/trigger.rs", "`slotcron trigger`'s request id"),
+    (
+        "config/calendars.rs",
+        "the load-time warning of a calendar that ends",
+    ),
+    (
+        "api/tcs.rs",
+        "tokio-cron-scheduler fires on the wall clock itself",
+    ),
+    ("action/dingtalk.rs", "the signature's timestamp"),
+    ("action/feishu.rs", "the signature's timestamp"),
+    ("action/template.rs", "the check-time render of a template"),
+    (
+        "fleet/control.rs",
+        "a pause stamped when no node told the time (to be routed, issue 30)",
+    ),
+];
+
+/// Whether line `n` of `lines` opens a `select!` that is not `biased;`: an unbiased select
+/// draws its branch order from tokio's unseeded generator.
+fn unbiased_select(lines: &[String], n: usize) -> bool {
+    lines[n].trim_end().ends_with("select! {")
+        && lines.get(n + 1).is_none_or(|next| next.trim() != "biased;")
+}
+
+#[test]
+fn no_clock_or_randomness_outside_the_seams() {
+    let mut found = Vec::new();
+    for source in sources() {
+        let path = source.path.display().to_string();
+        let allowed = SEAM_ALLOWED.iter().any(|(file, _)| *file == path);
+        let end = (source.lines.windows(2))
+            .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].starts_with("mod tests"))
+            .unwrap_or(source.lines.len());
+        for n in 0..end {
+            let line = &source.lines[n];
+            let direct = !allowed && UNSEAMED.iter().any(|p| line.contains(p));
+            if !is_comment(line) && (direct || unbiased_select(&source.lines, n)) {
+                found.push(format!("{path}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    report(
+        "direct reads of a clock or of randomness, or an unbiased select!, outside the seams",
+        &found,
+    );
+}

@@ -23,6 +23,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::asking::Asking;
+use super::connector::Dialed;
 use super::node::{client, Node, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
 
 /// Attempts of one request within the cluster client (its redirections, and its retries while
@@ -55,6 +56,8 @@ pub enum Conn {
     Single(ConnectionManager),
     /// A Redis Cluster: one connection per node, each command routed by its key's slot.
     Cluster(Cluster),
+    /// One server over streams a dialer opens (the simulation's, [`super::connector`]).
+    Dialed(Dialed),
 }
 
 /// A cluster's connection: redis-rs's, and the path a migrating slot's requests take
@@ -114,6 +117,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => Box::pin(conn.command(cmd)),
+            Conn::Dialed(conn) => Box::pin(conn.command(cmd)),
         }
     }
 
@@ -126,6 +130,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => Box::pin(conn.commands(pipeline, offset, count)),
+            Conn::Dialed(conn) => Box::pin(conn.commands(pipeline, offset, count)),
         }
     }
 
@@ -133,6 +138,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(cluster) => cluster.conn.get_db(),
+            Conn::Dialed(_) => 0,
         }
     }
 }

@@ -174,6 +174,7 @@ impl Unchecked {
             tracker.spawn(async move {
                 loop {
                     tokio::select! {
+                        biased;
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(RECHECK) => {}
                     }
@@ -265,7 +266,7 @@ async fn same_servers(
     prefix: &str,
     wait: Duration,
 ) -> Result<Vec<(usize, usize)>, usize> {
-    let random: u64 = rand::rng().random();
+    let random: u64 = crate::seed::rng().random();
     let channels: Vec<String> = (0..nodes.len())
         .map(|i| format!("{prefix}:independence:{random:016x}:{i}"))
         .collect();

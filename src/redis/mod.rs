@@ -13,6 +13,8 @@
 //!   `TRYAGAIN`), where redis-rs's cluster client falls short.
 //! - [`sentinel`]: sentinel mode: the primary found through the sentinels, and followed.
 //! - [`replication`]: `WAIT`: a winner's lock acknowledged by the primary's replicas.
+//! - [`connector`]: where a node's connections come from: TCP through redis-rs's client, or
+//!   streams a dialer opens (the simulation's seam).
 //! - [`topology`]: `[redis] mode`: what the members are, found and followed ([`Nodes::open`]).
 //!
 //! # The topology seam
@@ -37,6 +39,7 @@
 
 mod asking;
 pub mod cluster;
+pub mod connector;
 pub mod independence;
 pub mod node;
 pub mod pool;
@@ -47,6 +50,7 @@ pub mod sentinel;
 pub mod topology;
 
 pub use cluster::Shard;
+pub use connector::{Connector, Dial};
 pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
 pub use replication::Replication;

@@ -3,6 +3,7 @@
 //! pool ([`super::Nodes`]) fans calls out to the nodes and keeps their health.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
@@ -13,6 +14,7 @@ use redis::IntoConnectionInfo;
 use url::Url;
 
 use super::cluster::Conn;
+use super::connector::{Dial, Dialed};
 use super::scripts::Scripts;
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
@@ -180,7 +182,7 @@ impl fmt::Display for NodeError {
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs): the
-    /// node's own, or one per seed of a cluster.
+    /// node's own, or one per seed of a cluster; none for a dialed node (its `conn` dials them).
     pub(super) clients: Vec<redis::Client>,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
     pub(super) conn: Conn,
@@ -227,6 +229,13 @@ impl Node {
         ))
     }
 
+    /// The node at `url` over streams `dialer` opens (the simulation's seam, see
+    /// [`super::connector`]): the same node, pool and health rule above it.
+    pub fn dialed(url: &NodeUrl, timeout: Duration, dialer: Arc<dyn Dial>) -> Self {
+        let conn = Conn::Dialed(Dialed::new(dialer, &url.address()));
+        Node::over(url.address(), Vec::new(), conn, timeout)
+    }
+
     /// A node named `address` that talks through `conn` and subscribes through `clients`.
     pub(super) fn over(
         address: String,
@@ -261,7 +270,10 @@ impl Node {
     /// Where this node can be subscribed on: one for a node, each seed for a cluster (a
     /// subscriber on any node of a cluster hears every `PUBLISH`).
     pub fn subscription_points(&self) -> usize {
-        self.clients.len()
+        match self.conn {
+            Conn::Dialed(_) => 1,
+            _ => self.clients.len(),
+        }
     }
 
     /// [`Self::subscribe`] on subscription point `point` (see [`Self::subscription_points`]).
@@ -272,7 +284,10 @@ impl Node {
         wait: Duration,
     ) -> Result<redis::aio::PubSub, NodeError> {
         let open = async {
-            let mut pubsub = self.clients[point].get_async_pubsub().await?;
+            let mut pubsub = match &self.conn {
+                Conn::Dialed(dialed) => dialed.pubsub().await?,
+                _ => self.clients[point].get_async_pubsub().await?,
+            };
             pubsub.subscribe(channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };

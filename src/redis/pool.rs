@@ -250,6 +250,20 @@ impl Nodes {
         Ok(Self::of(nodes, Layout::Redlock, replica))
     }
 
+    /// Redlock mode's pool over streams `dialer` opens to each of `urls` (the simulation's seam,
+    /// [`super::connector`]): the same members, fan-out and health as [`Nodes::connect`]'s.
+    pub fn dial(
+        urls: &[NodeUrl],
+        node_timeout: Duration,
+        dialer: &Arc<dyn super::Dial>,
+        replica: &str,
+    ) -> Self {
+        let nodes = (urls.iter())
+            .map(|url| Node::dialed(url, node_timeout, dialer.clone()))
+            .collect();
+        Self::of(nodes, Layout::Redlock, replica)
+    }
+
     /// A pool whose members are `nodes`, each one server (or one cluster) for good, laid out as
     /// `layout`.
     pub(super) fn of(nodes: Vec<Node>, layout: Layout, replica: &str) -> Self {

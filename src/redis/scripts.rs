@@ -58,7 +58,7 @@ pub struct Token(String);
 impl Token {
     /// A fresh token of `replica`: its name and a random part.
     pub fn new(replica: &str) -> Self {
-        let random: u64 = rand::rng().random();
+        let random: u64 = crate::seed::rng().random();
         Token(format!("{replica}:{random:016x}"))
     }
 

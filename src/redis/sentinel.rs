@@ -256,6 +256,7 @@ impl Follow {
         let announcement = format!("{} ", self.sentinels.master);
         loop {
             tokio::select! {
+                biased;
                 _ = self.trouble.notified() => {}
                 message = pubsub::next(&mut heard, &self.stop) => match message {
                     None => return,
@@ -265,6 +266,7 @@ impl Follow {
             }
             self.follow_once().await;
             tokio::select! {
+                biased;
                 _ = self.stop.cancelled() => return,
                 _ = tokio::time::sleep(RESOLVE_GAP) => {}
             }
