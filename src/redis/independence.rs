@@ -29,7 +29,8 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeUrl};
+use super::node::{Node, NodeError};
+use super::node_url::NodeUrl;
 use super::pool::{Nodes, Replies};
 use super::topology::Topology;
 

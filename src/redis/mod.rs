@@ -39,6 +39,7 @@
 
 mod asking;
 pub mod cluster;
+mod conn;
 pub mod connector;
 pub mod independence;
 pub mod node;
@@ -48,10 +49,12 @@ pub mod replication;
 pub mod scripts;
 pub mod sentinel;
 pub mod topology;
+pub mod node_url;
 
 pub use cluster::Shard;
 pub use connector::{Connector, Dial};
-pub use node::{BadNodeUrl, Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
+pub use node::{Node, NodeError, NodeErrorKind};
+pub use node_url::{BadNodeUrl, NodeSetupError, NodeUrl};
 pub use pool::{quorum, NodeState, Nodes, Replies};
 pub use replication::Replication;
 pub use scripts::{Claim, NodeReply, Token};

@@ -28,7 +28,8 @@ use futures_util::FutureExt;
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
+use super::node::{Node, NodeError};
+use super::node_url::{NodeSetupError, NodeUrl};
 use super::sentinel;
 use super::topology::Layout;
 

@@ -27,7 +27,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
+use super::node::{Node, NodeError, NodeErrorKind};
+use super::node_url::{NodeSetupError, NodeUrl};
 use super::pool::{Current, Nodes, Replies};
 use super::pubsub::{self, Heard};
 

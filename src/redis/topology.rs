@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeSetupError, NodeUrl};
+use super::node::Node;
+use super::node_url::{NodeSetupError, NodeUrl};
 use super::pool::{Current, Health, Member, Nodes};
 use super::replication::{self, Replication};
 use super::sentinel::{self, Follower, NoPrimary, PrimaryAuth, Sentinels};
