@@ -34,11 +34,19 @@ pub struct NodeError {
 }
 
 impl NodeError {
+    /// Whether the server refused a write as a replica (`READONLY`): the primary is not one
+    /// (anymore), so the pool asks what follows the member to look again.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.kind, NodeErrorKind::ReadOnly(_))
+    }
+
     /// Whether the node itself answered (an error reply, a value of the wrong type): it is up,
     /// only this request failed. A timeout or a broken connection says nothing came back.
     pub fn node_answered(&self) -> bool {
         match self.kind {
-            NodeErrorKind::Reply(_) | NodeErrorKind::Unexpected(_) => true,
+            NodeErrorKind::Reply(_) | NodeErrorKind::ReadOnly(_) | NodeErrorKind::Unexpected(_) => {
+                true
+            }
             NodeErrorKind::Timeout(_) | NodeErrorKind::Down(_) | NodeErrorKind::Suspect => false,
         }
     }
@@ -57,6 +65,9 @@ pub enum NodeErrorKind {
     Suspect,
     /// Redis answered this request with an error reply (a wrong type, a script error).
     Reply(String),
+    /// Redis refused a write because this server is a replica (`READONLY`, redis-rs's
+    /// `ServerErrorKind::ReadOnly`): in sentinel mode, the primary was demoted.
+    ReadOnly(String),
     /// Redis answered something that is not a lock answer (a wrong type on the key).
     Unexpected(String),
 }
@@ -64,6 +75,9 @@ pub enum NodeErrorKind {
 impl NodeErrorKind {
     /// Sorts a redis-rs error: an error reply from a node that serves, or no usable answer.
     pub(super) fn of(e: &redis::RedisError) -> Self {
+        if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+            return NodeErrorKind::ReadOnly(e.to_string());
+        }
         let serving_reply = matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
             && e.kind() != ErrorKind::Server(ServerErrorKind::BusyLoading);
         if serving_reply {
@@ -80,7 +94,9 @@ impl fmt::Display for NodeError {
             NodeErrorKind::Timeout(t) => {
                 write!(f, "{}: no answer within {} ms", self.node, t.as_millis())
             }
-            NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) | NodeErrorKind::ReadOnly(e) => {
+                write!(f, "{}: {e}", self.node)
+            }
             NodeErrorKind::Suspect => write!(
                 f,
                 "{}: suspect (no answer since a timeout or failure), not waited for",
@@ -283,5 +299,42 @@ impl Node {
             node: self.address.clone(),
             kind,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind a reply's bytes on the wire get: redis-rs's own parser, as a node reads them.
+    fn kind_of(wire: &[u8]) -> NodeErrorKind {
+        let Ok(redis::Value::ServerError(reply)) = redis::parse_redis_value(wire) else {
+            panic!("not an error reply: {wire:?}");
+        };
+        NodeErrorKind::of(&redis::RedisError::from(reply))
+    }
+
+    #[test]
+    fn a_readonly_reply_is_told_from_other_replies_by_its_typed_kind() {
+        let refused = kind_of(b"-READONLY You can't write against a read only replica.\r\n");
+        assert!(matches!(refused, NodeErrorKind::ReadOnly(_)), "{refused:?}");
+        // Redis 7 passes a script's refused write on with its own code.
+        let in_script = kind_of(
+            b"-READONLY You can't write against a read only replica. script: 4a2, on @user_script:4.\r\n",
+        );
+        assert!(
+            matches!(in_script, NodeErrorKind::ReadOnly(_)),
+            "{in_script:?}"
+        );
+        let other =
+            kind_of(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(matches!(other, NodeErrorKind::Reply(_)), "{other:?}");
+        let error = |kind| NodeError {
+            node: "n:1".into(),
+            kind,
+        };
+        let refused = error(refused);
+        assert!(refused.is_read_only() && refused.node_answered());
+        assert!(!error(other).is_read_only());
     }
 }

@@ -12,6 +12,11 @@ use url::Url;
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Bound on the answers of a server just connected to: a first connection takes longer than a
+/// race's `node_timeout`. Sentinel mode's resolution (the sentinels, then `HELLO` on the primary
+/// they name) and a `WAIT` on a new primary's fresh connection wait this much more.
+pub(super) const FIRST_CONNECTION_WAIT: Duration = Duration::from_millis(500);
+
 /// Why a `nodes` entry is not a usable Redis URL.
 #[derive(Debug, thiserror::Error)]
 pub enum BadNodeUrl {

@@ -70,7 +70,7 @@ pub(super) async fn wait(node: &Node, key: &str, ttl: Duration, wanted: u32) -> 
         let acked = replies.last().ok_or_else(|| no_reply("WAIT"))?;
         Ok::<_, redis::RedisError>(redis::from_redis_value_ref::<u32>(acked)?)
     };
-    let bound = WAIT_TIMEOUT + node.timeout() + super::sentinel::RESOLVE_WAIT;
+    let bound = WAIT_TIMEOUT + node.timeout() + super::node_url::FIRST_CONNECTION_WAIT;
     let acked = match node.bounded_by(bound, asked).await {
         Ok(acked) => acked,
         Err(kind) => {
