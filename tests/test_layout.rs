@@ -2,7 +2,9 @@
 //! `# Layout` list is true (it names every top-level module and no other, and a module imports
 //! only modules listed below it), no file is over [`MAX_FILE_LINES`] without a reason in its
 //! opening comment, no function over [`MAX_FN_LINES`], no `impl` block over
-//! [`MAX_IMPL_LINES`], no `Result<_, String>`. (Every `pub` item documented is the compiler's:
+//! [`MAX_IMPL_LINES`], no `Result<_, String>`, no import circle between sibling modules at any
+//! level (inside a folder as well as between folders), and `src/redis/`'s own `# Layout` list
+//! true. (Every `pub` item documented is the compiler's:
 //! `#![warn(missing_docs)]` in `lib.rs`, made an error by clippy's `-D warnings`.)
 //!
 //! The reading relies on rustfmt's layout (`cargo fmt --check` runs first in CI): an item's
@@ -763,4 +765,50 @@ fn the_circle_check_reads_imports_as_the_compiler_does() {
     edges.insert("b".to_owned(), vec!["c".to_owned()]);
     edges.insert("c".to_owned(), vec!["a".to_owned(), "d".to_owned()]);
     assert_eq!(circles(&edges), [["a", "b", "c"]]);
+}
+
+/// A folder's `# Layout` list in its module file (`- [`name`]` or `- `name`` entries), top to
+/// bottom, as sibling names (`redis::pool`); `None` for a folder without one.
+fn folder_layout(folder: &str) -> Option<Vec<String>> {
+    let file = src_dir().join(folder).join("mod.rs");
+    let text = fs::read_to_string(file).ok()?;
+    let listed: Vec<String> = (text.lines())
+        .skip_while(|l| l.trim() != "//! # Layout")
+        .take_while(|l| l.starts_with("//!"))
+        .filter_map(|l| l.strip_prefix("//! - "))
+        .filter_map(|l| l.trim_start_matches('[').strip_prefix('`')?.split_once('`'))
+        .map(|(name, _)| format!("{folder}::{name}"))
+        .collect();
+    (!listed.is_empty()).then_some(listed)
+}
+
+#[test]
+fn a_folders_layout_lists_its_files_and_imports_point_down_it() {
+    let mut found = Vec::new();
+    for folder in ["redis"] {
+        let Some(order) = folder_layout(folder) else {
+            found.push(format!("src/{folder}/mod.rs has no # Layout list"));
+            continue;
+        };
+        let mut files = Vec::new();
+        rust_files(&src_dir().join(folder), &mut files);
+        for file in files.iter().filter(|f| !f.ends_with("mod.rs")) {
+            let name = format!("{folder}::{}", file.file_stem().unwrap().to_string_lossy());
+            if !order.contains(&name) {
+                found.push(format!("{name} is not in src/{folder}/mod.rs's # Layout"));
+            }
+        }
+        let place = |m: &str| order.iter().position(|o| o == m);
+        for import in module_imports() {
+            let Some((a, b)) = siblings(&import) else {
+                continue;
+            };
+            if let (Some(pa), Some(pb)) = (place(&a), place(&b)) {
+                if pb < pa {
+                    found.push(format!("{}: imports {b}, listed above {a}", import.at));
+                }
+            }
+        }
+    }
+    report("folder layouts", &found);
 }

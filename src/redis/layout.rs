@@ -1,5 +1,5 @@
 //! What the configured URLs are ([`Topology`], `[redis] mode` as the configuration checked it)
-//! and what the pool keeps of it once open ([`Layout`]): plain records, below the pool that
+//! and what the pool keeps of it once open (`Layout`): plain records, below the pool that
 //! holds one and the modes (`super::topology`, `super::sentinel`) that fill them in.
 
 use std::fmt;

@@ -16,7 +16,7 @@
 //! count (its routing table says so), which is not the lock's shard's answer: the mark and the
 //! `WAIT` go as one pipeline routed by the mark's hash slot to that slot's primary
 //! (`route_pipeline`), on one of the cluster member's connections kept for `WAIT`s
-//! ([`super::cluster::Waits`]), so a `WAIT` blocked for its whole timeout holds up no race.
+//! (`conn::Waits`), so a `WAIT` blocked for its whole timeout holds up no race.
 
 use std::time::Duration;
 
