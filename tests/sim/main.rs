@@ -47,7 +47,7 @@ fn seeds() -> Vec<u64> {
 /// horizon less 30 s).
 const JOBS_SECONDS: (u64, u64) = match cfg!(debug_assertions) {
     true => (1, 120),
-    false => (20, 500),
+    false => (20, 510),
 };
 
 fn seeded(seed: u64) -> Plan {

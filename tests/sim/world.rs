@@ -149,13 +149,9 @@ impl World {
         self.hasher.write_u64(tag);
         self.hasher.write(bytes);
         self.events += 1;
-        if self.dump.is_some() {
-            let text = format!(
-                "{} c{tag} {}",
-                self.now_us() - EPOCH_US,
-                String::from_utf8_lossy(bytes)
-            );
-            self.dump.as_mut().unwrap().push(text);
+        let at = self.now_us() - EPOCH_US;
+        if let Some(dump) = &mut self.dump {
+            dump.push(format!("{at} c{tag} {}", String::from_utf8_lossy(bytes)));
         }
     }
 

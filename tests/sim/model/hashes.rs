@@ -17,7 +17,7 @@ fn hash_of(value: &mut Value) -> Option<&mut Hash> {
 
 /// `HSET key field value [field value ...]`: how many fields are new.
 pub fn hset(keys: &mut Keyspace, now_ms: i64, argv: &[Vec<u8>]) -> Reply {
-    if argv.len() % 2 != 0 {
+    if !argv.len().is_multiple_of(2) {
         return args::arity("hset");
     }
     let fresh = || Value::Hash(Hash::new());

@@ -48,8 +48,11 @@ pub enum Persistence {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
-/// What one command did: the reply to its connection, and messages pushed to other
-/// connections (a `PUBLISH`'s subscribers), all RESP bytes as redis-server writes them.
+/// What one command did: the bytes written to its connection, and messages pushed to other
+/// connections (a `PUBLISH`'s subscribers), all RESP as redis-server writes them. A message a
+/// RESP3 connection publishes to a channel it listens on itself is in `reply`, before the
+/// `PUBLISH` count, as redis-server 7.0 writes it (valkey 9 writes it after; slotcron never
+/// publishes on a subscribed connection).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Effects {
     pub reply: Vec<u8>,
@@ -83,7 +86,10 @@ pub struct Node {
 /// One command being executed.
 pub struct Call<'a> {
     conn: ConnId,
+    /// The instant the command runs at (expiry, `TIME`).
     now_us: i64,
+    /// What `TIME` reads inside a script (see [`scripts::Clocks`]).
+    script_time_us: i64,
     argv: &'a [Vec<u8>],
     pushes: Vec<(ConnId, Vec<u8>)>,
 }
@@ -207,17 +213,35 @@ impl Node {
     /// One command from connection `conn`, executed at this node's own clock `now_us` (µs since
     /// the epoch; `TIME` answers it, expiry is judged on it).
     pub fn execute(&mut self, conn: ConnId, now_us: i64, argv: &[Vec<u8>]) -> Effects {
+        self.execute_at(conn, now_us, now_us, argv)
+    }
+
+    /// [`Self::execute`], with a script's `TIME` reading `script_time_us` rather than `now_us`
+    /// (redis-server's live clock may tick to the next millisecond during a script: the
+    /// differential test tries both; the simulator has no use for it).
+    pub fn execute_at(
+        &mut self,
+        conn: ConnId,
+        now_us: i64,
+        script_time_us: i64,
+        argv: &[Vec<u8>],
+    ) -> Effects {
         let mut call = Call {
             conn,
             now_us,
+            script_time_us,
             argv,
             pushes: Vec::new(),
         };
         let reply = self.answer(&mut call);
         let proto = self.conn(conn).proto;
+        let (own, pushes): (Vec<_>, Vec<_>) =
+            call.pushes.into_iter().partition(|(to, _)| *to == conn);
+        let mut bytes: Vec<u8> = own.into_iter().flat_map(|(_, push)| push).collect();
+        reply.encode(proto, &mut bytes);
         Effects {
-            reply: reply.to_bytes(proto),
-            pushes: call.pushes,
+            reply: bytes,
+            pushes,
         }
     }
 
@@ -236,6 +260,7 @@ impl Node {
             return args::arity(spec.name);
         }
         if self.subscribed_resp2(call.conn) && !spec.pubsub {
+            let name = full_name(spec, argv);
             return Reply::error(format!(
                 "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
             ));
@@ -280,11 +305,35 @@ impl Node {
     }
 }
 
+/// A command's name as redis-server's errors spell it: `pubsub|numsub` for a subcommand.
+fn full_name(spec: &Spec, argv: &[Vec<u8>]) -> String {
+    let containers = ["pubsub", "client", "cluster", "script"];
+    match argv.get(1) {
+        Some(sub) if containers.contains(&spec.name) => {
+            format!(
+                "{}|{}",
+                spec.name,
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )
+        }
+        _ => spec.name.to_owned(),
+    }
+}
+
+impl Call<'_> {
+    fn clocks(&self) -> scripts::Clocks {
+        scripts::Clocks {
+            start_us: self.now_us,
+            time_us: self.script_time_us,
+        }
+    }
+}
+
 fn eval(node: &mut Node, call: &mut Call) -> Reply {
     scripts::eval(
         &mut node.scripts,
         &mut node.keys,
-        call.now_us,
+        call.clocks(),
         call.argv,
         false,
     )
@@ -294,7 +343,7 @@ fn evalsha(node: &mut Node, call: &mut Call) -> Reply {
     scripts::eval(
         &mut node.scripts,
         &mut node.keys,
-        call.now_us,
+        call.clocks(),
         call.argv,
         true,
     )

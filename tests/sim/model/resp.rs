@@ -19,6 +19,8 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A map in RESP3, a flat array of key, value, ... in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// A map in RESP3, an array of `[key, value]` arrays in RESP2 (`XREAD`'s streams).
+    Keyed(Vec<(Reply, Reply)>),
     /// A score: `,` in RESP3, a bulk string in RESP2.
     Double(f64),
     /// `ZRANGE ... WITHSCORES`: member, score, ... flat in RESP2; `[member, score]` pairs with
@@ -66,6 +68,14 @@ impl Reply {
             Reply::Double(d) if proto >= 3 => line(out, b',', format_double(*d).as_bytes()),
             Reply::Double(d) => bulk(out, format_double(*d).as_bytes()),
             Reply::Map(pairs) => map(out, pairs, proto),
+            Reply::Keyed(pairs) if proto >= 3 => map(out, pairs, proto),
+            Reply::Keyed(pairs) => {
+                let arrays: Vec<Reply> = pairs
+                    .iter()
+                    .map(|(k, v)| Reply::Array(vec![k.clone(), v.clone()]))
+                    .collect();
+                aggregate(out, b'*', &arrays, proto)
+            }
             Reply::Scored(pairs) => scored(out, pairs, proto),
             Reply::Many(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
         }

@@ -126,11 +126,22 @@ impl ScriptCache {
     }
 }
 
+/// The two clocks a script sees, in µs: the instant its command started, at which every key's
+/// expiry is judged and `PEXPIRE` counts from (the command time snapshot of redis-server 7.2+
+/// and valkey; 7.0 counts `PEXPIRE` from its live clock, which the differential test covers by
+/// also trying the later instant for both), and what `redis.call('TIME')` reads, which runs on
+/// (a microsecond later it may be the next millisecond).
+#[derive(Clone, Copy)]
+pub struct Clocks {
+    pub start_us: i64,
+    pub time_us: i64,
+}
+
 /// `EVAL script numkeys key ... arg ...`, or `EVALSHA sha numkeys ...` when `by_sha`.
 pub fn eval(
     cache: &mut ScriptCache,
     keys: &mut Keyspace,
-    now_us: i64,
+    clocks: Clocks,
     argv: &[Vec<u8>],
     by_sha: bool,
 ) -> Reply {
@@ -158,7 +169,7 @@ pub fn eval(
     let (k, a) = argv[3..].split_at(numkeys);
     let mut run = Run {
         keys,
-        now_us,
+        clocks,
         sha,
         k,
         a,
@@ -193,11 +204,10 @@ pub fn script(cache: &mut ScriptCache, argv: &[Vec<u8>]) -> Reply {
     }
 }
 
-/// One script's run: its keys and arguments, and the clock `TIME` answers inside it (the
-/// command's own: a script runs at one instant).
+/// One script's run: its keys and arguments, and its clocks.
 struct Run<'a> {
     keys: &'a mut Keyspace,
-    now_us: i64,
+    clocks: Clocks,
     sha: String,
     k: &'a [Vec<u8>],
     a: &'a [Vec<u8>],
@@ -206,8 +216,9 @@ struct Run<'a> {
 type Command = fn(&mut Keyspace, i64, &[Vec<u8>]) -> Reply;
 
 impl Run<'_> {
+    /// The command's instant in ms (expiry, `PEXPIRE`).
     fn now_ms(&self) -> i64 {
-        self.now_us.div_euclid(1000)
+        self.clocks.start_us.div_euclid(1000)
     }
 
     /// `redis.call(...)` at `line` of the script: an error reply raises, with the script's
@@ -339,7 +350,8 @@ impl Run<'_> {
             ));
         };
         let member = a[2].to_vec();
-        let now = self.now_ms() as f64;
+        // `now`: `TIME`'s seconds * 1000 + floor(microseconds / 1000).
+        let now = self.clocks.time_us.div_euclid(1000) as f64;
         let floor = lua_number(now - window);
         self.call(
             5,

@@ -281,7 +281,7 @@ pub fn xread(keys: &mut Keyspace, now_ms: i64, argv: &[Vec<u8>]) -> Reply {
     if found.is_empty() {
         Reply::NilArray
     } else {
-        Reply::Map(found)
+        Reply::Keyed(found)
     }
 }
 
@@ -296,7 +296,7 @@ fn parse_read(argv: &[Vec<u8>]) -> Result<(Option<usize>, usize), Reply> {
         let arg = &argv[i];
         let more = argv.len() - i - 1;
         if is(arg, "STREAMS") {
-            if more % 2 != 0 {
+            if !more.is_multiple_of(2) {
                 return Err(Reply::error(UNBALANCED));
             }
             return Ok((count, i));

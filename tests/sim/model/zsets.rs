@@ -144,13 +144,14 @@ fn zset_of(value: &mut Value) -> Option<&mut Zset> {
 /// `ZADD key score member [score member ...]` (no `NX|XX|GT|LT|CH|INCR`: slotcron sends none).
 pub fn zadd(keys: &mut Keyspace, now_ms: i64, argv: &[Vec<u8>]) -> Reply {
     let pairs = &argv[2..];
+    let options = ["NX", "XX", "GT", "LT", "CH", "INCR"];
     if pairs
         .first()
-        .is_some_and(|a| args::float(a).is_none() && a[0].is_ascii_alphabetic())
+        .is_some_and(|a| options.iter().any(|o| is(a, o)))
     {
         return args::unmodelled("ZADD with options");
     }
-    if pairs.len() % 2 != 0 {
+    if !pairs.len().is_multiple_of(2) {
         return Reply::error(SYNTAX);
     }
     let mut scored = Vec::new();
