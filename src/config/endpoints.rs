@@ -10,7 +10,7 @@ use super::durations;
 use super::raw::{RawHttpServer, RawRedis};
 use super::{read_error, ConfigError, Loader, Section};
 use crate::lock::LockConfig;
-use crate::redis::sentinel::PrimaryAuth;
+use crate::redis::PrimaryAuth;
 use crate::redis::{Connector, NodeUrl, Topology};
 
 #[derive(Debug, Clone)]

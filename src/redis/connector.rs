@@ -17,7 +17,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisConnectionInfo, RedisResu
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Mutex;
 
-use super::node::CONNECT_TIMEOUT;
+use super::node_url::CONNECT_TIMEOUT;
 
 /// A byte stream to one node: what a dialer opens.
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}

@@ -29,9 +29,10 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeUrl};
+use super::layout::Topology;
+use super::node::{Node, NodeError};
+use super::node_url::NodeUrl;
 use super::pool::{Nodes, Replies};
-use super::topology::Topology;
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
