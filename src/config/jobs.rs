@@ -103,12 +103,9 @@ impl Loader<'_> {
             .job_schedule(&raw, scheduler, &section)
             .map(|s| with_dst(s, &raw, scheduler));
         let timeout = self.job_timeout(&raw, &section);
-        let catch_up = self.catch_up(
-            raw.catch_up,
-            raw.catch_up_policy,
-            &section,
-            schedule.as_ref(),
-        );
+        let jitter = self.job_jitter(&raw, scheduler, schedule.as_ref(), &section);
+        let policy = (raw.catch_up, raw.catch_up_policy);
+        let catch_up = self.catch_up(policy.0, policy.1, &section, schedule.as_ref());
         if !enabled {
             self.disabled_schedules
                 .extend(schedule.map(|s| (raw.name, s)));
@@ -126,6 +123,7 @@ impl Loader<'_> {
             name: raw.name,
             schedule,
             timeout: timeout?,
+            jitter: jitter?,
             overlap: overlap(raw.overlap),
             catch_up,
             action: action?,

@@ -1,7 +1,8 @@
 //! What the fleet keeps about its jobs on the Redis nodes (or in the process, standalone): the
 //! run records (`history`: who ran which slot, and how it went) and, kept beside them in the
 //! same store, each job's watermark (`watermark`: when the fleet first scheduled it, so catch-up
-//! never reaches before it).
+//! never reaches before it), and the audit trail (`audit`: every pause, resume, trigger and reload,
+//! who did it, when on the fleet clock and why).
 //!
 //! Beside them, each job's alert log (`alerts`: every alert sent about it, whose newest decides
 //! whether a `done` run is a recovery).
@@ -10,5 +11,6 @@
 //! history's store ([`history::History`]), so it is one step above it.
 
 pub mod alerts;
+pub mod audit;
 pub mod history;
 pub mod watermark;

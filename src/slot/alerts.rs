@@ -174,6 +174,7 @@ pub(super) async fn send_once(ctx: &SlotEnv, alert: &Alert<'_>, key: &SlotKey, o
                 }
                 watched = Some((holder, since));
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(ALERT_LEASE) => {}
                     _ = shutdown.cancelled() => return,
                 }
@@ -198,16 +199,12 @@ async fn recovered_meanwhile(ctx: &SlotEnv, job: &Job) -> bool {
 async fn send_holding(ctx: &SlotEnv, alert: &Alert<'_>, lock: &SlotLock, lease: &Lease) {
     ctx.books().report(SlotLine {
         reason: Some(&alert.reason),
-        ..SlotLine::new(
-            &alert.job.name,
-            alert.slot,
-            alert.outcome,
-            message(alert.outcome),
-        )
+        ..SlotLine::new(alert.job, alert.slot, alert.outcome, message(alert.outcome))
     });
     let sending = log_and_send(ctx, alert, Fence::new(alert.slot, 0));
     tokio::pin!(sending);
     tokio::select! {
+        biased;
         () = &mut sending => {}
         () = keep(lock, lease) => sending.await,
     }
@@ -244,7 +241,7 @@ impl SlotEnv {
             return;
         };
         books.report(SlotLine::new(
-            &job.name,
+            job,
             slot,
             Outcome::Missed,
             "no replica ran this slot",
@@ -276,7 +273,7 @@ pub(super) async fn duplicate(ctx: &SlotEnv, job: &Job, twice: &Twice) {
     books.report(SlotLine {
         winner: Some(&other.replica),
         fence: Some(run.fence.get()),
-        ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
+        ..SlotLine::new(job, run.slot, Outcome::Duplicate, why.clone())
     });
     let alert = Alert::new(job, run.slot, Outcome::Duplicate, why);
     log_and_send(ctx, &alert, run.fence).await;

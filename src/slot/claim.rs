@@ -1,5 +1,5 @@
-//! The race for a slot's lock, for every job due at the instant as one batch (one round trip
-//! per node), and, for each win of a job with `overlap = "skip"`, the job's running lease (one
+//! The race for a slot's lock, for every job due at the instant as one batch (a round trip per
+//! node per 250 jobs), and, for each win of a job with `overlap = "skip"`, the job's running lease (one
 //! more batch). A win is a [`Won`]: what the run needs, and nothing else.
 
 use std::borrow::Cow;
@@ -72,9 +72,10 @@ impl Won {
         }
     }
 
-    /// From the slot to now ([`Won::now`]): the run's `lateness` as logged and exported.
+    /// From the slot's opening (its instant plus its jitter's delay) to now ([`Won::now`]):
+    /// the run's `lateness` as logged and exported.
     pub(super) fn lateness(&self, race: &Race) -> Duration {
-        (self.now(race) - self.slot.instant())
+        (self.now(race) - race.opens(&self.trigger, &self.job, self.slot))
             .to_std()
             .unwrap_or_default()
     }
@@ -90,13 +91,14 @@ impl Won {
         }
     }
 
-    /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
-    pub(super) fn start_record(&self, replica: &str) -> RunRecord {
+    /// The run's record as it starts, on `replica` at `now` (its clock): `running`, with its
+    /// trigger and fence.
+    pub(super) fn start_record(&self, replica: &str, now: DateTime<Utc>) -> RunRecord {
         RunRecord {
             job: self.job.name.clone(),
             slot: self.slot,
             replica: replica.to_owned(),
-            started: Utc::now(),
+            started: now,
             finished: None,
             outcome: RunState::Running,
             error: None,
@@ -119,7 +121,7 @@ impl Won {
             trigger: Some(&self.trigger),
             fence: Some(self.fence.get()),
             duration_ms: Some(duration.as_millis() as u64),
-            ..SlotLine::new(&self.job.name, self.slot, outcome, message)
+            ..SlotLine::new(&self.job, self.slot, outcome, message)
         }
     }
 }
@@ -202,7 +204,7 @@ fn settle(
     let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
         trigger: Some(trigger),
         rank,
-        ..SlotLine::new(&job.name, slot, outcome, message)
+        ..SlotLine::new(job, slot, outcome, message)
     };
     match acquired {
         Acquire::Won(lease) => {
@@ -257,7 +259,7 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
         match running_lease(books, &won.job, won.slot, acquired) {
             Ok(running) => won.running = Some(running),
             Err(skipped) => {
-                record::not_run(books, won, &skipped).await;
+                record::not_run(books, won, &skipped, race.clock().now()).await;
                 **claim = Raced::Settled(skipped);
             }
         }
@@ -290,7 +292,7 @@ fn running_lease(
         reason: Some("overlap"),
         running_on: holder.as_ref().map(|h| h.replica()),
         error: error.as_ref().map(|e| e as &dyn std::fmt::Display),
-        ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
+        ..SlotLine::new(job, slot, Outcome::Overlapped, message)
     });
     Err(SlotResult::Overlapped { holder })
 }

@@ -66,6 +66,7 @@ async fn sleep_until(ctx: &SlotEnv, at: DateTime<Utc>, shutdown: &CancellationTo
             return !shutdown.is_cancelled();
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled() => return false,
         }
