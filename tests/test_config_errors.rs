@@ -1351,3 +1351,54 @@ fn every_mistake_of_the_scheduler_section_is_reported() {
         "{errors}"
     );
 }
+
+/// An `[alert.NAME]` takes `${VAR}` and `NAME_file` as a job's action does: the README's own
+/// alert (`webhook = "${ONCALL_WEBHOOK}"`) failed `check` with "not a URL", and `webhook_file`
+/// was an unknown field.
+#[test]
+fn an_alerts_variables_and_secret_files_are_read_as_a_jobs_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("oncall-hook");
+    std::fs::write(
+        &hook,
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=filekey\n",
+    )
+    .unwrap();
+    let alert = |webhook: &str| {
+        format!(
+            "[alert.oncall]\ntype = \"wecom\"\n{webhook}\nmsgtype = \"text\"\ncontent = \"x\"\n"
+        )
+    };
+    let text = format!(
+        "{}{}",
+        alert("webhook = \"${WECOM_WEBHOOK}\""),
+        job("on_failure = \"oncall\"", WECOM)
+    );
+    let config = parse(&text).unwrap_or_else(|e| panic!("a ${{VAR}} webhook: {e}"));
+    assert!(
+        !format!("{config:?}").contains(WEBHOOK_KEY),
+        "the key stays secret"
+    );
+    let text = format!(
+        "{}{}",
+        alert(&format!("webhook_file = {:?}", hook.display().to_string())),
+        job("on_failure = \"oncall\"", WECOM)
+    );
+    parse(&text).unwrap_or_else(|e| panic!("a webhook_file: {e}"));
+    let mut unset = env();
+    unset.remove("WECOM_WEBHOOK");
+    let text = format!(
+        "{}{}",
+        alert("webhook = \"${ONCALL_HOOK}\""),
+        job("", "type = \"log\"\ncontent = \"x\"")
+    );
+    let errors = parse_with(&text, &unset).unwrap_err().to_string();
+    assert!(
+        errors.contains("alert \"oncall\"") && errors.contains("ONCALL_HOOK is not set"),
+        "{errors}"
+    );
+    assert!(
+        !errors.contains("not a URL"),
+        "one error, not a second about the value: {errors}"
+    );
+}

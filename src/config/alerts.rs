@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use toml::Value;
 
-use super::actions::ActionCheck;
+use super::actions::{self, ActionCheck};
 use super::error::{ConfigError, Section};
 use super::raw::RawAction;
 use super::Loader;
@@ -45,10 +45,13 @@ impl Loader<'_> {
         }
     }
 
-    fn alert(&mut self, name: &str, value: Value) -> Option<Action> {
+    fn alert(&mut self, name: &str, mut value: Value) -> Option<Action> {
         let section = Section::Alert(name.to_owned());
-        let raw: RawAction = self.typed(value, &section)?;
         let before = self.errors.len();
+        // An unset variable or an unreadable file is the alert's error; its action, which
+        // needs those values, is not checked on top of it.
+        self.read_alert_values(&mut value, &section)?;
+        let raw: RawAction = self.typed(value, &section)?;
         let config_dir = self.config_dir.clone();
         let action = ActionCheck {
             loader: self,
@@ -59,6 +62,26 @@ impl Loader<'_> {
         }
         .action(raw);
         (self.errors.len() == before).then_some(action).flatten()
+    }
+
+    /// `${VAR}` expanded and `NAME_file` read in an alert's table, as in a job's action (a
+    /// loader that leaves secrets unresolved leaves the `NAME_file` paths in their values'
+    /// place, unread). `None` when one could not be (each recorded).
+    fn read_alert_values(&mut self, value: &mut Value, section: &Section) -> Option<()> {
+        self.file_keys.clear();
+        if !self.resolves() {
+            actions::file_fields_unread(value);
+            return Some(());
+        }
+        let mut expanded = true;
+        if let Value::Table(table) = value {
+            for (key, item) in table.iter_mut() {
+                expanded &= self.expand_all(item, section, key).is_some();
+            }
+        }
+        let dir = self.config_dir.clone();
+        let read = actions::read_file_fields(self, value, section, &dir);
+        expanded.then_some(()).and(read)
     }
 
     /// The alert `on_failure` names (a job's, else `[scheduler]`'s), checked to exist.
