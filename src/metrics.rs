@@ -228,7 +228,9 @@ impl Metrics {
         drop(self.budget_wait_seconds.get_or_create(&labels));
         drop(self.handoffs.get_or_create(&labels));
         drop(self.missed.get_or_create(&labels));
+        drop(self.duplicates.get_or_create(&labels));
         drop(self.unreplicated.get_or_create(&labels));
+        drop(self.unreplicated_pauses.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
     }
 
@@ -561,6 +563,11 @@ mod tests {
             "slotcron_last_failure_timestamp_seconds",
             "slotcron_action_duration_seconds_count",
             "slotcron_lateness_seconds_count",
+            "slotcron_missed_slots_total",
+            "slotcron_duplicate_runs_total",
+            "slotcron_unreplicated_runs_total",
+            "slotcron_unreplicated_pause_changes_total",
+            "slotcron_job_paused",
         ] {
             let line = format!("{series}{{slotcron_job=\"standup\"}} 0");
             assert!(text.contains(&line), "{line}\n{text}");
