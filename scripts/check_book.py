@@ -13,7 +13,8 @@ link in them resolves, offline.
 - links: every relative link of the built HTML resolves to a file of the book and, with
   `#anchor`, to an id in it (the ids mdBook generates for headings); a link into this
   repository on GitHub (`https://github.com/slotcron/slotcron/blob/main/PATH#anchor`) must name
-  a file the repository has (and a heading of it). Nothing is fetched.
+  a file the repository has (and a heading of it); README.md's links too, as GitHub resolves
+  them. Nothing is fetched.
 
 The mdbook binary is --mdbook PATH, else where scripts/test.sh installs the pinned one
 (target/book-venv/bin/mdbook, or ~/.cargo/bin/mdbook), else `mdbook` on PATH. redis-server must be on PATH (scripts/test.sh
@@ -60,6 +61,7 @@ def main() -> int:
             for lang, out in built.items():
                 if out is not None:
                     check_links(lang, out, findings)
+            check_readme_links(findings)
     for f in findings:
         print(f"check_book: {f}", file=sys.stderr)
     if findings:
@@ -341,6 +343,26 @@ def link_problem(page: Path, href: str, pages: dict) -> str | None:
         if anchor not in ids:
             return f"no heading #{anchor} in {target.name}"
     return None
+
+
+def check_readme_links(findings: list[str]) -> None:
+    """README.md's links, as GitHub shows the file: relative to the repository's root, an
+    `#anchor` to a heading of the Markdown file it names."""
+    code = False
+    for n, line in enumerate((REPO / "README.md").read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            code = not code
+        for href in [] if code else re.findall(r"\]\(([^)\s]+)\)", line):
+            if href.startswith(GITHUB_BLOB):
+                problem = repo_link_problem(href[len(GITHUB_BLOB):])
+            elif re.match(r"^[a-z][a-z0-9+.-]*:", href):
+                continue
+            elif href.startswith("#"):
+                problem = repo_link_problem("README.md" + href)
+            else:
+                problem = repo_link_problem(href)
+            if problem:
+                findings.append(f"README.md:{n}: link {href}: {problem}")
 
 
 def repo_link_problem(rest: str) -> str | None:
