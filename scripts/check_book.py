@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BOOKS = ("en", "zh")
 GITHUB_BLOB = "https://github.com/slotcron/slotcron/blob/main/"
+BOOK_ROOT = REPO / "book"  # --root
 # How long the scraped replica may take to answer with its nodes measured: its first start on a
 # loaded 2-core machine (CI builds beside it) takes seconds, not minutes.
 SCRAPE_WITHIN_S = 60
@@ -49,6 +50,8 @@ def main() -> int:
     findings: list[str] = []
     checks = set(args.only.split(","))
     books = args.books.split(",")
+    global BOOK_ROOT
+    BOOK_ROOT = Path(args.root)
     with tempfile.TemporaryDirectory(prefix="slotcron-book-") as tmp:
         built = {}
         if checks & {"build", "links"}:
@@ -77,6 +80,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", default="build,coverage,links")
     p.add_argument("--books", default=",".join(BOOKS))
     p.add_argument("--mdbook", help="the mdbook binary (default: found as the doc says)")
+    p.add_argument("--root", default=str(REPO / "book"),
+                   help="the folder holding the books (default: book/ of this repository)")
     return p.parse_args()
 
 
@@ -96,7 +101,7 @@ def find_mdbook(given: str | None) -> str:
 
 def build(mdbook: str, lang: str, out: Path, findings: list[str]) -> Path | None:
     """Builds book/LANG into `out`; a failed build or any warning is a finding."""
-    root = REPO / "book" / lang
+    root = BOOK_ROOT / lang
     if not (root / "book.toml").is_file():
         findings.append(f"book/{lang}: no book.toml (the book is missing)")
         return None
@@ -268,7 +273,7 @@ def free_port() -> int:
 def book_code(lang: str) -> str | None:
     """The code of book/LANG: its fenced blocks and inline `spans`, with `{{#include}}`d files
     read in, over every chapter SUMMARY.md lists."""
-    src = REPO / "book" / lang / "src"
+    src = BOOK_ROOT / lang / "src"
     summary = src / "SUMMARY.md"
     if not summary.is_file():
         return None

@@ -180,3 +180,71 @@ fn the_readmes_reminder_reaches_the_robot_receiver() {
         "{got}"
     );
 }
+
+/// The coverage check is not vacuous: a copy of the English book with one config key, one flag
+/// and one metric renamed away fails it, naming each.
+#[test]
+fn the_coverage_check_names_what_a_book_lacks() {
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("en/src");
+    std::fs::create_dir_all(&src).unwrap();
+    for entry in std::fs::read_dir(repo().join("book/en/src")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text
+            .replace("wait_replicas", "wait_replica_count")
+            .replace("--no-watch", "--no-watching")
+            .replace("slotcron_handoffs_total", "slotcron_handoffs");
+        std::fs::write(src.join(path.file_name().unwrap()), text).unwrap();
+    }
+    let run = Command::new("python3")
+        .arg(repo().join("scripts/check_book.py"))
+        .arg(env!("CARGO_BIN_EXE_slotcron"))
+        .args(["--only", "coverage", "--books", "en", "--root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{said}");
+    for missing in [
+        "config key `wait_replicas`",
+        "CLI flag `--no-watch`",
+        "metric `slotcron_handoffs_total`",
+    ] {
+        assert!(said.contains(missing), "{missing} not named:\n{said}");
+    }
+}
+
+/// The link check is not vacuous: a small book with a link to a missing chapter, an anchor no
+/// heading has, and a GitHub link to a file this repository lacks fails it, naming each.
+#[test]
+fn the_link_check_names_each_broken_link() {
+    let Some(mdbook) = mdbook() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let src = root.path().join("en/src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(root.path().join("en/book.toml"), "[book]\ntitle = \"t\"\n").unwrap();
+    std::fs::write(src.join("SUMMARY.md"), "# Summary\n\n- [One](one.md)\n").unwrap();
+    let chapter = "# One\n\n## Here\n\n[fine](#here) [gone](two.md) [nowhere](#there) \
+                   [repo](https://github.com/slotcron/slotcron/blob/main/NOPE.md)\n";
+    std::fs::write(src.join("one.md"), chapter).unwrap();
+    let run = Command::new("python3")
+        .arg(repo().join("scripts/check_book.py"))
+        .arg(env!("CARGO_BIN_EXE_slotcron"))
+        .args(["--only", "links", "--books", "en", "--mdbook"])
+        .arg(&mdbook)
+        .arg("--root")
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{said}");
+    for broken in [
+        "link two.html",
+        "link #there",
+        "link https://github.com/slotcron/slotcron/blob/main/NOPE.md",
+    ] {
+        assert!(said.contains(broken), "{broken} not named:\n{said}");
+    }
+    assert!(!said.contains("link #here"), "{said}");
+}
