@@ -42,20 +42,23 @@ fn mdbook() -> Option<PathBuf> {
     found
 }
 
-/// `scripts/check_book.py` with `args` against this build's binary; its findings, one a line,
-/// are the failure's message.
-fn check_book(args: &[&str]) {
+/// `scripts/check_book.py` run with `args` against this build's binary: whether it passed, and
+/// its findings (one a line, on stderr).
+fn run_check_book<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (bool, String) {
     let run = Command::new("python3")
         .arg(repo().join("scripts/check_book.py"))
         .arg(env!("CARGO_BIN_EXE_slotcron"))
         .args(args)
         .output()
         .expect("running python3 scripts/check_book.py");
-    let said = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "check_book.py {args:?} failed:\n{said}"
-    );
+    let said = String::from_utf8_lossy(&run.stderr).into_owned();
+    (run.status.success(), said)
+}
+
+/// `scripts/check_book.py` with `args`; its findings are the failure's message.
+fn check_book(args: &[&str]) {
+    let (passed, said) = run_check_book(args);
+    assert!(passed, "check_book.py {args:?} failed:\n{said}");
 }
 
 #[test]
@@ -197,15 +200,10 @@ fn the_coverage_check_names_what_a_book_lacks() {
             .replace("slotcron_handoffs_total", "slotcron_handoffs");
         std::fs::write(src.join(path.file_name().unwrap()), text).unwrap();
     }
-    let run = Command::new("python3")
-        .arg(repo().join("scripts/check_book.py"))
-        .arg(env!("CARGO_BIN_EXE_slotcron"))
-        .args(["--only", "coverage", "--books", "en", "--root"])
-        .arg(root.path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success(), "{said}");
+    let root: &std::ffi::OsStr = root.path().as_ref();
+    let args = ["--only", "coverage", "--books", "en", "--root"].map(std::ffi::OsStr::new);
+    let (passed, said) = run_check_book(&[&args[..], &[root]].concat());
+    assert!(!passed, "{said}");
     for missing in [
         "config key `wait_replicas`",
         "CLI flag `--no-watch`",
@@ -228,17 +226,14 @@ fn the_link_check_names_each_broken_link() {
     let chapter = "# One\n\n## Here\n\n[fine](#here) [gone](two.md) [nowhere](#there) \
                    [repo](https://github.com/slotcron/slotcron/blob/main/NOPE.md)\n";
     std::fs::write(src.join("one.md"), chapter).unwrap();
-    let run = Command::new("python3")
-        .arg(repo().join("scripts/check_book.py"))
-        .arg(env!("CARGO_BIN_EXE_slotcron"))
-        .args(["--only", "links", "--books", "en", "--mdbook"])
-        .arg(&mdbook)
-        .arg("--root")
-        .arg(root.path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success(), "{said}");
+    let args = ["--only", "links", "--books", "en", "--mdbook"].map(std::ffi::OsStr::new);
+    let tail = [
+        mdbook.as_os_str(),
+        "--root".as_ref(),
+        root.path().as_os_str(),
+    ];
+    let (passed, said) = run_check_book(&[&args[..], &tail].concat());
+    assert!(!passed, "{said}");
     for broken in [
         "link two.html",
         "link #there",
