@@ -183,6 +183,7 @@ impl Replica {
             self.name.clone(),
             self.metrics.clone(),
             self.history.clone(),
+            self.key_prefix.clone(),
         );
         let race = Race::new(
             self.lock.clone(),

@@ -22,6 +22,7 @@ pub use crate::action::function::{SlotContext, Trigger};
 pub use crate::config::{CatchUpPolicy, Overlap};
 pub use crate::outcome::Outcome;
 pub use crate::record::history::RunRecord;
+pub use crate::time::schedule::{DstGap, DstRepeat};
 /// The time types the API takes and returns ([`SlotContext::slot`] is a `DateTime<Utc>`,
 /// [`SlotContext::slot_local`] a `DateTime<Tz>`, [`Calendar::holiday`] takes a `NaiveDate`),
 /// re-exported so that naming them needs no crate of your own (nor matching its version).

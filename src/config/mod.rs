@@ -13,6 +13,7 @@ mod endpoints;
 pub mod env;
 pub mod error;
 mod guard;
+mod jitter;
 mod jobs;
 mod locate;
 mod raw;
@@ -134,6 +135,9 @@ pub struct Job {
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    /// Each slot is raced and sent a delay in `[0, jitter)` after its nominal instant, the same
+    /// on every replica ([`crate::time::jitter::delay`]); zero: at the instant.
+    pub jitter: Duration,
     /// What happens when a slot comes while the previous run goes on.
     pub overlap: Overlap,
     /// Catch-up of slots missed while no replica ran, if enabled.
@@ -298,6 +302,9 @@ struct Loader<'e> {
     secrets: Secrets,
     /// The checked schedules of the disabled jobs, for [`Config::disabled_schedules`].
     disabled_schedules: BTreeMap<String, Schedule>,
+    /// The smallest gap between slots of each schedule (by its definition) a `jitter` was
+    /// checked against: a thousand jobs on one cron walk its slots once, not a thousand times.
+    gaps: std::collections::HashMap<String, Option<Duration>>,
 }
 
 /// The directory of jobs.toml, which the files it names are relative to (`.` for a bare name).
@@ -325,6 +332,7 @@ impl<'e> Loader<'e> {
             file_keys: Vec::new(),
             secrets: Secrets::Resolved,
             disabled_schedules: BTreeMap::new(),
+            gaps: Default::default(),
         }
     }
 

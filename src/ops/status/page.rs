@@ -136,8 +136,17 @@ fn views(config: &Config, jobs: &[Arc<Job>], reads: &[&Reads], frame: &Frame) ->
         .iter()
         .zip(reads)
         .map(|(job, reads)| {
-            let settling = chrono::Duration::from_std(job.timeout + skew).unwrap_or_default();
-            job_view(job, &action_text(config, job), reads, settling, frame)
+            // A slot with jitter is run up to `jitter` after its instant: pending until then.
+            let settling = job.timeout + skew + job.jitter;
+            let settling = chrono::Duration::from_std(settling).unwrap_or_default();
+            let prefix = config.scheduler.key_prefix.as_str();
+            job_view(
+                job,
+                &action_text(config, job),
+                reads,
+                (settling, prefix),
+                frame,
+            )
         })
         .collect();
     views.sort_by_key(|v| v.standing);
