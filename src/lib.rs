@@ -42,7 +42,7 @@
 //! One slot's life reads down this list, and so do the imports: a module imports only modules
 //! listed below it (`tests/test_layout.rs` checks this list against `src/`).
 //! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
-//!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
+//!   `pause`/`resume`, `audit`, `health`, `completions`/`man`) under a dispatcher that only picks one.
 //! - [`api`]: the library: a [`Fleet`] built in code (Redis nodes, jobs with a cron and an
 //!   async function) or from a jobs.toml (the binary's), started into a [`FleetHandle`] with
 //!   graceful shutdown, triggers, pauses, resumes and history; and, with the `tcs` feature,
@@ -81,8 +81,9 @@
 //!   whose `http` attempts carry its `traceparent`.
 //! - [`lock`]: the Redlock over the Redis layer, and the standalone in-process lock.
 //! - [`record`]: what the fleet keeps about its jobs: `history` (run records in a capped stream
-//!   per job on every node) and `watermark` (when the fleet first scheduled a job; catch-up
-//!   never reaches before it).
+//!   per job on every node), `watermark` (when the fleet first scheduled a job; catch-up
+//!   never reaches before it) and `audit` (every control action and reload: who, when on the
+//!   fleet clock, why; a capped stream on every node, counted on a majority).
 //! - [`time`]: `fleet_clock` (the Redis nodes' `TIME` kept on the monotonic clock; scheduling on
 //!   it; never trusted before it is measured; wall-clock steps and jumps seen and reported),
 //!   `schedule` (slots from cron + IANA zone; the wall-clock seam), `calendar` (workdays and

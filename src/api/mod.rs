@@ -324,6 +324,7 @@ impl Fleet {
         let stop = CancellationToken::new();
         let race = replica.context_until(&config, &stop);
         let jobs = config.jobs.clone();
+        let audit = replica.audit.clone();
         let run = tokio::spawn(replica::run_replica(
             replica,
             config,
@@ -336,6 +337,7 @@ impl Fleet {
             race,
             jobs,
             guarded: TaskTracker::new(),
+            audit,
         })
     }
 

@@ -75,6 +75,9 @@ pub struct Config {
     pub scrubber: Arc<Scrubber>,
     /// Things that work but deserve a word at start (an even number of nodes, standalone mode).
     pub warnings: Vec<String>,
+    /// The file's hash (xxh3 of its bytes, 16 hex digits): the audit trail names a reload's
+    /// and a restart's change of configuration by it.
+    pub hash: String,
 }
 
 impl Config {
@@ -365,8 +368,7 @@ impl<'e> Loader<'e> {
         if let Some(redis) = &redis {
             scheduler.key_prefix = self.key_prefix_for(&scheduler.key_prefix, &redis.mode)?;
         }
-        let http = http?;
-        let otlp_endpoint = otlp_endpoint?;
+        let (http, otlp_endpoint) = (http?, otlp_endpoint?);
         self.coverage_warnings();
         if redis.is_none() {
             self.warnings.push(STANDALONE_WARNING.to_owned());
@@ -384,6 +386,7 @@ impl<'e> Loader<'e> {
             templates: Arc::new(std::mem::take(&mut self.templates)),
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
+            hash: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes())),
         })
     }
 
