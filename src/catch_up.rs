@@ -15,6 +15,7 @@ use crate::fleet::control::{covered, paused_intervals, PausedSpan};
 use crate::record::history::RunRecord;
 use crate::record::watermark;
 use crate::slot::{SlotEnv, Trigger};
+use crate::time::jitter;
 use crate::time::schedule::{Schedule, Slot};
 
 /// How far back a starting replica looks for slots no replica ran.
@@ -123,7 +124,12 @@ async fn report_missed(
     // The slots just before the start may still be running elsewhere (a run is recorded when it
     // ends): judge them once their timeout and start window are over. Later slots are this
     // replica's to race.
-    let longest = jobs.iter().map(|job| job.timeout).max().unwrap_or_default();
+    // A slot's jitter moves its run that much later.
+    let longest = jobs
+        .iter()
+        .map(|job| job.timeout + job.jitter)
+        .max()
+        .unwrap_or_default();
     tokio::select! {
         _ = ctx.shutdown().cancelled() => return,
         _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
@@ -186,7 +192,7 @@ async fn catch_up(
     turns: &Semaphore,
 ) {
     let Some(catch_up) = job.catch_up else { return };
-    let now = ctx.race().clock().fleet_now();
+    let now = opened_by(job, ctx.race().key_prefix(), ctx.race().clock().fleet_now());
     let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
     let floor = (now - window).max(watermark);
     if job
@@ -211,6 +217,20 @@ async fn catch_up(
         }
         tracing::info!(job = %job.name, %slot, replica = %ctx.books().replica(), "catching up a missed slot");
         crate::slot::once(ctx, Trigger::CatchUp, job.clone(), slot).await;
+    }
+}
+
+/// `now`, or just before the latest slot at or before it when that slot has not opened yet
+/// (its jitter's delay runs past `now`): that slot is the timeline's to race, at its delayed
+/// instant, and catching it up now would send it early. Only the latest can be unopened: a
+/// jitter is never larger than the job's interval.
+fn opened_by(job: &Job, prefix: &str, now: DateTime<Utc>) -> DateTime<Utc> {
+    let unopened = |slot: &Slot| {
+        jitter::delayed(*slot, jitter::delay(prefix, &job.name, *slot, job.jitter)) > now
+    };
+    match job.schedule.back_from(now).next().filter(unopened) {
+        Some(slot) => slot.instant() - chrono::Duration::milliseconds(1),
+        None => now,
     }
 }
 
@@ -365,5 +385,31 @@ mod tests {
             instants(&all),
             ["2026-01-01T09:59:59Z", "2026-01-01T10:00:00Z"]
         );
+    }
+
+    #[test]
+    fn catch_up_leaves_a_slot_whose_jitter_has_not_run_out_to_the_timeline() {
+        let mut jobs = jobs(&[("spread", "0 * * * * *")]);
+        let jitter = Duration::from_secs(30);
+        std::sync::Arc::get_mut(&mut jobs[0]).unwrap().jitter = jitter;
+        let job = &jobs[0];
+        let slot = Slot::at(at("2026-01-01T10:01:00Z"));
+        let delayed = jitter::delayed(slot, jitter::delay("p", "spread", slot, jitter));
+        assert!(delayed > slot.instant(), "this slot's delay is not zero");
+        let before = delayed - chrono::Duration::milliseconds(1);
+        // Between the instant and the delay: caught up only to before the slot.
+        let cut = opened_by(job, "p", before);
+        assert!(cut < slot.instant(), "{cut}");
+        let missed = missed_slots(
+            &job.schedule,
+            cut,
+            at("2026-01-01T09:58:30Z"),
+            &[],
+            &[],
+            CatchUpPolicy::Latest,
+        );
+        assert_eq!(missed, [Slot::at(at("2026-01-01T10:00:00Z"))]);
+        // Once the delay ran out, the slot is catch-up's.
+        assert_eq!(opened_by(job, "p", delayed), delayed);
     }
 }

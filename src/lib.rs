@@ -42,7 +42,7 @@
 //! One slot's life reads down this list, and so do the imports: a module imports only modules
 //! listed below it (`tests/test_layout.rs` checks this list against `src/`).
 //! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
-//!   `pause`/`resume`, `health`, `completions`/`man`) under a dispatcher that only picks one.
+//!   `pause`/`resume`, `audit`, `health`, `completions`/`man`) under a dispatcher that only picks one.
 //! - [`api`]: the library: a [`Fleet`] built in code (Redis nodes, jobs with a cron and an
 //!   async function) or from a jobs.toml (the binary's), started into a [`FleetHandle`] with
 //!   graceful shutdown, triggers, pauses, resumes and history; and, with the `tcs` feature,
@@ -51,8 +51,8 @@
 //! - [`replica`]: start-up and lifetime: connect the node pool, measure the fleet clock, join
 //!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
 //!   schedule per configuration (reloads), shut down.
-//! - [`scheduler`]: the timeline that sleeps until the next due instant and hands the due jobs
-//!   to their slot's life (`slot::due`), as one batch.
+//! - [`scheduler`]: the timeline that sleeps until the next due instant (a slot's instant plus
+//!   its jitter's delay) and hands the due jobs to their slot's life (`slot::due`), as one batch.
 //! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
 //! - [`slot`]: one slot's life on one replica, in order, from one entry (`slot::due`) that the
 //!   timeline, catch-up, `trigger`, handoff offers and tests all go through: paused? ->
@@ -81,13 +81,14 @@
 //!   whose `http` attempts carry its `traceparent`.
 //! - [`lock`]: the Redlock over the Redis layer, and the standalone in-process lock.
 //! - [`record`]: what the fleet keeps about its jobs: `history` (run records in a capped stream
-//!   per job on every node) and `watermark` (when the fleet first scheduled a job; catch-up
-//!   never reaches before it).
+//!   per job on every node), `watermark` (when the fleet first scheduled a job; catch-up
+//!   never reaches before it) and `audit` (every control action and reload: who, when on the
+//!   fleet clock, why; a capped stream on every node, counted on a majority).
 //! - [`time`]: `fleet_clock` (the Redis nodes' `TIME` kept on the monotonic clock; scheduling on
 //!   it; never trusted before it is measured; wall-clock steps and jumps seen and reported),
 //!   `schedule` (slots from cron + IANA zone; the wall-clock seam), `calendar` (workdays and
-//!   days off: built-in `cn`, .ics files, inline dates) and `words` (a schedule said in Chinese
-//!   or English).
+//!   days off: built-in `cn`, .ics files, inline dates), `jitter` (a slot's delay, the same on
+//!   every replica) and `words` (a schedule said in Chinese or English).
 //! - [`metrics`]: Prometheus metrics.
 //! - [`outcome`]: how a slot ended, as its log line and its counter name it.
 //! - [`redis`]: everything that talks to Redis: the node pool (fan-out, quorum, its one view of
@@ -124,8 +125,8 @@ pub mod trace;
 pub mod watch;
 
 pub use api::{
-    Calendar, CatchUpPolicy, DateTime, Error, Fleet, FleetHandle, JobSpec, NaiveDate, Outcome,
-    Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
+    Calendar, CatchUpPolicy, DateTime, DstGap, DstRepeat, Error, Fleet, FleetHandle, JobSpec,
+    NaiveDate, Outcome, Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
 };
 /// The crates of the time types the API returns, at the versions it uses.
 pub use {chrono, chrono_tz};

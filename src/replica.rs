@@ -34,6 +34,7 @@ use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::ops::liveness::Liveness;
 use crate::ops::status;
+use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{independence, Nodes};
@@ -54,6 +55,9 @@ pub struct Replica {
     pub lock: SlotLock,
     /// The run history, shared by every generation and the status page.
     pub history: History,
+    /// The audit trail: this replica's reloads and config hash changes, and the library's
+    /// pauses, resumes and triggers.
+    pub audit: Audit,
     /// One registry for the replica's life: counters keep counting across reloads.
     pub metrics: Arc<Metrics>,
     /// The rate budgets: a reload must not hand a job a fresh budget mid-minute.
@@ -105,6 +109,7 @@ impl Replica {
         Replica {
             lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
             history: History::local(),
+            audit: Audit::local(),
             budgets: Budgets::local(),
             handoffs: Handoffs::Off,
             control: Control::Off,
@@ -156,6 +161,7 @@ impl Replica {
                 nodes: nodes.clone(),
                 prefix: prefix.clone(),
             },
+            audit: Audit::redis(nodes.clone(), &prefix),
             handoffs: Handoffs::redis(nodes.clone(), &prefix),
             control: Control::redis(nodes.clone(), &prefix).counting(metrics.clone()),
             lock: SlotLock::Redlock(lock),
@@ -183,6 +189,7 @@ impl Replica {
             self.name.clone(),
             self.metrics.clone(),
             self.history.clone(),
+            self.key_prefix.clone(),
         );
         let race = Race::new(
             self.lock.clone(),
@@ -307,6 +314,7 @@ pub async fn run_replica(
     // run concurrently with the timeline).
     let names: Vec<String> = read(&current).jobs.iter().map(|j| j.name.clone()).collect();
     replica.control.refresh(&names).await;
+    tracker.spawn(audit_start(replica.clone(), read(&current).hash.clone()));
     listen_to_the_fleet(&replica, &current, &tracker, &shutdown);
     let mut reloads = reloads;
     let mut first = true;
@@ -323,7 +331,7 @@ pub async fn run_replica(
         };
         start_generation(&replica, &config, &tracker, ties, first);
         first = false;
-        let next = wait_for_reload(&replica, &shutdown, &mut reloads, &config).await;
+        let next = wait_for_reload(&replica, &shutdown, &tracker, &mut reloads, &config).await;
         generation.cancel();
         let Some(new) = next else { break };
         replica.membership.regroup(group_of(&new)).await;
@@ -360,6 +368,7 @@ async fn serve_status(
         lock: replica.lock.clone(),
         history: replica.history.clone(),
         control: replica.control.clone(),
+        audit: replica.audit.clone(),
         metrics: replica.metrics.clone(),
         clock: replica.clock.clone(),
         liveness: replica.liveness.clone(),
@@ -488,10 +497,12 @@ fn start_generation(
     ));
 }
 
-/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`).
+/// Waits for shutdown (`None`) or a reload that yields a valid file (`Some`); `tracker` keeps
+/// the reloads' audit writes.
 async fn wait_for_reload(
     replica: &Replica,
     shutdown: &CancellationToken,
+    tracker: &TaskTracker,
     reloads: &mut Option<mpsc::Receiver<()>>,
     old: &Config,
 ) -> Option<Config> {
@@ -509,7 +520,7 @@ async fn wait_for_reload(
                     *reloads = None;
                     continue;
                 }
-                if let Some(new) = reload(replica, old).await {
+                if let Some(new) = reload(replica, old, tracker).await {
                     return Some(new);
                 }
             }
@@ -519,22 +530,68 @@ async fn wait_for_reload(
 
 /// Reads the file again: `reloaded` and the new config, or `reload rejected` with the errors (a
 /// panic while checking is one; the schedule is kept); counted in `slotcron_config_reloads_total`.
-async fn reload(replica: &Replica, old: &Config) -> Option<Config> {
+/// Either way it is recorded in the audit trail, with the config hash change or the errors, by
+/// a task of `tracker`: off the reload's path, so a hung node never delays the new schedule.
+async fn reload(replica: &Replica, old: &Config, tracker: &TaskTracker) -> Option<Config> {
+    let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::Reload);
     match config::reload(old).await {
         Ok(new) => {
             warn_about_restart_only_changes(old, &new);
             replica.metrics.config_reload(ReloadResult::Applied);
             tracing::info!(replica = %replica.name, config = %new.path.display(),
-                jobs = new.jobs.len(), "reloaded");
+                jobs = new.jobs.len(), config_hash = %new.hash, "reloaded");
+            let entry = entry.detail(hash_change(&old.hash, &new.hash));
+            tracker.spawn(record_reload(
+                replica.clone(),
+                entry,
+                Some(new.hash.clone()),
+            ));
             Some(new)
         }
         Err(errors) => {
             replica.metrics.config_reload(ReloadResult::Rejected);
             tracing::error!(replica = %replica.name, config = %old.path.display(),
                 error = %errors, "reload rejected");
+            let rejected = AuditEntry {
+                action: AuditAction::ReloadRejected,
+                reason: Some(errors.to_string()),
+                ..entry.detail(format!("config hash {} kept", old.hash))
+            };
+            tracker.spawn(record_reload(replica.clone(), rejected, None));
             None
         }
     }
+}
+
+/// Records a reload's audit entry and, when it applied a file, that file's hash as the one
+/// this replica runs (what its next start compares with).
+async fn record_reload(replica: Replica, entry: AuditEntry, now_running: Option<String>) {
+    replica.audit.note(&entry).await;
+    if let Some(hash) = now_running {
+        replica.audit.config_hash_seen(&replica.name, &hash).await;
+    }
+}
+
+/// A config hash change as the audit trail words it.
+fn hash_change(old: &str, new: &str) -> String {
+    if old == new {
+        format!("config hash {new} unchanged")
+    } else {
+        format!("config hash {old} -> {new}")
+    }
+}
+
+/// At start: records in the audit trail that this replica now runs a configuration other
+/// than the one it last ran (a deploy, an edit applied by a restart). Nothing on a first start.
+async fn audit_start(replica: Replica, hash: String) {
+    let Some(previous) = replica.audit.config_hash_seen(&replica.name, &hash).await else {
+        return;
+    };
+    let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::ConfigHash);
+    replica
+        .audit
+        .note(&entry.detail(hash_change(&previous, &hash)))
+        .await;
 }
 
 /// Warns about the changes a reload does not apply: they would split the fleet mid-flight.

@@ -16,20 +16,34 @@ use crate::config::Job;
 use crate::ops::liveness::{Liveness, Raced};
 use crate::slot::{SlotEnv, SlotResult, Trigger};
 use crate::time::fleet_clock::{FleetClock, JUMP_BOUND};
+use crate::time::jitter;
 use crate::time::schedule::Slot;
 
-/// The jobs' next slots, earliest first: what the timeline sleeps towards.
+/// When a slot is due: its nominal instant plus its jitter's delay (`at`), and the slot. The
+/// timeline wakes once per distinct pair: jobs whose delays differ are separate batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    /// The instant the slot is raced: ordered first, so the timeline sleeps towards it.
+    at: DateTime<Utc>,
+    /// The nominal slot: its keys and records.
+    slot: Slot,
+}
+
+/// The jobs' next slots, earliest due first: what the timeline sleeps towards.
 struct Timeline {
     jobs: Vec<Arc<Job>>,
-    /// (next slot, index into `jobs`); jobs whose schedule has ended are not in it.
-    due: BinaryHeap<Reverse<(Slot, usize)>>,
+    /// `[scheduler] key_prefix`: part of every slot's delay.
+    prefix: String,
+    /// (next due slot, index into `jobs`); jobs whose schedule has ended are not in it.
+    due: BinaryHeap<Reverse<(Due, usize)>>,
 }
 
 impl Timeline {
-    /// Queues each job's first slot after `now`.
-    fn new(jobs: Vec<Arc<Job>>, now: DateTime<Utc>, replica: &str) -> Self {
+    /// Queues each job's first slot due after `now`.
+    fn new(jobs: Vec<Arc<Job>>, now: DateTime<Utc>, prefix: &str, replica: &str) -> Self {
         let mut timeline = Timeline {
             jobs,
+            prefix: prefix.to_owned(),
             due: BinaryHeap::new(),
         };
         for i in 0..timeline.jobs.len() {
@@ -38,25 +52,40 @@ impl Timeline {
         timeline
     }
 
-    /// Queues job `i`'s first slot after `after`.
+    /// Queues job `i`'s first slot due after `after`: a slot whose nominal instant passed may
+    /// still be due (its delay has not), so the walk starts one jitter back. A jitter is never
+    /// larger than the job's interval (checked at load), so due instants keep the slots' order.
     fn schedule(&mut self, i: usize, after: DateTime<Utc>, replica: &str) {
-        match self.jobs[i].schedule.next_after(after) {
-            Some(slot) => self.due.push(Reverse((slot, i))),
-            None => tracing::warn!(job = %self.jobs[i].name, replica = %replica,
+        let job = &self.jobs[i];
+        let back = chrono::Duration::from_std(job.jitter).unwrap_or_default();
+        let due_of = |slot: Slot| {
+            let delay = jitter::delay(&self.prefix, &job.name, slot, job.jitter);
+            Due {
+                at: jitter::delayed(slot, delay),
+                slot,
+            }
+        };
+        let mut next = job.schedule.next_after(after - back).map(due_of);
+        while let Some(due) = next.filter(|due| due.at <= after) {
+            next = job.schedule.next_after(due.slot.instant()).map(due_of);
+        }
+        match next {
+            Some(due) => self.due.push(Reverse((due, i))),
+            None => tracing::warn!(job = %job.name, replica = %replica,
                 "the schedule has no further slot"),
         }
     }
 
     /// The earliest slot queued: the instant the timeline sleeps towards.
-    fn next(&self) -> Option<Slot> {
-        self.due.peek().map(|Reverse((slot, _))| *slot)
+    fn next(&self) -> Option<Due> {
+        self.due.peek().map(|Reverse((due, _))| *due)
     }
 
-    /// Takes the jobs due at `slot`; each is queued again at its first slot after `after`.
-    fn take_due(&mut self, slot: Slot, after: DateTime<Utc>, replica: &str) -> Vec<Arc<Job>> {
+    /// Takes the jobs due at `due`; each is queued again at its first slot due after `after`.
+    fn take_due(&mut self, due: Due, after: DateTime<Utc>, replica: &str) -> Vec<Arc<Job>> {
         let mut taken = Vec::new();
         while let Some(&Reverse((next, i))) = self.due.peek() {
-            if next != slot {
+            if next != due {
                 break;
             }
             self.due.pop();
@@ -101,14 +130,15 @@ pub(crate) async fn timeline(
     };
     let mut rearms = fleet.as_ref().map(|f| f.rearms());
     let (clock, replica) = (ctx.race().clock(), ctx.books().replica());
-    let mut timeline = Timeline::new(jobs.clone(), from, replica);
-    while let Some(slot) = timeline.next() {
-        let wait = (slot.instant() - clock.now()).to_std().unwrap_or_default();
+    let prefix = ctx.race().key_prefix();
+    let mut timeline = Timeline::new(jobs.clone(), from, prefix, replica);
+    while let Some(due) = timeline.next() {
+        let wait = (due.at - clock.now()).to_std().unwrap_or_default();
         let deadline = tokio::time::Instant::now() + wait;
         liveness.sleeping_until(deadline);
-        let wake = wait_until_due(&ctx, slot, fleet.as_deref(), &shutdown, rearms.as_mut()).await;
+        let wake = wait_until_due(&ctx, due.at, fleet.as_deref(), &shutdown, rearms.as_mut()).await;
         if wake == Wake::Shutdown {
-            let _ = hand_on.send(slot.instant() - chrono::Duration::microseconds(1));
+            let _ = hand_on.send(due.at - chrono::Duration::microseconds(1));
             return;
         }
         liveness.woke();
@@ -118,7 +148,7 @@ pub(crate) async fn timeline(
         if wake == Wake::Due {
             // Due by the monotonic timer even when the wall clock stepped meanwhile: the race's
             // guard judges it on the fleet clock, so the slot is still raced on time.
-            race_due(&ctx, &liveness, &mut timeline, slot, &tracker);
+            race_due(&ctx, &liveness, &mut timeline, due, &tracker);
         }
         let rearm =
             |r: &&mut watch::Receiver<u64>| wake == Wake::Rearm || r.has_changed().unwrap_or(false);
@@ -127,7 +157,7 @@ pub(crate) async fn timeline(
             // replica leaves the candidates at once, before the others count on it again.
             tracker.spawn(ctx.contenders().membership().clone().withdraw_if_off());
             rearms.borrow_and_update();
-            timeline = Timeline::new(jobs.clone(), clock.now(), replica);
+            timeline = Timeline::new(jobs.clone(), clock.now(), prefix, replica);
         }
     }
 }
@@ -178,20 +208,21 @@ fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::I
     }
 }
 
-/// Takes the jobs due at `slot` from the timeline (each queued again at its next slot) and
-/// starts their race. A replica that wakes late still races the slots inside the start
-/// window (the race decides); slots older than that belonged to replicas that were awake.
+/// Takes the jobs due at `due` from the timeline (each queued again at its next slot) and
+/// starts their race, on the nominal slot. A replica that wakes late still races the slots
+/// inside the start window (the race decides); slots older than that belonged to replicas
+/// that were awake.
 fn race_due(
     ctx: &Arc<SlotEnv>,
     liveness: &Arc<Liveness>,
     timeline: &mut Timeline,
-    slot: Slot,
+    due: Due,
     tracker: &TaskTracker,
 ) {
     let window = chrono::Duration::from_std(ctx.race().start_window()).unwrap_or_default();
-    let after = slot.instant().max(ctx.race().clock().now() - window);
-    let due = timeline.take_due(slot, after, ctx.books().replica());
-    tracker.spawn(race_instant(ctx.clone(), liveness.clone(), due, slot));
+    let after = due.at.max(ctx.race().clock().now() - window);
+    let jobs = timeline.take_due(due, after, ctx.books().replica());
+    tracker.spawn(race_instant(ctx.clone(), liveness.clone(), jobs, due.slot));
 }
 
 /// What ended a wait for the next slot.
@@ -206,7 +237,7 @@ enum Wake {
     Shutdown,
 }
 
-/// Sleeps until `slot` is due ([`until_due`]), a re-arm is announced on `rearms` (a jump of
+/// Sleeps until the instant `at` a slot is due ([`until_due`]), a re-arm is announced on `rearms` (a jump of
 /// the fleet clock; a step of the wall clock under `clock = "local"`, also seen after each
 /// timer), or shutdown.
 ///
@@ -214,7 +245,7 @@ enum Wake {
 /// clock stepped back meanwhile never starts a slot before its instant.
 async fn wait_until_due(
     ctx: &SlotEnv,
-    slot: Slot,
+    at: DateTime<Utc>,
     fleet: Option<&FleetClock>,
     shutdown: &CancellationToken,
     rearms: Option<&mut watch::Receiver<u64>>,
@@ -230,7 +261,7 @@ async fn wait_until_due(
     };
     tokio::pin!(stepped);
     loop {
-        let wait = until_due(ctx, slot);
+        let wait = until_due(ctx, at);
         if wait.is_zero() {
             return if shutdown.is_cancelled() {
                 Wake::Shutdown
@@ -252,12 +283,12 @@ async fn wait_until_due(
     }
 }
 
-/// How long until `slot` is due: the timeline's clock must reach it, and so must the fleet
+/// How long until the instant `at` a slot is due: the timeline's clock must reach it, and so must the fleet
 /// clock (they differ under `clock = "local"`) when it is behind by no more than the start
 /// window. Further behind, the slot goes to the race at once, whose guard skips it as early:
 /// waiting longer would hold up every later slot.
-fn until_due(ctx: &SlotEnv, slot: Slot) -> Duration {
-    let left = |now: DateTime<Utc>| (slot.instant() - now).to_std().unwrap_or_default();
+fn until_due(ctx: &SlotEnv, at: DateTime<Utc>) -> Duration {
+    let left = |now: DateTime<Utc>| (at - now).to_std().unwrap_or_default();
     let fleet = left(ctx.race().clock().fleet_now());
     let fleet = if fleet <= ctx.race().start_window() {
         fleet
@@ -318,14 +349,14 @@ mod tests {
             ("even", "*/2 * * * * *"),
             ("odd", "1-59/2 * * * * *"),
         ]);
-        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00.500Z"), "r");
+        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00.500Z"), "p", "r");
         let first = timeline.next().unwrap();
-        assert_eq!(first.instant(), at("2026-01-01T10:00:01Z"));
-        let due = timeline.take_due(first, first.instant(), "r");
+        assert_eq!(first.at, at("2026-01-01T10:00:01Z"));
+        let due = timeline.take_due(first, first.at, "r");
         assert_eq!(names(&due), ["every", "odd"]);
         let second = timeline.next().unwrap();
-        assert_eq!(second.instant(), at("2026-01-01T10:00:02Z"));
-        let due = timeline.take_due(second, second.instant(), "r");
+        assert_eq!(second.at, at("2026-01-01T10:00:02Z"));
+        let due = timeline.take_due(second, second.at, "r");
         let mut due = names(&due);
         due.sort_unstable();
         assert_eq!(due, ["even", "every"]);
@@ -334,13 +365,40 @@ mod tests {
     #[test]
     fn a_late_wake_queues_each_job_after_the_given_instant() {
         let jobs = jobs(&[("every", "* * * * * *")]);
-        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00Z"), "r");
+        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:00Z"), "p", "r");
         let slot = timeline.next().unwrap();
         // Woke 10 s late: the slots of the missed seconds are not queued.
         timeline.take_due(slot, at("2026-01-01T10:00:11Z"), "r");
+        assert_eq!(timeline.next().unwrap().at, at("2026-01-01T10:00:12Z"));
+    }
+
+    #[test]
+    fn a_jittered_slot_is_due_at_its_delay_and_batched_apart_from_the_nominal_instant() {
+        let mut jobs = jobs(&[("plain", "0 * * * * *"), ("spread", "0 * * * * *")]);
+        let jitter = Duration::from_secs(30);
+        Arc::get_mut(&mut jobs[1]).unwrap().jitter = jitter;
+        let nominal = Slot::at(at("2026-01-01T10:01:00Z"));
+        let delayed = jitter::delayed(nominal, jitter::delay("p", "spread", nominal, jitter));
+        assert!(delayed > nominal.instant(), "this slot's delay is not zero");
+        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:30Z"), "p", "r");
+        let first = timeline.next().unwrap();
+        assert_eq!((first.at, first.slot), (nominal.instant(), nominal));
+        assert_eq!(names(&timeline.take_due(first, first.at, "r")), ["plain"]);
+        let second = timeline.next().unwrap();
+        assert_eq!((second.at, second.slot), (delayed, nominal));
         assert_eq!(
-            timeline.next().unwrap().instant(),
-            at("2026-01-01T10:00:12Z")
+            names(&timeline.take_due(second, second.at, "r")),
+            ["spread"]
         );
+        // Armed between the nominal and the delayed instant, the slot is still due.
+        let mid = nominal.instant() + chrono::Duration::milliseconds(1);
+        let jobs = timeline.jobs.clone();
+        let rearmed = Timeline::new(
+            jobs,
+            mid.min(delayed - chrono::Duration::milliseconds(1)),
+            "p",
+            "r",
+        );
+        assert_eq!(rearmed.next().unwrap().slot, nominal);
     }
 }

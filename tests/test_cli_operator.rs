@@ -216,6 +216,7 @@ fn every_command_that_needs_redis_exits_4_when_no_node_answers() {
         &["pause", "demo"],
         &["resume", "demo"],
         &["trigger", "demo"],
+        &["audit"],
     ] {
         let out = slotcron(&config, args).output().unwrap();
         assert_eq!(

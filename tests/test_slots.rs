@@ -822,67 +822,112 @@ fn slots_in(s: &Schedule, window: (DateTime<Utc>, DateTime<Utc>)) -> Vec<DateTim
 fn dst_every_policy_value_gives_the_slots_it_names_on_every_transition_2020_2030() {
     let (mut checked, mut gaps) = (0, 0);
     for name in &ZONES[..10] {
-        let zone = tz(name);
-        for &t in transitions(name) {
-            // The overlap's instants lie within an hour of the change (no zone here shifts more).
-            let window = (t.at - Duration::minutes(75), t.at + Duration::minutes(75));
-            let from_wall =
-                (t.at - Duration::hours(5)).naive_utc() + Duration::seconds(i64::from(t.before));
-            let inside = t.wall_start() + t.shift() / 2;
-            let jobs = [
-                // A daily job at a wall time inside the gap or the overlap.
-                (
-                    format!("0 {} {} * * *", inside.minute(), inside.hour()),
-                    (inside, Duration::days(1)),
-                ),
-                // An hourly and a minutely job across it.
-                (
-                    "0 0 * * * *".to_owned(),
-                    (from_wall.with_minute(0).unwrap(), Duration::hours(1)),
-                ),
-                (
-                    "0 * * * * *".to_owned(),
-                    (from_wall.with_second(0).unwrap(), Duration::minutes(1)),
-                ),
-            ];
-            for (cron, walls) in &jobs {
-                for (repeat, gap) in policies() {
-                    let s = Schedule::parse(cron, zone).unwrap().with_dst(repeat, gap);
-                    let policy = s.dst_policy();
-                    let named = named_slots(zone, policy, *walls, window);
-                    let got = slots_in(&s, window);
-                    assert_eq!(got, named, "{name} {t:?} `{cron}` {policy:?}");
-                    checked += 1;
-                }
-            }
-            // The daily job, said outright: the one wall time gives these instants.
-            let daily = &jobs[0].0;
-            for (repeat, gap) in policies().into_iter().skip(1) {
-                let s = Schedule::parse(daily, zone).unwrap().with_dst(repeat, gap);
-                let got = slots_in(&s, window);
-                let expected: Vec<DateTime<Utc>> = match zone.from_local_datetime(&inside) {
-                    LocalResult::None => match gap {
-                        Some(DstGap::Shift) => vec![t.at],
-                        _ => vec![],
-                    },
-                    LocalResult::Ambiguous(e, l) => {
-                        let (e, l) = (e.with_timezone(&Utc), l.with_timezone(&Utc));
-                        match repeat {
-                            Some(DstRepeat::First) => vec![e],
-                            Some(DstRepeat::Last) => vec![l],
-                            _ => vec![e, l],
-                        }
-                    }
-                    LocalResult::Single(_) => panic!("{name} {inside} exists"),
-                };
-                assert_eq!(got, expected, "{name} {t:?} `{daily}` {repeat:?} {gap:?}");
-            }
-            gaps += usize::from(t.is_gap());
-        }
+        let (c, g) = every_policy_on(name, transitions(name));
+        (checked, gaps) = (checked + c, gaps + g);
     }
     // 8 zones with DST over 11 years, Tehran until 2022: about 180 transitions × 3 jobs × 7.
     assert!(checked >= 3000, "only {checked} checks");
     assert!(gaps >= 75, "only {gaps} gaps");
+}
+
+/// Ten zones that change their clocks every year from 2020 to 2030 (ZONES' first ten include
+/// Shanghai and São Paulo, which do not): the seven of them that do, and Chatham (45-minute
+/// offsets, 02:45 to 03:45), Havana (at midnight: 00:00 to 01:00 does not exist, and 00:00
+/// to 01:00 happens twice) and Jerusalem (a Friday in spring). Each policy value gives exactly
+/// the slots it names on each of their transitions.
+#[test]
+fn dst_ten_zones_that_change_every_year_give_each_policys_slots_2020_2030() {
+    const CHANGING: [&str; 10] = [
+        "America/New_York",
+        "Europe/Berlin",
+        "Australia/Sydney",
+        "America/Santiago",
+        "Pacific/Auckland",
+        "Europe/London",
+        "Australia/Lord_Howe",
+        "Pacific/Chatham",
+        "America/Havana",
+        "Asia/Jerusalem",
+    ];
+    let (mut checked, mut gaps) = (0, 0);
+    for name in CHANGING {
+        let found = scan_transitions(tz(name));
+        assert!(
+            found.len() >= 22,
+            "{name}: only {} transitions",
+            found.len()
+        );
+        let (c, g) = every_policy_on(name, &found);
+        (checked, gaps) = (checked + c, gaps + g);
+    }
+    // 10 zones × 22 transitions × 3 jobs × 7 policies.
+    assert!(checked >= 10 * 22 * 3 * 7, "only {checked} checks");
+    assert!(gaps >= 10 * 11, "only {gaps} gaps");
+}
+
+/// On each of `found` (the transitions of zone `name`): a daily job at a wall time inside the
+/// gap or the overlap, an hourly and a minutely job across it, under every policy value, give
+/// exactly the slots the policy names; the daily job said outright. Returns (checks, gaps).
+fn every_policy_on(name: &str, found: &[Transition]) -> (usize, usize) {
+    let (mut checked, mut gaps) = (0, 0);
+    let zone = tz(name);
+    for &t in found {
+        // The overlap's instants lie within an hour of the change (no zone here shifts more).
+        let window = (t.at - Duration::minutes(75), t.at + Duration::minutes(75));
+        let from_wall =
+            (t.at - Duration::hours(5)).naive_utc() + Duration::seconds(i64::from(t.before));
+        let inside = t.wall_start() + t.shift() / 2;
+        let jobs = [
+            // A daily job at a wall time inside the gap or the overlap.
+            (
+                format!("0 {} {} * * *", inside.minute(), inside.hour()),
+                (inside, Duration::days(1)),
+            ),
+            // An hourly and a minutely job across it.
+            (
+                "0 0 * * * *".to_owned(),
+                (from_wall.with_minute(0).unwrap(), Duration::hours(1)),
+            ),
+            (
+                "0 * * * * *".to_owned(),
+                (from_wall.with_second(0).unwrap(), Duration::minutes(1)),
+            ),
+        ];
+        for (cron, walls) in &jobs {
+            for (repeat, gap) in policies() {
+                let s = Schedule::parse(cron, zone).unwrap().with_dst(repeat, gap);
+                let policy = s.dst_policy();
+                let named = named_slots(zone, policy, *walls, window);
+                let got = slots_in(&s, window);
+                assert_eq!(got, named, "{name} {t:?} `{cron}` {policy:?}");
+                checked += 1;
+            }
+        }
+        // The daily job, said outright: the one wall time gives these instants.
+        let daily = &jobs[0].0;
+        for (repeat, gap) in policies().into_iter().skip(1) {
+            let s = Schedule::parse(daily, zone).unwrap().with_dst(repeat, gap);
+            let got = slots_in(&s, window);
+            let expected: Vec<DateTime<Utc>> = match zone.from_local_datetime(&inside) {
+                LocalResult::None => match gap {
+                    Some(DstGap::Shift) => vec![t.at],
+                    _ => vec![],
+                },
+                LocalResult::Ambiguous(e, l) => {
+                    let (e, l) = (e.with_timezone(&Utc), l.with_timezone(&Utc));
+                    match repeat {
+                        Some(DstRepeat::First) => vec![e],
+                        Some(DstRepeat::Last) => vec![l],
+                        _ => vec![e, l],
+                    }
+                }
+                LocalResult::Single(_) => panic!("{name} {inside} exists"),
+            };
+            assert_eq!(got, expected, "{name} {t:?} `{daily}` {repeat:?} {gap:?}");
+        }
+        gaps += usize::from(t.is_gap());
+    }
+    (checked, gaps)
 }
 
 #[test]

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::{joined, Error, Outcome, RunRecord};
 use crate::config::Job;
 use crate::fleet::control::{PauseOrder, Until};
+use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::slot::{SlotEnv, SlotResult, Trigger};
 use crate::time::schedule::Slot;
 
@@ -37,6 +38,8 @@ pub struct FleetHandle {
     pub(super) jobs: Vec<Arc<Job>>,
     /// The guard's runs in flight: shutdown waits for them too.
     pub(super) guarded: TaskTracker,
+    /// Where the handle's pauses, resumes and triggers are recorded, the replica as actor.
+    pub(super) audit: Audit,
 }
 
 /// How a slot started by [`FleetHandle::trigger`] ended on this replica.
@@ -70,6 +73,7 @@ impl FleetHandle {
     /// ```
     pub async fn trigger(&self, job: &str) -> Result<Triggered, Error> {
         let job = self.job(job)?;
+        self.audited(AuditAction::Trigger, &job.name, None).await?;
         let slot = Slot::at(self.race.race().clock().fleet_now());
         let result = crate::slot::once(&self.race, Trigger::Manual, job, slot).await;
         let result = result.ok_or_else(|| run_error("the trigger ended without a result"))?;
@@ -83,7 +87,9 @@ impl FleetHandle {
     /// Pauses `job` on every replica from its next slot, until `until` (`None`: until
     /// [`FleetHandle::resume`]); `reason` is shown in the logs, the status page and the ledger.
     /// Kept on a majority of the nodes, as `slotcron pause` does; standalone, it pauses
-    /// nothing.
+    /// nothing. Like every call of the handle that acts (trigger, pause, resume), it is first
+    /// recorded in the audit trail with this replica as the actor, and refused when a majority
+    /// of the nodes cannot take that entry.
     ///
     /// ```no_run
     /// # async fn doc(handle: slotcron::FleetHandle) -> Result<(), slotcron::Error> {
@@ -103,9 +109,12 @@ impl FleetHandle {
             until: until.map(Until::At),
             reason: reason.map(str::to_owned),
         };
+        let entry = self.audited(AuditAction::Pause, job, reason).await?;
         let control = self.race.contenders().control();
-        let taken = control.pause(job, &order).await;
-        taken.map_err(|e| run_error(&format!("{job}: not paused: {e}")))?;
+        if let Err(e) = control.pause(job, &order).await {
+            self.audit.not_taken(&entry, &e.to_string()).await;
+            return Err(run_error(&format!("{job}: not paused: {e}")));
+        }
         // Held here from now, not from when the announcement comes back.
         control.refresh(&[job.to_owned()]).await;
         Ok(())
@@ -114,10 +123,16 @@ impl FleetHandle {
     /// Ends `job`'s pause on every replica; `true` when a pause held.
     pub async fn resume(&self, job: &str) -> Result<bool, Error> {
         self.job(job)?;
+        let entry = self.audited(AuditAction::Resume, job, None).await?;
         let by = self.race.books().replica();
         let control = self.race.contenders().control();
-        let taken = control.resume(job, by).await;
-        let taken = taken.map_err(|e| run_error(&format!("{job}: not resumed: {e}")))?;
+        let taken = match control.resume(job, by).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                self.audit.not_taken(&entry, &e.to_string()).await;
+                return Err(run_error(&format!("{job}: not resumed: {e}")));
+            }
+        };
         control.refresh(&[job.to_owned()]).await;
         Ok(taken.change.is_some())
     }
@@ -128,6 +143,24 @@ impl FleetHandle {
         self.job(job)?;
         let read = self.race.books().history().read(job, limit).await;
         read.map_err(|e| run_error(&format!("{job}: history unavailable: {e}")))
+    }
+
+    /// Records `action` on `job` in the audit trail, this replica the actor, before it is
+    /// done: an entry a majority of the nodes did not take refuses the action.
+    async fn audited(
+        &self,
+        action: AuditAction,
+        job: &str,
+        reason: Option<&str>,
+    ) -> Result<AuditEntry, Error> {
+        let at = self.race.race().clock().fleet_now();
+        let entry = AuditEntry::new(at, self.race.books().replica(), action)
+            .job(job)
+            .reason(reason);
+        match self.audit.record(&entry).await {
+            Ok(()) => Ok(entry),
+            Err(e) => Err(run_error(&format!("{job}: not done ({action}): {e}"))),
+        }
     }
 
     /// The enabled job named `name`.

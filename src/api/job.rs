@@ -10,6 +10,7 @@ use chrono::NaiveDate;
 use toml::{Table, Value};
 
 use crate::config::{CatchUpPolicy, Overlap};
+use crate::time::schedule::{DstGap, DstRepeat};
 
 /// A job's schedule and limits; its function is given to [`super::Fleet::job`].
 ///
@@ -30,6 +31,8 @@ pub struct JobSpec {
     zone: Option<String>,
     calendar: Option<(Calendar, DayKind)>,
     timeout: Option<Duration>,
+    jitter: Option<Duration>,
+    dst: (Option<DstRepeat>, Option<DstGap>),
     catch_up: Option<Duration>,
     catch_up_policy: Option<CatchUpPolicy>,
     overlap: Option<Overlap>,
@@ -59,6 +62,8 @@ impl JobSpec {
             zone: None,
             calendar: None,
             timeout: None,
+            jitter: None,
+            dst: (None, None),
             catch_up: None,
             catch_up_policy: None,
             overlap: None,
@@ -127,6 +132,51 @@ impl JobSpec {
     /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Spreads the job's slots: each is raced and run a delay in `[0, jitter)` after its
+    /// instant, the same on every replica (jobs.toml's `jitter`; default none). The slot keeps
+    /// its instant: its lock, fence, history and [`crate::SlotContext`] name the nominal one.
+    /// Refused at start when larger than the job's interval.
+    ///
+    /// ```
+    /// let job = slotcron::JobSpec::new("report", "0 9 * * *")
+    ///     .jitter(std::time::Duration::from_secs(90));
+    /// # let _ = job;
+    /// ```
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = Some(jitter);
+        self
+    }
+
+    /// Which instants a wall time repeated by a fall-back overlap runs at (jobs.toml's
+    /// `dst_repeat`; default: the first for a fixed time, both for an interval).
+    ///
+    /// ```
+    /// use slotcron::DstRepeat;
+    /// let job = slotcron::JobSpec::new("backup", "30 1 * * *")
+    ///     .zone("America/New_York")
+    ///     .dst_repeat(DstRepeat::Both);
+    /// # let _ = job;
+    /// ```
+    pub fn dst_repeat(mut self, repeat: DstRepeat) -> Self {
+        self.dst.0 = Some(repeat);
+        self
+    }
+
+    /// What a wall time a spring-forward gap skips runs at (jobs.toml's `dst_gap`; default:
+    /// the first instant after the gap for a fixed time, nothing for an interval).
+    ///
+    /// ```
+    /// use slotcron::DstGap;
+    /// let job = slotcron::JobSpec::new("backup", "30 2 * * *")
+    ///     .zone("America/New_York")
+    ///     .dst_gap(DstGap::Skip);
+    /// # let _ = job;
+    /// ```
+    pub fn dst_gap(mut self, gap: DstGap) -> Self {
+        self.dst.1 = Some(gap);
         self
     }
 
@@ -205,6 +255,15 @@ impl JobSpec {
         }
         if let Some(timeout) = self.timeout {
             job.insert("timeout".into(), duration(timeout));
+        }
+        if let Some(jitter) = self.jitter {
+            job.insert("jitter".into(), duration(jitter));
+        }
+        if let Some(repeat) = self.dst.0 {
+            job.insert("dst_repeat".into(), repeat.name().into());
+        }
+        if let Some(gap) = self.dst.1 {
+            job.insert("dst_gap".into(), gap.name().into());
         }
         if let Some(window) = self.catch_up {
             job.insert("catch_up".into(), duration(window));
@@ -351,5 +410,34 @@ impl Calendar {
         table.insert("holidays".into(), dates(&self.holidays));
         table.insert("workdays".into(), dates(&self.workdays));
         table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The setters of the DST policy and the jitter reach the job the fleet checks and runs:
+    /// the spec's `[[job]]` table, loaded as jobs.toml, names the same values.
+    #[test]
+    fn the_dst_policy_and_jitter_set_in_code_reach_the_checked_job() {
+        let spec = JobSpec::new("backup", "30 2 * * *")
+            .zone("America/New_York")
+            .dst_repeat(DstRepeat::Both)
+            .dst_gap(DstGap::Skip)
+            .jitter(Duration::from_secs(90));
+        let (job, _) = spec.to_toml();
+        let file = Table::from_iter([("job".to_owned(), Value::Array(vec![job.into()]))]);
+        let text = toml::to_string(&file).unwrap();
+        let env = std::collections::HashMap::<String, String>::new();
+        let config = crate::config::parse(std::path::Path::new("t.toml"), &text, &env).unwrap();
+        let checked = &config.jobs[0];
+        let policy = checked.schedule.dst_policy();
+        assert_eq!((policy.repeat, policy.gap), (DstRepeat::Both, DstGap::Skip));
+        assert_eq!(checked.jitter, Duration::from_secs(90));
+        let plain = JobSpec::new("plain", "0 9 * * *").to_toml().0;
+        for key in ["dst_repeat", "dst_gap", "jitter"] {
+            assert!(!plain.contains_key(key), "{key} written without being set");
+        }
     }
 }

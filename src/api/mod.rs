@@ -22,6 +22,7 @@ pub use crate::action::function::{SlotContext, Trigger};
 pub use crate::config::{CatchUpPolicy, Overlap};
 pub use crate::outcome::Outcome;
 pub use crate::record::history::RunRecord;
+pub use crate::time::schedule::{DstGap, DstRepeat};
 /// The time types the API takes and returns ([`SlotContext::slot`] is a `DateTime<Utc>`,
 /// [`SlotContext::slot_local`] a `DateTime<Tz>`, [`Calendar::holiday`] takes a `NaiveDate`),
 /// re-exported so that naming them needs no crate of your own (nor matching its version).
@@ -323,6 +324,7 @@ impl Fleet {
         let stop = CancellationToken::new();
         let race = replica.context_until(&config, &stop);
         let jobs = config.jobs.clone();
+        let audit = replica.audit.clone();
         let run = tokio::spawn(replica::run_replica(
             replica,
             config,
@@ -335,6 +337,7 @@ impl Fleet {
             race,
             jobs,
             guarded: TaskTracker::new(),
+            audit,
         })
     }
 

@@ -244,6 +244,7 @@ impl Guarded {
             name: self.checked.name.clone(),
             schedule: self.checked.schedule.clone(),
             timeout: self.checked.timeout,
+            jitter: std::time::Duration::ZERO,
             overlap: Overlap::Skip,
             catch_up: None,
             action: Action::Fn(FnAction::new(run)),

@@ -9,6 +9,7 @@ use clap::Args;
 use super::shared::{load_or_exit, ConfigArg};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
+use crate::time::jitter;
 use crate::time::schedule::{Schedule, Slot, TransitionKind};
 use crate::time::words::{self, Lang};
 
@@ -105,15 +106,16 @@ pub fn render_check_in(config: &Config, next: usize, lang: Lang) -> String {
             .map(|f| format!(" on {} of calendar {:?}", f.days, f.calendar.name()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "\njob {:?}: {:?} in {}{days}, timeout {}, {}{target}\n",
+            "\njob {:?}: {:?} in {}{days}, timeout {}{}, {}{target}\n",
             job.name,
             job.schedule.expression(),
             job.zone(),
             humantime::format_duration(job.timeout),
+            jitter_note(job.jitter),
             job.action.kind(),
         ));
         out.push_str(&words_line(&job.schedule, lang));
-        for line in slot_lines(job, now, next) {
+        for line in slot_lines(job, &config.scheduler.key_prefix, now, next) {
             out.push_str(&format!("  {line}\n"));
         }
         for line in dst_lines(job, now) {
@@ -141,11 +143,11 @@ fn words_line(schedule: &Schedule, lang: Lang) -> String {
 /// A job's next slots, one line each. With a calendar, also the days between them the calendar
 /// skipped (and why), and what makes a kept day notable: a holiday or make-up workday, or a
 /// date past the built-in data, where Monday to Friday is assumed.
-fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
+fn slot_lines(job: &Job, prefix: &str, now: DateTime<Utc>, next: usize) -> Vec<String> {
     let schedule = &job.schedule;
     let slots = schedule.upcoming(now, next);
     let Some(filter) = schedule.day_filter() else {
-        return slots.iter().map(|s| s.rfc3339_in(job.zone())).collect();
+        return slots.iter().map(|&s| slot_text(job, prefix, s)).collect();
     };
     let mut lines = Vec::new();
     let mut date = schedule.local_date(Slot::at(now));
@@ -162,11 +164,36 @@ fn slot_lines(job: &Job, now: DateTime<Utc>, next: usize) -> Vec<String> {
         }
         lines.push(format!(
             "{}{}",
-            slot.rfc3339_in(job.zone()),
+            slot_text(job, prefix, slot),
             day_note(filter, slot_date)
         ));
     }
     lines
+}
+
+/// `, jitter 1m 30s` in a job's heading when it has one.
+fn jitter_note(jitter: std::time::Duration) -> String {
+    match jitter.is_zero() {
+        true => String::new(),
+        false => format!(", jitter {}", humantime::format_duration(jitter)),
+    }
+}
+
+/// A slot in the job's zone; with jitter, also the delayed instant it is raced and sent at
+/// (the same on every replica): `2026-11-27T09:00:00+08:00 sent at 2026-11-27T09:00:41.337+08:00
+/// (jitter_ms 41337)`. The nominal instant stays the slot's name everywhere else.
+fn slot_text(job: &Job, prefix: &str, slot: Slot) -> String {
+    let nominal = slot.rfc3339_in(job.zone());
+    if job.jitter.is_zero() {
+        return nominal;
+    }
+    let delay = jitter::delay(prefix, &job.name, slot, job.jitter);
+    let delayed = jitter::delayed(slot, delay).with_timezone(&job.zone());
+    let delayed = delayed.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    format!(
+        "{nominal} sent at {delayed} (jitter_ms {})",
+        delay.as_millis()
+    )
 }
 
 /// A job whose cron names a wall time that a DST transition of the next year skips or

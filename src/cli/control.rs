@@ -7,6 +7,7 @@ use anyhow::Context;
 use chrono_tz::Tz;
 use clap::Args;
 
+use super::audit::{unrecorded, Intent};
 use super::out::{errln, outln};
 use super::shared::{
     connect, default_replica_id, exit_code_of, load_or_exit, load_unsent_or_exit, local_time,
@@ -16,6 +17,7 @@ use super::shared::{
 use super::trigger::{ask_the_fleet, report_asked, report_trigger, Asked};
 use crate::config::{Config, Job};
 use crate::fleet::control::{Control, Existing, Pause, PauseError, PauseOrder, Taken, Until};
+use crate::record::audit::{Audit, AuditAction};
 use crate::record::history::{History, HISTORY_CAP};
 use crate::redis::Nodes;
 use crate::replica::Replica;
@@ -37,7 +39,7 @@ pub struct PauseArgs {
     /// clock (`2h`, `3d`). Default: until `slotcron resume`.
     #[arg(long)]
     pub until: Option<String>,
-    /// Why, shown in the logs, the status page and the ledger.
+    /// Why, shown in the logs, the status page, the ledger and the audit trail.
     #[arg(long)]
     pub reason: Option<String>,
     /// Who pauses (default: $USER@hostname).
@@ -72,13 +74,16 @@ pub struct ResumeArgs {
     /// The run then uses this machine's network, and the job's secrets are read here.
     #[arg(long, requires = "catch_up")]
     pub local: bool,
+    /// Why, kept in the audit trail (`slotcron audit`).
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
-/// `slotcron pause`: records the pause on a majority of the nodes; every replica honours it
-/// from its next slot.
+/// `slotcron pause`: records the audit entry, then the pause on a majority of the nodes; every
+/// replica honours it from its next slot.
 pub(super) fn pause(args: &PauseArgs) -> ExitCode {
     // The runtime is bound first so it is dropped last: the connections close on it.
-    let (runtime, config, control, _) =
+    let (runtime, config, control, nodes) =
         match control_of(&args.config.config, &args.job, load_unsent_or_exit) {
             Ok(parts) => parts,
             Err(code) => return code,
@@ -101,8 +106,35 @@ pub(super) fn pause(args: &PauseArgs) -> ExitCode {
         Existing::Keep
     };
     let zone = job_zone(&config, &args.job);
-    let result = runtime.block_on(control.pause_over(&args.job, &order, existing));
-    report_pause(&args.job, &config, zone, result)
+    let audit = Audit::redis(nodes, &config.scheduler.key_prefix);
+    let intent = pause_intent(args);
+    let result = runtime.block_on(async {
+        let entry = intent.record(&audit).await?;
+        let paused = control.pause_over(&args.job, &order, existing).await;
+        if let Err(e) = &paused {
+            audit.not_taken(&entry, &e.to_string()).await;
+        }
+        Ok(paused)
+    });
+    match result {
+        Ok(paused) => report_pause(&args.job, &config, zone, paused),
+        Err(e) => unrecorded(&args.job, "paused", &e),
+    }
+}
+
+/// The audit entry of `pause`: its reason, and its end and `--by` as typed.
+fn pause_intent(args: &PauseArgs) -> Intent<'_> {
+    let mut detail: Vec<String> = args.until.iter().map(|u| format!("until {u}")).collect();
+    detail.extend(args.by.iter().map(|by| format!("on behalf of {by}")));
+    if args.force {
+        detail.push("force".to_owned());
+    }
+    Intent {
+        action: AuditAction::Pause,
+        job: &args.job,
+        reason: args.reason.as_deref(),
+        detail,
+    }
 }
 
 /// Prints how `pause` ended; its exit code.
@@ -196,13 +228,10 @@ pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
         Ok(parts) => parts,
         Err(code) => return code,
     };
-    let by = args.by.clone().unwrap_or_else(operator);
-    let taken = match runtime.block_on(control.resume(&args.job, &by)) {
+    let audit = Audit::redis(nodes.clone(), &config.scheduler.key_prefix);
+    let taken = match runtime.block_on(resume_audited(args, &control, &audit)) {
         Ok(taken) => taken,
-        Err(e) => {
-            errln!("slotcron: {}: the resume did not hold: {e}", args.job);
-            return ExitCode::from(EXIT_UNAVAILABLE);
-        }
+        Err(code) => return code,
     };
     let Some(pause) = &taken.change else {
         outln!("{}: was not paused", args.job);
@@ -219,6 +248,49 @@ pub(super) fn resume(args: &ResumeArgs, logs: Logs) -> ExitCode {
     };
     let fleet = (!args.local).then_some(nodes);
     catch_up_pause(&config, &job, pause, &runtime, fleet)
+}
+
+/// Records `resume`'s audit entry, then resumes; what went wrong said, as its exit code.
+async fn resume_audited(
+    args: &ResumeArgs,
+    control: &Control,
+    audit: &Audit,
+) -> Result<Taken<Option<Pause>>, ExitCode> {
+    let entry = match resume_intent(args).record(audit).await {
+        Ok(entry) => entry,
+        Err(e) => return Err(unrecorded(&args.job, "resumed", &e)),
+    };
+    let by = args.by.clone().unwrap_or_else(operator);
+    match control.resume(&args.job, &by).await {
+        Ok(taken) => Ok(taken),
+        Err(e) => {
+            audit.not_taken(&entry, &e.to_string()).await;
+            errln!("slotcron: {}: the resume did not hold: {e}", args.job);
+            Err(ExitCode::from(EXIT_UNAVAILABLE))
+        }
+    }
+}
+
+/// The audit entry of `resume` (with `--catch-up`, its own action: the resume and the run).
+fn resume_intent(args: &ResumeArgs) -> Intent<'_> {
+    let mut detail: Vec<String> = args
+        .by
+        .iter()
+        .map(|by| format!("on behalf of {by}"))
+        .collect();
+    if args.local {
+        detail.push("catch-up run in the CLI's process (--local)".to_owned());
+    }
+    Intent {
+        action: if args.catch_up {
+            AuditAction::ResumeCatchUp
+        } else {
+            AuditAction::Resume
+        },
+        job: &args.job,
+        reason: args.reason.as_deref(),
+        detail,
+    }
 }
 
 /// Exit 0 when the primary's replicas acknowledged the change (`WAIT`, sentinel and cluster

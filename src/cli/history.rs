@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
 use clap::Args;
 use serde::Serialize;
@@ -21,6 +21,7 @@ use crate::lock::SlotKey;
 use crate::ops::ledger::{ledger, Entry, Fate, Now, Row as LedgerRow, RowFate};
 use crate::record::history::{duplicates, History, RunRecord, HISTORY_CAP};
 use crate::redis::Replies;
+use crate::time::jitter;
 use crate::time::schedule::Slot;
 
 #[derive(Debug, Args)]
@@ -59,9 +60,38 @@ struct Row<'a> {
     #[serde(flatten)]
     run: &'a RunRecord,
     slot_local: String,
+    /// With jitter: the slot's delay, and the instant it was due to be raced and sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jitter_ms: Option<u128>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delayed: Option<String>,
     duration_ms: Option<u128>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     duplicate: bool,
+}
+
+/// Each job's `jitter` on the fleet's key prefix: a run's delayed instant, shown beside its
+/// nominal slot (the delay is the pure function every replica computes).
+struct Jitters<'a> {
+    prefix: &'a str,
+    jobs: std::collections::HashMap<&'a str, Duration>,
+}
+
+impl<'a> Jitters<'a> {
+    fn of(config: &'a Config) -> Self {
+        let jobs = config.jobs.iter().filter(|j| !j.jitter.is_zero());
+        Jitters {
+            prefix: &config.scheduler.key_prefix,
+            jobs: jobs.map(|j| (j.name.as_str(), j.jitter)).collect(),
+        }
+    }
+
+    /// The run's slot's delay and delayed instant; `None` for a job without jitter.
+    fn delayed(&self, run: &RunRecord) -> Option<(Duration, DateTime<Utc>)> {
+        let jitter = *self.jobs.get(run.job.as_str())?;
+        let delay = jitter::delay(self.prefix, &run.job, run.slot, jitter);
+        Some((delay, jitter::delayed(run.slot, delay)))
+    }
 }
 
 /// `slotcron history`: the latest runs, newest first, merged across nodes.
@@ -102,14 +132,15 @@ pub(super) fn history(args: &HistoryArgs) -> ExitCode {
         let control = Control::redis(nodes, prefix);
         return print_ledger(args, &config, &jobs, &history, &control, &runtime);
     }
-    print_latest_runs(args, &jobs, gone, &history, &runtime)
+    let jitters = Jitters::of(&config);
+    print_latest_runs(args, (&jobs, &jitters), gone, &history, &runtime)
 }
 
 /// `history` without `--since`: the latest `--limit` runs of the selected jobs. A job `gone`
 /// from the file is an error only when it left no runs either (a typo, most likely).
 fn print_latest_runs(
     args: &HistoryArgs,
-    jobs: &[(String, Tz)],
+    (jobs, jitters): (&[(String, Tz)], &Jitters<'_>),
     gone: Option<UnknownJob>,
     history: &History,
     runtime: &tokio::runtime::Runtime,
@@ -132,7 +163,7 @@ fn print_latest_runs(
             }
             runs.sort_by(|a, b| b.slot.cmp(&a.slot).then_with(|| a.job.cmp(&b.job)));
             runs.truncate(args.limit);
-            print_runs(&runs, jobs, args.json);
+            print_runs(&runs, (jobs, jitters), args.json);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -216,6 +247,8 @@ async fn job_ledger(
         .await?;
     let paused = paused_intervals(&control.log(&job.name).await);
     let ago = |d: Duration| now - chrono::Duration::from_std(d).unwrap_or_default();
+    // A slot with jitter is raced up to `jitter` after its instant: its window closes later.
+    let window = window + job.jitter;
     let settled_before = ago(job.timeout + window);
     let young: Vec<Slot> = slots
         .iter()
@@ -379,29 +412,66 @@ fn selected_jobs(config: &Config, only: Option<&str>) -> Selected {
     }
 }
 
-fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
-    let zone = |job: &str| {
-        jobs.iter()
-            .find(|(n, _)| n == job)
-            .map_or(chrono_tz::UTC, |(_, z)| *z)
-    };
-    let twice = duplicates(runs);
-    let duplicate = |run: &RunRecord| twice.contains(&run);
-    if json {
-        for run in runs {
-            let row = Row {
-                run,
-                slot_local: run.slot.rfc3339_in(zone(&run.job)),
-                duration_ms: run.duration().map(|d| d.as_millis()),
-                duplicate: duplicate(run),
-            };
-            outln!("{}", serde_json::to_string(&row).unwrap_or_default());
-        }
-        return;
+/// What `history` lists runs with: the zone of each job, and its jitter.
+struct Listing<'a> {
+    jobs: &'a [(String, Tz)],
+    jitters: &'a Jitters<'a>,
+}
+
+impl Listing<'_> {
+    /// The zone of `job` (UTC for one the file does not have).
+    fn zone(&self, job: &str) -> Tz {
+        let found = self.jobs.iter().find(|(n, _)| n == job);
+        found.map_or(chrono_tz::UTC, |(_, z)| *z)
     }
+
+    /// The run's delayed instant in its job's zone, to the millisecond; `None` without jitter.
+    fn delayed_local(&self, run: &RunRecord) -> Option<String> {
+        let (_, at) = self.jitters.delayed(run)?;
+        let at = at.with_timezone(&self.zone(&run.job));
+        Some(at.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+}
+
+/// The runs, as a table or (`json`) one object a line; with jitter, each slot's delayed
+/// instant beside its nominal one (a `DELAYED` column when any run listed has one).
+fn print_runs(runs: &[RunRecord], (jobs, jitters): (&[(String, Tz)], &Jitters<'_>), json: bool) {
+    let listing = Listing { jobs, jitters };
+    match json {
+        true => print_runs_json(runs, &listing),
+        false => print_runs_table(runs, &listing),
+    }
+}
+
+fn print_runs_json(runs: &[RunRecord], listing: &Listing<'_>) {
+    let twice = duplicates(runs);
+    for run in runs {
+        let delayed = listing.jitters.delayed(run);
+        let row = Row {
+            run,
+            slot_local: run.slot.rfc3339_in(listing.zone(&run.job)),
+            jitter_ms: delayed.map(|(d, _)| d.as_millis()),
+            delayed: delayed.map(|(_, at)| at.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            duration_ms: run.duration().map(|d| d.as_millis()),
+            duplicate: twice.contains(&run),
+        };
+        outln!("{}", serde_json::to_string(&row).unwrap_or_default());
+    }
+}
+
+fn print_runs_table(runs: &[RunRecord], listing: &Listing<'_>) {
+    let twice = duplicates(runs);
+    let any_delayed = runs
+        .iter()
+        .any(|run| listing.jitters.delayed(run).is_some());
+    let cell = |text: Option<String>| match any_delayed {
+        true => format!("{:<30} ", text.unwrap_or_else(|| "-".to_owned())),
+        false => String::new(),
+    };
     outln!(
-        "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  ERROR",
+        "{:<26} {}{:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  ERROR",
         "SLOT",
+        cell(Some("DELAYED".to_owned())),
         "JOB",
         "WINNER",
         "TRIGGER",
@@ -414,12 +484,13 @@ fn print_runs(runs: &[RunRecord], jobs: &[(String, Tz)], json: bool) {
             .duration()
             .map_or_else(|| "-".to_owned(), |d| format!("{} ms", d.as_millis()));
         outln!(
-            "{:<26} {:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  {}",
-            run.slot.rfc3339_in(zone(&run.job)),
+            "{:<26} {}{:<20} {:<20} {:<9} {:<10} {:>9} {:>8}  {}",
+            run.slot.rfc3339_in(listing.zone(&run.job)),
+            cell(listing.delayed_local(run)),
             run.job,
             run.replica,
             run.trigger,
-            outcome_text(run.outcome.as_str(), duplicate(run)),
+            outcome_text(run.outcome.as_str(), twice.contains(&run)),
             duration,
             run.attempts,
             run.error.as_deref().unwrap_or("")

@@ -1,7 +1,8 @@
 //! The command line: `slotcron run`, `check`, `trigger`, `history`, `pause`, `resume`,
-//! `health`, `completions` and `man`. This module only parses the arguments and picks the
+//! `audit`, `health`, `completions` and `man`. This module only parses the arguments and picks the
 //! command; each command lives in its own file, and what they share in `shared` below them.
 
+mod audit;
 mod check;
 mod control;
 mod docs;
@@ -20,6 +21,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::ops::telemetry::LogFormat;
 
+pub use audit::AuditArgs;
 pub use check::{render_check, render_check_in, CheckArgs};
 pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
@@ -103,6 +105,13 @@ pub enum Command {
     /// The job runs again from its next slot; with --catch-up the newest slot that fell inside
     /// the pause runs too, once across the fleet.
     Resume(ResumeArgs),
+    /// Print the audit trail: who paused, resumed, triggered or reloaded what, when and why.
+    ///
+    /// Newest first, merged across the Redis nodes (a majority must answer, else exit 4):
+    /// every `pause`, `resume` (and `--catch-up`), `trigger`, and each replica's reloads,
+    /// accepted or rejected, and config hash changes; stamped on the fleet clock. --json gives
+    /// one object per line.
+    Audit(AuditArgs),
     /// Ask the running replica's /healthz; exit 0 when healthy.
     ///
     /// Asks /healthz on `--http-listen` or the config's `[http] listen`: the image's
@@ -148,6 +157,7 @@ pub fn main() -> ExitCode {
         Command::History(args) => history::history(&args),
         Command::Pause(args) => control::pause(&args),
         Command::Resume(args) => control::resume(&args, logs),
+        Command::Audit(args) => audit::audit(&args),
         Command::Health(args) => health::health(&args),
         Command::Completions(args) => docs::completions(args.shell, Cli::command()),
         Command::Man(args) => docs::man(&args, Cli::command()),

@@ -12,6 +12,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::audit::{unrecorded, Intent};
 use super::out::{errln, outln};
 use super::shared::{
     connect, default_replica_id, load_or_exit_as, load_unsent_or_exit_as, operator, runtime,
@@ -20,6 +21,7 @@ use super::shared::{
 };
 use crate::config::{Config, Job};
 use crate::fleet::triggers::{self, Ending, TriggerReply, TriggerRequest};
+use crate::record::audit::{Audit, AuditAction};
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::Nodes;
 use crate::replica::Replica;
@@ -43,6 +45,9 @@ pub struct TriggerArgs {
     /// The run then uses this machine's network, and the job's secrets are read here.
     #[arg(long)]
     pub local: bool,
+    /// Why, kept in the audit trail (`slotcron audit`).
+    #[arg(long)]
+    pub reason: Option<String>,
     /// The job to run.
     pub job: String,
 }
@@ -75,8 +80,51 @@ pub(super) fn trigger(args: TriggerArgs, logs: Logs) -> ExitCode {
         Err(code) => return code,
     };
     let prefix = &config.scheduler.key_prefix;
-    let asked = runtime.block_on(ask_the_fleet(&nodes, prefix, &job, None));
-    report_asked(&job.name, prefix, asked)
+    let audit = Audit::redis(nodes.clone(), prefix);
+    let asked = runtime.block_on(async {
+        let entry = trigger_intent(&args, None).record(&audit).await?;
+        let asked = ask_the_fleet(&nodes, prefix, &job, None).await;
+        if let Some(why) = asked.not_run() {
+            audit.not_taken(&entry, why).await;
+        }
+        Ok(asked)
+    });
+    match asked {
+        Ok(asked) => report_asked(&job.name, prefix, asked),
+        Err(e) => unrecorded(&job.name, "triggered", &e),
+    }
+}
+
+/// The audit entry of `trigger`; `replica`: the process that races it (`--local`).
+fn trigger_intent<'a>(args: &'a TriggerArgs, replica: Option<&str>) -> Intent<'a> {
+    Intent {
+        action: AuditAction::Trigger,
+        job: &args.job,
+        reason: args.reason.as_deref(),
+        detail: replica
+            .map(|r| format!("raced in the CLI's process as {r} (--local)"))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// With `[redis]`, `trigger --local`'s audit entry, recorded before the race; `Err`: the exit
+/// code of a refusal. A standalone file has no fleet to record it on.
+fn record_local_trigger(
+    args: &TriggerArgs,
+    config: &Config,
+    replica: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(), ExitCode> {
+    let Some(redis) = &config.redis else {
+        return Ok(());
+    };
+    let nodes = connect(redis, "trigger", runtime)?;
+    let audit = Audit::redis(nodes, &config.scheduler.key_prefix);
+    let recorded = runtime.block_on(trigger_intent(args, Some(replica)).record(&audit));
+    recorded
+        .map(drop)
+        .map_err(|e| unrecorded(&args.job, "triggered", &e))
 }
 
 /// `trigger --local`, and any trigger of a standalone file: the race and the run in this
@@ -93,11 +141,14 @@ fn trigger_here(args: TriggerArgs, logs: Logs) -> ExitCode {
     if config.redis.is_none() {
         errln!("slotcron: standalone mode: this trigger is not coordinated with a running replica");
     }
-    let replica = args.replica_id.unwrap_or_else(default_replica_id);
+    let replica = args.replica_id.clone().unwrap_or_else(default_replica_id);
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    if let Err(code) = record_local_trigger(&args, &config, &replica, &runtime) {
+        return code;
+    }
     race_once(&runtime, &config, replica, &job, None, Trigger::Manual)
 }
 
@@ -122,6 +173,17 @@ pub(super) enum Asked {
         /// How long the CLI waited.
         waited: Duration,
     },
+}
+
+impl Asked {
+    /// Why the fleet did not race the slot at all, if it did not.
+    pub(super) fn not_run(&self) -> Option<&'static str> {
+        match self {
+            Asked::RedisUnavailable => Some("Redis unavailable (no node answered)"),
+            Asked::NobodyListening => Some("no replica of the fleet heard the request"),
+            Asked::Answered(_) | Asked::Silent { .. } => None,
+        }
+    }
 }
 
 /// Listens for the answers, stamps the slot on the fleet clock, publishes the request and

@@ -32,6 +32,10 @@ pub const DESTINATION_CONFLICT_AFTER: DurationRange = DurationRange::new(SECOND,
 pub const NODE_TIMEOUT: DurationRange = DurationRange::new(MS, Duration::from_secs(10));
 /// `[redis] retry_delay`: 0 retries at once; a long delay would push a race past its window.
 pub const RETRY_DELAY: DurationRange = DurationRange::new(Duration::ZERO, SECOND);
+/// Job `jitter` and `[scheduler] jitter`: 0 is no delay. Past an hour the fleet's look for
+/// missed slots at start (an hour back from the nominal instants) would judge a slot still to
+/// come as missed.
+pub const JITTER: DurationRange = DurationRange::new(Duration::ZERO, HOUR);
 /// Job `timeout`: the whole action, retries included.
 pub const TIMEOUT: DurationRange = DurationRange::new(MS, DAY);
 /// Job `catch_up`: the window of missed slots run at start.

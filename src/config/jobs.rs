@@ -103,6 +103,7 @@ impl Loader<'_> {
             .job_schedule(&raw, scheduler, &section)
             .map(|s| with_dst(s, &raw, scheduler));
         let timeout = self.job_timeout(&raw, &section);
+        let jitter = self.job_jitter(&raw, scheduler, schedule.as_ref(), &section);
         let catch_up = self.catch_up(
             raw.catch_up,
             raw.catch_up_policy,
@@ -125,6 +126,7 @@ impl Loader<'_> {
             name: raw.name,
             schedule,
             timeout: timeout?,
+            jitter: jitter?,
             overlap: overlap(raw.overlap),
             catch_up,
             action: action?,

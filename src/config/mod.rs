@@ -13,6 +13,7 @@ mod endpoints;
 pub mod env;
 pub mod error;
 mod guard;
+mod jitter;
 mod jobs;
 mod locate;
 mod raw;
@@ -74,6 +75,9 @@ pub struct Config {
     pub scrubber: Arc<Scrubber>,
     /// Things that work but deserve a word at start (an even number of nodes, standalone mode).
     pub warnings: Vec<String>,
+    /// The file's hash (xxh3 of its bytes, 16 hex digits): the audit trail names a reload's
+    /// and a restart's change of configuration by it.
+    pub hash: String,
 }
 
 impl Config {
@@ -134,6 +138,9 @@ pub struct Job {
     pub schedule: Schedule,
     /// The whole action, retries included.
     pub timeout: Duration,
+    /// Each slot is raced and sent a delay in `[0, jitter)` after its nominal instant, the same
+    /// on every replica ([`crate::time::jitter::delay`]); zero: at the instant.
+    pub jitter: Duration,
     /// What happens when a slot comes while the previous run goes on.
     pub overlap: Overlap,
     /// Catch-up of slots missed while no replica ran, if enabled.
@@ -298,6 +305,9 @@ struct Loader<'e> {
     secrets: Secrets,
     /// The checked schedules of the disabled jobs, for [`Config::disabled_schedules`].
     disabled_schedules: BTreeMap<String, Schedule>,
+    /// The smallest gap between slots of each schedule (by its definition) a `jitter` was
+    /// checked against: a thousand jobs on one cron walk its slots once, not a thousand times.
+    gaps: std::collections::HashMap<String, Option<Duration>>,
 }
 
 /// The directory of jobs.toml, which the files it names are relative to (`.` for a bare name).
@@ -325,6 +335,7 @@ impl<'e> Loader<'e> {
             file_keys: Vec::new(),
             secrets: Secrets::Resolved,
             disabled_schedules: BTreeMap::new(),
+            gaps: Default::default(),
         }
     }
 
@@ -357,8 +368,7 @@ impl<'e> Loader<'e> {
         if let Some(redis) = &redis {
             scheduler.key_prefix = self.key_prefix_for(&scheduler.key_prefix, &redis.mode)?;
         }
-        let http = http?;
-        let otlp_endpoint = otlp_endpoint?;
+        let (http, otlp_endpoint) = (http?, otlp_endpoint?);
         self.coverage_warnings();
         if redis.is_none() {
             self.warnings.push(STANDALONE_WARNING.to_owned());
@@ -376,6 +386,7 @@ impl<'e> Loader<'e> {
             templates: Arc::new(std::mem::take(&mut self.templates)),
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
+            hash: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes())),
         })
     }
 

@@ -30,6 +30,10 @@ pub struct RawScheduler {
     #[serde(default, with = "humantime_serde")]
     #[schemars(with = "Option<String>")]
     pub max_clock_skew: Option<Duration>,
+    /// The `jitter` of every job without its own.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub jitter: Option<Duration>,
     /// Which clock slots are scheduled on.
     pub clock: Option<RawClockMode>,
     /// The `[alert.NAME]` every job without its own `on_failure` uses.
@@ -167,6 +171,11 @@ pub struct RawJob {
     #[serde(default, with = "humantime_serde")]
     #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
+    /// How far after its nominal instant a slot may be raced and sent: a delay in
+    /// `[0, jitter)`, the same on every replica; over `[scheduler] jitter`.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub jitter: Option<Duration>,
     /// `false`: the job is checked but not scheduled.
     pub enabled: Option<bool>,
     /// What a slot does while the previous run still goes on.

@@ -59,6 +59,8 @@ pub struct SchedulerConfig {
     pub destination_conflict_after: Duration,
     /// Which deployment this replica belongs to, compared with the others on the prefix.
     pub deployment: Deployment,
+    /// `jitter` of jobs without their own (default 0: no delay).
+    pub jitter: Duration,
     /// `dst_repeat` of jobs without their own; `None`: the rule of each cron's kind.
     pub dst_repeat: Option<DstRepeat>,
     /// `dst_gap` of jobs without their own; `None`: the rule of each cron's kind.
@@ -83,10 +85,7 @@ impl Loader<'_> {
         value: Option<Value>,
         text: &str,
     ) -> Option<SchedulerConfig> {
-        let raw: RawScheduler = match value {
-            Some(v) => self.typed(v, &Section::Scheduler)?,
-            None => RawScheduler::default(),
-        };
+        let raw = self.raw_scheduler(value)?;
         // Every key is checked before any error ends the section: each is its own mistake.
         let timezone = match raw.timezone.as_deref() {
             Some(name) => self.zone(name, Section::Scheduler),
@@ -113,6 +112,7 @@ impl Loader<'_> {
             (raw.destination_conflict_after).unwrap_or(DEFAULT_DESTINATION_CONFLICT_AFTER),
             durations::DESTINATION_CONFLICT_AFTER,
         );
+        let jitter = self.scheduler_jitter(raw.jitter);
         let deployment = self.deployment(raw.deployment, text);
         Some(SchedulerConfig {
             deployment: deployment?,
@@ -124,9 +124,18 @@ impl Loader<'_> {
             candidates: candidates?,
             candidate_stagger: candidate_stagger?,
             destination_conflict_after: destination_conflict_after?,
+            jitter: jitter?,
             dst_repeat: raw.dst_repeat.map(DstRepeat::from),
             dst_gap: raw.dst_gap.map(DstGap::from),
         })
+    }
+
+    /// `[scheduler]` typed (an absent section: every default).
+    fn raw_scheduler(&mut self, value: Option<Value>) -> Option<RawScheduler> {
+        match value {
+            Some(v) => self.typed(v, &Section::Scheduler),
+            None => Some(RawScheduler::default()),
+        }
     }
 
     /// A duration of `[scheduler]`, if inside its range (else an error naming it).

@@ -14,7 +14,7 @@
 //! None of this state expires, so a node restarted empty would lose it for good: each read
 //! writes the newest change back onto the answering nodes that lack it, and when a node's
 //! subscription reopens (it may have come back empty) every job's pause log, watermark and run
-//! history is repaired onto it too ([`Control::repair`]). A rolling empty restart of every node,
+//! history is repaired onto it too ([`Control::repair`]), and so is the audit trail. A rolling empty restart of every node,
 //! one at a time, so loses nothing. A change is stamped on the nodes' `TIME`, after the newest
 //! change it read, so changes order as the fleet saw them, not by the operators' clocks.
 //!
@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
+use crate::record::audit::Audit;
 use crate::record::history::History;
 use crate::record::watermark;
 use crate::redis::pubsub::{self, Heard};
@@ -608,6 +609,7 @@ async fn follow(
                 control.refresh(&jobs).await;
                 if again {
                     control.repair(&jobs).await;
+                    repair_audit(&control).await;
                 }
                 if !std::mem::replace(&mut announced, true) {
                     control.announce(EVERY_JOB).await;
@@ -622,6 +624,14 @@ async fn follow(
                 }
             }
         }
+    }
+}
+
+/// The audit trail written back onto a node that may have come back empty, as the jobs'
+/// state is ([`Control::repair`]).
+async fn repair_audit(control: &Control) {
+    if let Control::Redis { nodes, prefix, .. } = control {
+        Audit::redis(nodes.clone(), prefix).repair().await;
     }
 }
 

@@ -521,6 +521,15 @@ pub fn duplicates(runs: &[RunRecord]) -> Vec<&RunRecord> {
 
 /// Stream entries `[[id, [k, v, …]], …]` into records; malformed entries are skipped.
 fn parse_entries(value: Value) -> Vec<RunRecord> {
+    stream_fields(value)
+        .iter()
+        .filter_map(RunRecord::from_fields)
+        .collect()
+}
+
+/// Each entry of a stream read (`[[id, [k, v, …]], …]`) as its fields by name; entries that
+/// are not that shape are skipped. The one reading of the record streams (runs, audit).
+pub(crate) fn stream_fields(value: Value) -> Vec<HashMap<String, String>> {
     let Value::Array(entries) = value else {
         return Vec::new();
     };
@@ -537,7 +546,7 @@ fn parse_entries(value: Value) -> Vec<RunRecord> {
                 .chunks(2)
                 .filter_map(|pair| Some((text(&pair[0])?, text(pair.get(1)?)?)))
                 .collect::<HashMap<_, _>>();
-            RunRecord::from_fields(&fields)
+            Some(fields)
         })
         .collect()
 }

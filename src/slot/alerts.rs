@@ -40,7 +40,7 @@ impl SlotEnv {
             return;
         };
         books.report(SlotLine::new(
-            &job.name,
+            job,
             slot,
             Outcome::Missed,
             "no replica ran this slot",
@@ -80,7 +80,7 @@ pub(super) async fn duplicate(
     books.report(SlotLine {
         winner: Some(&other.replica),
         fence: Some(run.fence.get()),
-        ..SlotLine::new(&job.name, run.slot, Outcome::Duplicate, why.clone())
+        ..SlotLine::new(job, run.slot, Outcome::Duplicate, why.clone())
     });
     outbox
         .alert(books, job, run.slot, run.fence, Outcome::Duplicate, &why)

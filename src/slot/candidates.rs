@@ -64,7 +64,7 @@ pub(super) fn places(
         books.report(SlotLine {
             rank: Some(rank),
             fleet: Some(live.len()),
-            ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
+            ..SlotLine::new(&job, slot, Outcome::Standby, message)
         });
         ended.push(SlotResult::Standby);
     }
@@ -145,7 +145,7 @@ fn report_held(
         trigger: Some(&Trigger::Schedule),
         rank,
         winner: Some(winner),
-        ..SlotLine::new(&job.name, slot, Outcome::Standby, message)
+        ..SlotLine::new(job, slot, Outcome::Standby, message)
     });
     SlotResult::Standby
 }

@@ -72,9 +72,10 @@ impl Won {
         }
     }
 
-    /// From the slot to now ([`Won::now`]): the run's `lateness` as logged and exported.
+    /// From the slot's opening (its instant plus its jitter's delay) to now ([`Won::now`]):
+    /// the run's `lateness` as logged and exported.
     pub(super) fn lateness(&self, race: &Race) -> Duration {
-        (self.now(race) - self.slot.instant())
+        (self.now(race) - race.opens(&self.trigger, &self.job, self.slot))
             .to_std()
             .unwrap_or_default()
     }
@@ -119,7 +120,7 @@ impl Won {
             trigger: Some(&self.trigger),
             fence: Some(self.fence.get()),
             duration_ms: Some(duration.as_millis() as u64),
-            ..SlotLine::new(&self.job.name, self.slot, outcome, message)
+            ..SlotLine::new(&self.job, self.slot, outcome, message)
         }
     }
 }
@@ -202,7 +203,7 @@ fn settle(
     let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
         trigger: Some(trigger),
         rank,
-        ..SlotLine::new(&job.name, slot, outcome, message)
+        ..SlotLine::new(job, slot, outcome, message)
     };
     match acquired {
         Acquire::Won(lease) => {
@@ -290,7 +291,7 @@ fn running_lease(
         reason: Some("overlap"),
         running_on: holder.as_ref().map(|h| h.replica()),
         error: error.as_ref().map(|e| e as &dyn std::fmt::Display),
-        ..SlotLine::new(&job.name, slot, Outcome::Overlapped, message)
+        ..SlotLine::new(job, slot, Outcome::Overlapped, message)
     });
     Err(SlotResult::Overlapped { holder })
 }

@@ -65,7 +65,7 @@ pub(super) async fn confirm(race: &Race, books: &Books, claims: &mut [Raced]) {
 /// `trigger` have no window; their lock still holds them.
 fn outside(race: &Race, won: &Won, now: DateTime<Utc>) -> Option<Outside> {
     let after = |instant: DateTime<Utc>| (now - instant).to_std().ok();
-    let late = after(won.slot.instant()).unwrap_or_default();
+    let late = after(race.opens(&won.trigger, &won.job, won.slot)).unwrap_or_default();
     if let Some(over) = after(won.lock_ends) {
         return Some(Outside::AfterWin(AfterWin::Lapsed { late, over }));
     }

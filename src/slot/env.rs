@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 use crate::record::history::History;
 use crate::secret::Scrubber;
 use crate::time::fleet_clock::FleetClock;
+use crate::time::jitter;
 use crate::time::schedule::{SharedClock, Slot};
 
 /// What one replica needs to take slots through their life, under one configuration: built
@@ -49,6 +50,8 @@ pub struct Books {
     metrics: Arc<Metrics>,
     /// Where each run is recorded: the ledger, catch-up and `slotcron history` read it.
     history: History,
+    /// `[scheduler] key_prefix`: part of each slot's jitter (the lines' `jitter_ms`).
+    key_prefix: String,
 }
 
 /// What a slot is raced on: the lock, the clocks its window is judged on, the keys' prefix,
@@ -158,13 +161,24 @@ impl SlotEnv {
 }
 
 impl Books {
-    /// The books of `replica`.
-    pub fn new(replica: String, metrics: Arc<Metrics>, history: History) -> Self {
+    /// The books of `replica`, on the fleet of `key_prefix`.
+    pub fn new(
+        replica: String,
+        metrics: Arc<Metrics>,
+        history: History,
+        key_prefix: String,
+    ) -> Self {
         Self {
             replica,
             metrics,
             history,
+            key_prefix,
         }
+    }
+
+    /// The fleet's key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
     }
 
     /// This replica's id.
@@ -226,17 +240,38 @@ impl Race {
         self.max_clock_skew.max(MIN_START_WINDOW)
     }
 
+    /// The delay of `job`'s `slot` (its `jitter`; zero without): the same on every replica.
+    pub fn delay(&self, job: &Job, slot: Slot) -> Duration {
+        jitter::delay(&self.key_prefix, &job.name, slot, job.jitter)
+    }
+
+    /// The instant `job`'s `slot` opens, as `trigger` takes it: its nominal instant plus its
+    /// delay, except for `slotcron trigger`'s slot (now, asked for by hand). The window, the
+    /// lateness and the handoff deadline count from it; the slot's keys and records keep the
+    /// nominal instant.
+    pub fn opens(&self, trigger: &Trigger, job: &Job, slot: Slot) -> chrono::DateTime<Utc> {
+        match trigger {
+            Trigger::Manual => slot.instant(),
+            _ => jitter::delayed(slot, self.delay(job, slot)),
+        }
+    }
+
     /// The slot key's TTL: the run, plus the spread of replicas' clocks, plus the start window.
-    /// A replica whose clock lags or that wakes late then still finds the slot taken.
+    /// A replica whose clock lags or that wakes late then still finds the slot taken. Plus the
+    /// job's `jitter`: every replica of one configuration races at the same delayed instant,
+    /// but during a rollout that changes the jitter the two versions race one slot at two
+    /// instants, and the key must still be there when the later one comes (notes/jitter).
     pub fn key_ttl(&self, job: &Job) -> Duration {
-        job.timeout + self.max_clock_skew + self.start_window() + KEY_MARGIN
+        job.timeout + self.max_clock_skew + self.start_window() + job.jitter + KEY_MARGIN
     }
 
     /// The latest instant a slot may be delivered, on the fleet clock: one job timeout after
     /// the first winner's lock surely lapsed, so a handoff still has a whole timeout to run.
+    /// A slot with jitter counts from its delayed instant (the first winner raced then).
     pub fn handoff_deadline(&self, job: &Job, slot: Slot) -> chrono::DateTime<Utc> {
         let span = self.key_ttl(job) + job.timeout;
-        slot.instant() + chrono::Duration::from_std(span).unwrap_or(chrono::Duration::MAX)
+        let opens = jitter::delayed(slot, self.delay(job, slot));
+        opens + chrono::Duration::from_std(span).unwrap_or(chrono::Duration::MAX)
     }
 
     /// The TTL of a handoff key: past the slot's handoff deadline by [`KEY_MARGIN`]. A handoff

@@ -15,6 +15,7 @@ use super::{Books, Race, SlotResult, Trigger, KEY_MARGIN};
 use crate::config::Job;
 use crate::fleet::handoff::HandoffRequest;
 use crate::outcome::Outcome;
+use crate::time::jitter;
 use crate::time::schedule::Slot;
 
 /// A slot at most this far ahead of the fleet clock is waited for at the race (a re-measured
@@ -113,7 +114,11 @@ pub(super) async fn judge(
         };
     }
     let ttl = jobs.iter().map(|job| race.key_ttl(job)).min();
-    match window(race, books, trigger, slot, ttl.unwrap_or_default()).await {
+    // The timeline's batches share one delayed instant; another caller's batch waits for
+    // its latest, so no slot of it is raced early.
+    let opens = jobs.iter().map(|job| race.opens(trigger, job, slot)).max();
+    let opens = opens.unwrap_or(slot.instant());
+    match window(race, books, trigger, opens, ttl.unwrap_or_default()).await {
         Some(outside) => Verdict::Outside(outside),
         None => Verdict::Inside,
     }
@@ -140,7 +145,8 @@ async fn judge_offer(
     }
     remeasure(race, books).await;
     let now = race.clock().fleet_now();
-    if let Ok(early) = (slot.instant() - now).to_std() {
+    let opens = jitter::delayed(slot, race.delay(job, slot));
+    if let Ok(early) = (opens - now).to_std() {
         // An offer follows a win of its slot: one ahead of the fleet clock is judged on a
         // clock that is behind, whatever the deadline says.
         if early > EARLY_WAIT {
@@ -168,8 +174,9 @@ pub(super) fn latest_start(race: &Race, ttl: Duration) -> Duration {
     race.start_window().min(ttl.saturating_sub(KEY_MARGIN))
 }
 
-/// The guard before every race, on the fleet clock (not the timeline's): a replica never
-/// races a slot before its instant, whatever its timeline says (a fast or stepped wall clock
+/// The guard before every race, on the fleet clock (not the timeline's), from the instant the
+/// slot `opens` (its nominal instant plus its jitter's delay): a replica never races a slot
+/// before that instant, whatever its timeline says (a fast or stepped wall clock
 /// under `clock = "local"`, a re-measured fleet offset). The fleet clock is measured again
 /// first (`FleetClock::verify`), and a clock never measured races nothing. A slot up to
 /// [`EARLY_WAIT`] ahead is waited for; one further ahead is skipped as early. A scheduled slot
@@ -178,19 +185,14 @@ async fn window(
     race: &Race,
     books: &Books,
     trigger: &Trigger,
-    slot: Slot,
+    opens: DateTime<Utc>,
     ttl: Duration,
 ) -> Option<Outside> {
     remeasure(race, books).await;
     if !race.clock().measured() {
         return Some(Outside::Unmeasured);
     }
-    let ahead = |now: DateTime<Utc>| {
-        (slot.instant() - now)
-            .to_std()
-            .ok()
-            .filter(|d| !d.is_zero())
-    };
+    let ahead = |now: DateTime<Utc>| (opens - now).to_std().ok().filter(|d| !d.is_zero());
     if let Some(early) = ahead(race.clock().fleet_now()) {
         if early > EARLY_WAIT {
             return Some(Outside::Early(early));
@@ -200,7 +202,7 @@ async fn window(
             return Some(Outside::Early(early));
         }
     }
-    let late = (race.clock().fleet_now() - slot.instant())
+    let late = (race.clock().fleet_now() - opens)
         .to_std()
         .unwrap_or_default();
     (matches!(trigger, Trigger::Schedule) && late > latest_start(race, ttl))
@@ -256,7 +258,7 @@ fn skipped_line<'a>(
 ) -> SlotLine<'a> {
     let mut line = SlotLine {
         reason: Some(reason),
-        ..SlotLine::new(&job.name, slot, Outcome::OutOfWindow, message)
+        ..SlotLine::new(job, slot, Outcome::OutOfWindow, message)
     };
     match outside {
         Outside::Late(late) => line.late_ms = Some(late.as_millis() as u64),

@@ -35,7 +35,7 @@ pub(super) fn unpaused(
                 until: pause.until.map(|u| u.to_rfc3339()),
                 reason: pause.reason.as_deref(),
                 ..SlotLine::new(
-                    &job.name,
+                    job,
                     slot,
                     Outcome::Paused,
                     "the job is paused: slot not raced",

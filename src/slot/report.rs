@@ -4,12 +4,15 @@
 
 use std::borrow::Cow;
 use std::fmt::Display;
+use std::time::Duration;
 
 use tracing::Level;
 
 use super::{Books, Trigger};
+use crate::config::Job;
 use crate::lock::Token;
 use crate::outcome::Outcome;
+use crate::time::jitter;
 use crate::time::schedule::Slot;
 
 /// One slot's log line: the fields every line has, and the ones only some outcomes carry. A
@@ -18,6 +21,8 @@ use crate::time::schedule::Slot;
 pub(super) struct SlotLine<'a> {
     pub job: &'a str,
     pub slot: Slot,
+    /// The job's `jitter`: the line's `jitter_ms` (the slot's delay) when not zero.
+    pub jitter: Duration,
     pub outcome: Outcome,
     /// The human sentence; tests and operators grep it, so keep it stable too.
     pub message: Cow<'static, str>,
@@ -53,14 +58,15 @@ pub(super) struct SlotLine<'a> {
 impl<'a> SlotLine<'a> {
     /// A line with only the fields every line has; add the others with `..SlotLine::new(..)`.
     pub fn new(
-        job: &'a str,
+        job: &'a Job,
         slot: Slot,
         outcome: Outcome,
         message: impl Into<Cow<'static, str>>,
     ) -> Self {
         SlotLine {
-            job,
+            job: &job.name,
             slot,
+            jitter: job.jitter,
             outcome,
             message: message.into(),
             trigger: None,
@@ -90,12 +96,13 @@ impl<'a> SlotLine<'a> {
 /// One `tracing` event carrying every field of [`SlotLine`]. A macro because an event's level
 /// must be a constant at its call site: [`SlotLine::emit`] expands it once per level.
 macro_rules! slot_event {
-    ($level:expr, $line:expr, $replica:expr) => {
+    ($level:expr, $line:expr, $replica:expr, $jitter_ms:expr) => {
         tracing::event!(
             $level,
             job = %$line.job,
             slot = %$line.slot,
             replica = %$replica,
+            jitter_ms = $jitter_ms,
             outcome = %$line.outcome.as_str(),
             trigger = $line.trigger.map(|kind| tracing::field::display(kind.as_str())),
             rank = $line.rank,
@@ -124,14 +131,17 @@ macro_rules! slot_event {
 }
 
 impl SlotLine<'_> {
-    /// Writes the line as `replica`, at its outcome's level.
-    fn emit(&self, replica: &str) {
+    /// Writes the line as `replica`, at its outcome's level; a job with `jitter` has its
+    /// slot's delay on `prefix` as `jitter_ms`.
+    fn emit(&self, replica: &str, prefix: &str) {
+        let jitter_ms = (!self.jitter.is_zero())
+            .then(|| jitter::delay(prefix, self.job, self.slot, self.jitter).as_millis() as u64);
         match self.outcome.level() {
-            Level::ERROR => slot_event!(Level::ERROR, self, replica),
-            Level::WARN => slot_event!(Level::WARN, self, replica),
-            Level::INFO => slot_event!(Level::INFO, self, replica),
-            Level::DEBUG => slot_event!(Level::DEBUG, self, replica),
-            _ => slot_event!(Level::TRACE, self, replica),
+            Level::ERROR => slot_event!(Level::ERROR, self, replica, jitter_ms),
+            Level::WARN => slot_event!(Level::WARN, self, replica, jitter_ms),
+            Level::INFO => slot_event!(Level::INFO, self, replica, jitter_ms),
+            Level::DEBUG => slot_event!(Level::DEBUG, self, replica, jitter_ms),
+            _ => slot_event!(Level::TRACE, self, replica, jitter_ms),
         }
     }
 }
@@ -140,7 +150,7 @@ impl Books {
     /// Logs `line` as this replica and counts its outcome: every outcome of a slot on this
     /// replica goes through here, once.
     pub(super) fn report(&self, line: SlotLine<'_>) {
-        line.emit(self.replica());
+        line.emit(self.replica(), self.key_prefix());
         self.metrics().slot(line.job, line.outcome);
     }
 
@@ -148,7 +158,7 @@ impl Books {
     /// slot held, so both read the same.
     pub(super) fn report_lost(
         &self,
-        job: &crate::config::Job,
+        job: &Job,
         slot: Slot,
         trigger: &Trigger,
         rank: Option<usize>,
@@ -159,7 +169,7 @@ impl Books {
             trigger: Some(trigger),
             rank,
             winner: Some(holder.replica()),
-            ..SlotLine::new(&job.name, slot, Outcome::Lost, message)
+            ..SlotLine::new(job, slot, Outcome::Lost, message)
         });
     }
 }

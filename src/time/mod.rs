@@ -1,7 +1,8 @@
 //! Time: the slots of a job (`schedule`: cron in an IANA zone, the wall-clock seam), the days
 //! they may fall on (`calendar`: workdays and days off), and the clock the fleet schedules on
-//! (`fleet_clock`: the Redis nodes' `TIME` kept on the monotonic clock), and a schedule said in
-//! words (`words`). Within the folder, `fleet_clock` and `words` use `schedule`, which uses
+//! (`fleet_clock`: the Redis nodes' `TIME` kept on the monotonic clock), a schedule said in
+//! words (`words`), and a slot's jitter (`jitter`: the delay every replica computes alike).
+//! Within the folder, `fleet_clock`, `jitter` and `words` use `schedule`, which uses
 //! `calendar`.
 //!
 //! The timeline that sleeps until the next slot (`crate::scheduler`) is not here: it hands the
@@ -9,5 +10,6 @@
 
 pub mod calendar;
 pub mod fleet_clock;
+pub mod jitter;
 pub mod schedule;
 pub mod words;

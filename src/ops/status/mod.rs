@@ -31,6 +31,7 @@ use crate::fleet::membership::Membership;
 use crate::lock::SlotLock;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::ops::liveness::{Health, Liveness};
+use crate::record::audit::Audit;
 use crate::record::history::History;
 use crate::time::schedule::SharedClock;
 pub use snapshot::Pages;
@@ -53,6 +54,8 @@ pub struct Sources {
     /// The pauses in force and their log (read like `history`): the overview's paused column
     /// and paused slots.
     pub control: Control,
+    /// The audit trail: the page's latest control actions and reloads (read like `history`).
+    pub audit: Audit,
     /// Served at `/metrics`.
     pub metrics: Arc<Metrics>,
     /// The clock the replica schedules on: "now" for next slots and relative times, so the page

@@ -16,11 +16,12 @@ use minijinja::{context, Environment};
 use serde::Deserialize;
 
 use super::fleet::fleet;
-use super::snapshot::{Rendered, Snapshot};
+use super::snapshot::{Rendered, Snapshot, AUDIT_SHOWN};
 use super::view::{job_view, moment, ActionText, Frame, JobView, Reads, RUNS_READ, STRIP_SLOTS};
 use super::words::{meaning, place};
 use super::Sources;
 use crate::config::{Config, Job, RedisMode};
+use crate::record::audit::{AuditEntry, AuditUnavailable};
 
 /// The fates the strip's legend names, in the order a reader meets them.
 pub(super) const OUTCOMES: [&str; 8] = [
@@ -94,6 +95,7 @@ fn render_page(snapshot: &Snapshot, filter: &Filter) -> Rendered {
         live: &snapshot.live,
         reads: &reads,
         views: &views,
+        audit: &snapshot.audit,
     };
     match render(&page) {
         Ok(html) => Rendered::html(status, html),
@@ -136,8 +138,17 @@ fn views(config: &Config, jobs: &[Arc<Job>], reads: &[&Reads], frame: &Frame) ->
         .iter()
         .zip(reads)
         .map(|(job, reads)| {
-            let settling = chrono::Duration::from_std(job.timeout + skew).unwrap_or_default();
-            job_view(job, &action_text(config, job), reads, settling, frame)
+            // A slot with jitter is run up to `jitter` after its instant: pending until then.
+            let settling = job.timeout + skew + job.jitter;
+            let settling = chrono::Duration::from_std(settling).unwrap_or_default();
+            let prefix = config.scheduler.key_prefix.as_str();
+            job_view(
+                job,
+                &action_text(config, job),
+                reads,
+                (settling, prefix),
+                frame,
+            )
         })
         .collect();
     views.sort_by_key(|v| v.standing);
@@ -202,6 +213,8 @@ struct Page<'a> {
     live: &'a [String],
     reads: &'a [&'a Reads],
     views: &'a [JobView],
+    /// The audit trail's latest entries, or why they could not be read.
+    audit: &'a Result<Vec<AuditEntry>, AuditUnavailable>,
 }
 
 fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
@@ -235,7 +248,37 @@ fn render(page: &Page<'_>) -> Result<String, minijinja::Error> {
         fleet => shares,
         strip_slots => STRIP_SLOTS,
         outcomes => OUTCOMES,
+        audit => audit_rows(page),
+        audit_error => page.audit.as_ref().err().map(ToString::to_string),
+        audit_shown => AUDIT_SHOWN,
     })
+}
+
+/// The audit section's rows: with a filter, the entries of the jobs shown and the fleet-wide
+/// ones (reloads).
+fn audit_rows(page: &Page<'_>) -> Vec<minijinja::Value> {
+    let entries = page.audit.as_ref().map(Vec::as_slice).unwrap_or_default();
+    let shown = |e: &&AuditEntry| {
+        page.wanted.is_none()
+            || e.job
+                .as_ref()
+                .is_none_or(|job| page.views.iter().any(|v| &v.name == job))
+    };
+    entries
+        .iter()
+        .filter(shown)
+        .map(|e| {
+            context! {
+                at => moment(e.at, page.frame),
+                action => e.action.as_str(),
+                job => e.job,
+                actor => e.actor,
+                status => e.status.as_str(),
+                reason => e.reason,
+                detail => e.detail,
+            }
+        })
+        .collect()
 }
 
 /// `runs=a,b` as names.
@@ -300,6 +343,15 @@ mod tests {
     }
 
     fn rendered(config: &Config, wanted: Option<&str>, reads: &[Reads]) -> String {
+        rendered_with(config, wanted, reads, &Ok(Vec::new()))
+    }
+
+    fn rendered_with(
+        config: &Config,
+        wanted: Option<&str>,
+        reads: &[Reads],
+        audit: &Result<Vec<AuditEntry>, AuditUnavailable>,
+    ) -> String {
         let frame = Frame {
             now: chrono::Utc::now(),
             zone: chrono_tz::UTC,
@@ -318,6 +370,7 @@ mod tests {
             live: &[],
             reads: &reads,
             views: &views,
+            audit,
         })
         .unwrap()
     }
@@ -358,6 +411,7 @@ mod tests {
             live: &[],
             reads: &[],
             views: &[],
+            audit: &Ok(Vec::new()),
         };
         let href = |job| toggle(&page, job).get_attr("href").unwrap().to_string();
         assert_eq!(
@@ -401,5 +455,38 @@ mod tests {
         assert_eq!(names(&select(&all, Some("PUS"))), ["push", "push-eu"]);
         assert_eq!(names(&select(&all, Some("report"))), ["Report"]);
         assert!(select(&all, Some("nope")).is_empty());
+    }
+
+    #[test]
+    fn the_audit_section_shows_the_jobs_shown_and_the_reloads_escaped() {
+        use crate::record::audit::AuditAction;
+        let config = crate::config::parse(
+            Path::new("t.toml"),
+            "[[job]]\nname = \"a\"\nschedule = \"0 * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n\
+             [[job]]\nname = \"b\"\nschedule = \"0 * * * * *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        let now = chrono::Utc::now();
+        let entries = vec![
+            AuditEntry::new(now, "ops@host", AuditAction::Pause)
+                .job("a")
+                .reason(Some("<holiday>")),
+            AuditEntry::new(now, "ops@host", AuditAction::Trigger).job("b"),
+            AuditEntry::new(now, "replica-1", AuditAction::Reload).detail("config hash 1 -> 2"),
+        ];
+        let html = rendered_with(&config, Some("a"), &no_reads(2), &Ok(entries));
+        let section = &html[html.find("id=\"audit\"").unwrap()..];
+        assert!(section.contains("&lt;holiday&gt;"), "{section}");
+        assert!(section.contains("config hash 1 -&gt; 2"), "{section}");
+        assert!(!section.contains("<td>trigger</td>"), "{section}");
+        let unavailable = AuditUnavailable {
+            answered: 1,
+            nodes: 3,
+            needed: 2,
+            errors: "refused".into(),
+        };
+        let down = rendered_with(&config, None, &no_reads(2), &Err(unavailable));
+        assert!(down.contains("audit trail unavailable: 1 of 3"));
     }
 }

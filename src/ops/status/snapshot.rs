@@ -24,12 +24,15 @@ use super::view::{Frame, Reads, RUNS_READ};
 use super::{probe, shards, Sources};
 use crate::config::{Config, Job};
 use crate::fleet::control::paused_intervals;
+use crate::record::audit::{AuditEntry, AuditQuery, AuditUnavailable};
 use crate::record::watermark;
 
 /// How long a snapshot is shown before the next load reads again. Far below the page's own
 /// 10 s refresh, so a reader sees nothing staler than it would have; a flood costs one round
 /// of reads per this long.
 pub const SNAPSHOT_LIFE: Duration = Duration::from_secs(2);
+/// The audit trail's entries a snapshot reads and the page shows, the newest.
+pub const AUDIT_SHOWN: usize = 20;
 /// Addresses (filter and open tables) whose page is kept per snapshot: more distinct ones are
 /// still rendered, one at a time, but not kept, so a client cannot grow the memory.
 pub const PAGES_KEPT: usize = 64;
@@ -51,6 +54,8 @@ pub struct Snapshot {
     pub shards: Vec<String>,
     /// The replicas of the membership view.
     pub live: Vec<String>,
+    /// The audit trail's latest entries (or why it could not be read).
+    pub audit: Result<Vec<AuditEntry>, AuditUnavailable>,
     /// The pages rendered from it, by address.
     pages: Mutex<HashMap<String, Rendered>>,
 }
@@ -63,10 +68,15 @@ impl Snapshot {
             now: sources.clock.now(),
             zone: config.scheduler.timezone,
         };
-        let (reads, nodes, shards) = tokio::join!(
+        let latest = AuditQuery {
+            limit: AUDIT_SHOWN,
+            ..AuditQuery::default()
+        };
+        let (reads, nodes, shards, audit) = tokio::join!(
             read_all(sources, &config.jobs, &frame),
             probe(sources),
-            shards(sources)
+            shards(sources),
+            sources.audit.read(&latest),
         );
         Snapshot {
             taken: Instant::now(),
@@ -77,6 +87,7 @@ impl Snapshot {
             reads,
             nodes,
             shards,
+            audit,
             pages: Mutex::default(),
         }
     }

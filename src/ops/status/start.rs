@@ -46,6 +46,7 @@ pub async fn spawn(
     if let Some(nodes) = &readers {
         sources.history = sources.history.reading_on(nodes.clone());
         sources.control = sources.control.reading_on(nodes.clone());
+        sources.audit = sources.audit.reading_on(nodes.clone());
     }
     tracing::info!(replica = %sources.name, %listen, "serving /healthz, /readyz, /metrics and the status page");
     // A std listener crosses to the server's runtime; tokio's is tied to this one.

@@ -11,6 +11,7 @@ use crate::config::Job;
 use crate::fleet::control::{Pause, PausedSpan};
 use crate::ops::ledger::{ledger, Entry, Fate};
 use crate::record::history::{HistoryUnavailable, RunRecord, RunState};
+use crate::time::jitter;
 use crate::time::schedule::Slot;
 
 /// Slots in a job's outcome strip.
@@ -136,6 +137,9 @@ pub struct PauseView {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunView {
     pub slot: Moment,
+    /// With jitter: the instant (to the ms, in the page's zone) the slot was due to be raced
+    /// and sent, its nominal instant plus its delay; `None` without.
+    pub sent: Option<String>,
     /// The winner that ran it.
     pub replica: String,
     /// Who ran it in words: after whom, and how it started when not by the schedule.
@@ -185,12 +189,13 @@ pub struct JobView {
 }
 
 /// The view of `job` from `reads`; `action` names its (scrubbed) action; `settling` is how
-/// long a slot may go unrecorded before it counts as missed.
+/// long a slot may go unrecorded before it counts as missed; `prefix` the fleet's key prefix
+/// (a jittered slot's delay).
 pub fn job_view(
     job: &Job,
     action: &ActionText,
     reads: &Reads,
-    settling: chrono::Duration,
+    (settling, prefix): (chrono::Duration, &str),
     frame: &Frame,
 ) -> JobView {
     let runs: &[RunRecord] = reads.runs.as_deref().unwrap_or_default();
@@ -220,7 +225,7 @@ pub fn job_view(
         runs: runs
             .iter()
             .take(RUNS_SHOWN)
-            .map(|r| run_view(r, frame))
+            .map(|r| run_view(r, delay_of(job, prefix, r), frame))
             .collect(),
         history_error: reads.runs.as_ref().err().map(ToString::to_string),
         day,
@@ -443,9 +448,19 @@ fn lateness(run: &RunRecord) -> std::time::Duration {
         .unwrap_or_default()
 }
 
-fn run_view(run: &RunRecord, frame: &Frame) -> RunView {
+/// The delay of `run`'s slot of `job` (its `jitter`) on `prefix`; zero without jitter.
+fn delay_of(job: &Job, prefix: &str, run: &RunRecord) -> std::time::Duration {
+    jitter::delay(prefix, &job.name, run.slot, job.jitter)
+}
+
+/// A run's row; `delay` is its slot's jitter delay: the lateness counts from the delayed
+/// instant, which the row shows beside the nominal one.
+fn run_view(run: &RunRecord, delay: std::time::Duration, frame: &Frame) -> RunView {
+    let sent = jitter::delayed(run.slot, delay);
+    let late = (run.started - sent).to_std().unwrap_or_default();
     RunView {
         slot: moment(run.slot.instant(), frame),
+        sent: (!delay.is_zero()).then(|| local(sent, frame).format("%H:%M:%S%.3f").to_string()),
         replica: run.replica.clone(),
         by: ran_by(run),
         from_cli: from_cli(run),
@@ -454,7 +469,7 @@ fn run_view(run: &RunRecord, frame: &Frame) -> RunView {
         duration: run
             .duration()
             .map_or_else(String::new, |d| format_ms(d.as_millis() as f64)),
-        lateness: format_ms(lateness(run).as_millis() as f64),
+        lateness: format_ms(late.as_millis() as f64),
         error: run.error.clone().unwrap_or_default(),
     }
 }

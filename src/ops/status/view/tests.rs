@@ -49,7 +49,7 @@ fn view(reads: &Reads, now: &str) -> JobView {
         &job("0 * * * * *"),
         &ActionText::default(),
         reads,
-        settling,
+        (settling, "slotcron"),
         &frame(now),
     )
 }
@@ -195,4 +195,30 @@ fn nothing_known_no_past_slots_and_an_unreadable_history_no_strip() {
     let v = view(&r, "2026-01-01T00:02:30Z");
     assert!(v.strip.is_empty());
     assert!(v.history_error.unwrap().contains("connection refused"));
+}
+
+#[test]
+fn a_jittered_run_shows_its_delayed_instant_and_its_lateness_from_it() {
+    let mut job = job("0 * * * * *");
+    let jitter = std::time::Duration::from_secs(30);
+    std::sync::Arc::get_mut(&mut job).unwrap().jitter = jitter;
+    let slot = Slot::at(t("2026-01-01T00:05:00Z"));
+    let delay = jitter::delay("slotcron", "j", slot, jitter);
+    let sent = jitter::delayed(slot, delay);
+    let ran = RunRecord {
+        started: sent + chrono::Duration::milliseconds(40),
+        finished: Some(sent + chrono::Duration::milliseconds(140)),
+        ..RunRecord::test("j", slot, "r", RunState::Done)
+    };
+    let settling = (chrono::Duration::seconds(2), "slotcron");
+    let reads = reads(vec![ran], None);
+    let now = frame("2026-01-01T00:06:00Z");
+    let view = job_view(&job, &ActionText::default(), &reads, settling, &now);
+    let shown = sent.with_timezone(&chrono_tz::Asia::Shanghai);
+    assert_eq!(view.runs[0].slot.short, "2026-01-01 08:05:00");
+    assert_eq!(
+        view.runs[0].sent,
+        Some(shown.format("%H:%M:%S%.3f").to_string())
+    );
+    assert_eq!(view.runs[0].lateness, format_ms(40.0));
 }
