@@ -13,7 +13,8 @@ link in them resolves, offline.
 - links: every relative link of the built HTML resolves to a file of the book and, with
   `#anchor`, to an id in it (the ids mdBook generates for headings); a link into this
   repository on GitHub (`https://github.com/slotcron/slotcron/blob/main/PATH#anchor`) must name
-  a file the repository has (and a heading of it). Nothing is fetched.
+  a file the repository has (and a heading of it); README.md's links too, as GitHub resolves
+  them. Nothing is fetched.
 
 The mdbook binary is --mdbook PATH, else where scripts/test.sh installs the pinned one
 (target/book-venv/bin/mdbook, or ~/.cargo/bin/mdbook), else `mdbook` on PATH. redis-server must be on PATH (scripts/test.sh
@@ -38,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BOOKS = ("en", "zh")
 GITHUB_BLOB = "https://github.com/slotcron/slotcron/blob/main/"
+BOOK_ROOT = REPO / "book"  # --root
 # How long the scraped replica may take to answer with its nodes measured: its first start on a
 # loaded 2-core machine (CI builds beside it) takes seconds, not minutes.
 SCRAPE_WITHIN_S = 60
@@ -48,6 +50,8 @@ def main() -> int:
     findings: list[str] = []
     checks = set(args.only.split(","))
     books = args.books.split(",")
+    global BOOK_ROOT
+    BOOK_ROOT = Path(args.root)
     with tempfile.TemporaryDirectory(prefix="slotcron-book-") as tmp:
         built = {}
         if checks & {"build", "links"}:
@@ -60,6 +64,7 @@ def main() -> int:
             for lang, out in built.items():
                 if out is not None:
                     check_links(lang, out, findings)
+            check_readme_links(findings)
     for f in findings:
         print(f"check_book: {f}", file=sys.stderr)
     if findings:
@@ -75,6 +80,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", default="build,coverage,links")
     p.add_argument("--books", default=",".join(BOOKS))
     p.add_argument("--mdbook", help="the mdbook binary (default: found as the doc says)")
+    p.add_argument("--root", default=str(REPO / "book"),
+                   help="the folder holding the books (default: book/ of this repository)")
     return p.parse_args()
 
 
@@ -94,7 +101,7 @@ def find_mdbook(given: str | None) -> str:
 
 def build(mdbook: str, lang: str, out: Path, findings: list[str]) -> Path | None:
     """Builds book/LANG into `out`; a failed build or any warning is a finding."""
-    root = REPO / "book" / lang
+    root = BOOK_ROOT / lang
     if not (root / "book.toml").is_file():
         findings.append(f"book/{lang}: no book.toml (the book is missing)")
         return None
@@ -266,7 +273,7 @@ def free_port() -> int:
 def book_code(lang: str) -> str | None:
     """The code of book/LANG: its fenced blocks and inline `spans`, with `{{#include}}`d files
     read in, over every chapter SUMMARY.md lists."""
-    src = REPO / "book" / lang / "src"
+    src = BOOK_ROOT / lang / "src"
     summary = src / "SUMMARY.md"
     if not summary.is_file():
         return None
@@ -341,6 +348,26 @@ def link_problem(page: Path, href: str, pages: dict) -> str | None:
         if anchor not in ids:
             return f"no heading #{anchor} in {target.name}"
     return None
+
+
+def check_readme_links(findings: list[str]) -> None:
+    """README.md's links, as GitHub shows the file: relative to the repository's root, an
+    `#anchor` to a heading of the Markdown file it names."""
+    code = False
+    for n, line in enumerate((REPO / "README.md").read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            code = not code
+        for href in [] if code else re.findall(r"\]\(([^)\s]+)\)", line):
+            if href.startswith(GITHUB_BLOB):
+                problem = repo_link_problem(href[len(GITHUB_BLOB):])
+            elif re.match(r"^[a-z][a-z0-9+.-]*:", href):
+                continue
+            elif href.startswith("#"):
+                problem = repo_link_problem("README.md" + href)
+            else:
+                problem = repo_link_problem(href)
+            if problem:
+                findings.append(f"README.md:{n}: link {href}: {problem}")
 
 
 def repo_link_problem(rest: str) -> str | None:

@@ -763,7 +763,9 @@ fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
     use clap::Parser;
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let (_, section) = readme.split_once("\n## A fleet in three commands\n").unwrap();
+    let (_, section) = readme
+        .split_once("\n## A fleet in three commands\n")
+        .unwrap();
     let section = section.split("\n## ").next().unwrap();
     let blocks: Vec<Vec<&str>> = section
         .split("```")
@@ -776,7 +778,8 @@ fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
         })
         .collect();
     let recipe = blocks.into_iter().find(|lines| lines.len() > 1);
-    let recipe = recipe.expect("no block of several `slotcron run` lines in A fleet in three commands");
+    let recipe =
+        recipe.expect("no block of several `slotcron run` lines in A fleet in three commands");
     recipe
         .iter()
         .map(|line| {

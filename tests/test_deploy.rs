@@ -1467,7 +1467,10 @@ fn assert_alerts_have_runbooks(groups: &Value) {
         let (_, anchor) = url
             .split_once(&format!("{RUNBOOKS}#"))
             .expect("an anchor of the book's runbooks");
-        assert!(anchors.contains(anchor), "{url}: no such heading in {RUNBOOKS}");
+        assert!(
+            anchors.contains(anchor),
+            "{url}: no such heading in {RUNBOOKS}"
+        );
     }
     assert!(
         alerts

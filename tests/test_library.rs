@@ -19,7 +19,7 @@ use common::{slotcron_cli, wait_until, write_config, RedisCluster, Replica};
 use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
 
 /// The examples, built once per test run (`cargo build --examples --all-features`: the debug
-/// profile; the README's command for users says `--release`).
+/// profile; the book's command for users says `--release`).
 fn example(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -428,7 +428,7 @@ fn the_readmes_library_excerpt_is_lines_of_the_example_in_order() {
     assert!(shown <= 25, "the excerpt is meant short: {shown} lines");
 }
 
-/// `lines` without their terminal colours (the README's subscriber colours its output).
+/// `lines` without their terminal colours (the example's subscriber colours its output).
 fn plain(lines: &[String]) -> Vec<String> {
     lines.iter().map(|l| without_escapes(l)).collect()
 }
