@@ -33,6 +33,11 @@ use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+/// CPU seconds and peak RSS of a process (the tests' harness has the same need).
+#[path = "../tests/common/usage.rs"]
+mod proc_usage;
+use proc_usage::usage;
+
 fn quick() -> bool {
     std::env::var("SLOTCRON_BENCH_QUICK").is_ok()
 }
@@ -662,33 +667,6 @@ async fn lateness(nodes: &[Node], table: &mut Table) {
 /// The slotcron binary cargo built for this benchmark (the bench profile: optimized).
 fn release_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_slotcron"))
-}
-
-/// CPU seconds (utime + stime) and peak RSS (VmHWM, KiB) of a process.
-fn usage(pid: u32) -> (f64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let cpu = (ticks(11) + ticks(12)) / hz;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (cpu, kib("VmHWM:").max(kib("VmRSS:")))
 }
 
 fn rss_now(pid: u32) -> u64 {

@@ -100,8 +100,8 @@ impl Timeline {
 
 /// Sleeps until the next instant any job is due and starts one race for every job due then,
 /// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
-/// jobs on the same second cost each Redis node one request from this replica, not a
-/// thousand (BENCHMARKS.md, scale). Nothing is armed before the fleet clock is measured. Each
+/// jobs on the same second cost each Redis node four requests from this replica (250 keys
+/// each), not a thousand (BENCHMARKS.md, scale). Nothing is armed before the fleet clock is measured. Each
 /// wake looks for a step of the wall clock and for a wake later than planned (a freeze: the
 /// fleet clock measures again); the timeline is re-armed from the clock's time when the fleet
 /// clock jumps, and (scheduling on the wall clock, `clock = "local"`) when the wall clock

@@ -162,7 +162,7 @@ impl SlotLock {
         }
     }
 
-    /// Races for every `(key, ttl)` at once (one round trip per node for the batch); the
+    /// Races for every `(key, ttl)` at once (a round trip per node per 250 keys); the
     /// answers come in the order asked.
     pub async fn acquire_many(&self, claims: &[(SlotKey, Duration)]) -> Vec<Acquire> {
         match self {

@@ -265,7 +265,8 @@ impl Redlock {
 
     /// Races for every `(key, ttl)` at once, each decided on its own by the module's rules; the
     /// answers come in the order asked. One attempt is one pipelined round trip per node for
-    /// the whole batch: jobs due at the same instant cost a node one request, not one each.
+    /// each 250 keys of the batch (`KEYS_PER_REQUEST`): jobs due at the same instant cost a
+    /// node a request per 250, not one each.
     pub async fn acquire_many(&self, claims: &[(SlotKey, Duration)]) -> Vec<Acquire> {
         let mut races: Vec<Race> = claims
             .iter()
@@ -330,7 +331,10 @@ impl Redlock {
     /// node restarted empty still leaves a majority holding it and a late replica loses. A
     /// suspect node gets the SET too but is not waited for, even in a split vote it could
     /// break (the split is retried, and by then an answer from it has made it healthy again):
-    /// a hung or dead node costs the replica one node timeout, once.
+    /// a hung or dead node costs the replica one node timeout, once. Unless the answers of the
+    /// others make no majority: then the suspects are waited for too, within the node timeout
+    /// (every node suspect after a moment in which all were slow; without it the race ended
+    /// `Unavailable` at once, and a winner's running lease with it).
     async fn ask_until_decided(&self, races: &[&mut Race]) -> Vec<Vec<Option<NodeReply>>> {
         let claims: Arc<[Claim]> = races.iter().map(|r| r.claim.clone()).collect();
         let quorum = self.quorum();
@@ -341,7 +345,10 @@ impl Redlock {
                     let claims = claims.clone();
                     async move { node.acquire_many(&claims).await }
                 },
-                |replies| replies.settled() || (0..races.len()).all(|k| lost(replies, k, quorum)),
+                |replies| {
+                    replies.settled_with_majority(quorum)
+                        || (0..races.len()).all(|k| lost(replies, k, quorum))
+                },
             )
             .await;
         // A suspect node not waited for counts as failed: it is named in an `Unavailable`, and

@@ -159,6 +159,14 @@ impl<T> Replies<T> {
             .all(|i| self.answers[i].is_some() || self.suspect[i] || !self.asked[i])
     }
 
+    /// [`Self::settled`] with a majority of `quorum` answered: short of one, the suspect nodes
+    /// are waited for too (each within its request's bound), since only their answers can
+    /// still make one. The race's rule: when every node was slow at once (a burst), none is
+    /// healthy in the view, and a race that waited for no suspect would fail at once.
+    pub fn settled_with_majority(&self, quorum: usize) -> bool {
+        self.settled() && self.answered() >= quorum
+    }
+
     /// Each node's answer so far (`None`: still waited for, or not waited for).
     pub fn answers(&self) -> &[Option<Result<T, NodeError>>] {
         &self.answers

@@ -111,12 +111,32 @@ pub enum NodeReply {
     Failed(NodeError),
 }
 
+/// The most keys one request to a node carries: a batch (the jobs due at one instant) goes as
+/// pipelines of this many, one after the other, each bounded by the node timeout. The timeout
+/// bounds a node's answer to one request, not to a batch of any size: one pipeline for a
+/// 5,000-job burst took longer than the default 50 ms on 2 busy cores, so every node timed out
+/// on every attempt and every slot was `unavailable` (BENCHMARKS.md, "09:00 burst"). A node
+/// that answers piece by piece is not hung; a hung one still costs one node timeout (its first
+/// piece). 250 keys took 1 to 17 ms there with 9 replicas racing (`lock_us`).
+pub const KEYS_PER_REQUEST: usize = 250;
+
 impl Node {
-    /// Tries to set each claim's key to its token for its TTL, all in one pipeline: one round
-    /// trip for the whole batch (the jobs due at one instant), bounded by the node timeout.
-    /// Answers who holds each key, in the order of `claims`; an error reply for one key (a
-    /// wrong type) fails that key only; no answer at all is the error.
+    /// Tries to set each claim's key to its token for its TTL, in pipelines of
+    /// [`KEYS_PER_REQUEST`] keys: a round trip per piece of the batch (the jobs due at one
+    /// instant), each bounded by the node timeout. Answers who holds each key, in the order of
+    /// `claims`; an error reply for one key (a wrong type) fails that key only; a piece without
+    /// an answer is the error (the pieces before it are answered, but the node is failed for
+    /// the whole batch, so what it took there is released with the rest).
     pub async fn acquire_many(&self, claims: &[Claim]) -> Result<Vec<NodeReply>, NodeError> {
+        let mut replies = Vec::with_capacity(claims.len());
+        for piece in claims.chunks(KEYS_PER_REQUEST) {
+            replies.extend(self.acquire_piece(piece).await?);
+        }
+        Ok(replies)
+    }
+
+    /// One pipeline of [`Self::acquire_many`].
+    async fn acquire_piece(&self, claims: &[Claim]) -> Result<Vec<NodeReply>, NodeError> {
         let answers = if self.scripts.legacy.load(Ordering::Relaxed) {
             self.acquire_lua(claims).await
         } else {
@@ -222,18 +242,20 @@ impl Node {
             .map_err(|kind| self.error(kind))
     }
 
-    /// Who holds each of `keys` (one `MGET`), bounded by the node timeout: one node's account,
-    /// read before a covering race (`lock::Redlock::look`).
+    /// Who holds each of `keys` (an `MGET` per [`KEYS_PER_REQUEST`] keys, one after the other,
+    /// each bounded by the node timeout): one node's account, read before a covering race
+    /// (`lock::Redlock::look`).
     pub async fn holders(&self, keys: &[String]) -> Result<Vec<Option<Token>>, NodeError> {
-        let mut mget = redis::cmd("MGET");
-        for key in keys {
-            mget.arg(key);
+        let mut holders = Vec::with_capacity(keys.len());
+        for piece in keys.chunks(KEYS_PER_REQUEST) {
+            let mut mget = redis::cmd("MGET");
+            for key in piece {
+                mget.arg(key);
+            }
+            let values: Vec<Option<String>> = self.query(&mget, self.timeout()).await?;
+            holders.extend(values.into_iter().map(|v| v.map(Token::from_stored)));
         }
-        let values: Vec<Option<String>> = self.query(&mget, self.timeout()).await?;
-        Ok(values
-            .into_iter()
-            .map(|v| v.map(Token::from_stored))
-            .collect())
+        Ok(holders)
     }
 }
 

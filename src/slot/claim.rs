@@ -1,5 +1,5 @@
-//! The race for a slot's lock, for every job due at the instant as one batch (one round trip
-//! per node), and, for each win of a job with `overlap = "skip"`, the job's running lease (one
+//! The race for a slot's lock, for every job due at the instant as one batch (a round trip per
+//! node per 250 jobs), and, for each win of a job with `overlap = "skip"`, the job's running lease (one
 //! more batch). A win is a [`Won`]: what the run needs, and nothing else.
 
 use std::borrow::Cow;

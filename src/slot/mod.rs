@@ -2,7 +2,7 @@
 //! that every trigger goes through: the timeline (`Schedule`), the look-back at start
 //! (`CatchUp`), `slotcron trigger` and `resume --catch-up` (`Manual`, `CatchUp`), another
 //! replica's handoff offer (`Handoff`), and the tests. The jobs due at one instant go through
-//! it together, so their race is one batch (one round trip per node for all of them).
+//! it together, so their race is one batch (a round trip per node per 250 of them).
 //!
 //! 1. `paused`: a scheduled slot of a job paused fleet-wide is not raced.
 //! 2. `candidates`: this replica's place among each job's candidates (or standby), the wait

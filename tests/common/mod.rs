@@ -33,6 +33,7 @@ mod receivers;
 mod redis;
 mod sentinel;
 pub mod tools;
+mod usage;
 
 // Each test binary uses some of these only: the rest would warn as unused re-exports.
 #[allow(unused_imports)]
@@ -45,6 +46,8 @@ pub use self::receivers::*;
 pub use self::redis::*;
 #[allow(unused_imports)]
 pub use self::sentinel::*;
+#[allow(unused_imports)]
+pub use self::usage::*;
 
 use nix::sys::signal::{kill as send_signal, Signal};
 use nix::unistd::Pid;
