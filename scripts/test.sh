@@ -123,8 +123,12 @@ fi
 # Default targets: the library, the binary, the examples (built, and run by
 # tests/test_library.rs), tests/ and doc tests; every feature (the tokio-cron-scheduler guard's
 # `tcs`). Benchmarks are not tests (see BENCHMARKS.md); clippy still checks them.
-if [ -f Cargo.lock ]; then
-    exec cargo test --locked --all-features "$@"
-else
-    exec cargo test --all-features "$@"
+# The simulation (tests/sim/) runs in the suite with the dev profile's budget (12,000 slots);
+# SLOTCRON_SIM_FULL=1 runs its full budget (a million slots) afterwards in `--profile sim`, an
+# optimised build of its own (see BENCHMARKS.md for its build and run times).
+locked=()
+[ -f Cargo.lock ] && locked=(--locked)
+cargo test "${locked[@]}" --all-features "$@"
+if [ -n "${SLOTCRON_SIM_FULL:-}" ]; then
+    cargo test "${locked[@]}" --all-features --profile sim --test sim simulation -- --nocapture
 fi

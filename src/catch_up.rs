@@ -131,6 +131,7 @@ async fn report_missed(
         .max()
         .unwrap_or_default();
     tokio::select! {
+        biased;
         _ = ctx.shutdown().cancelled() => return,
         _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
     }

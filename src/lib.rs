@@ -100,6 +100,8 @@
 //! - [`secret`]: redaction of webhook keys and passwords at the type level.
 //! - [`tls`]: the crypto provider shared by the HTTP and Redis clients.
 //! - [`watch`]: reload when the configuration file changes.
+//! - [`seed`]: the randomness seam: every random choice drawn from one source, seeded by a
+//!   simulation so that a seed replays its run.
 
 #![warn(missing_docs)]
 
@@ -118,6 +120,7 @@ pub mod redis;
 pub mod replica;
 pub mod scheduler;
 pub mod secret;
+pub mod seed;
 pub mod slot;
 pub mod time;
 pub mod tls;

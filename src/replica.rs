@@ -37,7 +37,7 @@ use crate::ops::status;
 use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
-use crate::redis::{independence, Nodes};
+use crate::redis::{independence, Connector, Nodes};
 use crate::scheduler;
 use crate::slot::{Books, Contenders, Outbox, Race, SlotEnv, Trigger, MIN_START_WINDOW};
 use crate::time::fleet_clock::{self, FleetClock};
@@ -137,9 +137,12 @@ impl Replica {
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
-        let nodes = Nodes::open(urls, timeout, ca, &redis.topology(), &name)
-            .await
-            .context("preparing Redis connections")?;
+        let nodes = match &redis.connector {
+            Connector::Tcp => Nodes::open(urls, timeout, ca, &redis.topology(), &name)
+                .await
+                .context("preparing Redis connections")?,
+            Connector::Dial(dialer) => Nodes::dial(urls, timeout, dialer, &name),
+        };
         let lock = Arc::new(Redlock::over(Arc::new(nodes), &name, redis.lock.clone()));
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
@@ -448,8 +451,8 @@ fn compare_destinations(
     let config = current.clone();
     tracker.spawn(destinations::keep_comparing(
         nodes.clone(),
-        replica.key_prefix.clone(),
-        replica.name.clone(),
+        (replica.key_prefix.clone(), replica.name.clone()),
+        replica.clock.clone(),
         move || destinations::Own::of(&read(&config)),
         shutdown.clone(),
     ));
@@ -514,6 +517,7 @@ async fn wait_for_reload(
             }
         };
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return None,
             received = signal => {
                 if received.is_none() {

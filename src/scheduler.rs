@@ -270,8 +270,9 @@ async fn wait_until_due(
             };
         }
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            biased;
             _ = shutdown.cancelled() => return Wake::Shutdown,
+            _ = tokio::time::sleep(wait) => {}
             _ = &mut stepped => return Wake::Rearm,
         }
         // Between two timers, a step moves a wall-clock timeline's deadline.

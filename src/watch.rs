@@ -72,10 +72,12 @@ async fn follow(
     let mut last = tokio::fs::read(&config).await.ok();
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             event = heard.recv() => if event.is_none() { return },
         }
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(SETTLE) => {}
         }

@@ -134,6 +134,12 @@ fn assert_reached_robot(request: &wiremock::Request) {
     assert_eq!(query, vec![("key".to_owned(), KEY.to_owned())]);
 }
 
+/// A product promise, not a speed: an action's sends end at its `timeout` (1 s in these
+/// configs), retries included. 4 s is that promise with a margin that holds on a loaded
+/// machine (a scheduler delay of seconds); a send that ignored the timeout (the receiver holds
+/// its answer 10 s) fails it.
+const TIMEOUT_BOUND: Duration = Duration::from_secs(4);
+
 #[tokio::test]
 async fn wecom_text_payload_is_exact() {
     let receiver = Receiver::start();
@@ -318,8 +324,7 @@ async fn retries_stop_at_the_job_timeout() {
     assert!(error.contains("503"), "{error}");
     assert!(attempts >= 2, "{attempts} attempt(s): {error}");
     assert_eq!(receiver.count(), attempts as usize);
-    // No more than the timeout, with generous slack for a loaded machine.
-    assert!(duration < Duration::from_secs(4), "{duration:?}");
+    assert!(duration < TIMEOUT_BOUND, "{duration:?}");
 }
 
 #[tokio::test]
@@ -336,23 +341,8 @@ async fn a_webhook_that_never_answers_fails_at_the_timeout() {
     assert!(error.contains("timed out"), "{error}");
     assert_eq!(attempts, 1, "{error}");
     assert!(!error.contains(KEY), "{error}");
-    assert!(duration < Duration::from_secs(4), "{duration:?}");
+    assert!(duration < TIMEOUT_BOUND, "{duration:?}");
     assert_eq!(receiver.count(), 1);
-}
-
-#[tokio::test]
-async fn a_closed_port_fails_cleanly() {
-    let port = common::free_port();
-    let config = config(
-        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
-        "1s",
-        &webhook(&format!("http://127.0.0.1:{port}")),
-    );
-    let (result, _) = run(&config).await;
-    let (error, attempts, _) = failed(result);
-    assert!(error.contains("connection"), "{error}");
-    assert!(attempts >= 1, "{error}");
-    assert!(!error.contains(KEY), "{error}");
 }
 
 #[tokio::test]

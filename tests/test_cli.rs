@@ -434,8 +434,22 @@ fn help_lists_the_subcommands_and_their_flags() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// The repository's jobs.toml, read by the library and by `slotcron check`, with no variable set
+/// (`slotcron()` clears `WECOM_WEBHOOK`): one test for the shipped file (it was three).
 #[test]
-fn check_accepts_the_shipped_jobs_toml() {
+fn the_shipped_jobs_toml_loads_without_any_variable_and_check_accepts_it() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let no_variables = std::collections::HashMap::<String, String>::new();
+    let config = slotcron::config::parse(Path::new(path), &text, &no_variables).unwrap();
+    assert!(!config.jobs.is_empty());
+    assert_eq!(
+        config.disabled,
+        ["standup"],
+        "the WeCom job ships disabled, never silently skipped"
+    );
+    assert!(config.jobs.iter().all(|j| j.name != "standup"));
+
     let (code, stdout, stderr) = output(slotcron().current_dir(env!("CARGO_MANIFEST_DIR")).args([
         "check",
         "--config",

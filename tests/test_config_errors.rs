@@ -315,20 +315,6 @@ fn all_errors_of_a_file_are_reported_at_once() {
 }
 
 #[test]
-fn the_shipped_jobs_toml_loads_without_any_variable() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.toml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let config = config::parse(Path::new(path), &text, &HashMap::<String, String>::new()).unwrap();
-    assert!(!config.jobs.is_empty());
-    assert_eq!(
-        config.disabled,
-        ["standup"],
-        "the WeCom job ships disabled, never silently skipped"
-    );
-    assert!(config.jobs.iter().all(|j| j.name != "standup"));
-}
-
-#[test]
 fn defaults_and_secrets_in_a_valid_config() {
     let text = format!(
         "[redis]\nnodes = [\"redis://:hunter2pw@10.0.0.1:6379\", \"rediss://u:hunter2pw@10.0.0.2:6380\", \"redis://10.0.0.3\"]\n{}",
@@ -641,25 +627,6 @@ fn check_prints_next_slots_in_the_job_zone_without_the_key() {
         stdout.contains("key=***") && !stdout.contains("SECRETKEY123"),
         "{stdout}"
     );
-}
-
-#[test]
-fn check_accepts_the_shipped_jobs_toml() {
-    let out = bin()
-        .args([
-            "check",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.toml"),
-        ])
-        .env_remove("WECOM_WEBHOOK")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("standup\": disabled"));
 }
 
 // --- The loader never panics. ---

@@ -102,21 +102,23 @@ async fn a_read_timeout_is_uncertain_and_not_resent() {
 }
 
 /// Nothing left this replica: the slot is not delivered, and says so.
-async fn not_sent(base: &str, expect_in_error: &str) {
+async fn not_sent(base: &str, expect_in_error: &str) -> String {
     let (error, attempts, delivery) = failed(run_once(&standalone(&wecom(base))).await);
     assert_eq!(delivery, DeliveryState::NotDelivered, "{error}");
     assert_eq!(attempts, 1, "{error}");
     assert!(error.contains("nothing left this replica"), "{error}");
     assert!(error.contains(expect_in_error), "{error}");
+    assert!(!error.contains(KEY), "the robot's key in an error: {error}");
+    error
 }
 
+/// Also `test_actions::a_closed_port_fails_cleanly`'s checks (merged here): the error names the
+/// connection and never the robot's key.
 #[tokio::test]
 async fn a_refused_connection_is_not_delivered() {
-    not_sent(
-        &format!("http://127.0.0.1:{}", common::free_port()),
-        "refused",
-    )
-    .await;
+    let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let error = not_sent(&closed, "refused").await;
+    assert!(error.contains("connection"), "{error}");
 }
 
 #[tokio::test]

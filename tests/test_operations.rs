@@ -287,7 +287,7 @@ fn history_records_a_short_run_once_a_slow_run_at_its_start_and_catch_up_runs_tw
 }
 
 #[test]
-fn two_triggers_at_the_same_moment_run_the_job_once() {
+fn two_triggers_started_together_run_the_job_once_and_an_unknown_job_exits_2() {
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();

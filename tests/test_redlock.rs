@@ -83,18 +83,20 @@ async fn won_exactly_when_a_majority_answers_5_nodes() {
 async fn winner_holds_the_key_with_its_token_ttl_and_validity() {
     let cluster = RedisCluster::start(3);
     let k = key("holds");
-    let Acquire::Won(lease) = lock(&cluster.urls(), "a", 0).acquire(&k, TTL).await else {
+    let redlock = lock(&cluster.urls(), "a", 0);
+    let around = std::time::Instant::now();
+    let Acquire::Won(lease) = redlock.acquire(&k, TTL).await else {
         panic!("must win")
     };
-    // validity = ttl - elapsed - (1% of ttl + 2 ms)
+    let outer = around.elapsed();
+    // validity = ttl - elapsed - drift (1% of ttl + 2 ms): the lock's own elapsed lies inside
+    // the one measured around it, so the validity is bounded on both sides by what this test
+    // saw, however slow the machine (no speed assumed; the acquire's speed is in BENCHMARKS.md).
+    let drift = Duration::from_millis(102);
+    assert!(lease.validity <= TTL - drift, "{:?}", lease.validity);
     assert!(
-        lease.validity <= TTL - Duration::from_millis(102),
-        "{:?}",
-        lease.validity
-    );
-    assert!(
-        lease.validity > TTL - Duration::from_millis(1000),
-        "{:?}",
+        lease.validity >= TTL.saturating_sub(outer + drift),
+        "{:?} after {outer:?}",
         lease.validity
     );
     // On a majority at least: the race stops once a majority has answered.
@@ -129,8 +131,14 @@ async fn release_removes_only_the_own_token() {
         token: Token::new("a"),
         ..b_lease.clone()
     };
+    let before = holders(&cluster, &k, &b_lease.token).len();
+    assert!(before >= quorum(3));
     assert_eq!(a.release(&impostor).await, 0, "a must not remove b's key");
-    assert!(holders(&cluster, &k, &b_lease.token).len() >= quorum(3));
+    let after = holders(&cluster, &k, &b_lease.token).len();
+    assert_eq!(
+        after, before,
+        "b's key must stay on every node that held it"
+    );
 }
 
 /// The nodes whose value for `k` is `token`.

@@ -377,7 +377,7 @@ pub fn snippet(body: &str) -> String {
 fn backoff(attempt: u32) -> Duration {
     let exp = BACKOFF_BASE.saturating_mul(1 << attempt.saturating_sub(1).min(10));
     let cap = exp.min(BACKOFF_MAX);
-    rand::rng().random_range(cap / 2..=cap)
+    crate::seed::rng().random_range(cap / 2..=cap)
 }
 
 #[cfg(test)]

@@ -60,6 +60,22 @@ impl FnAction {
         FnAction { run }
     }
 
+    /// The action that calls `run` for each won slot, its `Err` the run's error: for a fleet
+    /// assembled outside the builder (the simulation, tests/sim/, swaps a loaded file's actions
+    /// for its receivers). Hidden from the docs: the library's way is [`crate::Fleet::job`].
+    #[doc(hidden)]
+    pub fn of<F, Fut, E>(run: F) -> Self
+    where
+        F: Fn(SlotContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        FnAction::new(Arc::new(move |ctx| {
+            let run = run(ctx);
+            Box::pin(async move { run.await.map_err(JobError::from_display) })
+        }))
+    }
+
     /// The action of a job loaded without its secrets (`config::load_without_secrets`, for a
     /// command that never sends): it fails, saying so, if it is ever run.
     pub(crate) fn unresolved() -> Self {

@@ -157,11 +157,11 @@ impl Budgets {
                 // replicas sending at the same instant would both wait for nothing.
                 Admission::Split(_) if !split_retried => {
                     split_retried = true;
-                    Duration::from_millis(rand::rng().random_range(5..=60))
+                    Duration::from_millis(crate::seed::rng().random_range(5..=60))
                 }
                 Admission::Split(wait) | Admission::Wait(wait) => {
                     // A little jitter so replicas waiting for the same place do not all ask at once.
-                    wait + Duration::from_millis(rand::rng().random_range(0..=20))
+                    wait + Duration::from_millis(crate::seed::rng().random_range(0..=20))
                 }
             };
             if Instant::now() + wait >= deadline {
@@ -229,7 +229,7 @@ enum Admission {
 /// Asks every node for a place; waits for the nodes that are not suspect, and for suspect ones
 /// only while fewer than a majority answered.
 async fn take_on_nodes(nodes: &Nodes, key: &str, rate: Rate) -> Admission {
-    let member = format!("{:016x}", rand::rng().random::<u64>());
+    let member = format!("{:016x}", crate::seed::rng().random::<u64>());
     // A plain EVAL: the budget path is not hot enough to need EVALSHA's script cache.
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(TAKE_SCRIPT)

@@ -353,6 +353,7 @@ impl Fleet {
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         let mut handle = self.start().await?;
         tokio::select! {
+            biased;
             () = shutdown => handle.shutdown().await,
             ended = &mut handle.run => {
                 handle.guarded.close();

@@ -110,6 +110,7 @@ async fn wait_for_signal() -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
+        biased;
         _ = term.recv() => {}
         _ = int.recv() => {}
     }

@@ -10,8 +10,8 @@ use super::durations;
 use super::raw::{RawHttpServer, RawRedis};
 use super::{read_error, ConfigError, Loader, Section};
 use crate::lock::LockConfig;
-use crate::redis::sentinel::PrimaryAuth;
-use crate::redis::{NodeUrl, Topology};
+use crate::redis::PrimaryAuth;
+use crate::redis::{Connector, NodeUrl, Topology};
 
 #[derive(Debug, Clone)]
 /// `[redis]`: the nodes the fleet races on.
@@ -30,6 +30,9 @@ pub struct RedisConfig {
     pub wait_replicas: u32,
     /// Sentinel mode: the primary's credentials (`primary_username`, `primary_password`).
     pub primary_auth: PrimaryAuth,
+    /// Where the nodes' connections come from: TCP, as no file can say otherwise; a
+    /// simulation sets its dialer in code (see [`crate::redis::connector`]).
+    pub connector: Connector,
 }
 
 /// `[redis] mode`: what `nodes` are, and what a slot's lock rests on.
@@ -195,6 +198,7 @@ impl Loader<'_> {
             mode: mode?,
             wait_replicas: raw.wait_replicas.unwrap_or(1),
             primary_auth,
+            connector: Connector::Tcp,
         }))
     }
 

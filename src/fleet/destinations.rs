@@ -15,15 +15,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use chrono::Utc;
+use tokio::time::Instant;
+
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::deployment::Deployment;
 use crate::config::Config;
 use crate::redis::{Nodes, Replies};
+use crate::time::schedule::SharedClock;
 
 /// How often a replica writes its destinations and compares the others'.
 pub const PERIOD: Duration = Duration::from_secs(5);
@@ -82,8 +85,8 @@ impl Own {
 /// Writes and compares until `shutdown`; `own` gives the current configuration's view.
 pub async fn keep_comparing(
     nodes: Arc<Nodes>,
-    prefix: String,
-    replica: String,
+    (prefix, replica): (String, String),
+    clock: SharedClock,
     own: impl Fn() -> Own,
     shutdown: CancellationToken,
 ) {
@@ -93,11 +96,12 @@ pub async fn keep_comparing(
     let mut period = tokio::time::interval(PERIOD);
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             _ = period.tick() => {}
         }
         let own = own();
-        let others = exchange(&nodes, &key, &replica, &own).await;
+        let others = exchange(&nodes, &key, (&replica, clock.now()), &own).await;
         let now = Instant::now();
         let current = conflicts(&own, &others);
         since.retain(|k, _| current.contains_key(k));
@@ -115,10 +119,10 @@ pub async fn keep_comparing(
 async fn exchange(
     nodes: &Nodes,
     key: &str,
-    replica: &str,
+    (replica, now): (&str, DateTime<Utc>),
     own: &Own,
 ) -> HashMap<String, Published> {
-    let now_ms = Utc::now().timestamp_millis();
+    let now_ms = now.timestamp_millis();
     let entry = Published {
         at: now_ms,
         jobs: own.jobs.clone(),

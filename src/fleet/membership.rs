@@ -309,6 +309,7 @@ async fn beat(fleet: Arc<Fleet>, shutdown: CancellationToken) {
     period.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = period.tick() => {}
         }

@@ -38,7 +38,7 @@ struct Seen {
 impl Namesakes {
     /// Replica `me`'s token under `prefix`.
     pub fn new(prefix: &str, me: &str) -> Self {
-        let token: u64 = rand::rng().random();
+        let token: u64 = crate::seed::rng().random();
         Namesakes {
             me: me.to_owned(),
             key: format!("{prefix}:replica:{me}"),

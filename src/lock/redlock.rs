@@ -456,7 +456,7 @@ impl Redlock {
 
     fn retry_delay(&self) -> Duration {
         let max = self.config.retry_delay.max(Duration::from_millis(1));
-        rand::rng().random_range(max / 4..=max)
+        crate::seed::rng().random_range(max / 4..=max)
     }
 }
 

@@ -25,12 +25,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::node::{client, NodeUrl};
+use super::node_url::{client, NodeUrl};
 
 /// How long keyed requests keep going through this path after the last `ASK` or `TRYAGAIN`:
 /// `redis-cli --cluster reshard` moves a slot in seconds; past it, redis-rs follows the final

@@ -29,9 +29,10 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeUrl};
+use super::layout::Topology;
+use super::node::{Node, NodeError};
+use super::node_url::NodeUrl;
 use super::pool::{Nodes, Replies};
-use super::topology::Topology;
 
 /// How often a node down at start is tried again, to be checked (the membership heartbeat's
 /// period: a node back is let in about when the fleet would see it anyway).
@@ -174,6 +175,7 @@ impl Unchecked {
             tracker.spawn(async move {
                 loop {
                     tokio::select! {
+                        biased;
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(RECHECK) => {}
                     }
@@ -265,7 +267,7 @@ async fn same_servers(
     prefix: &str,
     wait: Duration,
 ) -> Result<Vec<(usize, usize)>, usize> {
-    let random: u64 = rand::rng().random();
+    let random: u64 = crate::seed::rng().random();
     let channels: Vec<String> = (0..nodes.len())
         .map(|i| format!("{prefix}:independence:{random:016x}:{i}"))
         .collect();

@@ -3,20 +3,18 @@
 //! pool ([`super::Nodes`]) fans calls out to the nodes and keeps their health.
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::io::tcp::TcpSettings;
-use redis::IntoConnectionInfo;
-use url::Url;
 
-use super::cluster::Conn;
-use super::scripts::Scripts;
+use super::conn::{Conn, Waits};
+use super::connector::{Dial, Dialed};
+use super::node_url::{client, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
 
-/// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Retries of a failed (re)connection attempt: none. A failed attempt fails the calls waiting on
 /// it at once, and the call that sees the failure starts a new attempt in the background, which
 /// the next call uses (a node that comes back is used again within a call or two). With retries
@@ -25,89 +23,6 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// node timeout: the slot lock, the running lease, the history write and the release each, which
 /// with a job every second made a run outlast its second and the next slot skip as overlapping.
 const CONNECT_RETRIES: usize = 0;
-
-/// Why a `nodes` entry is not a usable Redis URL.
-#[derive(Debug, thiserror::Error)]
-pub enum BadNodeUrl {
-    /// Not a URL at all.
-    #[error(
-        "not a URL ({}): write it in full, such as \"redis://10.0.0.1:6379\" (rediss:// for TLS)",
-        crate::secret::url_parse_problem(*.0)
-    )]
-    NotUrl(url::ParseError),
-    /// A URL of another scheme (`http://…`).
-    #[error("scheme {0:?} is not a Redis URL (use redis:// or rediss://)")]
-    Scheme(String),
-    /// `redis://` with no host.
-    #[error("the URL has no host")]
-    NoHost,
-    /// A URL the Redis client refuses.
-    #[error("not a Redis URL: {0}")]
-    NotRedis(redis::RedisError),
-}
-
-/// A node's client that could not be prepared: the (redacted) URL and the client's reason.
-#[derive(Debug, thiserror::Error)]
-#[error("{url}: {source}")]
-pub struct NodeSetupError {
-    /// The node, printed without its password.
-    pub url: NodeUrl,
-    /// The Redis client's reason.
-    pub source: redis::RedisError,
-}
-
-/// A checked `redis://` or `rediss://` URL; prints without its password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct NodeUrl(Url);
-
-impl NodeUrl {
-    /// Checks `raw` as a Redis URL with a host (the password stays inside, never printed).
-    pub fn parse(raw: &str) -> Result<Self, BadNodeUrl> {
-        let url = match Url::parse(raw) {
-            // `localhost:6379` parses, as the scheme "localhost".
-            Ok(_) if !raw.contains("://") => Err(url::ParseError::RelativeUrlWithoutBase),
-            parsed => parsed,
-        }
-        .map_err(BadNodeUrl::NotUrl)?;
-        match url.scheme() {
-            "redis" | "rediss" => {}
-            other => return Err(BadNodeUrl::Scheme(other.to_owned())),
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err(BadNodeUrl::NoHost);
-        }
-        raw.into_connection_info().map_err(BadNodeUrl::NotRedis)?;
-        Ok(NodeUrl(url))
-    }
-
-    /// The URL with its password, for the client only.
-    pub fn expose(&self) -> &Url {
-        &self.0
-    }
-
-    /// `host:port`, the node's name in logs.
-    pub fn address(&self) -> String {
-        let host = self.0.host_str().unwrap_or("?");
-        format!("{host}:{}", self.0.port().unwrap_or(6379))
-    }
-
-    /// The password, so it is scrubbed from logs.
-    pub fn password(&self) -> Option<&str> {
-        self.0.password()
-    }
-}
-
-impl fmt::Display for NodeUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::secret::redacted(&self.0).fmt(f)
-    }
-}
-
-impl fmt::Debug for NodeUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "NodeUrl({self})")
-    }
-}
 
 /// Why one node did not answer a request as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,11 +34,19 @@ pub struct NodeError {
 }
 
 impl NodeError {
+    /// Whether the server refused a write as a replica (`READONLY`): the primary is not one
+    /// (anymore), so the pool asks what follows the member to look again.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.kind, NodeErrorKind::ReadOnly(_))
+    }
+
     /// Whether the node itself answered (an error reply, a value of the wrong type): it is up,
     /// only this request failed. A timeout or a broken connection says nothing came back.
     pub fn node_answered(&self) -> bool {
         match self.kind {
-            NodeErrorKind::Reply(_) | NodeErrorKind::Unexpected(_) => true,
+            NodeErrorKind::Reply(_) | NodeErrorKind::ReadOnly(_) | NodeErrorKind::Unexpected(_) => {
+                true
+            }
             NodeErrorKind::Timeout(_) | NodeErrorKind::Down(_) | NodeErrorKind::Suspect => false,
         }
     }
@@ -142,6 +65,9 @@ pub enum NodeErrorKind {
     Suspect,
     /// Redis answered this request with an error reply (a wrong type, a script error).
     Reply(String),
+    /// Redis refused a write because this server is a replica (`READONLY`, redis-rs's
+    /// `ServerErrorKind::ReadOnly`): in sentinel mode, the primary was demoted.
+    ReadOnly(String),
     /// Redis answered something that is not a lock answer (a wrong type on the key).
     Unexpected(String),
 }
@@ -149,6 +75,9 @@ pub enum NodeErrorKind {
 impl NodeErrorKind {
     /// Sorts a redis-rs error: an error reply from a node that serves, or no usable answer.
     pub(super) fn of(e: &redis::RedisError) -> Self {
+        if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+            return NodeErrorKind::ReadOnly(e.to_string());
+        }
         let serving_reply = matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
             && e.kind() != ErrorKind::Server(ServerErrorKind::BusyLoading);
         if serving_reply {
@@ -165,7 +94,9 @@ impl fmt::Display for NodeError {
             NodeErrorKind::Timeout(t) => {
                 write!(f, "{}: no answer within {} ms", self.node, t.as_millis())
             }
-            NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Down(e) | NodeErrorKind::Reply(e) | NodeErrorKind::ReadOnly(e) => {
+                write!(f, "{}: {e}", self.node)
+            }
             NodeErrorKind::Suspect => write!(
                 f,
                 "{}: suspect (no answer since a timeout or failure), not waited for",
@@ -180,17 +111,18 @@ impl fmt::Display for NodeError {
 pub struct Node {
     address: String,
     /// Kept for the connections the multiplexed one cannot carry (pub/sub for handoffs): the
-    /// node's own, or one per seed of a cluster.
+    /// node's own, or one per seed of a cluster; none for a dialed node (its `conn` dials them).
     pub(super) clients: Vec<redis::Client>,
     /// Cloned per request: the multiplexed connection the scripts (`super::scripts`) use too.
     pub(super) conn: Conn,
     /// A cluster's connections for `WAIT` alone (see [`super::replication`]): a `WAIT` blocks
     /// its connection, and on `conn` it would hold up every race on the shard.
-    pub(super) waits: Option<super::cluster::Waits>,
+    pub(super) waits: Option<Waits>,
     /// The race's bound on one answer (`node_timeout`).
     timeout: Duration,
-    /// The lock's scripts, and which acquire form this node understands.
-    pub(super) scripts: Scripts,
+    /// Set once the node refuses `SET … NX GET` (Redis < 7.0): the lock's acquire takes the
+    /// Lua form from then on ([`super::scripts`]). What this server understands is the node's.
+    pub(super) no_set_get: AtomicBool,
 }
 
 impl fmt::Debug for Node {
@@ -227,6 +159,13 @@ impl Node {
         ))
     }
 
+    /// The node at `url` over streams `dialer` opens (the simulation's seam, see
+    /// [`super::connector`]): the same node, pool and health rule above it.
+    pub fn dialed(url: &NodeUrl, timeout: Duration, dialer: Arc<dyn Dial>) -> Self {
+        let conn = Conn::Dialed(Dialed::new(dialer, &url.address()));
+        Node::over(url.address(), Vec::new(), conn, timeout)
+    }
+
     /// A node named `address` that talks through `conn` and subscribes through `clients`.
     pub(super) fn over(
         address: String,
@@ -240,7 +179,7 @@ impl Node {
             conn,
             waits: None,
             timeout,
-            scripts: Scripts::new(),
+            no_set_get: AtomicBool::new(false),
         }
     }
 
@@ -261,7 +200,10 @@ impl Node {
     /// Where this node can be subscribed on: one for a node, each seed for a cluster (a
     /// subscriber on any node of a cluster hears every `PUBLISH`).
     pub fn subscription_points(&self) -> usize {
-        self.clients.len()
+        match self.conn {
+            Conn::Dialed(_) => 1,
+            _ => self.clients.len(),
+        }
     }
 
     /// [`Self::subscribe`] on subscription point `point` (see [`Self::subscription_points`]).
@@ -272,7 +214,10 @@ impl Node {
         wait: Duration,
     ) -> Result<redis::aio::PubSub, NodeError> {
         let open = async {
-            let mut pubsub = self.clients[point].get_async_pubsub().await?;
+            let mut pubsub = match &self.conn {
+                Conn::Dialed(dialed) => dialed.pubsub().await?,
+                _ => self.clients[point].get_async_pubsub().await?,
+            };
             pubsub.subscribe(channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
@@ -357,50 +302,39 @@ impl Node {
     }
 }
 
-/// A client of `url` (with `ca_file`'s roots for `rediss://`), its sockets with TCP_NODELAY.
-pub(super) fn client(
-    url: &NodeUrl,
-    ca_file: Option<&[u8]>,
-) -> Result<redis::Client, NodeSetupError> {
-    let setup = |source| NodeSetupError {
-        url: url.clone(),
-        source,
-    };
-    crate::tls::ensure_crypto_provider();
-    let info = url
-        .expose()
-        .as_str()
-        .into_connection_info()
-        .map_err(setup)?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    match ca_file {
-        Some(ca) => redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(ca.to_vec()),
-            },
-        ),
-        None => redis::Client::open(info),
-    }
-    .map_err(setup)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The kind a reply's bytes on the wire get: redis-rs's own parser, as a node reads them.
+    fn kind_of(wire: &[u8]) -> NodeErrorKind {
+        let Ok(redis::Value::ServerError(reply)) = redis::parse_redis_value(wire) else {
+            panic!("not an error reply: {wire:?}");
+        };
+        NodeErrorKind::of(&redis::RedisError::from(reply))
+    }
+
     #[test]
-    fn node_urls() {
-        assert!(NodeUrl::parse("redis://127.0.0.1:6379").is_ok());
-        assert!(NodeUrl::parse("rediss://:pw@redis.example:6380/0").is_ok());
-        assert!(NodeUrl::parse("http://127.0.0.1:6379")
-            .unwrap_err()
-            .to_string()
-            .contains("not a Redis URL"));
-        assert!(NodeUrl::parse("localhost:6379").is_err());
-        let url = NodeUrl::parse("redis://user:hunter22@10.0.0.1:6379").unwrap();
-        assert!(!url.to_string().contains("hunter22"));
-        assert_eq!(url.address(), "10.0.0.1:6379");
+    fn a_readonly_reply_is_told_from_other_replies_by_its_typed_kind() {
+        let refused = kind_of(b"-READONLY You can't write against a read only replica.\r\n");
+        assert!(matches!(refused, NodeErrorKind::ReadOnly(_)), "{refused:?}");
+        // Redis 7 passes a script's refused write on with its own code.
+        let in_script = kind_of(
+            b"-READONLY You can't write against a read only replica. script: 4a2, on @user_script:4.\r\n",
+        );
+        assert!(
+            matches!(in_script, NodeErrorKind::ReadOnly(_)),
+            "{in_script:?}"
+        );
+        let other =
+            kind_of(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n");
+        assert!(matches!(other, NodeErrorKind::Reply(_)), "{other:?}");
+        let error = |kind| NodeError {
+            node: "n:1".into(),
+            kind,
+        };
+        let refused = error(refused);
+        assert!(refused.is_read_only() && refused.node_answered());
+        assert!(!error(other).is_read_only());
     }
 }

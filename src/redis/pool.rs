@@ -28,9 +28,9 @@ use futures_util::FutureExt;
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeSetupError, NodeUrl};
-use super::sentinel;
-use super::topology::Layout;
+use super::layout::Layout;
+use super::node::{Node, NodeError};
+use super::node_url::{NodeSetupError, NodeUrl};
 
 /// Majority of `n` nodes.
 pub fn quorum(n: usize) -> usize {
@@ -73,7 +73,7 @@ impl Health {
     /// timeout or a failed connection makes it suspect. Logs the change, once.
     fn observe<T>(&self, result: &Result<T, NodeError>) {
         let suspect = result.as_ref().is_err_and(|e| !e.node_answered());
-        let moved = result.as_ref().is_err_and(sentinel::is_read_only);
+        let moved = result.as_ref().is_err_and(NodeError::is_read_only);
         if let Some(trouble) = self.trouble.as_ref().filter(|_| suspect || moved) {
             trouble.notify_one();
         }
@@ -256,6 +256,20 @@ impl Nodes {
             .map(|url| Node::new(url, node_timeout, ca_file))
             .collect::<Result<Vec<_>, NodeSetupError>>()?;
         Ok(Self::of(nodes, Layout::Redlock, replica))
+    }
+
+    /// Redlock mode's pool over streams `dialer` opens to each of `urls` (the simulation's seam,
+    /// [`super::connector`]): the same members, fan-out and health as [`Nodes::connect`]'s.
+    pub fn dial(
+        urls: &[NodeUrl],
+        node_timeout: Duration,
+        dialer: &Arc<dyn super::Dial>,
+        replica: &str,
+    ) -> Self {
+        let nodes = (urls.iter())
+            .map(|url| Node::dialed(url, node_timeout, dialer.clone()))
+            .collect();
+        Self::of(nodes, Layout::Redlock, replica)
     }
 
     /// A pool whose members are `nodes`, each one server (or one cluster) for good, laid out as
@@ -511,8 +525,8 @@ mod tests {
         };
         health.observe(&error(NodeErrorKind::Reply("WRONGTYPE".into())));
         assert!(!told().await);
-        health.observe(&error(NodeErrorKind::Reply(
-            "ReadOnly: You can't write".into(),
+        health.observe(&error(NodeErrorKind::ReadOnly(
+            "READONLY You can't write against a read only replica.".into(),
         )));
         assert!(told().await);
         health.observe(&error(NodeErrorKind::Down("refused".into())));

@@ -73,6 +73,7 @@ async fn subscribe_node(
             return;
         };
         let subscribed = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             subscribed = node.subscribe_via(point, &channel, SUBSCRIBE_TIMEOUT) => subscribed,
         };
@@ -90,6 +91,7 @@ async fn subscribe_node(
             Err(e) => tracing::debug!(%channel, error = %e, "cannot subscribe; trying again"),
         }
         tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(RESUBSCRIBE_AFTER) => {}
         }
@@ -105,6 +107,7 @@ async fn forward(
     let mut messages = pubsub.into_on_message();
     loop {
         let message = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return false,
             message = messages.next() => message,
         };
@@ -125,6 +128,7 @@ pub async fn next(
     shutdown: &CancellationToken,
 ) -> Option<Heard> {
     tokio::select! {
+        biased;
         _ = shutdown.cancelled() => None,
         message = heard.recv() => message,
     }

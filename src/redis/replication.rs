@@ -16,7 +16,7 @@
 //! count (its routing table says so), which is not the lock's shard's answer: the mark and the
 //! `WAIT` go as one pipeline routed by the mark's hash slot to that slot's primary
 //! (`route_pipeline`), on one of the cluster member's connections kept for `WAIT`s
-//! ([`super::cluster::Waits`]), so a `WAIT` blocked for its whole timeout holds up no race.
+//! (`conn::Waits`), so a `WAIT` blocked for its whole timeout holds up no race.
 
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ pub(super) async fn wait(node: &Node, key: &str, ttl: Duration, wanted: u32) -> 
         let acked = replies.last().ok_or_else(|| no_reply("WAIT"))?;
         Ok::<_, redis::RedisError>(redis::from_redis_value_ref::<u32>(acked)?)
     };
-    let bound = WAIT_TIMEOUT + node.timeout() + super::sentinel::RESOLVE_WAIT;
+    let bound = WAIT_TIMEOUT + node.timeout() + super::node_url::FIRST_CONNECTION_WAIT;
     let acked = match node.bounded_by(bound, asked).await {
         Ok(acked) => acked,
         Err(kind) => {

@@ -3,7 +3,8 @@
 //! token they compare. Keys are plain strings here: what a key names (a slot, a handoff, a
 //! running lease) is the lock's business (`crate::lock::SlotKey`), not Redis's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use rand::Rng;
@@ -32,24 +33,10 @@ if current then return current end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false";
 
-/// The scripts one node's connection runs, loaded once.
-#[derive(Debug)]
-pub(super) struct Scripts {
-    /// Set once the node refuses `SET … NX GET` (Redis < 7.0): use the Lua form from then on.
-    legacy: AtomicBool,
-    release: Script,
-    extend: Script,
-}
-
-impl Scripts {
-    pub(super) fn new() -> Self {
-        Scripts {
-            legacy: AtomicBool::new(false),
-            release: Script::new(RELEASE_SCRIPT),
-            extend: Script::new(EXTEND_SCRIPT),
-        }
-    }
-}
+/// The release and extend scripts, hashed once for every node (each node loads them on first
+/// use: `EVALSHA`, then `SCRIPT LOAD` on `NOSCRIPT`).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SCRIPT));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SCRIPT));
 
 /// A lock token: the replica id and a random part, so a loser can name the holder.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -58,7 +45,7 @@ pub struct Token(String);
 impl Token {
     /// A fresh token of `replica`: its name and a random part.
     pub fn new(replica: &str) -> Self {
-        let random: u64 = rand::rng().random();
+        let random: u64 = crate::seed::rng().random();
         Token(format!("{replica}:{random:016x}"))
     }
 
@@ -137,12 +124,12 @@ impl Node {
 
     /// One pipeline of [`Self::acquire_many`].
     async fn acquire_piece(&self, claims: &[Claim]) -> Result<Vec<NodeReply>, NodeError> {
-        let answers = if self.scripts.legacy.load(Ordering::Relaxed) {
+        let answers = if self.no_set_get.load(Ordering::Relaxed) {
             self.acquire_lua(claims).await
         } else {
             match self.acquire_set_get(claims).await {
                 Ok(answers) if answers.first().is_some_and(is_syntax_error) => {
-                    self.scripts.legacy.store(true, Ordering::Relaxed);
+                    self.no_set_get.store(true, Ordering::Relaxed);
                     self.acquire_lua(claims).await
                 }
                 other => other,
@@ -213,7 +200,7 @@ impl Node {
         token: &Token,
         wait: Duration,
     ) -> Result<bool, NodeError> {
-        let mut invocation = self.scripts.release.key(key);
+        let mut invocation = RELEASE.key(key);
         invocation.arg(token.as_str());
         let mut conn = self.conn.clone();
         self.bounded_by(wait, invocation.invoke_async::<i64>(&mut conn))
@@ -231,7 +218,7 @@ impl Node {
         ttl: Duration,
         wait: Duration,
     ) -> Result<bool, NodeError> {
-        let mut invocation = self.scripts.extend.key(key);
+        let mut invocation = EXTEND.key(key);
         invocation
             .arg(token.as_str())
             .arg(ttl.as_millis().max(1) as u64);

@@ -27,7 +27,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeError, NodeErrorKind, NodeSetupError, NodeUrl};
+use super::layout::{Follower, PrimaryAuth};
+use super::node::{Node, NodeError};
+use super::node_url::{NodeSetupError, NodeUrl, FIRST_CONNECTION_WAIT};
 use super::pool::{Current, Nodes, Replies};
 use super::pubsub::{self, Heard};
 
@@ -36,26 +38,6 @@ const SWITCH_MASTER: &str = "+switch-master";
 /// Least time between two resolutions: a primary that is down fails every request, and each
 /// failure asks for a resolution; the sentinels need not hear all of them.
 const RESOLVE_GAP: Duration = Duration::from_millis(100);
-
-/// `[redis] primary_username` and `primary_password`: the primary's credentials when they are
-/// not the sentinels' (the `nodes` URLs'); each `None` takes the sentinels' own.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct PrimaryAuth {
-    /// The primary's ACL user.
-    pub username: Option<String>,
-    /// The primary's password: never printed.
-    pub password: Option<String>,
-}
-
-impl fmt::Debug for PrimaryAuth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let password = self.password.as_ref().map(|_| "<redacted>");
-        f.debug_struct("PrimaryAuth")
-            .field("username", &self.username)
-            .field("password", &password)
-            .finish()
-    }
-}
 
 /// No sentinel named a primary that is one.
 #[derive(Debug, thiserror::Error)]
@@ -189,50 +171,26 @@ fn with_auth(url: &NodeUrl, auth: &PrimaryAuth) -> NodeUrl {
     NodeUrl::parse(url.as_str()).expect("a sentinel URL with other credentials")
 }
 
-/// The task that follows the primary across failovers; stopped and awaited by
-/// [`Follower::stop`] (the pool's `settle`), or cancelled when the pool is dropped.
-#[derive(Debug)]
-pub(super) struct Follower {
-    /// Ends the follower and the sentinels' subscriptions.
-    stop: CancellationToken,
-    /// The follower and the subscriptions, awaited by [`Follower::stop`].
-    tasks: TaskTracker,
-}
-
-impl Follower {
-    /// Starts following: `current` is replaced by each new primary; `trouble` is notified by
-    /// the pool when a request to it fails without an answer or with `READONLY`.
-    pub(super) fn start(
-        sentinels: Arc<Sentinels>,
-        current: Arc<Current>,
-        trouble: Arc<Notify>,
-        replica: Arc<str>,
-    ) -> Self {
-        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
-        let heard = pubsub::subscribe_all(&sentinels.pool, SWITCH_MASTER, &tasks, &stop);
-        let follow = Follow {
-            sentinels,
-            current,
-            trouble,
-            replica,
-            stop: stop.clone(),
-        };
-        tasks.spawn(follow.run(heard));
-        tasks.close();
-        Follower { stop, tasks }
-    }
-
-    /// Stops following, and waits for the tasks to end.
-    pub(super) async fn stop(&self) {
-        self.stop.cancel();
-        self.tasks.wait().await;
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
+/// Starts following the primary `sentinels` name: `current` is replaced by each new primary; `trouble` is notified by
+/// the pool when a request to it fails without an answer or with `READONLY`.
+pub(super) fn follow(
+    sentinels: Arc<Sentinels>,
+    current: Arc<Current>,
+    trouble: Arc<Notify>,
+    replica: Arc<str>,
+) -> Follower {
+    let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+    let heard = pubsub::subscribe_all(&sentinels.pool, SWITCH_MASTER, &tasks, &stop);
+    let follow = Follow {
+        sentinels,
+        current,
+        trouble,
+        replica,
+        stop: stop.clone(),
+    };
+    tasks.spawn(follow.run(heard));
+    tasks.close();
+    Follower::new(stop, tasks)
 }
 
 /// The follower's state.
@@ -256,6 +214,7 @@ impl Follow {
         let announcement = format!("{} ", self.sentinels.master);
         loop {
             tokio::select! {
+                biased;
                 _ = self.trouble.notified() => {}
                 message = pubsub::next(&mut heard, &self.stop) => match message {
                     None => return,
@@ -265,6 +224,7 @@ impl Follow {
             }
             self.follow_once().await;
             tokio::select! {
+                biased;
                 _ = self.stop.cancelled() => return,
                 _ = tokio::time::sleep(RESOLVE_GAP) => {}
             }
@@ -274,7 +234,7 @@ impl Follow {
     /// One resolution: a new primary replaces the member's node, and is logged.
     async fn follow_once(&self) {
         let now = self.current.get();
-        let wait = self.sentinels.node_timeout.max(RESOLVE_WAIT);
+        let wait = self.sentinels.node_timeout.max(FIRST_CONNECTION_WAIT);
         match self.sentinels.resolve(Some(&now), wait).await {
             Ok(node) if node.address() != now.address() => {
                 tracing::warn!(replica = %self.replica, master = %self.sentinels.master,
@@ -287,15 +247,6 @@ impl Follow {
                 "no primary to follow yet; the current one is kept"),
         }
     }
-}
-
-/// Bound on one resolution's answers (sentinels, then `HELLO`): a first connection to a new
-/// primary takes longer than a race's `node_timeout`.
-pub(super) const RESOLVE_WAIT: Duration = Duration::from_millis(500);
-
-/// Whether `error` says the primary is not one (anymore): a write refused as `READONLY`.
-pub(super) fn is_read_only(error: &NodeError) -> bool {
-    matches!(&error.kind, NodeErrorKind::Reply(m) if m.contains("READONLY") || m.contains("ReadOnly"))
 }
 
 #[cfg(test)]
@@ -314,17 +265,5 @@ mod tests {
         assert_eq!(url.password(), Some("ppw"));
         let same = with_auth(&sentinel, &PrimaryAuth::default());
         assert_eq!(same.password(), Some("spw"));
-    }
-
-    #[test]
-    fn a_readonly_reply_is_told_from_other_replies() {
-        let error = |m: &str| NodeError {
-            node: "n:1".into(),
-            kind: NodeErrorKind::Reply(m.into()),
-        };
-        assert!(is_read_only(&error(
-            "ReadOnly: You can't write against a read only replica."
-        )));
-        assert!(!is_read_only(&error("WRONGTYPE")));
     }
 }

@@ -8,61 +8,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 
-use super::node::{Node, NodeSetupError, NodeUrl};
+use super::layout::{Layout, Topology};
+use super::node::Node;
+use super::node_url::{NodeSetupError, NodeUrl, FIRST_CONNECTION_WAIT};
 use super::pool::{Current, Health, Member, Nodes};
 use super::replication::{self, Replication};
-use super::sentinel::{self, Follower, NoPrimary, PrimaryAuth, Sentinels};
-
-/// What the configured URLs are (`[redis] mode`, as the configuration checked it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Topology {
-    /// Independent primaries: each a member, a majority decides.
-    Redlock,
-    /// Sentinels of the primary monitored as `master`: the primary is the one member.
-    Sentinel {
-        /// The monitored name.
-        master: String,
-        /// The primary's credentials, when not the sentinels'.
-        auth: PrimaryAuth,
-        /// Replicas that must acknowledge a won lock (`WAIT`).
-        wait_replicas: u32,
-    },
-    /// Seeds of a Redis Cluster: the whole cluster is the one member ([`super::cluster`]).
-    Cluster {
-        /// Replicas of the lock key's shard primary that must acknowledge a won lock (`WAIT`).
-        wait_replicas: u32,
-    },
-}
-
-/// What the pool keeps of its topology once open.
-#[derive(Debug)]
-pub(super) enum Layout {
-    /// Independent primaries.
-    Redlock,
-    /// One member, the primary the sentinels name, followed across failovers.
-    Sentinel {
-        /// Named by [`Nodes::describe`].
-        sentinels: Arc<Sentinels>,
-        /// Kept to be stopped at shutdown (and dropped with the pool).
-        follower: Follower,
-        /// `WAIT`'s count ([`Nodes::replicated`]).
-        wait_replicas: u32,
-    },
-    /// One member, a whole Redis Cluster (its client follows the shards' failovers).
-    Cluster {
-        /// `WAIT`'s count ([`Nodes::replicated`]), asked of the lock key's shard primary.
-        wait_replicas: u32,
-    },
-}
-
-impl Layout {
-    /// Stops what follows the members (at shutdown), waiting for it.
-    pub(super) async fn stop(&self) {
-        if let Layout::Sentinel { follower, .. } = self {
-            follower.stop().await;
-        }
-    }
-}
+use super::sentinel::{self, NoPrimary, Sentinels};
 
 /// Why the pool could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -112,14 +63,14 @@ impl Nodes {
         wait_replicas: u32,
         replica: &str,
     ) -> Result<Self, NoPrimary> {
-        let primary = sentinels.resolve(None, sentinel::RESOLVE_WAIT).await?;
+        let primary = sentinels.resolve(None, FIRST_CONNECTION_WAIT).await?;
         let (sentinels, trouble) = (Arc::new(sentinels), Arc::new(Notify::new()));
         let name = format!("sentinel master {}", sentinels.master());
         let member = Member {
             health: Health::new(&name, &Arc::from(replica), Some(trouble.clone())),
             node: Current::new(primary),
         };
-        let follower = Follower::start(
+        let follower = sentinel::follow(
             sentinels.clone(),
             member.node.clone(),
             trouble,
@@ -128,7 +79,7 @@ impl Nodes {
         Ok(Nodes {
             members: vec![member],
             layout: Layout::Sentinel {
-                sentinels,
+                master: sentinels.master().to_owned(),
                 follower,
                 wait_replicas,
             },
@@ -146,9 +97,9 @@ impl Nodes {
                 "one member over a Redis Cluster: {}",
                 self.members[0].node.get().address()
             ),
-            Layout::Sentinel { sentinels, .. } => format!(
+            Layout::Sentinel { master, .. } => format!(
                 "sentinel master {:?}, primary {}",
-                sentinels.master(),
+                master,
                 self.members[0].node.get().address()
             ),
         }

@@ -87,6 +87,7 @@ pub(super) async fn wait_for_place(
         return true;
     }
     tokio::select! {
+        biased;
         _ = shutdown.cancelled() => false,
         _ = tokio::time::sleep(stagger) => true,
     }

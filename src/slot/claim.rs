@@ -91,13 +91,14 @@ impl Won {
         }
     }
 
-    /// The run's record as it starts, on `replica`: `running`, with its trigger and fence.
-    pub(super) fn start_record(&self, replica: &str) -> RunRecord {
+    /// The run's record as it starts, on `replica` at `now` (its clock): `running`, with its
+    /// trigger and fence.
+    pub(super) fn start_record(&self, replica: &str, now: DateTime<Utc>) -> RunRecord {
         RunRecord {
             job: self.job.name.clone(),
             slot: self.slot,
             replica: replica.to_owned(),
-            started: Utc::now(),
+            started: now,
             finished: None,
             outcome: RunState::Running,
             error: None,
@@ -258,7 +259,7 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
         match running_lease(books, &won.job, won.slot, acquired) {
             Ok(running) => won.running = Some(running),
             Err(skipped) => {
-                record::not_run(books, won, &skipped).await;
+                record::not_run(books, won, &skipped, race.clock().now()).await;
                 **claim = Raced::Settled(skipped);
             }
         }

@@ -210,7 +210,8 @@ async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime
     let span = trace::run_span(&won.trace_ids(books.replica()), race_span);
     let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
     let result = offer::conclude(&ctx, &won, ran).await;
-    if let Some(twice) = record::finish(books, &won, record, &result).await {
+    let ending = (&result, race.clock().now());
+    if let Some(twice) = record::finish(books, &won, record, ending).await {
         alerts::duplicate(race, outbox, books, &won.job, &twice).await;
     }
     alerts::on_failure(outbox, books, &won, &result).await;

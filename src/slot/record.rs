@@ -2,7 +2,7 @@
 //! how the slot ended, and written; a win some node refused reads back the records beside its
 //! own, so a second run of the slot is found and reported.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::{Books, SlotResult, Won};
 use crate::action::DeliveryState;
@@ -21,9 +21,9 @@ pub(super) async fn finish(
     books: &Books,
     won: &Won,
     mut record: RunRecord,
-    result: &SlotResult,
+    (result, now): (&SlotResult, DateTime<Utc>),
 ) -> Option<Twice> {
-    ended(&mut record, result);
+    ended(&mut record, result, now);
     if !won.lease.contested {
         books.history().record(&record).await;
         return None;
@@ -45,15 +45,16 @@ pub(super) struct Twice {
 }
 
 /// Records a win that did not run (`overlap = "skip"`): the ledger shows why.
-pub(super) async fn not_run(books: &Books, won: &Won, result: &SlotResult) {
-    let mut record = won.start_record(books.replica());
-    ended(&mut record, result);
+pub(super) async fn not_run(books: &Books, won: &Won, result: &SlotResult, now: DateTime<Utc>) {
+    let mut record = won.start_record(books.replica(), now);
+    ended(&mut record, result, now);
     books.history().record(&record).await;
 }
 
-/// The run's final record: its ending, attempts, error and delivery.
-fn ended(record: &mut RunRecord, result: &SlotResult) {
-    record.finished = Some(Utc::now());
+/// The run's final record: its ending (`now`, on the replica's clock), attempts, error and
+/// delivery.
+fn ended(record: &mut RunRecord, result: &SlotResult, now: DateTime<Utc>) {
+    record.finished = Some(now);
     match result {
         SlotResult::Done { delivery, .. } => {
             record.outcome = RunState::Done;

@@ -43,7 +43,7 @@ pub(super) async fn run(
     books: &Books,
     won: &Won,
 ) -> (Ran, RunRecord) {
-    let record = won.start_record(books.replica());
+    let record = won.start_record(books.replica(), race.clock().now());
     confirm_replicated(race, books, won).await;
     let ran = execute(race, outbox, books, won, &record).await;
     release_running(race, books, won).await;
@@ -185,6 +185,7 @@ async fn with_watchdog<T>(
     tokio::pin!(action);
     loop {
         tokio::select! {
+            biased;
             result = &mut action => return result,
             _ = tokio::time::sleep(RUNNING_LEASE_TTL / 3) => {
                 if !race.lock().extend(running, RUNNING_LEASE_TTL).await {

@@ -181,6 +181,7 @@ impl FleetClock {
     pub async fn until_measured(&self, shutdown: &CancellationToken) -> bool {
         let mut measured = self.measured.subscribe();
         tokio::select! {
+            biased;
             ok = measured.wait_for(|m| *m) => ok.is_ok(),
             _ = shutdown.cancelled() => false,
         }
@@ -385,11 +386,12 @@ pub async fn keep_measuring(
             MEASURE_RETRY
         };
         tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(period) => {}
             // A step may also be the monotonic clock standing still (a VM suspended and
             // resumed): the fleet's time is measured again at once rather than within a minute.
             _ = clock.remeasure.notified() => {}
-            _ = shutdown.cancelled() => return,
         }
         measure_and_report(&clock, &nodes, &metrics, max_skew, &replica).await;
     }

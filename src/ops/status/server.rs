@@ -64,6 +64,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
+            biased;
             () = shutdown.cancelled() => break,
             accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => match accepted {
                 Ok((stream, _)) => {

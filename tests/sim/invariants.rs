@@ -1,0 +1,183 @@
+//! The invariants, each by name: checked on every effect a receiver sees, and after the run's
+//! settle period. A fault profile beyond the Redlock assumptions drops the ones the README
+//! promises only inside them (at most one effect per slot; liveness).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::world::{Effect, World, EPOCH_US};
+
+/// Liveness looks at slots at least this far from any fault (µs): a slot whose window saw a
+/// fault may be lost or handed off; one in calm water must be delivered.
+const CALM_US: i64 = 15_000_000;
+
+/// A pause holds from this long after the operator took it (µs): slots already racing when
+/// it was taken may still run; from then on every replica heard it (pub/sub, one hop).
+const PAUSE_HEARD_US: i64 = 2_000_000;
+
+/// One broken invariant.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub job: String,
+    pub slot_us: i64,
+    pub replicas: Vec<String>,
+    pub detail: String,
+    pub last_events: Vec<String>,
+}
+
+#[derive(Default)]
+struct State {
+    found: Vec<Violation>,
+    /// Per (job, slot): the fences and replicas that reached a receiver, in order.
+    seen: BTreeMap<(String, i64), Vec<(i64, String)>>,
+}
+
+/// The run's violations; cloned into every receiver.
+#[derive(Clone)]
+pub struct Violations {
+    inside: bool,
+    state: Arc<Mutex<State>>,
+}
+
+impl Violations {
+    /// `inside`: the run's faults stay inside the Redlock assumptions.
+    pub fn new(inside: bool) -> Self {
+        Violations {
+            inside,
+            state: Arc::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn report(
+        &self,
+        w: &World,
+        invariant: &'static str,
+        e: &Effect,
+        replicas: Vec<String>,
+        detail: String,
+    ) {
+        self.state().found.push(Violation {
+            invariant,
+            job: e.job.clone(),
+            slot_us: e.slot_us,
+            replicas,
+            detail,
+            last_events: w.last.iter().cloned().collect(),
+        });
+    }
+
+    /// Checks one effect as it reaches its receiver.
+    pub fn on_effect(&self, w: &mut World, e: &Effect, stale: bool) {
+        let fleet_now = e.at_us + w.fleet_offset_us();
+        if fleet_now < e.slot_us {
+            let early = format!(
+                "{} µs before its slot on the fleet's time",
+                e.slot_us - fleet_now
+            );
+            self.report(w, "never_early", e, vec![e.replica.clone()], early);
+        }
+        if stale {
+            let detail = "sent after the lock's validity (the run's deadline)".to_owned();
+            self.report(w, "never_stale", e, vec![e.replica.clone()], detail);
+        }
+        let before = {
+            let mut state = self.state();
+            let seen = state.seen.entry((e.job.clone(), e.slot_us)).or_default();
+            let before = seen.clone();
+            seen.push((e.fence, e.replica.clone()));
+            before
+        };
+        let replicas = || {
+            before
+                .iter()
+                .map(|(_, r)| r.clone())
+                .chain([e.replica.clone()])
+                .collect()
+        };
+        if let Some((fence, _)) = before.iter().find(|(f, _)| *f >= e.fence) {
+            let detail = format!("fence {} after fence {fence}", e.fence);
+            self.report(w, "fences_increase", e, replicas(), detail);
+        }
+        if self.inside && !before.is_empty() {
+            let detail = format!("effect {} of the slot", before.len() + 1);
+            self.report(w, "at_most_once", e, replicas(), detail);
+        }
+    }
+
+    /// After the settle period: every calm slot of the horizon delivered (inside the
+    /// assumptions). `from_us..to_us`: the horizon, true time.
+    pub fn at_end(&self, w: &World, jobs: usize, (from_us, to_us): (i64, i64)) {
+        self.pauses_held(w);
+        if !self.inside {
+            return;
+        }
+        let calm = |slot: i64| {
+            !(w.fault_times.iter()).any(|(a, b)| slot + CALM_US > *a && slot - CALM_US < *b)
+        };
+        let first = (from_us + 999_999) / 1_000_000 * 1_000_000;
+        for j in 0..jobs {
+            let job = format!("j{j}");
+            for slot in (first..to_us).step_by(1_000_000).filter(|s| calm(*s)) {
+                if !self.state().seen.contains_key(&(job.clone(), slot)) {
+                    let e = Effect {
+                        job: job.clone(),
+                        slot_us: slot,
+                        fence: 0,
+                        replica: String::new(),
+                        at_us: 0,
+                    };
+                    let detail = format!(
+                        "slot {} s after the start never reached a receiver",
+                        (slot - EPOCH_US) / 1_000_000
+                    );
+                    self.report(w, "liveness", &e, Vec::new(), detail);
+                }
+            }
+        }
+    }
+
+    /// No effect of a paused job for a slot after its pause was heard and before its resume.
+    fn pauses_held(&self, w: &World) {
+        for (job, from, to) in &w.pauses {
+            let to = to.unwrap_or(i64::MAX);
+            let held =
+                |e: &&Effect| &e.job == job && e.slot_us >= from + PAUSE_HEARD_US && e.slot_us < to;
+            for e in w.effects.iter().filter(held) {
+                let detail = format!(
+                    "ran while paused (pause taken at {} s)",
+                    (from - EPOCH_US) / 1_000_000
+                );
+                self.report(w, "pause_holds", e, vec![e.replica.clone()], detail);
+            }
+        }
+    }
+
+    pub fn found(&self) -> Vec<Violation> {
+        self.state().found.clone()
+    }
+
+    /// Distinct (job, slot) pairs delivered.
+    pub fn delivered(&self) -> usize {
+        self.state().seen.len()
+    }
+}
+
+impl Violations {
+    /// A replica told to stop that had not exited within its longest timeout.
+    pub fn stuck(&self, w: &World, replica: &str) {
+        let e = Effect {
+            job: String::new(),
+            slot_us: 0,
+            fence: 0,
+            replica: replica.to_owned(),
+            at_us: w.now_us(),
+        };
+        let detail = "told to stop (SIGTERM), still running after its longest timeout".to_owned();
+        self.report(w, "exits_on_sigterm", &e, vec![replica.to_owned()], detail);
+    }
+}

@@ -1,0 +1,135 @@
+//! The keyspace of one node: values by key, each with its expiry on the node's own clock.
+//! Expiry is lazy, as a client sees it: a key whose time has passed is gone at its next access
+//! (redis-server's active expiry deletes such keys in the background too, which no reply can
+//! tell apart). A key is expired once the clock is strictly past its deadline (`now > when`,
+//! redis-server's `keyIsExpired`).
+
+use std::collections::BTreeMap;
+
+use super::args::WRONGTYPE;
+use super::resp::Reply;
+use super::streams::Stream;
+use super::zsets::Zset;
+
+/// What a key holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Str(Vec<u8>),
+    Zset(Zset),
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Stream(Stream),
+}
+
+/// A key's value and its deadline (ms since the epoch on the node's clock), if it has one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub value: Value,
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Every key of the node (database 0: slotcron selects no other). A `BTreeMap`, so nothing that
+/// reaches a reply depends on a hash order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Keyspace {
+    entries: BTreeMap<Vec<u8>, Entry>,
+}
+
+impl Keyspace {
+    /// The live entry of `key` at `now_ms`, removing it first if it has expired.
+    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&mut Entry> {
+        let expired = self
+            .entries
+            .get(key)
+            .and_then(|e| e.expires_at_ms)
+            .is_some_and(|when| now_ms > when);
+        if expired {
+            self.entries.remove(key);
+        }
+        self.entries.get_mut(key)
+    }
+
+    pub fn exists(&mut self, key: &[u8], now_ms: i64) -> bool {
+        self.live(key, now_ms).is_some()
+    }
+
+    /// Sets `key` to `value`, replacing whatever it held and its deadline.
+    pub fn set(&mut self, key: &[u8], value: Value, expires_at_ms: Option<i64>) {
+        let entry = Entry {
+            value,
+            expires_at_ms,
+        };
+        self.entries.insert(key.to_vec(), entry);
+    }
+
+    /// Removes `key`; true when it was live.
+    pub fn remove(&mut self, key: &[u8], now_ms: i64) -> bool {
+        self.live(key, now_ms).is_some() && self.entries.remove(key).is_some()
+    }
+
+    /// The string at `key`, `None` when missing, `WRONGTYPE` for another type.
+    pub fn string(&mut self, key: &[u8], now_ms: i64) -> Result<Option<Vec<u8>>, Reply> {
+        match self.live(key, now_ms).map(|e| &e.value) {
+            None => Ok(None),
+            Some(Value::Str(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(Reply::error(WRONGTYPE)),
+        }
+    }
+
+    /// The value at `key` of the type `pick` accepts, created by `fresh` when missing;
+    /// `WRONGTYPE` for another type.
+    pub fn typed_or_new<T>(
+        &mut self,
+        key: &[u8],
+        now_ms: i64,
+        fresh: impl FnOnce() -> Value,
+        pick: impl FnOnce(&mut Value) -> Option<&mut T>,
+    ) -> Result<&mut T, Reply> {
+        if self.live(key, now_ms).is_none() {
+            self.set(key, fresh(), None);
+        }
+        let entry = self.entries.get_mut(key).expect("just made live");
+        pick(&mut entry.value).ok_or_else(|| Reply::error(WRONGTYPE))
+    }
+
+    /// The value at `key` of the type `pick` accepts, `None` when missing; `WRONGTYPE` for
+    /// another type.
+    pub fn typed<T>(
+        &mut self,
+        key: &[u8],
+        now_ms: i64,
+        pick: impl FnOnce(&mut Value) -> Option<&mut T>,
+    ) -> Result<Option<&mut T>, Reply> {
+        match self.live(key, now_ms) {
+            None => Ok(None),
+            Some(entry) => pick(&mut entry.value)
+                .map(Some)
+                .ok_or_else(|| Reply::error(WRONGTYPE)),
+        }
+    }
+
+    /// Removes `key` if it holds an empty collection (Redis deletes an emptied sorted set or
+    /// hash; an emptied stream stays).
+    pub fn drop_if_empty(&mut self, key: &[u8]) {
+        let empty = match self.entries.get(key).map(|e| &e.value) {
+            Some(Value::Zset(z)) => z.is_empty(),
+            Some(Value::Hash(h)) => h.is_empty(),
+            _ => false,
+        };
+        if empty {
+            self.entries.remove(key);
+        }
+    }
+
+    /// Sets the deadline of a live `key` to `when_ms`; a deadline already past deletes it. True
+    /// when the key was live.
+    pub fn expire_at(&mut self, key: &[u8], now_ms: i64, when_ms: i64) -> bool {
+        let Some(entry) = self.live(key, now_ms) else {
+            return false;
+        };
+        entry.expires_at_ms = Some(when_ms);
+        if when_ms <= now_ms {
+            self.entries.remove(key);
+        }
+        true
+    }
+}

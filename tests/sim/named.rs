@@ -1,0 +1,283 @@
+//! FAULTS.md's scenarios that the simulation can express, each a named case (FAULTS.md names
+//! it beside the real-process test): 3 replicas, 3 nodes, 3 jobs every second, 2 minutes, the
+//! faults at the times given. Inside the Redlock assumptions unless said.
+
+use crate::cases;
+use crate::nemesis::{Fault, Timed};
+use crate::run::Plan;
+
+fn at(at_s: f64, fault: Fault) -> Timed {
+    Timed { at_s, fault }
+}
+
+fn case(name: &str, inside: bool, faults: Vec<Timed>) {
+    let plan = Plan {
+        name: name.to_owned(),
+        seed: 30,
+        profile: "named".to_owned(),
+        inside,
+        replicas: 3,
+        nodes: 3,
+        jobs: 3,
+        max_skew_ms: 2000,
+        horizon_s: 120,
+        faults,
+    };
+    cases::check(name, &plan);
+}
+
+#[test]
+fn cold_start_with_refused_connections_and_skewed_clocks() {
+    let mut faults: Vec<Timed> = (0..3)
+        .map(|node| {
+            at(
+                0.0,
+                Fault::NodeKill {
+                    node,
+                    down_s: 4.0,
+                    empty: false,
+                },
+            )
+        })
+        .collect();
+    faults.push(at(
+        0.0,
+        Fault::ReplicaClock {
+            replica: 0,
+            step_ms: 3_000,
+        },
+    ));
+    faults.push(at(
+        0.0,
+        Fault::ReplicaClock {
+            replica: 1,
+            step_ms: -35_000,
+        },
+    ));
+    case("cold_start", true, faults);
+}
+
+#[test]
+fn a_replica_frozen_35s_answers_held() {
+    // A VM freeze as its links see it: every answer to r0 held 35 s, then delivered late.
+    let faults = (0..3)
+        .map(|node| {
+            at(
+                30.0,
+                Fault::Delay {
+                    replica: Some(0),
+                    node,
+                    ms: 35_000,
+                    for_s: 35.0,
+                },
+            )
+        })
+        .collect();
+    case("vm_freeze_35s", true, faults);
+}
+
+#[test]
+fn a_rolling_restart_of_every_replica() {
+    let faults = (0..3)
+        .map(|replica| {
+            at(
+                30.0 + 15.0 * replica as f64,
+                Fault::ReplicaCrash {
+                    replica,
+                    down_s: 3.0,
+                },
+            )
+        })
+        .collect();
+    case("rolling_restart", true, faults);
+}
+
+#[test]
+fn a_rolling_empty_restart_of_every_node_under_a_pause() {
+    let mut faults = vec![at(
+        25.0,
+        Fault::Pause {
+            job: 0,
+            for_s: 60.0,
+            clock_off_s: 300,
+        },
+    )];
+    for node in 0..3 {
+        let empty = Fault::NodeKill {
+            node,
+            down_s: 12.0,
+            empty: true,
+        };
+        faults.push(at(30.0 + 18.0 * node as f64, empty));
+    }
+    case("rolling_empty_restart_under_pause", true, faults);
+}
+
+#[test]
+fn a_slot_made_to_run_twice_keeps_its_fences_and_time() {
+    // Beyond the assumptions: two of three nodes lose their keys at once, mid-slot.
+    let faults = vec![
+        at(
+            40.2,
+            Fault::NodeKill {
+                node: 0,
+                down_s: 0.5,
+                empty: true,
+            },
+        ),
+        at(
+            40.2,
+            Fault::NodeKill {
+                node: 1,
+                down_s: 0.5,
+                empty: true,
+            },
+        ),
+    ];
+    case("slot_run_twice", false, faults);
+}
+
+/// The receivers are `fn` actions: a refused send is the function's error, a `failed` slot, not
+/// the "nothing left this replica" of a refused HTTP connection, so no handoff follows here
+/// (the HTTP seam that would carry it is not built; `test_delivery` covers the handoff).
+#[test]
+fn broken_egress_on_two_replicas_fails_its_slots_once() {
+    let faults = vec![
+        at(
+            30.0,
+            Fault::Egress {
+                replica: 0,
+                for_s: 20.0,
+            },
+        ),
+        at(
+            35.0,
+            Fault::Egress {
+                replica: 1,
+                for_s: 10.0,
+            },
+        ),
+    ];
+    case("broken_egress", true, faults);
+}
+
+#[test]
+fn a_hung_node() {
+    case(
+        "hung_node",
+        true,
+        vec![at(
+            30.0,
+            Fault::NodeHang {
+                node: 0,
+                for_s: 40.0,
+            },
+        )],
+    );
+}
+
+#[test]
+fn two_of_three_nodes_down() {
+    let faults = vec![
+        at(
+            30.0,
+            Fault::NodeKill {
+                node: 0,
+                down_s: 20.0,
+                empty: false,
+            },
+        ),
+        at(
+            30.0,
+            Fault::NodeKill {
+                node: 1,
+                down_s: 20.0,
+                empty: false,
+            },
+        ),
+    ];
+    case("two_of_three_nodes_down", true, faults);
+}
+
+#[test]
+fn wall_clock_steps_of_90s_either_way() {
+    let faults = vec![
+        at(
+            30.0,
+            Fault::ReplicaClock {
+                replica: 0,
+                step_ms: 90_000,
+            },
+        ),
+        at(
+            30.0,
+            Fault::ReplicaClock {
+                replica: 1,
+                step_ms: -90_000,
+            },
+        ),
+    ];
+    case("wall_step_90s", true, faults);
+}
+
+#[test]
+fn ambiguous_sends() {
+    let faults = [30.0, 45.0, 60.0]
+        .into_iter()
+        .map(|t| at(t, Fault::Ambiguous { count: 2 }))
+        .collect();
+    case("ambiguous_send", true, faults);
+}
+
+#[test]
+fn a_node_clock_stepped() {
+    case(
+        "node_clock_step",
+        true,
+        vec![at(
+            30.0,
+            Fault::NodeClock {
+                node: 0,
+                step_ms: 1_500,
+            },
+        )],
+    );
+}
+
+#[test]
+fn replies_lost_after_apply_and_resets() {
+    let faults = vec![
+        at(30.0, Fault::LoseReplies { node: 0, count: 3 }),
+        at(40.0, Fault::ResetNode { node: 1 }),
+        at(
+            50.0,
+            Fault::Cut {
+                replica: 2,
+                node: 2,
+                for_s: 5.0,
+            },
+        ),
+    ];
+    case("lost_replies_and_resets", true, faults);
+}
+
+#[test]
+fn replicas_killed_mid_run() {
+    let faults = vec![
+        at(
+            30.3,
+            Fault::ReplicaCrash {
+                replica: 0,
+                down_s: 5.0,
+            },
+        ),
+        at(
+            30.3,
+            Fault::ReplicaCrash {
+                replica: 1,
+                down_s: 8.0,
+            },
+        ),
+    ];
+    case("replicas_killed_mid_run", true, faults);
+}

@@ -1,0 +1,199 @@
+//! The simulated network: a replica's dialer (slotcron's `redis::connector` seam) opens an
+//! in-memory pipe to a node; a serving task per connection parses the requests redis-rs writes,
+//! runs them on the model at the node's own clock and writes the replies back, through the
+//! link's faults (cut, delay, reply lost after the command applied, reset, a hung node).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slotcron::redis::connector::{Dial, Dialing, Stream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf};
+use tokio::sync::mpsc;
+
+use crate::model::{self, ConnId};
+use crate::world::Shared;
+
+/// Bytes a pipe buffers each way.
+const PIPE: usize = 256 * 1024;
+
+/// One replica incarnation's dialer.
+pub struct SimDial {
+    pub world: Shared,
+    pub replica: String,
+    pub incarnation: u64,
+}
+
+/// Node index of an address `n<i>:6379`.
+fn node_of(address: &str) -> usize {
+    let host = address.split(':').next().unwrap_or_default();
+    host.trim_start_matches('n')
+        .parse()
+        .expect("a simulated node's address")
+}
+
+impl Dial for SimDial {
+    fn dial(&self, address: &str) -> Dialing {
+        let node = node_of(address);
+        let opened = self.open(node);
+        Box::pin(async move { opened.map(|s| Box::new(s) as Box<dyn Stream>) })
+    }
+}
+
+impl SimDial {
+    fn open(&self, node: usize) -> io::Result<DuplexStream> {
+        let mut w = self.world.lock();
+        let refused = !w.alive(&self.replica, self.incarnation)
+            || !w.nodes[node].up
+            || w.link(&self.replica, node).cut;
+        if refused {
+            return Err(io::ErrorKind::ConnectionRefused.into());
+        }
+        let conn = ConnId(w.next_conn);
+        w.next_conn += 1;
+        let (client, server) = tokio::io::duplex(PIPE);
+        let (tx, rx) = mpsc::unbounded_channel();
+        w.nodes[node].conns.insert(conn, tx);
+        let replica = self.replica.clone();
+        w.event(|| format!("dial {replica} n{node} c{}", conn.0));
+        let served = Served {
+            world: self.world.clone(),
+            node,
+            conn,
+            replica,
+            incarnation: self.incarnation,
+        };
+        tokio::spawn(served.serve(server, rx));
+        Ok(client)
+    }
+}
+
+/// One connection's serving end.
+struct Served {
+    world: Shared,
+    node: usize,
+    conn: ConnId,
+    replica: String,
+    incarnation: u64,
+}
+
+/// What to do with one request's reply.
+enum Fate {
+    Reply(Vec<u8>, Duration),
+    Lost,
+}
+
+impl Served {
+    async fn serve(self, stream: DuplexStream, mut pushes: mpsc::UnboundedReceiver<Vec<u8>>) {
+        let (mut rd, mut wr) = tokio::io::split(stream);
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            tokio::select! {
+                biased;
+                push = pushes.recv() => match push {
+                    Some(bytes) => if wr.write_all(&bytes).await.is_err() { break },
+                    None => break,
+                },
+                read = rd.read(&mut chunk) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        if !self.requests(&mut buf, &mut wr).await { break }
+                    }
+                },
+            }
+        }
+        self.closed();
+        drop((rd, wr));
+    }
+
+    /// Serves every whole request in `buf`; false when the connection is to close.
+    async fn requests(&self, buf: &mut Vec<u8>, wr: &mut WriteHalf<DuplexStream>) -> bool {
+        while let Some(argv) = model::parse_request(buf) {
+            self.until_served().await;
+            match self.execute(&argv) {
+                Some(Fate::Reply(bytes, delay)) => {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    if !self.open() || wr.write_all(&bytes).await.is_err() {
+                        return false;
+                    }
+                }
+                Some(Fate::Lost) | None => return false,
+            }
+        }
+        true
+    }
+
+    /// Waits while the node hangs (a hung node reads nothing and answers nothing).
+    async fn until_served(&self) {
+        loop {
+            let wake = {
+                let w = self.world.lock();
+                let node = &w.nodes[self.node];
+                if !node.hung {
+                    return;
+                }
+                node.wake.clone()
+            };
+            let notified = wake.notified();
+            if !self.world.lock().nodes[self.node].hung {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn open(&self) -> bool {
+        let w = self.world.lock();
+        w.nodes[self.node].conns.contains_key(&self.conn)
+    }
+
+    /// Runs one request on the model; `None`: the connection was reset meanwhile.
+    fn execute(&self, argv: &[Vec<u8>]) -> Option<Fate> {
+        let mut w = self.world.lock();
+        let dead = !w.alive(&self.replica, self.incarnation) || !w.nodes[self.node].up;
+        if dead || !w.nodes[self.node].conns.contains_key(&self.conn) {
+            return None;
+        }
+        let now = w.now_us() + w.nodes[self.node].skew_us;
+        for arg in argv {
+            w.trace_bytes(self.conn.0, arg);
+        }
+        let delay = Duration::from_micros(w.link(&self.replica, self.node).delay_us);
+        let node = &mut w.nodes[self.node];
+        let effects = node.model.execute(self.conn, now, argv);
+        for (to, bytes) in effects.pushes {
+            if let Some(tx) = node.conns.get(&to) {
+                let _ = tx.send(bytes);
+            }
+        }
+        if node.lose_replies > 0 {
+            node.lose_replies -= 1;
+            node.conns.remove(&self.conn);
+            node.model.disconnect(self.conn);
+            let (replica, n) = (self.replica.clone(), self.node);
+            w.event(|| format!("reply lost {replica} n{n}"));
+            return Some(Fate::Lost);
+        }
+        Some(Fate::Reply(effects.reply, delay))
+    }
+
+    fn closed(&self) {
+        let mut w = self.world.lock();
+        if w.nodes[self.node].conns.remove(&self.conn).is_some() {
+            w.nodes[self.node].model.disconnect(self.conn);
+        }
+    }
+}
+
+/// A dialer for `replica`'s incarnation `incarnation`.
+pub fn dialer(world: &Shared, replica: &str, incarnation: u64) -> Arc<dyn Dial> {
+    Arc::new(SimDial {
+        world: world.clone(),
+        replica: replica.to_owned(),
+        incarnation,
+    })
+}
