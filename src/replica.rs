@@ -136,13 +136,7 @@ impl Replica {
         client: reqwest::Client,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
-        let nodes = match &redis.connector {
-            Connector::Tcp => Nodes::open(urls, timeout, ca, &redis.topology(), &name)
-                .await
-                .context("preparing Redis connections")?,
-            Connector::Dial(dialer) => Nodes::dial(urls, timeout, dialer, &name),
-        };
+        let nodes = open_nodes(redis, &name).await?;
         let lock = Arc::new(Redlock::over(Arc::new(nodes), &name, redis.lock.clone()));
         let nodes = lock.nodes().clone();
         report_nodes(&nodes, &name).await;
@@ -747,4 +741,16 @@ fn install_traces(endpoint: &url::Url, replica: &str) {
         Err(e) => tracing::warn!(%endpoint, replica, error = %e,
             "traces: cannot build the HTTP client; running without traces"),
     }
+}
+
+/// The node pool, through the connector the configuration names: TCP (production) or a dialer
+/// (the simulation's in-memory pipes).
+async fn open_nodes(redis: &config::RedisConfig, name: &str) -> anyhow::Result<Nodes> {
+    let (urls, timeout, ca) = (&redis.nodes, redis.lock.node_timeout, redis.ca.as_deref());
+    Ok(match &redis.connector {
+        Connector::Tcp => Nodes::open(urls, timeout, ca, &redis.topology(), name)
+            .await
+            .context("preparing Redis connections")?,
+        Connector::Dial(dialer) => Nodes::dial(urls, timeout, dialer, name),
+    })
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::raw::RawJob;
 use super::{durations, ConfigError, Loader, SchedulerConfig, Section, DEFAULT_MAX_CLOCK_SKEW};
 use crate::time::jitter::smallest_gap;
-use crate::time::schedule::Schedule;
+use crate::time::schedule::{Clock, Schedule, SystemClock};
 
 impl Loader<'_> {
     /// `[scheduler] jitter` (default 0: no delay), inside its range.
@@ -38,7 +38,7 @@ impl Loader<'_> {
     /// The smallest gap between two slots of `schedule` over the next year, walked once per
     /// schedule.
     fn smallest_gap(&mut self, schedule: &Schedule) -> Option<Duration> {
-        let walk = || smallest_gap(schedule, chrono::Utc::now());
+        let walk = || smallest_gap(schedule, SystemClock.now());
         *self.gaps.entry(schedule.definition()).or_insert_with(walk)
     }
 

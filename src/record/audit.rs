@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use rand::Rng;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +154,7 @@ impl AuditEntry {
                 "{}-{}-{:08x}",
                 at.timestamp_millis(),
                 actor,
-                rand::random::<u32>()
+                crate::seed::rng().random::<u32>()
             ),
             at,
             actor: actor.to_owned(),
@@ -301,11 +302,11 @@ impl Audit {
     /// CLI); this machine's clock only when no node answers (the write then fails anyway).
     pub async fn fleet_now(&self) -> DateTime<Utc> {
         let Audit::Redis { nodes, .. } = self else {
-            return Utc::now();
+            return SystemClock.now();
         };
         let clock = FleetClock::new(Arc::new(SystemClock), true);
         match clock.measure(nodes).await {
-            Measurement::NoAnswer => Utc::now(),
+            Measurement::NoAnswer => SystemClock.now(),
             Measurement::First { .. } | Measurement::Again { .. } => clock.fleet_now(),
         }
     }
