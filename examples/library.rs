@@ -1,5 +1,6 @@
-//! The README's library example, as it is pasted (`tests/test_library.rs` checks that the
-//! README's block is this file below this header, builds it and runs it against Redis).
+//! The library example, as it is pasted (`tests/test_library.rs` checks that the book's block,
+//! book/en/src/library.md, is this file below this header and that the README's excerpt is lines
+//! of it, builds it and runs it against Redis).
 //!
 //! ```text
 //! REDIS_NODES=redis://127.0.0.1:6379 HOSTNAME=a cargo run --example library

@@ -11,7 +11,7 @@ healthy replica. Prints slots expected, run, duplicated and missed.
     cargo build --release
     python3 scripts/soak.py --duration 600            # 10 minutes, 5 replicas x 50 jobs
 
-Not part of the test suite (it takes minutes); see README "Guarantees" for the latest result.
+Not part of the test suite (it takes minutes); see the book's Testing chapter, "The soak", for the latest result.
 Only loopback addresses are used.
 """
 

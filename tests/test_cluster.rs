@@ -372,7 +372,7 @@ fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the
 /// slots stop within [`PAUSE_HEARD_WITHIN`] while the other jobs go on. The other jobs are
 /// looked at for [`RUNNING_LEASE_TTL`] and 2 s more: a run that ended while the killed
 /// primary's slots were moving could not release its running lease (`overlap = "skip"`), so
-/// its job's slots are skipped until that lease expires, as the README says.
+/// its job's slots are skipped until that lease expires, as the book says.
 fn paused_through_pub_sub(receiver: &Receiver, config: &Path) {
     common::slotcron_cli(config, &["pause", "c00", "--by", "ops"]);
     let paused_at = Utc::now() + chrono::Duration::from_std(PAUSE_HEARD_WITHIN).unwrap();

@@ -368,7 +368,7 @@ fn one_alert_per_slot_missed_while_every_replica_was_down() {
 
 /// The lock keys of [`config`] live `timeout + max_clock_skew + start window + 5 s` after their
 /// slot (3 + 1 + 2 + 5 = 11 s): a node kept down longer than that comes back after every key it
-/// held has expired, which is what the README's 55 s delayed restart achieves with the defaults.
+/// held has expired, which is what the book's 55 s delayed restart achieves with the defaults.
 const DOWN_LONGER_THAN_ANY_KEY: Duration = Duration::from_secs(12);
 
 /// Restarts `node` empty after keeping it down past every key's life, then waits for the

@@ -1,4 +1,4 @@
-//! Delivery at the edges: every row of the README's classification table against a real local
+//! Delivery at the edges: every row of the book's classification table (Actions, Delivery) against a real local
 //! receiver (one that resets after reading, closes without answering, cuts its answer short,
 //! refuses, does not resolve, speaks no TLS), and the fleet behaviours built on it against real
 //! redis-server nodes and real replica processes: no robot message twice when the answer is
@@ -866,7 +866,7 @@ fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
     let twice: Vec<_> = runs.iter().filter(|(_, r)| r.len() > 1).collect();
     // Handoff runs only (a fence above the slot's): the stalled replica's own scheduled run,
     // when the stop lands between its last check and its request leaving, arrives late by the
-    // stall, which no lock can see (the fence is for it; README, Fencing).
+    // stall, which no lock can see (the fence is for it; the book's Actions, Fencing).
     let handoff = |fence: i64| fence.rem_euclid(1000) > 0;
     let stale: Vec<_> = runs
         .iter()

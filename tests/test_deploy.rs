@@ -1438,17 +1438,23 @@ fn heading_anchor(heading: &str) -> String {
         .collect()
 }
 
-fn readme_anchors() -> BTreeSet<String> {
-    read("README.md")
+/// The heading anchors of the book's Operations chapter, where the runbooks live.
+fn runbook_anchors() -> BTreeSet<String> {
+    read(RUNBOOKS)
         .lines()
         .filter_map(|l| l.strip_prefix('#'))
         .map(|h| heading_anchor(h.trim_start_matches('#')))
         .collect()
 }
 
-/// Every alert of the rule groups: each links a README section, and one fires on no replica.
+/// The chapter the alerts' `runbook_url`s name (it was a section of README.md until the README
+/// became a page and the manual a book).
+const RUNBOOKS: &str = "book/en/src/operations.md";
+
+/// Every alert of the rule groups: each links a runbook of the book, and one fires on no
+/// replica.
 fn assert_alerts_have_runbooks(groups: &Value) {
-    let anchors = readme_anchors();
+    let anchors = runbook_anchors();
     let alerts: Vec<&Value> = groups
         .as_sequence()
         .expect("groups")
@@ -1458,8 +1464,13 @@ fn assert_alerts_have_runbooks(groups: &Value) {
         .collect();
     for alert in &alerts {
         let url = str_of(&alert["annotations"]["runbook_url"], "runbook_url");
-        let (_, anchor) = url.split_once("README.md#").expect("a README anchor");
-        assert!(anchors.contains(anchor), "{url}: no such README heading");
+        let (_, anchor) = url
+            .split_once(&format!("{RUNBOOKS}#"))
+            .expect("an anchor of the book's runbooks");
+        assert!(
+            anchors.contains(anchor),
+            "{url}: no such heading in {RUNBOOKS}"
+        );
     }
     assert!(
         alerts

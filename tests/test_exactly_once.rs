@@ -207,7 +207,7 @@ fn five_replicas_with_one_of_three_nodes_down_miss_no_slot() {
 }
 
 /// The core cases (every slot once; one node of three down) on three nodes of `bin`, every
-/// node under the README's least-privilege ACL line (the default user off), the replicas
+/// node under the book's least-privilege ACL line (the default user off), the replicas
 /// connecting as that user. The key prefix is `slotcron`, which the line's `~slotcron:*` and
 /// `&slotcron:*` are written for.
 fn core_cases_under_the_acl_line(bin: &std::path::Path, one_node_down: bool) {

@@ -690,7 +690,7 @@ fn a_freeze_as_the_pre_race_time_answer_arrives_runs_no_slot_twice_or_stale() {
     // The frozen replica's links slower than the awake one's by far more than a loaded machine
     // delays the awake one: it loses every race until the freeze, so the `TIME` it asks is the
     // one before a race, never the one a winner asks after its win (a freeze inside that last
-    // round trip is the gap no lock can see, which the fence covers: README, Fencing).
+    // round trip is the gap no lock can see, which the fence covers: the book's Actions, Fencing).
     for p in &frozen.proxies {
         p.set_latency(LOSING_LATENCY);
     }

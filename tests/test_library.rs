@@ -19,7 +19,7 @@ use common::{slotcron_cli, wait_until, write_config, RedisCluster, Replica};
 use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
 
 /// The examples, built once per test run (`cargo build --examples --all-features`: the debug
-/// profile; the README's command for users says `--release`).
+/// profile; the book's command for users says `--release`).
 fn example(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -370,13 +370,13 @@ async fn invalid_jobs_are_refused_at_start_as_a_list_naming_the_builders_fields(
     }
 }
 
-/// The README's library example: the first `rust` block under "## Use it as a library".
-fn readme_library_block() -> String {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("reading README.md");
-    let section = readme
-        .split_once("## Use it as a library")
-        .expect("the README's library section")
+/// The first `rust` block after `heading` in the Markdown file `path` (relative to the crate).
+fn rust_block_after(path: &str, heading: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let section = text
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("{path} has no {heading:?}"))
         .1;
     let block = section.split_once("```rust\n").expect("a rust block").1;
     block
@@ -386,24 +386,49 @@ fn readme_library_block() -> String {
         .to_owned()
 }
 
-#[test]
-fn the_readmes_library_example_is_the_example_the_suite_builds() {
+/// examples/library.rs below its header (how to run it), which is not what a user pastes.
+fn library_example_body() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/library.rs");
     let example = std::fs::read_to_string(path).expect("reading examples/library.rs");
-    // The example's header (how to run it) is not part of what a user pastes.
     let body: Vec<&str> = example
         .lines()
         .skip_while(|l| l.starts_with("//!"))
         .collect();
-    let body = body.join("\n");
+    body.join("\n")
+}
+
+/// The book's library chapter shows the whole example, as the suite builds and runs it.
+#[test]
+fn the_books_library_example_is_the_example_the_suite_builds() {
     assert_eq!(
-        readme_library_block().trim(),
-        body.trim(),
-        "the README's library block differs from examples/library.rs"
+        rust_block_after("book/en/src/library.md", "# The library").trim(),
+        library_example_body().trim(),
+        "the book's library block differs from examples/library.rs"
     );
 }
 
-/// `lines` without their terminal colours (the README's subscriber colours its output).
+/// The README's dozen lines are the example's own lines, in its order (`// …` marks a cut), so
+/// what a reader of the README sees is what the suite builds.
+#[test]
+fn the_readmes_library_excerpt_is_lines_of_the_example_in_order() {
+    let excerpt = rust_block_after("README.md", "## Use it as a library");
+    let example = library_example_body();
+    let mut rest = example.lines().map(str::trim);
+    for line in excerpt.lines().map(str::trim) {
+        if line.is_empty() || line == "// …" {
+            continue;
+        }
+        assert!(
+            rest.any(|l| l == line),
+            "the README's library excerpt has {line:?}, not a line of examples/library.rs \
+             (after the lines before it)"
+        );
+    }
+    let shown = excerpt.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(shown <= 25, "the excerpt is meant short: {shown} lines");
+}
+
+/// `lines` without their terminal colours (the example's subscriber colours its output).
 fn plain(lines: &[String]) -> Vec<String> {
     lines.iter().map(|l| without_escapes(l)).collect()
 }

@@ -309,7 +309,7 @@ fn tls_rediss_with_a_ca_file_and_password() {
 
 /// The replica reports the node's refusal (`error` naming `cause`) and, having no node that
 /// answers `TIME`, says it races nothing: a replica never races on a clock it has not measured
-/// (README, Time), so no slot line follows, and nothing is sent.
+/// (the book's fleet clock chapter), so no slot line follows, and nothing is sent.
 fn refused_and_raced_nothing(replica: &Replica, cause: &str) {
     let refused = replica.wait_for_json(Duration::from_secs(10), |l| {
         l["state"] == "suspect" && l["error"].as_str().is_some_and(|e| e.contains(cause))

@@ -4,7 +4,7 @@
 //! failovers on Redis 7.0 and Valkey 9: the primary SIGKILLed (and started again 10 s later,
 //! when Sentinel makes it a replica), and the replica paused so that won keys are not
 //! replicated, then the primary killed. What each costs is measured and printed. The kill cases
-//! run under the README's ACL line, slotcron connecting to the primary with credentials of its
+//! run under the book's ACL line, slotcron connecting to the primary with credentials of its
 //! own (`primary_username`, `primary_password`).
 
 mod common;
@@ -216,7 +216,7 @@ impl Fleet {
     }
 }
 
-/// The fleet's file; `acl`: the primary as the README's least-privilege user (the sentinels
+/// The fleet's file; `acl`: the primary as the book's least-privilege user (the sentinels
 /// without a password: the credentials differ), under the ACL line's key prefix.
 fn fleet_toml(sentinels: &[String], receiver: &str, acl: bool) -> String {
     let nodes: Vec<String> = sentinels.iter().map(|n| format!("{n:?}")).collect();
@@ -458,7 +458,7 @@ fn valkey_9_sentinel_unreplicated_wins_then_a_failover_are_counted_and_slots_res
 
 /// A planned failover (`SENTINEL FAILOVER`): the old primary lives on until Sentinel demotes
 /// it, and a lock written to it after the replica's promotion is not on the new primary: a slot
-/// raced across the switch can run twice (measured; README says sentinel mode costs that, and
+/// raced across the switch can run twice (measured; the book says sentinel mode costs that, and
 /// its first run is counted unreplicated). Checked: every replica follows the new primary, no
 /// slot due after the switch runs twice, every slot from 4 s after the failover runs once.
 #[test]

@@ -210,7 +210,7 @@ impl Fleet {
 
     /// Names this fleet's deployment (default: known by its program's name): replicas of
     /// two deployments on one `key_prefix` race for each other's slots, so each logs an error
-    /// naming the other's replicas (see the README's "One fleet per prefix").
+    /// naming the other's replicas (see the book's "One fleet per prefix").
     ///
     /// ```
     /// let fleet = slotcron::Fleet::new("replica-1").deployment("billing-production");

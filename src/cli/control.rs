@@ -296,7 +296,7 @@ fn resume_intent(args: &ResumeArgs) -> Intent<'_> {
 /// Exit 0 when the primary's replicas acknowledged the change (`WAIT`, sentinel and cluster
 /// modes), as a won slot's lock must be; else says so and exits 4: the change holds on the
 /// primary, but a failover before a replica has it would lose it there (the replicas that
-/// heard it write it back, README), so the operator runs it again once a replica is back.
+/// heard it write it back, the book's Operations), so the operator runs it again once a replica is back.
 fn replicated<T>(job: &str, what: &str, taken: &Taken<T>) -> ExitCode {
     let Some(replication) = taken.replication.filter(|_| taken.is_short()) else {
         return ExitCode::SUCCESS;

@@ -311,7 +311,7 @@ pub(super) fn report_asked(job: &str, prefix: &str, asked: Asked) -> ExitCode {
     }
 }
 
-/// A trigger's exit code, as the README documents them.
+/// A trigger's exit code, as the book's command-line chapter documents them.
 fn exit_code(ending: Ending) -> u8 {
     match ending {
         Ending::Done => 0,

@@ -88,7 +88,7 @@ impl RedisMode {
         }
     }
 
-    /// What the mode guarantees, for `check` (README, Redis topologies, says it at length).
+    /// What the mode guarantees, for `check` (the book's Redis topologies chapter says it at length).
     pub fn guarantee(&self) -> &'static str {
         match self {
             RedisMode::Redlock => {

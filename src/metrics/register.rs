@@ -1,5 +1,5 @@
 //! The registry's layout: every series of [`Metrics`] registered once, at construction, with
-//! its name and help text (the names are the public interface, see README's metrics table).
+//! its name and help text (the names are the public interface, see the book's metrics table).
 
 use prometheus_client::registry::Registry;
 

@@ -1,5 +1,5 @@
 //! The one place a slot's log line is written and its outcome counted ([`Books::report`]):
-//! the stable field names (README, "Logs: who won") are spelled once, and a line and its
+//! the stable field names (the book's Operations, "Logs: who won") are spelled once, and a line and its
 //! counter cannot disagree.
 
 use std::borrow::Cow;

@@ -21,11 +21,11 @@ pub struct ShardedCluster {
     acl: bool,
 }
 
-/// The harness's own user when the cluster runs the README's ACL line (the default user off).
+/// The harness's own user when the cluster runs the book's ACL line (the default user off).
 pub const ADMIN: &str = "admin";
 const ADMIN_PASSWORD: &str = "admin-s3cret";
 
-/// The README's least-privilege ACL line for a cluster (`[redis] mode = "cluster"`): the key
+/// The book's least-privilege ACL line for a cluster (`[redis] mode = "cluster"`): the key
 /// and channel patterns are the prefix in its hash tag (`{slotcron}:*`). Plus the harness's
 /// admin user, which replicas also sync with (`masteruser`).
 pub fn cluster_acl_args() -> Vec<String> {

@@ -410,12 +410,12 @@ impl<'a> IntoIterator for &'a RedisCluster {
     }
 }
 
-/// The README's least-privilege ACL user, for the key prefix `slotcron`: its name.
+/// The book's least-privilege ACL user, for the key prefix `slotcron`: its name.
 pub const ACL_USER: &str = "slot";
 /// Its password.
 pub const ACL_PASSWORD: &str = "acl-s3cret";
 
-/// Server arguments that create [`ACL_USER`] with the README's ACL line, and turn the default
+/// Server arguments that create [`ACL_USER`] with the book's ACL line, and turn the default
 /// user off (so nothing can pass unless that user may).
 pub fn acl_args() -> Vec<String> {
     let pass = format!(">{ACL_PASSWORD}");

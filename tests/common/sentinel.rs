@@ -7,7 +7,7 @@ use super::*;
 pub const MASTER: &str = "mymaster";
 
 /// The replication and Sentinel user of a set under the ACL line (`+@all`: the replica's
-/// `PSYNC` and Sentinel's `REPLICAOF` are `@admin`), beside the README's least-privilege
+/// `PSYNC` and Sentinel's `REPLICAOF` are `@admin`), beside the book's least-privilege
 /// [`ACL_USER`], which slotcron uses.
 const ADMIN_USER: &str = "repl";
 /// Its password.
@@ -126,7 +126,7 @@ pub struct SentinelSet {
     pub replica: RedisServer,
     /// The three sentinels.
     pub sentinels: Vec<SentinelProc>,
-    /// The data nodes run under the README's ACL line (default user off).
+    /// The data nodes run under the book's ACL line (default user off).
     acl: bool,
 }
 
@@ -138,7 +138,7 @@ impl SentinelSet {
 
     /// Starts the set on `bin` (redis-server or valkey-server), and waits until each sentinel
     /// knows the replica and the two other sentinels (a failover needs them). `acl`: the data
-    /// nodes have the README's ACL user ([`ACL_USER`]), an admin user for replication and
+    /// nodes have the book's ACL user ([`ACL_USER`]), an admin user for replication and
     /// Sentinel, and the default user off.
     pub fn start_bin(bin: &Path, acl: bool) -> Self {
         let mut args: Vec<String> = Vec::new();
