@@ -562,18 +562,28 @@ async fn a_jobspecs_deadline_alerts_a_slow_slot_then_its_recovery() {
         .start()
         .await
         .unwrap();
-    // Up to two slots' time and their runs, on a loaded machine.
-    let mut got = Vec::new();
-    while got.len() < 2 {
+    // Until the first recovery (or four alerts), each within two slots' time on a loaded
+    // machine. A slot due while the fleet was still starting (its clock not yet measured) is
+    // not raced and alerted `deadline` as pending, rightly: it never runs, so no recovery
+    // answers it; the slot after it is the one that runs slow and recovers.
+    let mut got: Vec<(String, String)> = Vec::new();
+    while got.len() < 4 && !got.iter().any(|(kind, _)| kind == "recovered") {
         match tokio::time::timeout(Duration::from_secs(60), alerts.recv()).await {
             Ok(Some(alert)) => got.push(alert),
             _ => break,
         }
     }
     handle.shutdown().await.unwrap();
-    let kinds: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(kinds, ["deadline", "recovered"], "{got:?}");
-    assert!(got[0].1.starts_with("still running on lib-1"), "{got:?}");
+    let recovered = got.iter().position(|(kind, _)| kind == "recovered");
+    let running = got
+        .iter()
+        .position(|(kind, why)| kind == "deadline" && why.starts_with("still running on lib-1"));
+    assert!(
+        matches!((running, recovered), (Some(d), Some(r)) if d < r),
+        "a deadline alert of the running slot, then its recovery: {got:?}"
+    );
+    let before = &got[..recovered.unwrap()];
+    assert!(before.iter().all(|(kind, _)| kind == "deadline"), "{got:?}");
 }
 
 /// `GET path` on the local `port`, off the runtime's threads (the helper blocks).
