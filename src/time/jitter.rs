@@ -55,7 +55,7 @@ pub fn delayed(slot: Slot, delay: Duration) -> DateTime<Utc> {
 }
 
 /// The smallest gap between two consecutive slots of `schedule` among its next
-/// [`GAP_SCAN_SLOTS`] from `from`, within a year (a DST fold a policy runs twice included);
+/// `GAP_SCAN_SLOTS` from `from`, within a year (a DST fold a policy runs twice included);
 /// `None` for a schedule with fewer than two.
 pub fn smallest_gap(schedule: &Schedule, from: DateTime<Utc>) -> Option<Duration> {
     let end = from + chrono::Duration::days(366);
