@@ -181,6 +181,9 @@ pub struct JobView {
     pub name: String,
     /// The cron expression, as written in the file.
     pub schedule: String,
+    /// The schedule said in words, in the replica's locale (`LANG`), as `check` says it: a
+    /// reader sees "09:30 on workdays", not only `0 30 9 * * *` and a calendar's name.
+    pub words: String,
     /// The job's own zone (its schedule's), which may differ from the page's.
     pub zone: String,
     /// The action's kind and target, secrets scrubbed.
@@ -235,6 +238,7 @@ pub fn job_view(
     JobView {
         name: job.name.clone(),
         schedule: job.schedule.expression().to_owned(),
+        words: job.schedule_words(),
         zone: job.zone().to_string(),
         action: action.line.clone(),
         standing: standing(last.as_ref(), reads.pause.is_some()),

@@ -223,3 +223,18 @@ fn a_jittered_run_shows_its_delayed_instant_and_its_lateness_from_it() {
     );
     assert_eq!(view.runs[0].lateness, format_ms(40.0));
 }
+
+#[test]
+fn a_job_shows_its_schedule_in_words_as_check_says_it() {
+    let reads = reads(Vec::new(), None);
+    let shown = view(&reads, "2026-01-01T00:00:00Z");
+    let said = crate::time::words::describe(
+        &job("0 * * * * *").schedule,
+        crate::time::words::Lang::from_env(),
+    );
+    assert_eq!(shown.words, said);
+    assert!(
+        !shown.words.is_empty() && shown.words != shown.schedule,
+        "{shown:?}"
+    );
+}
