@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use super::generate::{Op, CONNS};
+use super::generate::{Op, CONNS, RECENT_ID, RECENT_MS};
 use super::wire::{time_of, Real};
 use crate::model::{ConnId, Node, Persistence};
 
@@ -49,6 +49,8 @@ pub struct Differential {
     /// What the run exercised, by label (`cmd:set`, `error:WRONGTYPE`, `script:Take`,
     /// `push:resp3`, `restart`): the test requires each that matters to have happened.
     pub coverage: BTreeMap<String, usize>,
+    /// Per stream key, the ids its `XADD`s answered, oldest first (what [`RECENT_ID`] reads).
+    recent: BTreeMap<Vec<u8>, Vec<String>>,
 }
 
 impl Differential {
@@ -76,6 +78,7 @@ impl Differential {
             protos: [2; CONNS],
             channels: [0; CONNS],
             coverage,
+            recent: BTreeMap::new(),
         }
     }
 
@@ -110,7 +113,34 @@ impl Differential {
         ConnId(self.generation * 100 + conn as u64)
     }
 
+    /// `argv` with its [`RECENT_ID`] and [`RECENT_MS`] arguments replaced.
+    fn resolve(&self, argv: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let ids = argv.get(1).and_then(|key| self.recent.get(key));
+        argv.iter()
+            .map(|arg| {
+                let text = String::from_utf8_lossy(arg);
+                for (prefix, whole) in [(RECENT_ID, true), (RECENT_MS, false)] {
+                    let Some(back) = text.strip_prefix(prefix) else {
+                        continue;
+                    };
+                    let back: usize = back.trim_end_matches('}').parse().unwrap_or(0);
+                    let id = ids
+                        .and_then(|ids| ids.iter().rev().nth(back))
+                        .map_or("0-1", String::as_str);
+                    let id = if whole {
+                        id
+                    } else {
+                        id.split('-').next().unwrap_or("0")
+                    };
+                    return id.as_bytes().to_vec();
+                }
+                arg.clone()
+            })
+            .collect()
+    }
+
     fn command(&mut self, conn: usize, argv: &[Vec<u8>]) -> Result<String, String> {
+        let argv = &self.resolve(argv)[..];
         let id = self.conn_id(conn);
         let frames = self.frames_expected(id, argv);
         // A subscribed RESP2 connection (or one about to be) may not send `TIME`.
@@ -162,6 +192,15 @@ impl Differential {
         kept.truncate(MAX_HYPOTHESES);
         self.hypotheses = kept;
         self.count_command(argv, &got);
+        if let ([name, key, ..], [Value::BulkString(added)]) = (argv, &got[..]) {
+            if name.eq_ignore_ascii_case(b"XADD") {
+                let ids = self.recent.entry(key.clone()).or_default();
+                ids.push(String::from_utf8_lossy(added).into_owned());
+                if ids.len() > 400 {
+                    ids.remove(0);
+                }
+            }
+        }
         Ok(format!("conn {conn}: {shown} -> {got:?}"))
     }
 

@@ -37,6 +37,7 @@ const STRINGS: [&str; 3] = ["s:a", "s:b", "s:c"];
 const ZSETS: [&str; 2] = ["z:a", "z:b"];
 const HASHES: [&str; 1] = ["h:a"];
 const STREAMS: [&str; 2] = ["x:a", "x:b"];
+const LISTS: [&str; 2] = ["l:a", "l:b"];
 const CHANNELS: [&str; 2] = ["c:a", "c:b"];
 const TOKENS: [&str; 3] = ["r1:00aa", "r2:00bb", "r3:00cc"];
 
@@ -56,10 +57,9 @@ pub struct Generator<'a> {
 
 impl<'a> Generator<'a> {
     pub fn new(seed: u64, scripts: &'a Scripts) -> Self {
-        let all = scripts.all();
-        let shas = all
-            .iter()
-            .map(|(_, s)| redis::Script::new(s).get_hash().to_owned());
+        let shas = [&scripts.release, &scripts.extend]
+            .into_iter()
+            .map(|s| redis::Script::new(s).get_hash().to_owned());
         Generator {
             rng: StdRng::seed_from_u64(seed),
             scripts,
@@ -68,6 +68,12 @@ impl<'a> Generator<'a> {
             shas: shas.collect(),
             queued: VecDeque::new(),
         }
+    }
+
+    /// Whether steps decided ahead are still to come (a sequence ends after them, so that a
+    /// burst's reads happen).
+    pub fn busy(&self) -> bool {
+        !self.queued.is_empty()
     }
 
     /// The next step.
@@ -107,6 +113,31 @@ impl<'a> Generator<'a> {
             ]);
             self.queued.push_back(Op::Command { conn, argv });
         }
+        // Now and then the audit's withdrawals: `XDEL` of many of the newest entries, one at a
+        // time, so nodes are emptied and freed, then appends and reads after them.
+        if self.rng.random_bool(0.4) {
+            for back in 0..self.rng.random_range(1..140) {
+                let id = recent_id(back);
+                let argv = words(&[b"XDEL", &key, &id]);
+                self.queued.push_back(Op::Command { conn, argv });
+            }
+            // Past a node's worth at a small cap, so where the next node starts shows.
+            for n in 0..self.rng.random_range(1..220) {
+                let argv = words(&[
+                    b"XADD",
+                    &key,
+                    b"MAXLEN",
+                    b"~",
+                    b"5",
+                    b"*",
+                    b"m",
+                    n.to_string().as_bytes(),
+                ]);
+                self.queued.push_back(Op::Command { conn, argv });
+            }
+            let argv = words(&[b"XRANGE", &key, b"-", b"+"]);
+            self.queued.push_back(Op::Command { conn, argv });
+        }
         Op::Sleep(0)
     }
 
@@ -134,7 +165,7 @@ impl<'a> Generator<'a> {
 
     fn key(&mut self, own: &[&str]) -> Vec<u8> {
         let pool: Vec<&str> = if self.rng.random_bool(0.1) {
-            [&STRINGS[..], &ZSETS, &HASHES, &STREAMS].concat()
+            [&STRINGS[..], &ZSETS, &HASHES, &STREAMS, &LISTS].concat()
         } else {
             own.to_vec()
         };
@@ -151,7 +182,7 @@ impl<'a> Generator<'a> {
     }
 
     fn data_command(&mut self) -> Vec<Vec<u8>> {
-        match self.rng.random_range(0..100) {
+        match self.rng.random_range(0..116) {
             0..=29 => self.lock_command(),
             30..=49 => self.history_command(),
             50..=61 => self.membership_command(),
@@ -159,9 +190,27 @@ impl<'a> Generator<'a> {
             70..=77 => self.control_command(),
             78..=83 => self.server_command(),
             84..=89 => self.script_cache_command(),
-            _ => self.malformed_command(),
+            90..=99 => self.malformed_command(),
+            100..=107 => self.alert_command(),
+            _ => self.audit_command(),
         }
     }
+}
+
+/// An argument the differential run replaces, before sending, by the id of the `back`-th
+/// newest entry an `XADD` to the command's key answered (`0-1` when none): the generator
+/// cannot know the ids the server's clock gives, and `XDEL` needs real ones.
+pub const RECENT_ID: &str = "{recent-id:";
+/// As [`RECENT_ID`], but the id's milliseconds only (an `XREVRANGE` bound as the audit's
+/// `since` sends it).
+pub const RECENT_MS: &str = "{recent-ms:";
+
+fn recent_id(back: u32) -> Vec<u8> {
+    format!("{RECENT_ID}{back}}}").into_bytes()
+}
+
+fn recent_ms(back: u32) -> Vec<u8> {
+    format!("{RECENT_MS}{back}}}").into_bytes()
 }
 
 fn words(parts: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -233,6 +282,63 @@ impl Generator<'_> {
             _ => {
                 let other = self.key(&STREAMS);
                 words(&[b"XREAD", b"STREAMS", &key, &other, b"0-0", b"0-0"])
+            }
+        }
+    }
+
+    /// The alert log: `PUSH_SCRIPT` (push a line, keep the newest `cap`) and `LRANGE 0 n-1`.
+    fn alert_command(&mut self) -> Vec<Vec<u8>> {
+        let key = self.key(&LISTS);
+        match self.rng.random_range(0..5) {
+            0..=2 => {
+                let line = format!(
+                    "{{\"kind\":\"failed\",\"n\":{}}}",
+                    self.rng.random_range(0..100u32)
+                );
+                let cap = self.pick(&["1", "3", "500", "0"]);
+                let script = self.scripts.push.as_bytes();
+                words(&[b"EVAL", script, b"1", &key, line.as_bytes(), &cap])
+            }
+            3 => {
+                let stop = self.rng.random_range(0..6u32).to_string().into_bytes();
+                words(&[b"LRANGE", &key, b"0", &stop])
+            }
+            _ => {
+                let (start, stop) = (
+                    self.pick(&["0", "-2", "1", "-9"]),
+                    self.pick(&["-1", "2", "-3", "9"]),
+                );
+                words(&[b"LRANGE", &key, &start, &stop])
+            }
+        }
+    }
+
+    /// The audit trail: `XADD MAXLEN ~`, `XDEL` of an id an `XADD` answered, `XREVRANGE + id|-
+    /// COUNT n`, and the config hash's `SET key value GET EX secs`.
+    fn audit_command(&mut self) -> Vec<Vec<u8>> {
+        let key = self.key(&STREAMS);
+        let back = self.rng.random_range(0..6u32);
+        let count = self.pick(&["1", "4", "10000"]);
+        match self.rng.random_range(0..8) {
+            0 | 1 => {
+                let cap = self.pick(&["3", "150", "10000"]);
+                let job = self.pick(&["j1", "j2"]);
+                words(&[
+                    b"XADD", &key, b"MAXLEN", b"~", &cap, b"*", b"kind", b"pause", b"job", &job,
+                ])
+            }
+            2 => words(&[b"XDEL", &key, &recent_id(back)]),
+            3 => {
+                let id = self.pick(&["0-1", "18446744073709551615-0", "nope", "-", "+", "(1"]);
+                words(&[b"XDEL", &key, &id])
+            }
+            4 => words(&[b"XREVRANGE", &key, b"+", &recent_ms(back), b"COUNT", &count]),
+            5 => words(&[b"XREVRANGE", &key, b"+", b"-", b"COUNT", &count]),
+            _ => {
+                let name = self.key(&STRINGS);
+                let hash = self.pick(&["h1", "h2"]);
+                let secs = self.pick(&["1", "86400"]);
+                words(&[b"SET", &name, &hash, b"GET", b"EX", &secs])
             }
         }
     }

@@ -12,6 +12,7 @@ pub struct Scripts {
     pub record_and_read: String,
     pub first_seen: String,
     pub take: String,
+    pub push: String,
 }
 
 impl Scripts {
@@ -23,19 +24,84 @@ impl Scripts {
             record_and_read: constant("src/record/history.rs", "RECORD_AND_READ_SCRIPT"),
             first_seen: constant("src/record/watermark.rs", "FIRST_SEEN_SCRIPT"),
             take: constant("src/action/rate.rs", "TAKE_SCRIPT"),
+            push: constant("src/record/alerts.rs", "PUSH_SCRIPT"),
         }
     }
 
-    pub fn all(&self) -> [(&'static str, &str); 6] {
-        [
-            ("RELEASE_SCRIPT", &self.release),
-            ("EXTEND_SCRIPT", &self.extend),
-            ("ACQUIRE_SCRIPT", &self.acquire),
-            ("RECORD_AND_READ_SCRIPT", &self.record_and_read),
-            ("FIRST_SEEN_SCRIPT", &self.first_seen),
-            ("TAKE_SCRIPT", &self.take),
-        ]
+    /// Every script `src/` declares: each `const NAME_SCRIPT: &str` of every file under
+    /// `src/` (what slotcron sends with `EVAL` or `Script::new`), found by a scan rather than
+    /// listed, so a script added to `src/` is checked against the model without anyone
+    /// remembering to name it here. Sorted by file and name.
+    pub fn all(&self) -> Vec<(String, String)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        rust_files(&root.join("src"), &mut files);
+        files.sort();
+        let mut found = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let relative = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            for name in script_constants(&text) {
+                found.push((format!("{relative} {name}"), constant(&relative, &name)));
+            }
+        }
+        found
     }
+}
+
+/// The names of the `const ..._SCRIPT: &str` declared in `text`.
+fn script_constants(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for piece in text.split("const ").skip(1) {
+        let Some((name, rest)) = piece.split_once(':') else {
+            continue;
+        };
+        let is_ident = name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if is_ident && name.ends_with("_SCRIPT") && rest.trim_start().starts_with("&str") {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
+/// Every identifier `src/` passes to `cmd("EVAL").arg(...)` or `Script::new(...)` as a
+/// script: each must be one of the `_SCRIPT` constants [`Scripts::all`] finds.
+pub fn script_arguments() -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut names = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for marker in ["cmd(\"EVAL\")", "Script::new("] {
+            for piece in text.split(marker).skip(1) {
+                // `cmd("EVAL")`'s first `.arg(` is the script; `Script::new(` takes it.
+                let piece = match (marker, piece.find(".arg(")) {
+                    ("Script::new(", _) | (_, None) => piece,
+                    (_, Some(at)) => &piece[at + ".arg(".len()..],
+                };
+                let piece = piece.trim_start();
+                let ident: String = piece
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !ident.is_empty() {
+                    names.push(ident);
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn source(file: &str) -> String {

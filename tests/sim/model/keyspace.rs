@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::args::WRONGTYPE;
+use super::lists::List;
 use super::resp::Reply;
 use super::streams::Stream;
 use super::zsets::Zset;
@@ -18,6 +19,7 @@ pub enum Value {
     Zset(Zset),
     Hash(BTreeMap<Vec<u8>, Vec<u8>>),
     Stream(Stream),
+    List(List),
 }
 
 /// A key's value and its deadline (ms since the epoch on the node's clock), if it has one.
@@ -107,12 +109,13 @@ impl Keyspace {
         }
     }
 
-    /// Removes `key` if it holds an empty collection (Redis deletes an emptied sorted set or
-    /// hash; an emptied stream stays).
+    /// Removes `key` if it holds an empty collection (Redis deletes an emptied sorted set,
+    /// hash or list; an emptied stream stays).
     pub fn drop_if_empty(&mut self, key: &[u8]) {
         let empty = match self.entries.get(key).map(|e| &e.value) {
             Some(Value::Zset(z)) => z.is_empty(),
             Some(Value::Hash(h)) => h.is_empty(),
+            Some(Value::List(l)) => l.is_empty(),
             _ => false,
         };
         if empty {

@@ -6,7 +6,8 @@
 //! replies, decoded by redis-rs's parser.
 //!
 //! Layout: [`resp`] (the wire), [`args`] (arguments and error lines), [`keyspace`] (values and
-//! expiry), one file per value type ([`strings`], [`zsets`], [`hashes`], [`streams`]),
+//! expiry), one file per value type ([`strings`], [`zsets`], [`hashes`], [`streams`],
+//! [`lists`]),
 //! [`pubsub`], [`scripts`] (with [`sha1`]), [`server`] (connection and server commands) and
 //! [`persistence`] (save and restart). This file holds the node and the command table.
 #![allow(dead_code)]
@@ -14,6 +15,7 @@
 mod args;
 mod hashes;
 mod keyspace;
+mod lists;
 mod persistence;
 mod pubsub;
 mod resp;
@@ -155,6 +157,8 @@ const COMMANDS: &[Spec] = &[
     keys("xrange", -4, streams::xrange_forward),
     keys("xrevrange", -4, streams::xrevrange),
     keys("xread", -4, streams::xread),
+    keys("xdel", -3, streams::xdel),
+    keys("lrange", 4, lists::lrange),
     node("eval", -3, eval, false, false),
     node("evalsha", -3, evalsha, false, false),
     node("script", -2, script, false, false),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use super::args::{self, NOSCRIPT};
 use super::keyspace::Keyspace;
 use super::resp::Reply;
-use super::{sha1, streams, strings, zsets};
+use super::{lists, sha1, streams, strings, zsets};
 
 /// `src/redis/scripts.rs` `RELEASE_SCRIPT`.
 const RELEASE: &str = r"
@@ -67,6 +67,10 @@ end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return math.max(1, tonumber(oldest[2]) + window - now)";
 
+/// `src/record/alerts.rs` `PUSH_SCRIPT`.
+const PUSH: &str = "redis.call('LPUSH', KEYS[1], ARGV[1]) \
+    redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1) return 1";
+
 /// The scripts slotcron sends, by meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Known {
@@ -76,16 +80,18 @@ pub enum Known {
     RecordAndRead,
     FirstSeen,
     Take,
+    Push,
 }
 
 /// Every script the model runs, with its text.
-pub const KNOWN: [(Known, &str); 6] = [
+pub const KNOWN: [(Known, &str); 7] = [
     (Known::Release, RELEASE),
     (Known::Extend, EXTEND),
     (Known::Acquire, ACQUIRE),
     (Known::RecordAndRead, RECORD_AND_READ),
     (Known::FirstSeen, FIRST_SEEN),
     (Known::Take, TAKE),
+    (Known::Push, PUSH),
 ];
 
 /// The script a text is, if the model knows it.
@@ -252,6 +258,7 @@ impl Run<'_> {
             Known::RecordAndRead => self.record_and_read(),
             Known::FirstSeen => self.first_seen(),
             Known::Take => self.take(),
+            Known::Push => self.push(),
         }
     }
 
@@ -338,6 +345,21 @@ impl Run<'_> {
         let mut mget: Vec<&[u8]> = vec![b"MGET"];
         mget.extend(keys.iter().map(Vec::as_slice));
         self.call(1, strings::mget, &mget)
+    }
+
+    /// `LPUSH` the line, then `LTRIM` to the newest `tonumber(ARGV[2])` (all on line 1).
+    fn push(&mut self) -> Result<Reply, Reply> {
+        let (key, a) = self.key_and_args(2)?;
+        let (key, line) = (key.to_vec(), a[0].to_vec());
+        let Some(cap) = args::lossy(a[1]).trim().parse::<f64>().ok() else {
+            return Err(args::unmodelled(
+                "PUSH_SCRIPT with a cap that is not a number",
+            ));
+        };
+        self.call(1, lists::lpush, &[b"LPUSH", &key, &line])?;
+        let stop = lua_number(cap - 1.0);
+        self.call(1, lists::ltrim, &[b"LTRIM", &key, b"0", stop.as_bytes()])?;
+        Ok(Reply::Int(1))
     }
 
     fn take(&mut self) -> Result<Reply, Reply> {

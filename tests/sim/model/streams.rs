@@ -1,5 +1,6 @@
-//! Streams as the run history and the pause log use them: `XADD key MAXLEN ~ n * field value
-//! ...`, `XRANGE key - +`, `XREVRANGE key + - COUNT n`, `XREAD STREAMS key ... id ...`.
+//! Streams as the run history, the pause log and the audit log use them:
+//! `XADD key MAXLEN ~ n * field value ...`, `XRANGE key - +`, `XREVRANGE key + -|id COUNT n`,
+//! `XREAD STREAMS key ... id ...`, `XDEL key id`.
 //!
 //! `MAXLEN ~` trims whole nodes of the stream's radix tree only, so how many entries survive a
 //! trim depends on where the nodes end. redis-server starts a new node when the last one holds
@@ -9,7 +10,7 @@
 //! keeps fewer of the oldest entries past the cap. Either way the newest `n` entries are kept,
 //! and slotcron reads only the newest ones (history) or a log far below its cap (pauses).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use super::args::{self, is, INVALID_STREAM_ID, SYNTAX};
 use super::keyspace::{Keyspace, Value};
@@ -26,8 +27,10 @@ type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stream {
     entries: BTreeMap<Id, Fields>,
-    /// Entries per node of the radix tree, oldest first: what `MAXLEN ~` may remove.
-    nodes: VecDeque<usize>,
+    /// The radix tree's nodes by their first (master) id: `(live, used)` entries, `used`
+    /// counting the ones `XDEL` marked deleted too (redis-server starts a new node when
+    /// `used` reaches 100, and frees a node whose last live entry is deleted).
+    nodes: BTreeMap<Id, (usize, usize)>,
     last_id: Id,
 }
 
@@ -42,9 +45,15 @@ impl Stream {
         };
         self.entries.insert(id, fields);
         self.last_id = id;
-        match self.nodes.back_mut() {
-            Some(count) if *count < NODE_MAX_ENTRIES => *count += 1,
-            _ => self.nodes.push_back(1),
+        match self.nodes.last_entry() {
+            Some(mut node) if node.get().1 < NODE_MAX_ENTRIES => {
+                let (live, used) = node.get_mut();
+                *live += 1;
+                *used += 1;
+            }
+            _ => {
+                self.nodes.insert(id, (1, 1));
+            }
         }
         id
     }
@@ -52,16 +61,37 @@ impl Stream {
     /// `MAXLEN ~ maxlen`: drops whole nodes from the oldest while the rest still holds
     /// `maxlen` entries.
     fn trim_approx(&mut self, maxlen: usize) {
-        while let Some(&first) = self.nodes.front() {
+        while let Some(node) = self.nodes.first_entry() {
             let len = self.entries.len();
-            if len <= maxlen || len - first < maxlen {
+            let live = node.get().0;
+            if len <= maxlen || len - live < maxlen {
                 break;
             }
-            for _ in 0..first {
-                self.entries.pop_first();
-            }
-            self.nodes.pop_front();
+            node.remove();
+            let rest = match self.nodes.first_key_value() {
+                Some((&next, _)) => self.entries.split_off(&next),
+                None => BTreeMap::new(),
+            };
+            self.entries = rest;
         }
+    }
+
+    /// Deletes the entry `id`, if there is one: its node keeps the place (it still counts
+    /// towards the node's 100) until its last live entry goes, and the last id stays.
+    fn delete(&mut self, id: Id) -> bool {
+        if self.entries.remove(&id).is_none() {
+            return false;
+        }
+        let (&first, node) = self
+            .nodes
+            .range_mut(..=id)
+            .next_back()
+            .expect("an entry lies in a node");
+        node.0 -= 1;
+        if node.0 == 0 {
+            self.nodes.remove(&first);
+        }
+        true
     }
 
     /// The entries with ids in `from..=to`, oldest first (newest first if `rev`), at most
@@ -201,6 +231,26 @@ pub fn xadd(keys: &mut Keyspace, now_ms: i64, argv: &[Vec<u8>]) -> Reply {
         stream.trim_approx(maxlen);
     }
     Reply::text(&format_id(id))
+}
+
+/// `XDEL key id [id ...]`: how many entries it deleted. As redis-server: a missing key is 0
+/// and another type `WRONGTYPE` before any id is read; then every id is read (strictly: no
+/// `-` or `+`) before any is deleted; an id given twice is deleted once.
+pub fn xdel(keys: &mut Keyspace, now_ms: i64, argv: &[Vec<u8>]) -> Reply {
+    let stream = match keys.typed(&argv[1], now_ms, stream_of) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return Reply::Int(0),
+        Err(e) => return e,
+    };
+    let mut ids = Vec::new();
+    for arg in &argv[2..] {
+        match parse_id(arg, 0) {
+            Ok(id) => ids.push(id),
+            Err(e) => return e,
+        }
+    }
+    let deleted = ids.into_iter().filter(|&id| stream.delete(id)).count();
+    Reply::Int(deleted as i64)
 }
 
 /// `COUNT n` after a range, if given: a syntax error for anything else.
