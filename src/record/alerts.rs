@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::history::{History, HistoryUnavailable};
+use super::history::{read_majority, History, HistoryUnavailable};
 use crate::outcome::Outcome;
 use crate::redis::{Nodes, Replies};
 use crate::time::schedule::Slot;
@@ -193,20 +193,7 @@ async fn read_nodes(
 ) -> Result<Vec<String>, HistoryUnavailable> {
     let mut cmd = redis::cmd("LRANGE");
     cmd.arg(key).arg(0).arg(limit.max(1) - 1);
-    let needed = nodes.quorum();
-    let reads = nodes
-        .query::<Vec<String>>(cmd, ALERT_LOG_TIMEOUT, |r| {
-            r.settled() && r.answered() >= needed
-        })
-        .await;
-    if reads.answered() < needed {
-        let errors: Vec<String> = reads.errors().map(ToString::to_string).collect();
-        return Err(HistoryUnavailable {
-            answered: reads.answered(),
-            needed,
-            errors: errors.join("; "),
-        });
-    }
+    let reads = read_majority::<Vec<String>>(nodes, cmd, ALERT_LOG_TIMEOUT).await?;
     Ok(reads.values().flatten().cloned().collect())
 }
 

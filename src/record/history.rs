@@ -470,11 +470,30 @@ async fn read_nodes(
 ) -> Result<Vec<RunRecord>, HistoryUnavailable> {
     // Up to two records per run: read twice the limit so every run has its end.
     let cmd = xrevrange(prefix, job, limit.saturating_mul(2).max(2));
+    let reads = read_majority::<Value>(nodes, cmd, HISTORY_TIMEOUT).await?;
+    Ok(reads
+        .into_answers()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(parse_entries)
+        .collect())
+}
+
+/// `cmd` on every node, waited for until every answer is in or `wait` has passed, and kept
+/// only when a majority answered: what the fleet keeps beside its runs is read from a majority
+/// or not at all (an emptied node alone would hide what it lost).
+pub(crate) async fn read_majority<T>(
+    nodes: &Nodes,
+    cmd: redis::Cmd,
+    wait: Duration,
+) -> Result<Replies<T>, HistoryUnavailable>
+where
+    T: redis::FromRedisValue + Send + 'static,
+{
     let needed = nodes.quorum();
     let reads = nodes
-        .query::<Value>(cmd, HISTORY_TIMEOUT, |r| {
-            r.settled() && r.answered() >= needed
-        })
+        .query::<T>(cmd, wait, |r| r.settled() && r.answered() >= needed)
         .await;
     if reads.answered() < needed {
         let errors: Vec<String> = reads.errors().map(ToString::to_string).collect();
@@ -484,13 +503,7 @@ async fn read_nodes(
             errors: errors.join("; "),
         });
     }
-    Ok(reads
-        .into_answers()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .flat_map(parse_entries)
-        .collect())
+    Ok(reads)
 }
 
 /// One record per run (the most complete), newest first. A run is its slot's fence, the
