@@ -590,7 +590,7 @@ impl Schedule {
     /// [`SCAN_SLOTS`] slots (or next year): enough to see a daily or weekly pattern. Stops
     /// counting once it exceeds `limit`.
     pub fn most_slots_within(&self, window: Duration, limit: usize) -> usize {
-        let start = Utc::now();
+        let start = SystemClock.now();
         let Ok(window) = chrono::Duration::from_std(window) else {
             return usize::MAX;
         };
