@@ -1,12 +1,12 @@
 //! Shared test harness for slotcron's integration tests.
 //!
-//! Every `tests/test_*.rs` file does `mod common;`. The harness starts real processes
-//! ([`redis`]: redis-server; [`process`]: the slotcron binary), real HTTP receivers
-//! ([`receivers`]: wiremock; [`raw_http`]: one that misbehaves at the TCP level) and a TCP
-//! fault proxy ([`proxy`]); [`tools`] finds the ecosystem's checkers. Only [`fleet`] refers to
-//! the slotcron crate itself: in-process replicas, each with its own clock. The names of
-//! `redis`, `process`, `receivers` and `proxy` are re-exported here, so `use common::*;` sees
-//! them all.
+//! The one integration binary (`tests/it/main.rs`) declares it once; its modules do
+//! `use crate::common;`. The harness starts real processes ([`redis`]: redis-server;
+//! [`process`]: the slotcron binary), real HTTP receivers ([`receivers`]: wiremock;
+//! [`raw_http`]: one that misbehaves at the TCP level) and a TCP fault proxy ([`proxy`]);
+//! [`tools`] finds the ecosystem's checkers. Only [`fleet`] refers to the slotcron crate
+//! itself: in-process replicas, each with its own clock. The names of `redis`, `process`,
+//! `receivers` and `proxy` are re-exported here, so `use common::*;` sees them all.
 //!
 //! Everything is synchronous on purpose (each piece that needs async I/O runs
 //! on its own thread with its own runtime), so the helpers can be used from
@@ -35,7 +35,7 @@ mod sentinel;
 pub mod tools;
 mod usage;
 
-// Each test binary uses some of these only: the rest would warn as unused re-exports.
+// Each test module uses some of these only: the rest would warn as unused re-exports.
 #[allow(unused_imports)]
 pub use self::process::*;
 #[allow(unused_imports)]
