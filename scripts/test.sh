@@ -126,6 +126,12 @@ fi
 # The simulation (tests/sim/) runs in the suite with the dev profile's budget (12,000 slots);
 # SLOTCRON_SIM_FULL=1 runs its full budget (a million slots) afterwards in `--profile sim`, an
 # optimised build of its own (see BENCHMARKS.md for its build and run times).
+# Test threads: most integration tests wait on real time (fleets of replica processes and
+# redis-servers racing on slots), not on the CPU, so the one binary (tests/it) runs more of them
+# at once than the machine has cores; the few CPU-bound ones take turns (tests/common's
+# `heavy()`). SLOTCRON_TEST_THREADS overrides the default (measured in BENCHMARKS.md, "The
+# suite's wall time"); RUST_TEST_THREADS, libtest's own, wins over both.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-8}}"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
 cargo test "${locked[@]}" --all-features "$@"

@@ -106,6 +106,47 @@ pub async fn wait_until_async<T>(timeout: Duration, mut f: impl FnMut() -> Optio
     }
 }
 
+/// The few tests that keep the cores busy themselves (the 09:00 burst, the status page
+/// flood, Chromium, the Dockerfile replay's cargo build, the model differential) hold this
+/// guard while they run. The one test binary runs more threads than the machine has cores so
+/// that tests waiting on real time overlap; two CPU-bound tests overlapping would instead
+/// starve each other's replicas, so they take turns, while the waiting ones run beside them.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+/// Takes the [`HEAVY`] turn (a panicked holder's poison is ignored: its test already failed).
+pub fn heavy() -> MutexGuard<'static, ()> {
+    lock(&HEAVY)
+}
+
+/// Set in the child [`in_own_process`] starts: the name of the one test it runs.
+const OWN_PROCESS_ENV: &str = "SLOTCRON_TEST_OWN_PROCESS";
+
+/// Whether the caller, the test named `test` (its path in the binary, e.g. `traces::name`),
+/// is to run its body here. A test that installs process-wide state (the OTLP exporter is one
+/// per process, kept by the first replica that names an endpoint) cannot share the one test
+/// binary's process with another such test: outside the child this runs the binary again
+/// with only `test`, asserts that it passed, and answers false; in that child it answers true.
+pub fn in_own_process(test: &str) -> bool {
+    if std::env::var(OWN_PROCESS_ENV).as_deref() == Ok(test) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWN_PROCESS_ENV, test)
+        .output()
+        .expect("running the test binary again");
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{test} in its own process failed:\n{text}"
+    );
+    assert!(
+        text.contains("1 passed"),
+        "{test} did not run in its own process:\n{text}"
+    );
+    false
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

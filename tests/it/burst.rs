@@ -288,6 +288,7 @@ fn every_slot_once(burst: &Burst, prefix: &str) {
 /// due at the instant) is what keeps this to one round trip per node per replica.
 #[test]
 fn a_burst_of_jobs_due_in_the_same_second_runs_every_slot_once() {
+    let _heavy = common::heavy();
     // 300 jobs: a tenth of the benchmark's, enough that the batch is hundreds of keys per
     // node and the sends hundreds of connections at once, cheap on a busy debug build.
     let burst = Burst {
@@ -311,6 +312,7 @@ fn a_burst_of_jobs_due_in_the_same_second_runs_every_slot_once() {
 /// 5,000 were in the benchmark on direct links and the default 50 ms.)
 #[test]
 fn a_batch_larger_than_a_node_answers_in_its_timeout_still_runs_every_slot_once() {
+    let _heavy = common::heavy();
     let burst = Burst {
         jobs: 2000,
         replicas: 1,

@@ -929,6 +929,11 @@ fn two_deployments_differing_by_an_environment_variable_are_reported() {
     assert_each_named_the_other_fleet(&replicas, &named);
 }
 
+/// How long a replica may take to hold a pause all nodes have: a slot every second reads it, but
+/// on a loaded 2-core machine (the suite runs many fleets at once) a replica can lag seconds;
+/// the bound only stops a broken run from waiting forever.
+const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(20);
+
 /// A pause read that reaches fewer than a majority keeps the last known state: with two of 3
 /// nodes hung (SIGSTOP), the third restarts empty, so every replica's resubscription reads
 /// the pause from that one empty node alone. The pause must still hold once the hung nodes
@@ -945,6 +950,14 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
     let replicas = start(&path, 3);
     std::thread::sleep(Duration::from_secs(2));
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
+    // Every replica must know the pause before the nodes go: a replica that has not heard it
+    // yet has nothing to keep (on a loaded machine its pub/sub message can come after the hang).
+    for r in &replicas {
+        let heard = r.wait_for_json(PAUSE_HEARD_WITHIN, |l| {
+            l["message"] == "the job is paused: slot not raced"
+        });
+        assert!(heard.is_some(), "a replica never held the pause");
+    }
     let paused_at = Utc::now();
     cluster[1].pause();
     cluster[2].pause();

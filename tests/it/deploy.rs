@@ -1114,6 +1114,7 @@ fn image_root(runtime: &[Instruction], build_root: &Path, workdir: &Path) -> tem
 
 #[test]
 fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks_as_uid_10001() {
+    let _heavy = common::heavy();
     if !can_drop_privileges() {
         return;
     }

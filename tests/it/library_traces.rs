@@ -1,6 +1,6 @@
 //! The library's job function runs inside its run's span (`Fleet::otlp_endpoint`): the trace
-//! it sees is the one the local OTLP receiver gets as that run's `slotcron.run`. A test binary
-//! of its own, since the exporter is one per process.
+//! it sees is the one the local OTLP receiver gets as that run's `slotcron.run`. It runs in a
+//! process of its own (`common::in_own_process`), since the exporter is one per process.
 #![cfg(feature = "otel")]
 
 use crate::common;
@@ -20,6 +20,12 @@ const RUNS_WITHIN: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_job_function_runs_inside_its_runs_root_span() {
+    // The exporter is one per process: this test and the other that installs one each run alone.
+    if !common::in_own_process(
+        "library_traces::a_library_job_function_runs_inside_its_runs_root_span",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::start(3);
     let otlp = Receiver::start();
     // The trace id each run's function saw as its current context (hex; zeros: no span).

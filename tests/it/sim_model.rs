@@ -106,11 +106,13 @@ fn required_coverage() -> Vec<String> {
 
 #[test]
 fn model_answers_as_redis_server_does() {
+    let _heavy = common::heavy();
     differential_against(Path::new(&common::redis_server_bin()), "redis-server");
 }
 
 #[test]
 fn model_answers_as_valkey_server_does() {
+    let _heavy = common::heavy();
     let Some(valkey) = common::tools::valkey_server() else {
         return;
     };

@@ -234,6 +234,7 @@ fn p99(sorted: &[i64]) -> i64 {
 
 #[test]
 fn a_flood_of_status_page_loads_costs_no_slot() {
+    let _heavy = common::heavy();
     // The scenario: two replicas, 40 jobs every second, twenty keep-alive clients
     // sending HEAD / for 20 s (ten on each replica), after a quiet stretch to compare with.
     const JOBS: usize = 40;

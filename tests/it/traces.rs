@@ -68,6 +68,12 @@ fn traceparent(request: &wiremock::Request) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_won_run_is_a_new_trace_with_race_and_delivery_children_joined_by_the_webhook() {
+    // The exporter is one per process: this test and the other that installs one each run alone.
+    if !common::in_own_process(
+        "traces::each_won_run_is_a_new_trace_with_race_and_delivery_children_joined_by_the_webhook",
+    ) {
+        return;
+    }
     let cluster = RedisCluster::start(3);
     let webhook = Receiver::start();
     let otlp = Receiver::start();
