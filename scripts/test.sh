@@ -131,7 +131,7 @@ fi
 # at once than the machine has cores; the few CPU-bound ones take turns (tests/common's
 # `heavy()`). SLOTCRON_TEST_THREADS overrides the default (measured in BENCHMARKS.md, "The
 # suite's wall time"); RUST_TEST_THREADS, libtest's own, wins over both.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-8}}"
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-16}}"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
 cargo test "${locked[@]}" --all-features "$@"

@@ -2,11 +2,12 @@
 //! timeout costs each replica one timeout, once: 5 replica processes, 3 real nodes, a WeCom text
 //! job every second with a rate budget, and a local receiver speaking WeCom's answer that
 //! timestamps each arrival. Each test checks: no slot missed or doubled; the slots from 2 s after
-//! the fault until it ends arrive with a median lateness under one node timeout (the fleet does
-//! not wait for the broken node on every slot; the p50 and p99 are printed, and BENCHMARKS.md
-//! measures them against the issue's 60 ms on a release build); each replica whose view the fault touches logs the node's change of state once each
-//! way (and the others never); after the fault ends that node is healthy again within a second;
-//! and it takes keys again: at least one slot won after that has its key on all three nodes (not
+//! the fault until it ends arrive with a median lateness under the healthy seconds' median plus
+//! one node timeout (the fleet does not wait for the broken node on every slot; the p50 and p99
+//! are printed, and BENCHMARKS.md measures them against the issue's 60 ms on a release build);
+//! each replica whose view the fault touches logs the node's change of state once each way (and
+//! the others never); after the fault ends that node is healthy again within a second; and it
+//! takes keys again: at least one slot won after that has its key on all three nodes (not
 //! every one: see the end of `a_broken_node_costs_one_timeout_once`).
 
 use crate::common;
@@ -23,12 +24,14 @@ const REPLICAS: usize = 5;
 const FAULT: Duration = Duration::from_secs(14);
 /// Slots this long after the fault starts are measured: the first timeouts teach the replicas.
 const SETTLE: Duration = Duration::from_secs(2);
-/// The behaviour, not a speed: the median lateness during the fault stays below one node
-/// timeout (50 ms), because a fleet that still waited for the broken node on every slot would
-/// be late by at least that on every slot. (It was 40 ms; the timeout itself is the line the
-/// behaviour draws.) The p50 and p99 themselves are printed and kept in BENCHMARKS.md ("One
-/// broken Redis node"); the issue's 60 ms p99 target is a benchmark, not a pass condition.
-const LATENESS_P50_MS: f64 = 50.0;
+/// The behaviour, not a speed: the median lateness during the fault stays below the median
+/// before it plus one node timeout (50 ms), because a fleet that still waited for the broken node
+/// on every slot would be late by at least that much more on every slot. Measured against the
+/// fleet's own healthy seconds, not as an absolute: on a loaded machine (the suite runs many
+/// fleets at once) the healthy median alone was 92 ms. The p50 and p99 themselves are printed
+/// and kept in BENCHMARKS.md ("One broken Redis node"); the issue's 60 ms p99 target is a
+/// benchmark, not a pass condition.
+const NODE_TIMEOUT_MS: f64 = 50.0;
 /// The bound on "healthy again" after the fault ends. Every replica's heartbeat reaches every
 /// node once a second, suspect ones included, and the first answer makes the node healthy; the
 /// fault ends at an arbitrary phase of that second, so the mark lands 0 to 1 s after it, plus the
@@ -307,9 +310,10 @@ fn a_broken_node_costs_one_timeout_once(fault: Fault) {
         "{fault:?}: too few slots measured: {}",
         during.len()
     );
+    let healthy_p50 = quantile(healthy.clone(), 0.5);
     assert!(
-        p50 < LATENESS_P50_MS,
-        "{fault:?}: lateness p50 {p50:.1} ms: {during:?}"
+        p50 < healthy_p50 + NODE_TIMEOUT_MS,
+        "{fault:?}: lateness p50 {p50:.1} ms, {healthy_p50:.1} ms before the fault: {during:?}"
     );
 
     for i in fleet.affected(fault) {
