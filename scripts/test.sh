@@ -134,7 +134,7 @@ fi
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-16}}"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
-cargo test "${locked[@]}" --all-features "$@"
+cargo test "${locked[@]}" --all-features --no-fail-fast "$@"
 if [ -n "${SLOTCRON_SIM_FULL:-}" ]; then
     cargo test "${locked[@]}" --all-features --profile sim --test sim simulation -- --nocapture
 fi
