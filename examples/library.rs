@@ -1,4 +1,4 @@
-//! The library example, as it is pasted (`tests/test_library.rs` checks that the book's block,
+//! The library example, as it is pasted (`tests/it/library.rs` checks that the book's block,
 //! book/en/src/library.md, is this file below this header and that the README's excerpt is lines
 //! of it, builds it and runs it against Redis).
 //!

@@ -30,4 +30,4 @@ fi
 export SLOTCRON_BURST="${SLOTCRON_BURST:-2000x9,5000x1}"
 export SLOTCRON_BURST_JITTER="${SLOTCRON_BURST_JITTER:-none,60s}"
 echo "bench_burst: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $build replicas" >&2
-exec cargo test --all-features --test test_burst burst_benchmark -- --ignored --nocapture "$@"
+exec cargo test --all-features --test it burst::burst_benchmark -- --ignored --nocapture "$@"

@@ -146,7 +146,7 @@ def check_coverage(binary: Path, books: list[str], findings: list[str]) -> None:
 
 def config_keys() -> set[str]:
     """Every property name of the committed schema (`slotcron schema`, checked against the code
-    by tests/test_schema.rs), at any depth."""
+    by tests/it/schema.rs), at any depth."""
     schema = json.loads((REPO / "schema/jobs.schema.json").read_text())
     keys: set[str] = set()
 

@@ -13,7 +13,7 @@ It writes two files:
 - data/calendar/cn.toml: the data slotcron embeds, taken from the package's raw tables
   (`holidays`, `workdays`) and holiday names (`Holiday`);
 - tests/data/cn_package_answers.txt: the package's own answers (`is_workday`,
-  `get_holiday_detail`) for every day of the covered years, which tests/test_calendar.rs checks
+  `get_holiday_detail`) for every day of the covered years, which tests/it/calendar.rs checks
   slotcron's calendar against. The two come from different parts of the package on purpose: the
   test compares slotcron's reading of the tables with the package's function over them.
 """

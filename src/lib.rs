@@ -40,7 +40,7 @@
 //!
 //! # Layout
 //! One slot's life reads down this list, and so do the imports: a module imports only modules
-//! listed below it (`tests/test_layout.rs` checks this list against `src/`).
+//! listed below it (`tests/it/layout.rs` checks this list against `src/`).
 //! - [`cli`]: the command line: one file per command (`run`, `check`, `trigger`, `history`,
 //!   `pause`/`resume`, `audit`, `health`, `completions`/`man`) under a dispatcher that only picks one.
 //! - [`api`]: the library: a [`Fleet`] built in code (Redis nodes, jobs with a cron and an

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! A request reads up this list, from the pool to the wire, and the imports point down it: a
-//! file imports only files listed below it (`tests/test_layout.rs` refuses any import circle
+//! file imports only files listed below it (`tests/it/layout.rs` refuses any import circle
 //! between them).
 //! - [`topology`]: `[redis] mode`: the pool opened as the mode says ([`Nodes::open`]), described
 //!   for the start line and `/readyz`, and what a won lock needs of it ([`Nodes::replicated`]).

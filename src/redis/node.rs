@@ -233,7 +233,7 @@ impl Node {
         self.timeout
     }
 
-    /// PING with the node timeout. A test entry point (tests/test_redlock.rs opens a node's
+    /// PING with the node timeout. A test entry point (tests/it/redlock.rs opens a node's
     /// connection with it); start-up uses [`Node::ping_within`]. Hidden from the docs.
     #[doc(hidden)]
     pub async fn ping(&self) -> Result<(), NodeError> {

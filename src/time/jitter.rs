@@ -14,7 +14,7 @@
 //!
 //! in whole milliseconds, in `[0, jitter)`: never negative, so never before the slot. SHA-256
 //! is specified (std's hasher is not); the modulo's bias is below 2^-26 for any jitter a job
-//! may have. `tests/test_jitter.rs` pins values, so a change of the function fails loudly.
+//! may have. `tests/it/jitter.rs` pins values, so a change of the function fails loudly.
 
 use std::time::Duration;
 

@@ -908,7 +908,7 @@ impl Clock for SystemClock {
 }
 
 /// The system clock shifted by a fixed offset: a replica whose clock leads (positive) or lags.
-/// A test clock (tests/test_time.rs): public because integration tests build replicas with it;
+/// A test clock (tests/it/time.rs): public because integration tests build replicas with it;
 /// hidden from the docs because no replica runs on it.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
@@ -925,7 +925,7 @@ impl Clock for SkewedClock {
 
 /// Wall time driven by tokio's clock: under `tokio::time::pause()` a simulated day passes in
 /// moments, since tokio advances its clock whenever every task sleeps. For simulations and tests
-/// (public for tests/test_time.rs; hidden from the docs because no replica runs on it).
+/// (public for tests/it/time.rs; hidden from the docs because no replica runs on it).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {
@@ -956,7 +956,7 @@ pub type SharedClock = Arc<dyn Clock>;
 #[cfg(test)]
 mod tests {
     //! Slot math the integration tests do not reach (calendars, walking back, windows, refusals);
-    //! the cron forms, weekday names and DST rules are tested once, in `tests/test_slots.rs`.
+    //! the cron forms, weekday names and DST rules are tested once, in `tests/it/slots.rs`.
     use super::*;
     use crate::time::calendar::{Calendar, Days, Reason};
 

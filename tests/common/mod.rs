@@ -1,12 +1,12 @@
 //! Shared test harness for slotcron's integration tests.
 //!
-//! Every `tests/test_*.rs` file does `mod common;`. The harness starts real processes
-//! ([`redis`]: redis-server; [`process`]: the slotcron binary), real HTTP receivers
-//! ([`receivers`]: wiremock; [`raw_http`]: one that misbehaves at the TCP level) and a TCP
-//! fault proxy ([`proxy`]); [`tools`] finds the ecosystem's checkers. Only [`fleet`] refers to
-//! the slotcron crate itself: in-process replicas, each with its own clock. The names of
-//! `redis`, `process`, `receivers` and `proxy` are re-exported here, so `use common::*;` sees
-//! them all.
+//! The one integration binary (`tests/it/main.rs`) declares it once; its modules do
+//! `use crate::common;`. The harness starts real processes ([`redis`]: redis-server;
+//! [`process`]: the slotcron binary), real HTTP receivers ([`receivers`]: wiremock;
+//! [`raw_http`]: one that misbehaves at the TCP level) and a TCP fault proxy ([`proxy`]);
+//! [`tools`] finds the ecosystem's checkers. Only [`fleet`] refers to the slotcron crate
+//! itself: in-process replicas, each with its own clock. The names of `redis`, `process`,
+//! `receivers` and `proxy` are re-exported here, so `use common::*;` sees them all.
 //!
 //! Everything is synchronous on purpose (each piece that needs async I/O runs
 //! on its own thread with its own runtime), so the helpers can be used from
@@ -35,7 +35,7 @@ mod sentinel;
 pub mod tools;
 mod usage;
 
-// Each test binary uses some of these only: the rest would warn as unused re-exports.
+// Each test module uses some of these only: the rest would warn as unused re-exports.
 #[allow(unused_imports)]
 pub use self::process::*;
 #[allow(unused_imports)]
@@ -104,6 +104,47 @@ pub async fn wait_until_async<T>(timeout: Duration, mut f: impl FnMut() -> Optio
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The few tests that keep the cores busy themselves (the 09:00 burst, the status page
+/// flood, Chromium, the Dockerfile replay's cargo build, the model differential) hold this
+/// guard while they run. The one test binary runs more threads than the machine has cores so
+/// that tests waiting on real time overlap; two CPU-bound tests overlapping would instead
+/// starve each other's replicas, so they take turns, while the waiting ones run beside them.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+/// Takes the [`HEAVY`] turn (a panicked holder's poison is ignored: its test already failed).
+pub fn heavy() -> MutexGuard<'static, ()> {
+    lock(&HEAVY)
+}
+
+/// Set in the child [`in_own_process`] starts: the name of the one test it runs.
+const OWN_PROCESS_ENV: &str = "SLOTCRON_TEST_OWN_PROCESS";
+
+/// Whether the caller, the test named `test` (its path in the binary, e.g. `traces::name`),
+/// is to run its body here. A test that installs process-wide state (the OTLP exporter is one
+/// per process, kept by the first replica that names an endpoint) cannot share the one test
+/// binary's process with another such test: outside the child this runs the binary again
+/// with only `test`, asserts that it passed, and answers false; in that child it answers true.
+pub fn in_own_process(test: &str) -> bool {
+    if std::env::var(OWN_PROCESS_ENV).as_deref() == Ok(test) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWN_PROCESS_ENV, test)
+        .output()
+        .expect("running the test binary again");
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{test} in its own process failed:\n{text}"
+    );
+    assert!(
+        text.contains("1 passed"),
+        "{test} did not run in its own process:\n{text}"
+    );
+    false
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

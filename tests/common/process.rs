@@ -273,7 +273,7 @@ fn spawn_line_reader<R: Read + Send + 'static>(
 }
 
 // ---------------------------------------------------------------------------
-// Added for tests/test_ops.rs and tests/test_status_page.rs: a plain HTTP GET
+// Added for tests/it/operations.rs and tests/it/status_page.rs: a plain HTTP GET
 // against a replica's [http] endpoints (no HTTP client crate needed).
 // ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@
 //! - `kept_cases`: every case file in `tests/sim/cases/`, and the named cases of FAULTS.md.
 //!
 //! Scope: redlock mode's standalone nodes; Sentinel and Cluster stay covered by the
-//! real-process tests (tests/test_sentinel.rs, tests/test_cluster.rs).
+//! real-process tests (tests/it/sentinel.rs, tests/it/cluster.rs).
 
 mod cases;
 mod fleet;

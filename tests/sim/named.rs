@@ -139,7 +139,7 @@ fn a_slot_made_to_run_twice_keeps_its_fences_and_time() {
 
 /// The receivers are `fn` actions: a refused send is the function's error, a `failed` slot, not
 /// the "nothing left this replica" of a refused HTTP connection, so no handoff follows here
-/// (the HTTP seam that would carry it is not built; `test_delivery` covers the handoff).
+/// (the HTTP seam that would carry it is not built; `it::delivery` covers the handoff).
 #[test]
 fn broken_egress_on_two_replicas_fails_its_slots_once() {
     let faults = vec![

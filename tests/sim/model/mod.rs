@@ -1,7 +1,7 @@
 //! A model of one Redis node, for the simulation only: exactly the commands and scripts
 //! slotcron sends, each node on its own clock, as a synchronous, deterministic state machine
 //! (no hash order reaches a reply). The rule that tests never mock Redis still holds everywhere
-//! else; this model is kept honest by tests/test_sim_model.rs, which sends generated command
+//! else; this model is kept honest by tests/it/sim_model.rs, which sends generated command
 //! sequences to it and to real redis-server and valkey-server processes and requires the same
 //! replies, decoded by redis-rs's parser.
 //!

@@ -1,6 +1,6 @@
 //! `EVAL`, `EVALSHA` and `SCRIPT`: slotcron's Lua scripts, each run natively, recognised by its
 //! exact text (or its SHA-1). The texts below are copies of the constants in `src/`; the
-//! differential test (tests/test_sim_model.rs) reads the constants from `src/` and sends them,
+//! differential test (tests/it/sim_model.rs) reads the constants from `src/` and sends them,
 //! so a script changed there is an "unknown script" error here and fails that test, instead of
 //! the model silently running the old semantics.
 //!

@@ -1,0 +1,502 @@
+//! The actions in-process, standalone (no Redis), against real local HTTP receivers: the exact
+//! WeCom payloads, the headers every request carries, which answers are retried and which are
+//! final, the job's timeout as the bound of every retry, misbehaving receivers, the content
+//! limit after rendering, the generic http action and the log action.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use common::Receiver;
+use serde_json::{json, Value};
+use slotcron::action::rate::Budgets;
+use slotcron::action::{http_client, Delivery, SendContext};
+use slotcron::config::{self, Config};
+use slotcron::metrics::Metrics;
+use slotcron::slot::{SlotEnv, SlotResult};
+use slotcron::time::schedule::{Fence, Slot, SystemClock};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "SECRETKEY123456";
+const REPLICA: &str = "replica-a";
+
+/// The webhook path and query a WeCom robot is reached at.
+const SEND_PATH: &str = "/cgi-bin/webhook/send";
+
+/// `base` + the robot's send path with the key.
+fn webhook(base: &str) -> String {
+    format!("{base}{SEND_PATH}?key={KEY}")
+}
+
+/// One job `robot` (zone Asia/Shanghai, `timeout`) with `action` as the lines of its
+/// `[job.action]`; `${WECOM_WEBHOOK}` is `webhook_url`.
+fn config(action: &str, timeout: &str, webhook_url: &str) -> Config {
+    let text = format!(
+        "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
+         timeout = \"{timeout}\"\n[job.action]\n{action}\n"
+    );
+    let env: HashMap<String, String> =
+        HashMap::from([("WECOM_WEBHOOK".to_owned(), webhook_url.to_owned())]);
+    config::parse(Path::new("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A WeCom action sending to `${WECOM_WEBHOOK}` with `rest` (msgtype, content, …).
+fn wecom(rest: &str) -> String {
+    format!("type = \"wecom\"\nwebhook = \"${{WECOM_WEBHOOK}}\"\n{rest}")
+}
+
+async fn context(config: &Config) -> Arc<SlotEnv> {
+    slotcron::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
+        .await
+        .unwrap()
+}
+
+/// Races the current slot of the config's only job (standalone: always won) and runs it.
+async fn run(config: &Config) -> (SlotResult, Slot) {
+    let ctx = context(config).await;
+    let slot = Slot::at(Utc::now());
+    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+}
+
+/// Runs the config's only job's action directly for `slot`, with a deadline of its timeout.
+async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::action::ActionError> {
+    let job = &config.jobs[0];
+    let client = http_client().unwrap();
+    let budgets = Budgets::local();
+    let metrics = Metrics::new();
+    let ctx = SendContext {
+        job: &job.name,
+        slot,
+        zone: job.zone(),
+        replica: REPLICA,
+        fence: Fence::new(slot, 0),
+        trigger: None,
+        deadline: tokio::time::Instant::now() + job.timeout,
+        valid_until: tokio::time::Instant::now() + job.timeout,
+        about: None,
+        schedule_words: &job.schedule_words(),
+        client: &client,
+        templates: &config.templates,
+        budgets: &budgets,
+        metrics: &metrics,
+    };
+    job.action.execute(&ctx).await
+}
+
+/// 2026-11-22T09:05:45Z, 17:05:45 in the job's zone (Asia/Shanghai).
+fn fixed_slot() -> Slot {
+    Slot::at(Utc.with_ymd_and_hms(2026, 11, 22, 9, 5, 45).unwrap())
+}
+
+fn header_value<'a>(request: &'a wiremock::Request, name: &str) -> &'a str {
+    request
+        .headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no header {name}"))
+        .to_str()
+        .unwrap()
+}
+
+fn body_json(request: &wiremock::Request) -> Value {
+    serde_json::from_slice(&request.body).unwrap()
+}
+
+/// The error and attempts of a failed slot; panics on any other result.
+fn failed(result: SlotResult) -> (String, u32, Duration) {
+    match result {
+        SlotResult::Failed {
+            error,
+            attempts,
+            duration,
+            ..
+        } => (error, attempts, duration),
+        other => panic!("expected a failed slot, got {other:?}"),
+    }
+}
+
+fn done(result: SlotResult) -> Delivery {
+    match result {
+        SlotResult::Done { delivery, .. } => delivery,
+        other => panic!("expected a done slot, got {other:?}"),
+    }
+}
+
+/// The robot was reached at its path with its key.
+fn assert_reached_robot(request: &wiremock::Request) {
+    assert_eq!(request.method, wiremock::http::Method::POST);
+    assert_eq!(request.url.path(), SEND_PATH);
+    let query: Vec<(String, String)> = request.url.query_pairs().into_owned().collect();
+    assert_eq!(query, vec![("key".to_owned(), KEY.to_owned())]);
+}
+
+/// A product promise, not a speed: an action's sends end at its `timeout` (1 s in these
+/// configs), retries included. 4 s is that promise with a margin that holds on a loaded
+/// machine (a scheduler delay of seconds); a send that ignored the timeout (the receiver holds
+/// its answer 10 s) fails it.
+const TIMEOUT_BOUND: Duration = Duration::from_secs(4);
+
+#[tokio::test]
+async fn wecom_text_payload_is_exact() {
+    let receiver = Receiver::start();
+    let config = config(
+        &wecom(
+            "msgtype = \"text\"\ncontent = '{{ job }} at {{ slot }} ({{ slot_utc }}) by {{ replica }}'\n\
+             mentioned_list = [\"@all\"]\nmentioned_mobile_list = [\"13800000000\"]",
+        ),
+        "5s",
+        &webhook(&receiver.uri()),
+    );
+    let delivery = execute(&config, fixed_slot()).await.unwrap();
+    assert_eq!(delivery.attempts, 1);
+
+    let requests = receiver.received();
+    assert_eq!(requests.len(), 1);
+    assert_reached_robot(&requests[0]);
+    assert_eq!(
+        body_json(&requests[0]),
+        json!({"msgtype": "text", "text": {
+            "content": "robot at 2026-11-22T17:05:45+08:00 (2026-11-22T09:05:45Z) by replica-a",
+            "mentioned_list": ["@all"],
+            "mentioned_mobile_list": ["13800000000"],
+        }})
+    );
+    assert_eq!(
+        header_value(&requests[0], "content-type"),
+        "application/json"
+    );
+}
+
+#[tokio::test]
+async fn wecom_markdown_payload_is_exact() {
+    let receiver = Receiver::start();
+    let config = config(
+        &wecom(
+            "msgtype = \"markdown\"\ncontent = '''# {{ job }}\n> <font color=\"info\">{{ slot }}</font> on {{ replica }}'''",
+        ),
+        "5s",
+        &webhook(&receiver.uri()),
+    );
+    execute(&config, fixed_slot()).await.unwrap();
+
+    let requests = receiver.received();
+    assert_eq!(requests.len(), 1);
+    assert_reached_robot(&requests[0]);
+    assert_eq!(
+        body_json(&requests[0]),
+        json!({"msgtype": "markdown", "markdown": {
+            "content": "# robot\n> <font color=\"info\">2026-11-22T17:05:45+08:00</font> on replica-a",
+        }})
+    );
+}
+
+#[tokio::test]
+async fn headers_name_job_slot_replica_and_idempotency_key() {
+    // The exact strings, for a fixed slot.
+    let receiver = Receiver::start();
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "5s",
+        &webhook(&receiver.uri()),
+    );
+    execute(&config, fixed_slot()).await.unwrap();
+    let requests = receiver.received();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(header_value(&requests[0], "x-slotcron-job"), "robot");
+    assert_eq!(
+        header_value(&requests[0], "x-slotcron-slot"),
+        "2026-11-22T09:05:45Z"
+    );
+    assert_eq!(header_value(&requests[0], "x-slotcron-replica"), REPLICA);
+    assert_eq!(
+        header_value(&requests[0], "idempotency-key"),
+        "robot/2026-11-22T09:05:45Z"
+    );
+
+    // Through the race, with a retry: every attempt carries the same headers.
+    receiver.clear();
+    receiver.push_response(503, json!({"error": "busy"}));
+    let (result, slot) = run(&config).await;
+    assert_eq!(done(result).attempts, 2);
+    let requests = receiver.received();
+    assert_eq!(requests.len(), 2);
+    let expected_slot = slot.rfc3339_utc();
+    assert!(expected_slot.ends_with('Z') && !expected_slot.contains('.'));
+    for request in &requests {
+        assert_eq!(header_value(request, "x-slotcron-job"), "robot");
+        assert_eq!(header_value(request, "x-slotcron-slot"), expected_slot);
+        assert_eq!(header_value(request, "x-slotcron-replica"), REPLICA);
+        assert_eq!(
+            header_value(request, "idempotency-key"),
+            format!("robot/{expected_slot}")
+        );
+    }
+}
+
+#[tokio::test]
+async fn errcode_45009_is_retried_then_succeeds() {
+    let receiver = Receiver::start();
+    for _ in 0..2 {
+        receiver.push_response(
+            200,
+            json!({"errcode": 45009, "errmsg": "api freq out of limit"}),
+        );
+    }
+    receiver.set_response(200, json!({"errcode": 0, "errmsg": "ok"}));
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "10s",
+        &webhook(&receiver.uri()),
+    );
+    let (result, slot) = run(&config).await;
+    assert_eq!(done(result).attempts, 3);
+    assert_eq!(receiver.count(), 3);
+    let keys = receiver.counts_by_idempotency_key();
+    assert_eq!(
+        keys.into_iter().collect::<Vec<_>>(),
+        vec![(format!("robot/{}", slot.rfc3339_utc()), 3)]
+    );
+    let bodies = receiver.received_json();
+    assert!(bodies.iter().all(|b| *b == bodies[0]), "{bodies:?}");
+}
+
+#[tokio::test]
+async fn errcode_93000_is_not_retried() {
+    let receiver = Receiver::start();
+    receiver.set_response(
+        200,
+        json!({"errcode": 93000, "errmsg": "invalid webhook url, hint: [1700000000_1_abc]"}),
+    );
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "10s",
+        &webhook(&receiver.uri()),
+    );
+    let (result, _) = run(&config).await;
+    let (error, attempts, _) = failed(result);
+    assert_eq!(attempts, 1);
+    assert_eq!(receiver.count(), 1);
+    assert!(error.contains("93000"), "{error}");
+    assert!(error.contains("full URL"), "{error}");
+    assert!(!error.contains(KEY), "{error}");
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_and_client_errors_are_not() {
+    let receiver = Receiver::start();
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "10s",
+        &webhook(&receiver.uri()),
+    );
+
+    receiver.push_response(503, json!({"error": "unavailable"}));
+    let (result, _) = run(&config).await;
+    assert_eq!(done(result).attempts, 2);
+    assert_eq!(receiver.count(), 2);
+
+    receiver.clear();
+    receiver.set_response(400, json!({"error": "bad request"}));
+    let (result, _) = run(&config).await;
+    let (error, attempts, _) = failed(result);
+    assert_eq!(attempts, 1);
+    assert_eq!(receiver.count(), 1);
+    assert!(error.contains("400"), "{error}");
+    assert!(!error.contains(KEY), "{error}");
+}
+
+#[tokio::test]
+async fn retries_stop_at_the_job_timeout() {
+    let receiver = Receiver::start();
+    receiver.set_response(503, json!({"error": "unavailable"}));
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "1s",
+        &webhook(&receiver.uri()),
+    );
+    let (result, _) = run(&config).await;
+    let (error, attempts, duration) = failed(result);
+    assert!(error.contains("gave up"), "{error}");
+    assert!(error.contains("503"), "{error}");
+    assert!(attempts >= 2, "{attempts} attempt(s): {error}");
+    assert_eq!(receiver.count(), attempts as usize);
+    assert!(duration < TIMEOUT_BOUND, "{duration:?}");
+}
+
+#[tokio::test]
+async fn a_webhook_that_never_answers_fails_at_the_timeout() {
+    let receiver = Receiver::start();
+    receiver.set_delay(Duration::from_secs(10));
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+        "1s",
+        &webhook(&receiver.uri()),
+    );
+    let (result, _) = run(&config).await;
+    let (error, attempts, duration) = failed(result);
+    assert!(error.contains("timed out"), "{error}");
+    assert_eq!(attempts, 1, "{error}");
+    assert!(!error.contains(KEY), "{error}");
+    assert!(duration < TIMEOUT_BOUND, "{duration:?}");
+    assert_eq!(receiver.count(), 1);
+}
+
+#[tokio::test]
+async fn a_10mb_body_and_invalid_json_are_handled() {
+    for body in ["x".repeat(10 * 1024 * 1024), "{\"errcode\": 0".to_owned()] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(SEND_PATH))
+            .respond_with(ResponseTemplate::new(200).set_body_string(body))
+            .mount(&server)
+            .await;
+        let config = config(
+            &wecom("msgtype = \"text\"\ncontent = \"hello\""),
+            "5s",
+            &webhook(&server.uri()),
+        );
+        let (result, _) = run(&config).await;
+        let (error, attempts, _) = failed(result);
+        assert_eq!(attempts, 1, "{error}");
+        assert!(error.contains("not the robot's JSON"), "{error}");
+        assert!(error.len() < 1024, "{} bytes: {error}", error.len());
+        assert_eq!(server.received_requests().await.unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn text_over_limit_after_render_fails_naming_limit_and_size() {
+    let receiver = Receiver::start();
+    // 1100 × "ab" + the job's name: 2205 bytes, only known once rendered.
+    let config = config(
+        &wecom("msgtype = \"text\"\ncontent = '{% for i in range(1100) %}ab{% endfor %}{{ job }}'"),
+        "5s",
+        &webhook(&receiver.uri()),
+    );
+    let (result, _) = run(&config).await;
+    let (error, attempts, _) = failed(result);
+    assert_eq!(attempts, 0);
+    assert!(error.contains("2048"), "{error}");
+    assert!(error.contains("2205"), "{error}");
+    assert_eq!(receiver.count(), 0);
+}
+
+#[tokio::test]
+async fn generic_http_action() {
+    let server = MockServer::start().await;
+    Mock::given(method("PUT"))
+        .and(path("/hooks/deploy"))
+        .and(header("authorization", "Bearer x"))
+        .and(header("content-type", "application/json"))
+        .respond_with(ResponseTemplate::new(204))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/missing"))
+        .respond_with(ResponseTemplate::new(404).set_body_string("no such hook"))
+        .mount(&server)
+        .await;
+    let action = |path: &str| {
+        format!(
+            "type = \"http\"\nurl = \"{}{path}\"\nmethod = \"PUT\"\n\
+             headers = {{ Authorization = \"Bearer x\", Content-Type = \"application/json\" }}\n\
+             body = '{{\"job\": \"{{{{ job }}}}\", \"slot\": \"{{{{ slot_utc }}}}\", \"by\": \"{{{{ replica }}}}\"}}'",
+            server.uri()
+        )
+    };
+
+    let config_ok = config(&action("/hooks/deploy"), "5s", "unused");
+    let (result, slot) = run(&config_ok).await;
+    assert_eq!(done(result).attempts, 1);
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.method, wiremock::http::Method::PUT);
+    assert_eq!(header_value(request, "authorization"), "Bearer x");
+    assert_eq!(
+        header_value(request, "idempotency-key"),
+        format!("robot/{}", slot.rfc3339_utc())
+    );
+    assert_eq!(
+        String::from_utf8(request.body.clone()).unwrap(),
+        format!(
+            "{{\"job\": \"robot\", \"slot\": \"{}\", \"by\": \"{REPLICA}\"}}",
+            slot.rfc3339_utc()
+        )
+    );
+
+    let config_missing = config(&action("/missing"), "5s", "unused");
+    let (result, _) = run(&config_missing).await;
+    let (error, attempts, _) = failed(result);
+    assert_eq!(attempts, 1);
+    assert!(error.contains("404"), "{error}");
+    assert!(!error.contains("Bearer x"), "{error}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+/// The log action, through the real binary (`slotcron --log-format json trigger`), so the lines
+/// checked are the ones a container writes. In a process of its own, no other test's thread can
+/// race this one's subscriber for tracing's per-call-site interest cache (the in-process version
+/// of this test lost the `done` line that way once in CI).
+#[test]
+fn log_action_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_config(
+        dir.path(),
+        "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
+         [job.action]\ntype = \"log\"\n\
+         content = 'log of {{ job }} at {{ slot_utc }} by {{ replica }}'\n",
+    );
+    let out = common::slotcron_cli_output(
+        &path,
+        &[
+            "--log-format",
+            "json",
+            "-v",
+            "trigger",
+            "robot",
+            "--replica-id",
+            REPLICA,
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+
+    // The log lines (`-v`) are JSON objects on stderr; trigger's result is stdout's one line.
+    let (output, logs) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        matches!(output.lines().collect::<Vec<_>>().as_slice(), [line] if line.starts_with("robot: done")),
+        "{output}"
+    );
+    // (stderr also says, in plain text, that a standalone trigger is not coordinated.)
+    let json_lines: Vec<&str> = logs.lines().filter(|l| l.starts_with('{')).collect();
+    let lines: Vec<Value> = json_lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let done = lines
+        .iter()
+        .find(|l| l["outcome"] == "done")
+        .unwrap_or_else(|| panic!("no done line in {output}"));
+    assert_eq!(done["job"], "robot");
+    assert_eq!(done["replica"], REPLICA);
+    let slot = done["slot"].as_str().unwrap();
+    let message = format!("log of robot at {slot} by {REPLICA}");
+    let line = lines
+        .iter()
+        .find(|l| l["message"] == json!(message))
+        .unwrap_or_else(|| panic!("no line {message:?} in {output}"));
+    assert_eq!(line["action"], "log");
+    assert_eq!(line["job"], "robot");
+    assert_eq!(line["replica"], REPLICA);
+    assert_eq!(
+        line["slot"], slot,
+        "the action's line and the outcome name one slot"
+    );
+}

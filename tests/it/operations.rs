@@ -1,0 +1,777 @@
+//! Operations on real processes and real Redis nodes: run history, manual trigger, overlap,
+//! catch-up, health and metrics endpoints and hot reload. The status page (HTML and a real
+//! headless browser) is in it/status_page.rs; the deploy files in it/deploy.rs.
+
+use crate::common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, wait_until, write_config, Receiver, RedisCluster, Replica};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_slotcron")
+}
+
+fn redis_section(cluster: &RedisCluster) -> String {
+    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
+    format!("[redis]\nnodes = [{}]\n", nodes.join(", "))
+}
+
+fn http_job(name: &str, schedule: &str, receiver: &Receiver, extra: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ntimeout = \"5s\"\n{extra}\n[job.action]\ntype = \"http\"\nurl = \"{}/hook\"\n",
+        receiver.uri()
+    )
+}
+
+fn replica(config: &Path, id: &str) -> Replica {
+    Replica::run(config, id, &[])
+}
+
+fn started(r: &Replica) {
+    assert!(
+        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
+            == "slotcron started")
+            .is_some(),
+        "{:?}",
+        r.lines()
+    );
+}
+
+fn stop(r: Replica) {
+    r.terminate();
+    assert!(
+        r.wait_timeout(Duration::from_secs(15))
+            .is_some_and(|s| s.success()),
+        "{:?}",
+        r.lines()
+    );
+}
+
+fn slotcron(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A plain HTTP/1.1 GET: (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+#[test]
+fn history_shows_who_won_newest_first_merged_across_nodes() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"hist\"\n{}{}",
+        redis_section(&cluster),
+        http_job("report", "* * * * * *", &receiver, "")
+    );
+    let path = write_config(dir.path(), &text);
+    let (a, b) = (replica(&path, "alpha"), replica(&path, "beta"));
+    started(&a);
+    started(&b);
+    receiver.wait_for(4, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    let winners: HashMap<String, String> = [&a, &b]
+        .iter()
+        .flat_map(|r| r.json_lines())
+        .filter(|l| l["outcome"] == "won")
+        .map(|l| {
+            (
+                l["slot"].as_str().unwrap().to_owned(),
+                l["replica"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    stop(a);
+    stop(b);
+
+    // Node 1 forgets everything: the history is still whole from the other two.
+    common::redis_cmd(&cluster[0].url(), &["FLUSHALL"]).unwrap();
+    let (code, stdout, stderr) = slotcron(&[
+        "history",
+        "--config",
+        path.to_str().unwrap(),
+        "--limit",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    let slots: Vec<&str> = rows.iter().map(|r| r["slot"].as_str().unwrap()).collect();
+    assert!(
+        slots.windows(2).all(|w| w[0] > w[1]),
+        "not newest first: {slots:?}"
+    );
+    for row in &rows {
+        assert_eq!(row["outcome"], "done");
+        assert_eq!(
+            row["replica"].as_str(),
+            winners
+                .get(row["slot"].as_str().unwrap())
+                .map(String::as_str),
+            "{row}"
+        );
+    }
+    let (code, table, _) = slotcron(&[
+        "history",
+        "--config",
+        path.to_str().unwrap(),
+        "--job",
+        "report",
+        "--limit",
+        "2",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        table.starts_with("SLOT") && table.lines().count() == 3,
+        "{table}"
+    );
+    let (code, _, stderr) = slotcron(&[
+        "history",
+        "--config",
+        path.to_str().unwrap(),
+        "--job",
+        "nope",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("no job named \"nope\"") && stderr.contains("report"),
+        "{stderr}"
+    );
+
+    let standalone = write_config(
+        dir.path(),
+        &http_job("report", "* * * * * *", &receiver, ""),
+    );
+    let (code, _, stderr) = slotcron(&["history", "--config", standalone.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no [redis] section"), "{stderr}");
+}
+
+/// Each ended run of `job` in the history streams of every node, as (started_ms, finished_ms)
+/// by slot, sorted by start.
+fn run_intervals(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<(i64, i64)> {
+    let stream = format!("{prefix}:history:{job}");
+    let mut runs: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for url in cluster.urls() {
+        let entries: Vec<(String, HashMap<String, String>)> =
+            common::redis_query(&url, &["XRANGE", &stream, "-", "+"]).unwrap();
+        for (_, fields) in entries {
+            let (Some(started), Some(finished)) =
+                (fields.get("started_ms"), fields.get("finished_ms"))
+            else {
+                continue;
+            };
+            if !["done", "failed"].contains(&fields["outcome"].as_str()) {
+                continue;
+            }
+            let run = (started.parse().unwrap(), finished.parse().unwrap());
+            runs.insert(fields["slot_ms"].clone(), run);
+        }
+    }
+    let mut runs: Vec<(i64, i64)> = runs.into_values().collect();
+    runs.sort();
+    runs
+}
+
+/// Slack on the history's stamps: a run's end is stamped after its running lease is released
+/// and its ending logged, so the next run may start a few ms before that stamp.
+const END_STAMP_SLACK_MS: i64 = 100;
+
+/// The pairs of consecutive runs (sorted by start) where one starts before the other ended.
+fn overlapping_runs(runs: &[(i64, i64)]) -> Vec<((i64, i64), (i64, i64))> {
+    runs.windows(2)
+        .filter(|w| w[1].0 + END_STAMP_SLACK_MS < w[0].1)
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
+/// The outcomes recorded in `job`'s history stream on one node, oldest first.
+fn recorded_outcomes(url: &str, prefix: &str, job: &str) -> Vec<String> {
+    let stream = format!("{prefix}:history:{job}");
+    let entries: Vec<(String, HashMap<String, String>)> =
+        common::redis_query(url, &["XRANGE", &stream, "-", "+"]).unwrap();
+    entries
+        .into_iter()
+        .map(|(_, fields)| fields["outcome"].clone())
+        .collect()
+}
+
+#[test]
+fn history_records_a_short_run_once_a_slow_run_at_its_start_and_catch_up_runs_twice() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"records\"\n{}{}{}\
+         [[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\ntimeout = \"8s\"\n\
+         [job.action]\ntype = \"command\"\nshell = \"sleep 3\"\n",
+        redis_section(&cluster),
+        http_job("quick", "* * * * * *", &receiver, ""),
+        http_job("caught", "* * * * * *", &receiver, "catch_up = \"1m\""),
+    );
+    let path = write_config(dir.path(), &text);
+    let r = replica(&path, "solo");
+    started(&r);
+    let url = cluster[1].url();
+    // The slow run shows as running while it goes on (its start is recorded after 1 s).
+    let won = r
+        .wait_for_json(Duration::from_secs(15), |l| {
+            l["job"] == "slow" && l["outcome"] == "won"
+        })
+        .expect("the slow job never won");
+    std::thread::sleep(Duration::from_millis(2000));
+    let ended = |r: &Replica| {
+        r.json_lines()
+            .iter()
+            .any(|l| l["job"] == "slow" && l["outcome"] == "done" && l["slot"] == won["slot"])
+    };
+    assert!(!ended(&r), "the 3 s run ended within 2 s");
+    assert_eq!(recorded_outcomes(&url, "records", "slow"), ["running"]);
+    assert!(
+        r.wait_for_json(Duration::from_secs(5), |l| {
+            l["job"] == "slow" && l["outcome"] == "done"
+        })
+        .is_some(),
+        "the slow run never ended"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop(r);
+    assert_eq!(
+        recorded_outcomes(&url, "records", "slow"),
+        ["running", "done"]
+    );
+    // A run of a few milliseconds is one record; a catch_up job's runs also record their start.
+    let quick = recorded_outcomes(&url, "records", "quick");
+    assert!(quick.len() >= 3, "{quick:?}");
+    assert!(quick.iter().all(|o| o == "done"), "{quick:?}");
+    let caught = recorded_outcomes(&url, "records", "caught");
+    assert!(caught.len() >= 6, "{caught:?}");
+    assert_eq!(
+        caught.iter().filter(|o| *o == "running").count(),
+        caught.iter().filter(|o| *o == "done").count(),
+        "{caught:?}"
+    );
+}
+
+#[test]
+fn two_triggers_started_together_run_the_job_once_and_an_unknown_job_exits_2() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A schedule that never comes during the test: only the triggers run it.
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"trig\"\n{}{}",
+        redis_section(&cluster),
+        http_job("deploy", "0 0 3 1 1 *", &receiver, "")
+    );
+    let path = write_config(dir.path(), &text);
+    let path = path.to_str().unwrap();
+    // Start both right after a second boundary so they race for the same slot.
+    let now = chrono::Utc::now();
+    std::thread::sleep(Duration::from_millis(
+        u64::from(1000 - now.timestamp_subsec_millis()) + 50,
+    ));
+    let spawn = |id: &str| {
+        Command::new(bin())
+            .args([
+                "trigger",
+                "--local",
+                "--config",
+                path,
+                "--replica-id",
+                id,
+                "deploy",
+            ])
+            .spawn()
+            .unwrap()
+    };
+    let (mut one, mut two) = (spawn("ops-1"), spawn("ops-2"));
+    let codes = [one.wait().unwrap().code(), two.wait().unwrap().code()];
+    let mut sorted = codes;
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [Some(0), Some(3)],
+        "one runs it (0), the other finds it run (3): {codes:?}"
+    );
+    assert_eq!(receiver.count(), 1);
+
+    let (code, _, stderr) = slotcron(&["trigger", "--config", path, "nope"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("deploy"), "{stderr}");
+}
+
+#[test]
+fn overlap_skip_never_runs_two_at_once_and_allow_does() {
+    for (overlap, expect_overlap) in [("skip", false), ("allow", true)] {
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        receiver.set_delay(Duration::from_millis(2500));
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[scheduler]\nkey_prefix = \"overlap-{overlap}\"\n{}{}",
+            redis_section(&cluster),
+            http_job(
+                "slow",
+                "* * * * * *",
+                &receiver,
+                &format!("overlap = \"{overlap}\"")
+            )
+        );
+        let path = write_config(dir.path(), &text);
+        let replicas: Vec<Replica> = (0..3).map(|i| replica(&path, &format!("r{i}"))).collect();
+        for r in &replicas {
+            started(r);
+        }
+        std::thread::sleep(Duration::from_secs(6));
+        let skipped = replicas
+            .iter()
+            .flat_map(|r| r.json_lines())
+            .filter(|l| l["reason"] == "overlap")
+            .count();
+        let won = replicas
+            .iter()
+            .flat_map(|r| r.json_lines())
+            .filter(|l| l["outcome"] == "won")
+            .count();
+        for r in replicas {
+            stop(r);
+        }
+        // Each run takes 2.5 s: with skip at most one is in flight, so 6 s hold at most 3 runs.
+        let runs = receiver.count();
+        let intervals = run_intervals(&cluster, &format!("overlap-{overlap}"), "slow");
+        assert!(
+            intervals.len() >= 2,
+            "overlap = {overlap}: runs recorded: {intervals:?}"
+        );
+        let overlapping = overlapping_runs(&intervals);
+        if expect_overlap {
+            assert!(runs >= 5, "overlap = allow: {runs} runs");
+            assert_eq!(skipped, 0);
+            assert!(
+                !overlapping.is_empty(),
+                "overlap = allow: no two runs overlapped"
+            );
+        } else {
+            assert_eq!(
+                overlapping,
+                Vec::<((i64, i64), (i64, i64))>::new(),
+                "overlap = skip: runs overlapped (started_ms, finished_ms)"
+            );
+            assert!(
+                runs <= 3,
+                "overlap = skip: {runs} runs in 6 s of 2.5 s runs"
+            );
+            assert!(
+                skipped >= 2 && won >= runs + skipped,
+                "skipped {skipped}, won {won}"
+            );
+        }
+    }
+}
+
+#[test]
+fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
+    for (policy, expect_all) in [("all", true), ("latest", false)] {
+        let cluster = RedisCluster::start(3);
+        let receiver = Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[scheduler]\nkey_prefix = \"catchup-{policy}\"\nmax_clock_skew = \"1s\"\n{}{}",
+            redis_section(&cluster),
+            http_job(
+                "nightly",
+                "*/2 * * * * *",
+                &receiver,
+                &format!("catch_up = \"1m\"\ncatch_up_policy = \"{policy}\"")
+            )
+        );
+        let path = write_config(dir.path(), &text);
+        let first = replica(&path, "first");
+        started(&first);
+        receiver.wait_for(1, Duration::from_secs(5));
+        stop(first);
+        let stopped = chrono::Utc::now();
+        std::thread::sleep(Duration::from_secs(7)); // the whole fleet is down for ~3 slots
+        let second = replica(&path, "second");
+        started(&second);
+        // Slots before the replica is up (its process was still starting) were missed too.
+        let restarted = chrono::Utc::now();
+        std::thread::sleep(Duration::from_secs(2));
+        let caught: Vec<Value> = second
+            .json_lines()
+            .into_iter()
+            .filter(|l| l["message"] == "catching up a missed slot")
+            .collect();
+        stop(second);
+        let missed: Vec<String> = caught
+            .iter()
+            .map(|l| l["slot"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(!missed.is_empty(), "policy {policy}: nothing caught up");
+        for slot in &missed {
+            let t: chrono::DateTime<chrono::Utc> = slot.parse().unwrap();
+            assert!(
+                t > stopped - chrono::Duration::seconds(1) && t < restarted,
+                "{slot} was not missed"
+            );
+            assert_eq!(
+                receiver
+                    .counts_by_idempotency_key()
+                    .get(&format!("nightly/{slot}")),
+                Some(&1),
+                "{slot}"
+            );
+        }
+        if expect_all {
+            assert!(missed.len() >= 3, "policy all: {missed:?}");
+        } else {
+            assert_eq!(missed.len(), 1, "policy latest: {missed:?}");
+        }
+        assert!(receiver.duplicate_keys().is_empty());
+    }
+}
+
+/// The JSON lines of `r` that say `message`.
+fn said(r: &Replica, message: &str) -> Vec<Value> {
+    r.json_lines()
+        .into_iter()
+        .filter(|l| l["message"] == message)
+        .collect()
+}
+
+fn time_of(line: &Value, field: &str) -> chrono::DateTime<chrono::Utc> {
+    line[field].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before_the_first_start() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        // A node timeout with headroom: this test is about catch-up, not a loaded machine.
+        "[scheduler]\nkey_prefix = \"restarts\"\n{}node_timeout = \"500ms\"\n{}",
+        redis_section(&cluster),
+        http_job("tick", "* * * * * *", &receiver, "catch_up = \"1h\"")
+    );
+    let path = write_config(dir.path(), &text);
+    let first_spawn = chrono::Utc::now();
+    let mut caught = Vec::new();
+    let mut previous_last: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut runs: Vec<Replica> = Vec::new();
+    for run in 0..4 {
+        let r = replica(&path, "solo");
+        started(&r);
+        std::thread::sleep(Duration::from_secs(2));
+        r.terminate();
+        let exited = r.wait_timeout(Duration::from_secs(15));
+        assert!(exited.is_some_and(|s| s.success()), "{:?}", r.lines());
+        let lines = said(&r, "catching up a missed slot");
+        if run == 0 {
+            // A first deploy: the fleet first scheduled the job now; nothing before is owed.
+            assert!(lines.is_empty(), "first start caught up {lines:?}");
+        } else {
+            assert_eq!(lines.len(), 1, "restart {run} (latest): {lines:?}");
+            let slot = time_of(&lines[0], "slot");
+            let started_at = time_of(&said(&r, "slotcron started")[0], "timestamp");
+            // The newest slot at or before the restart (the catch-up looks right after it).
+            let newest = chrono::DateTime::from_timestamp(started_at.timestamp(), 0).unwrap();
+            // (A second later when the catch-up looked just after a second began.)
+            assert!(
+                slot == newest || slot == newest + chrono::Duration::seconds(1),
+                "restart {run} caught up {slot}, the newest slot of the downtime is {newest}"
+            );
+            let last = previous_last.expect("the previous run ran slots");
+            assert!(
+                slot > last,
+                "restart {run} caught up {slot}, already run at {last}"
+            );
+            caught.push(slot);
+        }
+        previous_last = said(&r, "ran the slot")
+            .iter()
+            .map(|l| time_of(l, "slot"))
+            .max();
+        // Kept to the end: a failing test prints every run's log.
+        runs.push(r);
+        if run < 3 {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    // Every caught-up slot reached the receiver once; no slot ran twice or before the start.
+    let counts = receiver.counts_by_idempotency_key();
+    for slot in &caught {
+        let key = format!("tick/{}", slot.format("%Y-%m-%dT%H:%M:%SZ"));
+        assert_eq!(counts.get(&key), Some(&1), "{key}: {counts:?}");
+    }
+    assert!(receiver.duplicate_keys().is_empty(), "{counts:?}");
+    for (request, _) in receiver.received_at() {
+        let slot: chrono::DateTime<chrono::Utc> = request.headers["x-slotcron-slot"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            slot > first_spawn,
+            "{slot} is from before the first start ({first_spawn})"
+        );
+    }
+    // The watermark, on every node: the first start.
+    for node in cluster.iter() {
+        let ms: i64 = common::redis_get(&node.url(), "restarts:tick:first_seen")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let watermark = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+        assert!(
+            watermark > first_spawn && watermark < first_spawn + chrono::Duration::seconds(5),
+            "{watermark}"
+        );
+    }
+}
+
+#[test]
+fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catches_nothing_up() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "[scheduler]\nkey_prefix = \"marked\"\n{}",
+        redis_section(&cluster)
+    );
+    let path = write_config(
+        dir.path(),
+        &format!("{head}{}", http_job("later", "* * * * * *", &receiver, "")),
+    );
+    let spawned_at = chrono::Utc::now();
+    let r = replica(&path, "reloader");
+    started(&r);
+    let key = "marked:later:first_seen";
+    // Every job's first start is recorded, catch_up or not: the fleet scheduled it from then.
+    let first = wait_until(Duration::from_secs(5), || {
+        common::redis_get(&cluster[0].url(), key)
+    })
+    .unwrap_or_else(|| panic!("no watermark after the start: {:?}", r.lines()));
+    let reloaded_at = chrono::Utc::now();
+    let with_catch_up = http_job(
+        "later",
+        "* * * * * *",
+        &receiver,
+        "catch_up = \"10m\"\ncatch_up_policy = \"all\"",
+    );
+    std::fs::write(&path, format!("{head}{with_catch_up}")).unwrap();
+    assert!(r.send_signal(Signal::SIGHUP));
+    let marked = wait_until(Duration::from_secs(5), || {
+        let all: Option<Vec<String>> = cluster
+            .iter()
+            .map(|n| common::redis_get(&n.url(), key))
+            .collect();
+        all
+    });
+    let marked = marked.unwrap_or_else(|| panic!("no watermark after the reload: {:?}", r.lines()));
+    for ms in marked {
+        assert_eq!(ms, first, "the reload moved the watermark");
+        let at = chrono::DateTime::from_timestamp_millis(ms.parse().unwrap()).unwrap();
+        assert!(
+            at >= spawned_at && at < reloaded_at,
+            "watermark {at}: the start was between {spawned_at} and {reloaded_at}"
+        );
+    }
+    // A reload catches nothing up (only a start does), even with policy "all".
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        said(&r, "catching up a missed slot").is_empty(),
+        "{:?}",
+        r.lines()
+    );
+    stop(r);
+}
+
+#[test]
+fn health_readiness_and_metrics_endpoints() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let text = format!(
+        "[scheduler]\nkey_prefix = \"health\"\n{}[http]\nlisten = \"127.0.0.1:{port}\"\n{}",
+        redis_section(&cluster),
+        http_job("ping", "* * * * * *", &receiver, "")
+    );
+    let path = write_config(dir.path(), &text);
+    let r = replica(&path, "observed");
+    started(&r);
+    receiver.wait_for(2, Duration::from_secs(10));
+    assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
+    let (status, body) = http_get(port, "/readyz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = http_get(port, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    for needle in [
+        "slotcron_races_total{slotcron_job=\"ping\",outcome=\"won\"}",
+        "slotcron_runs_total{slotcron_job=\"ping\",outcome=\"done\"}",
+        "slotcron_lock_duration_seconds_bucket",
+        "slotcron_action_duration_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_lateness_seconds_count{slotcron_job=\"ping\"}",
+        "slotcron_clock_offset_seconds",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from:\n{metrics}"
+        );
+    }
+    cluster[0].kill();
+    cluster[1].kill();
+    let (status, body) = http_get(port, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    let (_, metrics) = http_get(port, "/metrics").unwrap();
+    let down = format!(
+        "slotcron_redis_node_up{{node=\"127.0.0.1:{}\"}} 0",
+        cluster[0].port()
+    );
+    assert!(metrics.contains(&down), "{down} missing from:\n{metrics}");
+    assert_eq!(
+        http_get(port, "/healthz").unwrap().0,
+        200,
+        "alive even without Redis"
+    );
+    stop(r);
+}
+
+#[test]
+fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let one = http_job("first", "* * * * * *", &receiver, "");
+    let path = write_config(dir.path(), &one);
+    // Without the file watch: the reloads here come from SIGHUP alone.
+    let r = Replica::run(&path, "reloader", &[("SLOTCRON_NO_WATCH", "true")]);
+    started(&r);
+    std::fs::write(
+        &path,
+        format!("{one}{}", http_job("second", "* * * * * *", &receiver, "")),
+    )
+    .unwrap();
+    assert!(r.send_signal(Signal::SIGHUP));
+    let second = wait_until(Duration::from_secs(5), || {
+        receiver
+            .counts_by_idempotency_key()
+            .keys()
+            .any(|k| k.starts_with("second/"))
+            .then_some(())
+    });
+    assert!(second.is_some(), "the added job never ran: {:?}", r.lines());
+
+    std::fs::write(&path, "[[job]]\nname = \"broken\"\nschedule = \"nope\"\n").unwrap();
+    assert!(r.send_signal(Signal::SIGHUP));
+    let rejected = r.wait_for_json(Duration::from_secs(5), |l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("reload rejected"))
+    });
+    let rejected = rejected.unwrap_or_else(|| panic!("{:?}", r.lines()));
+    assert!(
+        rejected["error"]
+            .as_str()
+            .unwrap()
+            .contains("job \"broken\""),
+        "{rejected}"
+    );
+    let before = receiver.count();
+    assert!(
+        wait_until(Duration::from_secs(4), || (receiver.count() >= before + 2)
+            .then_some(()))
+        .is_some(),
+        "the old schedule stopped"
+    );
+    stop(r);
+}
+
+/// Replicas sharing a host and a file each serve their endpoints on their own port:
+/// `--http-listen` and `SLOTCRON_HTTP_LISTEN` override `[http] listen` for `run` (nothing
+/// listens on the file's port), `slotcron health` asks the same address when given the same
+/// override, and a reload keeps it without taking it for a change of `[http]`.
+#[test]
+fn http_listen_overrides_the_files_address_for_run_and_health_across_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file_port, flag_port, env_port) = (free_port(), free_port(), free_port());
+    // Standalone, and a job that never fires in the test: only the endpoints are looked at.
+    let text = format!(
+        "[http]\nlisten = \"127.0.0.1:{file_port}\"\n[[job]]\nname = \"idle\"\n\
+         schedule = \"0 0 0 1 1 *\"\n[job.action]\ntype = \"log\"\ncontent = \"x\"\n"
+    );
+    let path = write_config(dir.path(), &text);
+    let flag_addr = format!("127.0.0.1:{flag_port}");
+    let env_addr = format!("127.0.0.1:{env_port}");
+    let mut cmd = Replica::run_command(&path, "by-flag");
+    cmd.args(["--http-listen", &flag_addr])
+        .env("SLOTCRON_NO_WATCH", "true");
+    let by_flag = Replica::spawn_cmd("by-flag", cmd);
+    let by_env = Replica::run(&path, "by-env", &[("SLOTCRON_HTTP_LISTEN", &env_addr)]);
+    started(&by_flag);
+    started(&by_env);
+    assert_eq!(http_get(flag_port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(http_get(env_port, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(
+        http_get(file_port, "/healthz"),
+        None,
+        "the file's [http] listen is served though overridden"
+    );
+
+    let config = path.to_str().unwrap();
+    let (code, out, err) = slotcron(&["health", "--config", config, "--http-listen", &env_addr]);
+    assert_eq!(code, 0, "health on the override: {out}{err}");
+    let (code, _, _) = slotcron(&["health", "--config", config]);
+    assert_ne!(
+        code, 0,
+        "health on the file's address, where nothing listens"
+    );
+
+    assert!(by_flag.send_signal(Signal::SIGHUP));
+    let reloaded = by_flag.wait_for_json(Duration::from_secs(15), |l| l["message"] == "reloaded");
+    assert!(reloaded.is_some(), "{:?}", by_flag.lines());
+    let restart_only: Vec<String> = (by_flag.lines().into_iter())
+        .filter(|l| l.contains("changes to [http]"))
+        .collect();
+    assert!(
+        restart_only.is_empty(),
+        "the override taken for a change: {restart_only:?}"
+    );
+    assert_eq!(http_get(flag_port, "/healthz").map(|r| r.0), Some(200));
+    stop(by_flag);
+    stop(by_env);
+}
