@@ -86,7 +86,10 @@ fn layout() -> Vec<String> {
 fn declared() -> Vec<String> {
     let lib = fs::read_to_string(src_dir().join("lib.rs")).unwrap();
     lib.lines()
-        .filter_map(|l| l.strip_prefix("pub mod ").or_else(|| l.strip_prefix("mod ")))
+        .filter_map(|l| {
+            l.strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+        })
         .filter(|l| l.ends_with(';'))
         .map(|l| l.trim_end_matches(';').to_owned())
         .collect()
