@@ -50,6 +50,7 @@ mod action;
 #[warn(rustdoc::private_intra_doc_links)]
 pub mod api;
 mod catch_up;
+#[cfg(feature = "cli")]
 mod cli;
 mod config;
 mod fleet;
@@ -69,13 +70,15 @@ mod tls;
 mod trace;
 mod watch;
 
-/// The binary's parts, for its own `main`, its tests and its benchmarks: NOT a stable
-/// interface (any release may rename or remove anything here); library users have [`api`].
-///
-/// Each module here re-exports the public items of the crate-private module of its name, so that
-/// the crate's own code keeps its `crate::x::...` paths and the public face stays the API.
 #[doc(hidden)]
 pub mod unstable {
+    //! The binary's parts, for its own `main`, its tests and its benchmarks: NOT a stable
+    //! interface (any release may rename or remove anything here); library users have
+    //! [`api`](crate::api).
+    //!
+    //! Each module here re-exports the public items of the crate-private module of its name, so
+    //! that the crate's own code keeps its `crate::x::...` paths and the public face stays the API.
+    //!
     //! # Layout
     //! One slot's life reads down this list, and so do the imports: a module imports only modules
     //! listed below it (`tests/test_layout.rs` checks this list against `src/`).
@@ -144,15 +147,33 @@ pub mod unstable {
 
     /// A module of the same name for each crate-private one, with its public items.
     macro_rules! reexport {
-        ($($name:ident),* $(,)?) => {
-            $(pub mod $name {
+        ($($(#[$gate:meta])* $name:ident),* $(,)?) => {
+            $($(#[$gate])* pub mod $name {
                 pub use crate::$name::*;
             })*
         };
     }
     reexport!(
-        action, catch_up, cli, config, fleet, lock, metrics, ops, outcome, record, redis, replica,
-        secret, seed, slot, time, tls, trace, watch,
+        action,
+        catch_up,
+        #[cfg(feature = "cli")]
+        cli,
+        config,
+        fleet,
+        lock,
+        metrics,
+        ops,
+        outcome,
+        record,
+        redis,
+        replica,
+        secret,
+        seed,
+        slot,
+        time,
+        tls,
+        trace,
+        watch,
     );
     /// The timeline has no public item: only the replica drives it, from inside the crate.
     pub mod scheduler {}

@@ -165,6 +165,7 @@ impl Fleet {
     }
 
     /// The binary's fleet: the jobs of a checked jobs.toml, reloaded when `reloads` receives.
+    #[cfg(feature = "cli")]
     pub(crate) fn from_config(
         config: Config,
         replica: String,

@@ -129,6 +129,10 @@ const SENTINEL_NEEDS_MASTER: &str = "mode = \"sentinel\" needs the monitored pri
 const NO_WAIT_IN_REDLOCK: &str = "[redis] wait_replicas is not used in mode = \"redlock\": each \
     node is an independent primary, and the majority itself keeps a lock through one node's loss";
 
+/// The error for `[http]` (or `Fleet::http`) in a build without the status server.
+pub const SERVER_COMPILED_OUT: &str = "the status server is compiled out of this build of \
+    slotcron: enable its `server` feature";
+
 impl Loader<'_> {
     /// `Some(None)`: no [http]. `None`: errors were recorded.
     pub(super) fn http_server(&mut self, value: Option<Value>) -> Option<Option<HttpConfig>> {
@@ -136,6 +140,11 @@ impl Loader<'_> {
             return Some(None);
         };
         let raw: RawHttpServer = self.typed(value, &Section::Http)?;
+        if !cfg!(feature = "server") {
+            let error = ConfigError::field(Section::Http, "listen", SERVER_COMPILED_OUT);
+            self.errors.push(error);
+            return None;
+        }
         match raw.listen.parse() {
             Ok(listen) => Some(Some(HttpConfig {
                 listen,
