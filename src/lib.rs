@@ -35,6 +35,14 @@
 //! once-per-fleet. The examples `singleton` and `tcs_guard` run as they are:
 //! `cargo run --release --example singleton -- --nodes redis://127.0.0.1:6379 --replica-id a`.
 //!
+//! # Features
+//! The defaults are the binary's: `cli` (the command line; turns on the next two), `server`
+//! (the HTTP status, metrics and status-page server, [`Fleet::http`]), `ics` (`.ics` calendars)
+//! and `otel` (a trace per run over OTLP). `tcs` (the guard) is off. With
+//! `default-features = false` a [`Fleet`] still has Redis nodes, async fn jobs, the built-in
+//! `cn` calendar, logs, metrics and history; asking it for what is compiled out (an `[http]`
+//! address, an .ics file) is refused at start, naming the feature to enable.
+//!
 //! The API is [`api`], re-exported here. The binary's own modules (the command line, the
 //! replica, the slot's life, the Redis layer, ...) are private to the crate; its binary, tests
 //! and benchmarks reach them through a hidden path that is not a stable interface and may change

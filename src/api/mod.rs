@@ -145,7 +145,8 @@ impl Fleet {
     }
 
     /// Serves `/healthz`, `/readyz`, `/metrics` (Prometheus) and the status page (`/`) on
-    /// `listen`, as the binary's `[http] listen` does.
+    /// `listen`, as the binary's `[http] listen` does. Needs the `server` feature (a default):
+    /// without it, [`Fleet::start`] refuses the address and names the feature.
     ///
     /// ```
     /// let fleet = slotcron::Fleet::new("replica-1").http(([127, 0, 0, 1], 9090).into());
