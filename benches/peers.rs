@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use slotcron::lock::{Acquire, LockConfig, Redlock, SlotKey};
-use slotcron::redis::NodeUrl;
-use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::unstable::lock::{Acquire, LockConfig, Redlock, SlotKey};
+use slotcron::unstable::redis::NodeUrl;
+use slotcron::unstable::time::schedule::{SharedClock, Slot, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -582,9 +582,10 @@ async fn lateness(nodes: &[Node], table: &mut Table) {
     let mut runs = Vec::new();
     let env: HashMap<String, String> = HashMap::new();
     for r in 0..5 {
-        let config = slotcron::config::parse(Path::new("bench.toml"), &text, &env).unwrap();
+        let config =
+            slotcron::unstable::config::parse(Path::new("bench.toml"), &text, &env).unwrap();
         let clock: SharedClock = Arc::new(SystemClock);
-        runs.push(tokio::spawn(slotcron::replica::run(
+        runs.push(tokio::spawn(slotcron::unstable::replica::run(
             config,
             format!("r{r}"),
             clock,

@@ -2,7 +2,7 @@
 """What the `otel` feature costs while the OTLP endpoint is unset (BENCHMARKS.md, "Traces' cost").
 
 Runs one replica of each of two `slotcron` binaries, the same source built with and without the
-feature (`cargo build --release --no-default-features` and `cargo build --release`), in turn,
+feature (`cargo build --release --no-default-features --features cli` and `cargo build --release`), in turn,
 each for `--seconds` with `--jobs` http jobs every second against a local receiver and one
 local `redis-server`; no `[telemetry]` section. Per run: each slot's `lateness_ms` (from the
 `done` log lines) and the replica's CPU time (utime + stime from /proc, from its
@@ -121,7 +121,7 @@ def quantile(values, q):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--without", required=True, help="slotcron built --no-default-features")
+    parser.add_argument("--without", required=True, help="slotcron built --no-default-features --features cli")
     parser.add_argument("--with", dest="with_", required=True, help="slotcron built with otel")
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--seconds", type=int, default=60)

@@ -1,5 +1,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    slotcron::cli::main()
+    slotcron::unstable::cli::main()
 }

@@ -24,6 +24,8 @@ use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::catch_up;
 use crate::config::Candidates;
+#[cfg(not(feature = "server"))]
+use crate::config::SERVER_COMPILED_OUT;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
@@ -33,6 +35,7 @@ use crate::fleet::triggers::{self, TriggerReply, TriggerRequest};
 use crate::lock::{LocalLock, Redlock, SlotLock};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::ops::liveness::Liveness;
+#[cfg(feature = "server")]
 use crate::ops::status;
 use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::record::history::History;
@@ -353,6 +356,7 @@ async fn drain(replica: &Replica, tracker: TaskTracker) {
 }
 
 /// Binds `listen` and serves `/healthz`, `/readyz`, `/metrics` and the status page.
+#[cfg(feature = "server")]
 async fn serve_status(
     replica: &Replica,
     current: &Arc<RwLock<Arc<Config>>>,
@@ -375,6 +379,19 @@ async fn serve_status(
         races: tokio::runtime::Handle::current(),
     };
     status::spawn(listen, state, tracker, shutdown).await
+}
+
+/// Without the `server` feature the loader refuses `[http]` (and `Fleet::http`), so this is not
+/// reached; were it, the replica stops rather than run without the endpoints it was told to serve.
+#[cfg(not(feature = "server"))]
+async fn serve_status(
+    _: &Replica,
+    _: &Arc<RwLock<Arc<Config>>>,
+    listen: std::net::SocketAddr,
+    _: &TaskTracker,
+    _: &CancellationToken,
+) -> anyhow::Result<()> {
+    anyhow::bail!("cannot serve {listen}: {SERVER_COMPILED_OUT}")
 }
 
 /// The replica's lifetime tasks that follow the fleet rather than the schedule: the fleet

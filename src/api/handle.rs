@@ -76,7 +76,7 @@ impl FleetHandle {
         self.audited(AuditAction::Trigger, &job.name, None).await?;
         let slot = Slot::at(self.race.race().clock().fleet_now());
         let result = crate::slot::once(&self.race, Trigger::Manual, job, slot).await;
-        let result = result.ok_or_else(|| run_error("the trigger ended without a result"))?;
+        let result = result.ok_or(Error::NoResult)?;
         Ok(Triggered {
             slot: slot.instant(),
             outcome: result.outcome(),
@@ -113,7 +113,7 @@ impl FleetHandle {
         let control = self.race.contenders().control();
         if let Err(e) = control.pause(job, &order).await {
             self.audit.not_taken(&entry, &e.to_string()).await;
-            return Err(run_error(&format!("{job}: not paused: {e}")));
+            return Err(not_done(job, "not paused", e));
         }
         // Held here from now, not from when the announcement comes back.
         control.refresh(&[job.to_owned()]).await;
@@ -130,7 +130,7 @@ impl FleetHandle {
             Ok(taken) => taken,
             Err(e) => {
                 self.audit.not_taken(&entry, &e.to_string()).await;
-                return Err(run_error(&format!("{job}: not resumed: {e}")));
+                return Err(not_done(job, "not resumed", e));
             }
         };
         control.refresh(&[job.to_owned()]).await;
@@ -142,7 +142,10 @@ impl FleetHandle {
     pub async fn history(&self, job: &str, limit: usize) -> Result<Vec<RunRecord>, Error> {
         self.job(job)?;
         let read = self.race.books().history().read(job, limit).await;
-        read.map_err(|e| run_error(&format!("{job}: history unavailable: {e}")))
+        read.map_err(|e| Error::History {
+            job: job.to_owned(),
+            source: e.into(),
+        })
     }
 
     /// Records `action` on `job` in the audit trail, this replica the actor, before it is
@@ -159,19 +162,16 @@ impl FleetHandle {
             .reason(reason);
         match self.audit.record(&entry).await {
             Ok(()) => Ok(entry),
-            Err(e) => Err(run_error(&format!("{job}: not done ({action}): {e}"))),
+            Err(e) => Err(not_done(job, &format!("not done ({action})"), e)),
         }
     }
 
     /// The enabled job named `name`.
     fn job(&self, name: &str) -> Result<Arc<Job>, Error> {
         let job = self.jobs.iter().find(|job| job.name == name);
-        job.cloned().ok_or_else(|| {
-            let known: Vec<&str> = self.jobs.iter().map(|job| job.name.as_str()).collect();
-            run_error(&format!(
-                "no enabled job {name:?} (jobs: {})",
-                known.join(", ")
-            ))
+        job.cloned().ok_or_else(|| Error::UnknownJob {
+            name: name.to_owned(),
+            known: self.jobs.iter().map(|job| job.name.clone()).collect(),
         })
     }
 
@@ -196,10 +196,12 @@ impl FleetHandle {
     }
 }
 
-/// An operation of the handle that did not happen, and why.
-fn run_error(message: &str) -> Error {
-    Error::Run {
-        message: message.to_owned(),
+/// An action of the handle on `job` that did not happen, and why.
+fn not_done(job: &str, what: &str, source: impl Into<super::error::Cause>) -> Error {
+    Error::NotDone {
+        job: job.to_owned(),
+        what: what.to_owned(),
+        source: source.into(),
     }
 }
 

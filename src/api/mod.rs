@@ -6,6 +6,7 @@
 //! history. The function's `Ok` is the slot's `done`, its `Err` the slot's `failed`.
 
 mod build;
+mod error;
 mod handle;
 mod job;
 #[cfg(feature = "tcs")]
@@ -28,94 +29,14 @@ pub use crate::time::schedule::{DstGap, DstRepeat};
 /// re-exported so that naming them needs no crate of your own (nor matching its version).
 pub use chrono::{DateTime, NaiveDate, Utc};
 pub use chrono_tz::Tz;
+pub use error::Error;
 pub use handle::{FleetHandle, Triggered};
 pub use job::{Calendar, JobSpec};
 
 use crate::action::function::{JobError, JobFn};
-use crate::config::{Config, ConfigError, ConfigErrors, Location, Section};
+use crate::config::Config;
 use crate::replica::{self, Replica};
 use crate::time::schedule::SystemClock;
-
-/// Why a fleet did not start, or stopped on its own.
-///
-/// ```
-/// # async fn doc() {
-/// let invalid = slotcron::Fleet::new("replica-1")
-///     .job(slotcron::JobSpec::new("beat", "every second"), |_| async { Ok::<(), String>(()) });
-/// match invalid.start().await {
-///     Err(slotcron::Error::Config(errors)) => eprintln!("{errors}"),
-///     Err(other) => eprintln!("{other}"),
-///     Ok(handle) => handle.shutdown().await.unwrap(),
-/// }
-/// # }
-/// ```
-///
-/// Its `Debug` is its `Display` (what `main` returning `Err` prints): every problem, one a
-/// line, each naming the job and the field as the builder spells them (`cron`, `zone`,
-/// `Fleet::nodes`).
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A job, a node URL or an option is invalid; every problem is listed, each naming the job
-    /// and the field.
-    #[error("{}", Problems(.0))]
-    Config(#[from] ConfigErrors),
-    /// Start-up or the run failed (the status address could not be bound, the nodes are not
-    /// independent primaries, ...): the cause's whole chain.
-    #[error("{message}")]
-    Run {
-        /// The error and its causes.
-        message: String,
-    },
-}
-
-impl std::fmt::Debug for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
-    }
-}
-
-/// A fleet's configuration errors as a list: a fleet built in code names each job and the
-/// builder's field; a jobs.toml's errors are shown as the file's.
-struct Problems<'a>(&'a ConfigErrors);
-
-impl std::fmt::Display for Problems<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let errors = self.0;
-        if errors.path != build::BUILT_IN_CODE {
-            return write!(f, "{errors}");
-        }
-        let count = errors.errors.len();
-        let plural = if count == 1 { "" } else { "s" };
-        write!(f, "the fleet is invalid ({count} problem{plural}):")?;
-        for error in &errors.errors {
-            write!(f, "\n  - ")?;
-            problem(f, error)?;
-        }
-        Ok(())
-    }
-}
-
-/// One error of a fleet built in code: `job "report", cron: ...`.
-fn problem(f: &mut std::fmt::Formatter<'_>, error: &ConfigError) -> std::fmt::Result {
-    let Location::Field { section, field } = &error.location else {
-        return f.write_str(&error.message);
-    };
-    match section {
-        Section::Job(name) => write!(f, "job {name:?}, ")?,
-        Section::Alert(name) => write!(f, "alert {name:?}, ")?,
-        _ => {}
-    }
-    write!(f, "{field}: {}", error.message)
-}
-
-impl Error {
-    fn run(error: &anyhow::Error) -> Self {
-        Error::Run {
-            message: format!("{error:#}"),
-        }
-    }
-}
 
 /// A fleet of jobs, built in code: every replica builds the same one, and each slot of each
 /// job runs once across them.
@@ -165,6 +86,7 @@ impl Fleet {
     }
 
     /// The binary's fleet: the jobs of a checked jobs.toml, reloaded when `reloads` receives.
+    #[cfg(feature = "cli")]
     pub(crate) fn from_config(
         config: Config,
         replica: String,
@@ -223,7 +145,8 @@ impl Fleet {
     }
 
     /// Serves `/healthz`, `/readyz`, `/metrics` (Prometheus) and the status page (`/`) on
-    /// `listen`, as the binary's `[http] listen` does.
+    /// `listen`, as the binary's `[http] listen` does. Needs the `server` feature (a default):
+    /// without it, [`Fleet::start`] refuses the address and names the feature.
     ///
     /// ```
     /// let fleet = slotcron::Fleet::new("replica-1").http(([127, 0, 0, 1], 9090).into());
@@ -320,7 +243,7 @@ impl Fleet {
         replica::warn_at_start(&config, &self.replica);
         let replica = Replica::connect(&config, self.replica, Arc::new(SystemClock))
             .await
-            .map_err(|e| Error::run(&e))?;
+            .map_err(Error::start)?;
         let stop = CancellationToken::new();
         let race = replica.context_until(&config, &stop);
         let jobs = config.jobs.clone();
@@ -381,9 +304,9 @@ where
 fn joined(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Result<(), Error> {
     match ended {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::run(&e)),
-        Err(e) => Err(Error::Run {
-            message: format!("the fleet's task ended abnormally: {e}"),
+        Ok(Err(e)) => Err(Error::Stopped {
+            source: e.into_boxed_dyn_error(),
         }),
+        Err(e) => Err(Error::Aborted(e)),
     }
 }

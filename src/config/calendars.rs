@@ -10,7 +10,9 @@ use toml::Value;
 
 use super::raw::{RawCalendar, RawDays};
 use super::{ConfigError, Loader, Section};
-use crate::time::calendar::{cn, ics, Calendar, DayFilter, Days, Reason};
+#[cfg(feature = "ics")]
+use crate::time::calendar::ics;
+use crate::time::calendar::{cn, Calendar, DayFilter, Days, Reason};
 use crate::time::schedule::Schedule;
 
 /// How close to the end of a built-in calendar's data a warning starts (at start and in `check`).
@@ -78,6 +80,7 @@ impl Loader<'_> {
     }
 
     /// The days off of an .ics file named relative to jobs.toml.
+    #[cfg(feature = "ics")]
     fn ics_days(&mut self, file: &Path, section: &Section) -> Option<Vec<(NaiveDate, Reason)>> {
         let bytes = self.read_beside(file, section.clone(), "ics")?;
         let full = self.config_dir.join(file);
@@ -90,6 +93,21 @@ impl Loader<'_> {
         ics::days_off(&text, &file.display().to_string())
             .map_err(|e| self.errors.push(fail(format!("{}: {e}", full.display()))))
             .ok()
+    }
+
+    /// Without the `ics` feature an .ics file cannot be read: said as the field's error, so that
+    /// a jobs.toml is never run with fewer days off than it names.
+    #[cfg(not(feature = "ics"))]
+    fn ics_days(&mut self, file: &Path, section: &Section) -> Option<Vec<(NaiveDate, Reason)>> {
+        self.errors.push(ConfigError::field(
+            section.clone(),
+            "ics",
+            format!(
+                "{}: .ics calendars are compiled out of this build of slotcron: enable its `ics` feature",
+                file.display()
+            ),
+        ));
+        None
     }
 
     /// `holidays` and `workdays`: the last layer, over the built-in data and the .ics file.

@@ -129,6 +129,10 @@ const SENTINEL_NEEDS_MASTER: &str = "mode = \"sentinel\" needs the monitored pri
 const NO_WAIT_IN_REDLOCK: &str = "[redis] wait_replicas is not used in mode = \"redlock\": each \
     node is an independent primary, and the majority itself keeps a lock through one node's loss";
 
+/// The error for `[http]` (or `Fleet::http`) in a build without the status server.
+pub const SERVER_COMPILED_OUT: &str = "the status server is compiled out of this build of \
+    slotcron: enable its `server` feature";
+
 impl Loader<'_> {
     /// `Some(None)`: no [http]. `None`: errors were recorded.
     pub(super) fn http_server(&mut self, value: Option<Value>) -> Option<Option<HttpConfig>> {
@@ -136,6 +140,11 @@ impl Loader<'_> {
             return Some(None);
         };
         let raw: RawHttpServer = self.typed(value, &Section::Http)?;
+        if !cfg!(feature = "server") {
+            let error = ConfigError::field(Section::Http, "listen", SERVER_COMPILED_OUT);
+            self.errors.push(error);
+            return None;
+        }
         match raw.listen.parse() {
             Ok(listen) => Some(Some(HttpConfig {
                 listen,
@@ -383,5 +392,38 @@ mod tests {
         assert_eq!(RedisMode::Redlock.key_prefix("slotcron"), "slotcron");
         let sentinel = RedisMode::Sentinel { master: "m".into() };
         assert_eq!(sentinel.key_prefix("slotcron"), "slotcron");
+    }
+}
+
+/// A build without the status server or .ics calendars (`cargo test --no-default-features --lib
+/// compiled_out`): a jobs.toml that needs them is refused by file, section, field and feature.
+#[cfg(all(test, not(feature = "server"), not(feature = "ics")))]
+mod compiled_out {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    #[test]
+    fn http_and_an_ics_calendar_in_a_build_without_them_name_the_feature_to_enable() {
+        let text =
+            "[http]\nlisten = \"127.0.0.1:9090\"\n\n[calendar.office]\nics = \"office.ics\"\n\n\
+            [[job]]\nname = \"j\"\nschedule = \"* * * * *\"\ncalendar = \"office\"\n\
+            [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
+        let no_env = HashMap::<String, String>::new();
+        let errors = super::super::parse(Path::new("jobs.toml"), text, &no_env)
+            .expect_err("refused")
+            .to_string();
+        let lines: Vec<&str> = errors.lines().collect();
+        let http = lines.iter().find(|l| l.contains("listen")).expect("[http]");
+        assert!(
+            http.starts_with("jobs.toml") && http.contains("[http]"),
+            "{http}"
+        );
+        assert!(http.contains("`server` feature"), "{http}");
+        let ics = lines.iter().find(|l| l.contains("ics")).expect("ics");
+        assert!(
+            ics.starts_with("jobs.toml") && ics.contains("office.ics"),
+            "{ics}"
+        );
+        assert!(ics.contains("`ics` feature"), "{ics}");
     }
 }

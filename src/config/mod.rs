@@ -37,7 +37,7 @@ use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
 use crate::time::words;
 use durations::DurationRange;
-pub use endpoints::{HttpConfig, RedisConfig, RedisMode};
+pub use endpoints::{HttpConfig, RedisConfig, RedisMode, SERVER_COMPILED_OUT};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 pub use scheduler::{

@@ -4,6 +4,8 @@
 
 pub mod ledger;
 pub mod liveness;
+#[cfg(feature = "cli")]
 pub mod probe;
+#[cfg(feature = "server")]
 pub mod status;
 pub mod telemetry;

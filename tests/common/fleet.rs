@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotcron::config::{self, Config};
-use slotcron::replica::{self, Replica};
-use slotcron::time::schedule::{SharedClock, SystemClock};
+use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::replica::{self, Replica};
+use slotcron::unstable::time::schedule::{SharedClock, SystemClock};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -13,12 +13,12 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use common::Receiver;
 use serde_json::{json, Value};
-use slotcron::action::rate::Budgets;
-use slotcron::action::{http_client, Delivery, SendContext};
-use slotcron::config::{self, Config};
-use slotcron::metrics::Metrics;
-use slotcron::slot::{SlotEnv, SlotResult};
-use slotcron::time::schedule::{Fence, Slot, SystemClock};
+use slotcron::unstable::action::rate::Budgets;
+use slotcron::unstable::action::{http_client, Delivery, SendContext};
+use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::metrics::Metrics;
+use slotcron::unstable::slot::{SlotEnv, SlotResult};
+use slotcron::unstable::time::schedule::{Fence, Slot, SystemClock};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -51,7 +51,7 @@ fn wecom(rest: &str) -> String {
 }
 
 async fn context(config: &Config) -> Arc<SlotEnv> {
-    slotcron::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
+    slotcron::unstable::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
         .await
         .unwrap()
 }
@@ -64,7 +64,10 @@ async fn run(config: &Config) -> (SlotResult, Slot) {
 }
 
 /// Runs the config's only job's action directly for `slot`, with a deadline of its timeout.
-async fn execute(config: &Config, slot: Slot) -> Result<Delivery, slotcron::action::ActionError> {
+async fn execute(
+    config: &Config,
+    slot: Slot,
+) -> Result<Delivery, slotcron::unstable::action::ActionError> {
     let job = &config.jobs[0];
     let client = http_client().unwrap();
     let budgets = Budgets::local();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::{redis_query, slotcron_cli, slotcron_cli_status, write_config, RedisCluster, Replica};
 use serde_json::Value;
-use slotcron::record::audit::AuditEntry;
+use slotcron::unstable::record::audit::AuditEntry;
 
 /// How far an entry's stamp may sit outside the nodes' `TIME` read around its command: the
 /// fleet clock is the nodes' time measured over a round trip, and on a loaded machine a round

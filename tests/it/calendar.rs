@@ -17,9 +17,9 @@ use std::time::Duration;
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use proptest::prelude::*;
-use slotcron::config;
-use slotcron::time::calendar::{cn, Calendar, Day, DayFilter, Days, Reason};
-use slotcron::time::schedule::Schedule;
+use slotcron::unstable::config;
+use slotcron::unstable::time::calendar::{cn, Calendar, Day, DayFilter, Days, Reason};
+use slotcron::unstable::time::schedule::Schedule;
 
 const ANSWERS: &str = include_str!("../data/cn_package_answers.txt");
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::{redis_query, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
-use slotcron::fleet::membership::{self, MEMBER_TTL};
-use slotcron::time::schedule::Slot;
+use slotcron::unstable::fleet::membership::{self, MEMBER_TTL};
+use slotcron::unstable::time::schedule::Slot;
 
 /// The fleets of these tests would share the machine's 2 cores: one at a time, so each
 /// measures its own fleet and not the others'.
@@ -628,15 +628,15 @@ async fn reloads_at_the_instants() {
                  [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
     let two = format!("{one}{spare}");
     let path = write_config(dir.path(), &one);
-    let config = slotcron::config::load(&path).unwrap();
-    let clock: slotcron::time::schedule::SharedClock =
-        std::sync::Arc::new(slotcron::time::schedule::SystemClock);
-    let replica = slotcron::replica::Replica::connect(&config, "solo".into(), clock)
+    let config = slotcron::unstable::config::load(&path).unwrap();
+    let clock: slotcron::unstable::time::schedule::SharedClock =
+        std::sync::Arc::new(slotcron::unstable::time::schedule::SystemClock);
+    let replica = slotcron::unstable::replica::Replica::connect(&config, "solo".into(), clock)
         .await
         .unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (reload, reloads) = tokio::sync::mpsc::channel(1);
-    let run = tokio::spawn(slotcron::replica::run_replica(
+    let run = tokio::spawn(slotcron::unstable::replica::run_replica(
         replica,
         config,
         shutdown.clone(),
@@ -755,7 +755,7 @@ fn two_live_replicas_under_one_id_both_warn_naming_it() {
 /// The command lines of the README's recipe for several replicas on one host (in "A fleet in
 /// three commands": the code block with more than one `slotcron run`), parsed by slotcron's own
 /// parser.
-fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
+fn readme_local_fleet() -> Vec<slotcron::unstable::cli::RunArgs> {
     use clap::Parser;
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
@@ -780,8 +780,11 @@ fn readme_local_fleet() -> Vec<slotcron::cli::RunArgs> {
         .iter()
         .map(|line| {
             let words = line.trim_end_matches('&').split_whitespace();
-            match slotcron::cli::Cli::try_parse_from(words).unwrap().command {
-                slotcron::cli::Command::Run(args) => args,
+            match slotcron::unstable::cli::Cli::try_parse_from(words)
+                .unwrap()
+                .command
+            {
+                slotcron::unstable::cli::Command::Run(args) => args,
                 other => panic!("{line}: not `run`: {other:?}"),
             }
         })

@@ -441,7 +441,7 @@ fn the_shipped_jobs_toml_loads_without_any_variable_and_check_accepts_it() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.toml");
     let text = std::fs::read_to_string(path).unwrap();
     let no_variables = std::collections::HashMap::<String, String>::new();
-    let config = slotcron::config::parse(Path::new(path), &text, &no_variables).unwrap();
+    let config = slotcron::unstable::config::parse(Path::new(path), &text, &no_variables).unwrap();
     assert!(!config.jobs.is_empty());
     assert_eq!(
         config.disabled,

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::cluster::{cluster_acl_args, ShardedCluster};
 use common::{tools, write_config, Receiver, Replica};
-use slotcron::slot::RUNNING_LEASE_TTL;
-use slotcron::time::schedule::Slot;
+use slotcron::unstable::slot::RUNNING_LEASE_TTL;
+use slotcron::unstable::time::schedule::Slot;
 
 /// Held by each test that runs a cluster and a fleet on a clock: one at a time, so two of them
 /// do not share the machine's two cores while their lateness is measured.
@@ -438,7 +438,7 @@ fn with_redis(lines: &str) -> String {
 /// The errors `text` gives, one per line.
 fn errors_of(text: &str) -> String {
     let env = std::collections::HashMap::new();
-    match slotcron::config::parse(Path::new("jobs.toml"), text, &env) {
+    match slotcron::unstable::config::parse(Path::new("jobs.toml"), text, &env) {
         Ok(_) => panic!("accepted:\n{text}"),
         Err(e) => e.to_string(),
     }

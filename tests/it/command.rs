@@ -10,10 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotcron::config::{self, Config};
-use slotcron::replica::Replica;
-use slotcron::slot::SlotResult;
-use slotcron::time::schedule::{Slot, SystemClock};
+use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::replica::Replica;
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 /// One job `cmd` (standalone) whose `[job.action]` is `action`, with `timeout`.
 fn job_config(dir: &Path, action: &str, timeout: &str) -> Config {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use proptest::prelude::*;
-use slotcron::config::{self, ConfigErrors, Location};
+use slotcron::unstable::config::{self, ConfigErrors, Location};
 
 /// The key in the test environment's webhook: it must never be printed.
 const WEBHOOK_KEY: &str = "SECRETKEY-abc123";

@@ -13,9 +13,12 @@ use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
 /// A replica of `config` connected in-process, named `name` (no timeline runs).
-async fn connect(config: &slotcron::config::Config, name: &str) -> slotcron::replica::Replica {
-    let clock = std::sync::Arc::new(slotcron::time::schedule::SystemClock);
-    slotcron::replica::Replica::connect(config, name.to_owned(), clock)
+async fn connect(
+    config: &slotcron::unstable::config::Config,
+    name: &str,
+) -> slotcron::unstable::replica::Replica {
+    let clock = std::sync::Arc::new(slotcron::unstable::time::schedule::SystemClock);
+    slotcron::unstable::replica::Replica::connect(config, name.to_owned(), clock)
         .await
         .unwrap()
 }
@@ -457,10 +460,10 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     let connect = |name: &'static str| {
         let config = common::fleet::parse(&text);
         async move {
-            slotcron::replica::Replica::connect(
+            slotcron::unstable::replica::Replica::connect(
                 &config,
                 name.to_owned(),
-                std::sync::Arc::new(slotcron::time::schedule::SystemClock),
+                std::sync::Arc::new(slotcron::unstable::time::schedule::SystemClock),
             )
             .await
             .unwrap()
@@ -469,17 +472,17 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     };
     let winner = connect("winner").await;
     let late = connect("late").await;
-    let slot = slotcron::time::schedule::Slot::at(Utc::now());
+    let slot = slotcron::unstable::time::schedule::Slot::at(Utc::now());
     let first = winner.run_slot(&job, slot).await;
     assert!(
-        matches!(first, slotcron::slot::SlotResult::Done { .. }),
+        matches!(first, slotcron::unstable::slot::SlotResult::Done { .. }),
         "{first:?}"
     );
     cluster[0].restart();
     cluster[1].restart();
     let second = late.run_slot(&job, slot).await;
     assert!(
-        matches!(second, slotcron::slot::SlotResult::Done { .. }),
+        matches!(second, slotcron::unstable::slot::SlotResult::Done { .. }),
         "{second:?}"
     );
     assert_eq!(target.count(), 2, "the fault must make the slot run twice");
@@ -717,10 +720,10 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
     let until = (slot_at + chrono::Duration::milliseconds(500)).to_rfc3339();
     slotcron_cli(&path, &["pause", "push", "--by", "ops", "--until", &until]);
     tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
-    let slot = slotcron::time::schedule::Slot::at(slot_at);
+    let slot = slotcron::unstable::time::schedule::Slot::at(slot_at);
     let ran = ctx.run_slot(&job, slot).await;
     assert!(
-        matches!(ran, slotcron::slot::SlotResult::Done { .. }),
+        matches!(ran, slotcron::unstable::slot::SlotResult::Done { .. }),
         "{ran:?}"
     );
     // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
@@ -752,12 +755,12 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
     // The first whole second after the pause: a pause holds from its instant on.
     let slot_at = DateTime::from_timestamp(Utc::now().timestamp() + 1, 0).unwrap();
     tokio::time::sleep((slot_at - Utc::now()).to_std().unwrap_or_default()).await;
-    let slot = slotcron::time::schedule::Slot::at(slot_at);
+    let slot = slotcron::unstable::time::schedule::Slot::at(slot_at);
     let result = ctx.run_slot(&job, slot).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.count(), 0, "a paused job was sent: {result:?}");
     assert!(
-        matches!(result, slotcron::slot::SlotResult::Paused),
+        matches!(result, slotcron::unstable::slot::SlotResult::Paused),
         "{result:?}"
     );
 }

@@ -16,10 +16,10 @@ use chrono::{DateTime, Utc};
 use common::raw_http::{Misbehaviour, RawReceiver};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
-use slotcron::action::DeliveryState;
-use slotcron::config::{self, Config};
-use slotcron::slot::SlotResult;
-use slotcron::time::schedule::{Slot, SystemClock};
+use slotcron::unstable::action::DeliveryState;
+use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 const KEY: &str = "deliverykey0001";
 
@@ -47,7 +47,7 @@ fn http(base: &str, extra: &str) -> String {
 }
 
 async fn run_once(config: &Config) -> SlotResult {
-    let ctx = slotcron::replica::race_context(config, "r1".into(), Arc::new(SystemClock))
+    let ctx = slotcron::unstable::replica::race_context(config, "r1".into(), Arc::new(SystemClock))
         .await
         .unwrap();
     ctx.run_slot(&config.jobs[0], Slot::at(Utc::now())).await
@@ -197,9 +197,10 @@ async fn a_command_sees_its_fence_and_a_template_renders_it() {
     );
     let config = standalone(&action);
     let slot = Slot::at(Utc::now());
-    let ctx = slotcron::replica::race_context(&config, "r1".into(), Arc::new(SystemClock))
-        .await
-        .unwrap();
+    let ctx =
+        slotcron::unstable::replica::race_context(&config, "r1".into(), Arc::new(SystemClock))
+            .await
+            .unwrap();
     let result = ctx.run_slot(&config.jobs[0], slot).await;
     assert!(matches!(result, SlotResult::Done { .. }), "{result:?}");
     let written = std::fs::read_to_string(&out).unwrap();

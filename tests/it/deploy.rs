@@ -10,8 +10,8 @@ use crate::common;
 
 use common::tools::tool;
 use serde_yaml_ng::Value;
-use slotcron::action::Action;
-use slotcron::config::Config;
+use slotcron::unstable::action::Action;
+use slotcron::unstable::config::Config;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slotcron");
 
@@ -413,7 +413,7 @@ fn compose_has_three_redis_nodes_five_replicas_and_agrees_with_its_jobs_file() {
 
     // The jobs file the replicas mount: its nodes are the Redis services, its URL the receiver.
     let path = repo().join(COMPOSE_JOBS);
-    let config = slotcron::config::load_with(&path, &HashMap::<String, String>::new())
+    let config = slotcron::unstable::config::load_with(&path, &HashMap::<String, String>::new())
         .unwrap_or_else(|e| panic!("{e}"));
     let redis_cfg = config.redis.as_ref().expect("[redis]");
     let hosts: BTreeSet<String> = redis_cfg
@@ -597,7 +597,7 @@ fn checkov_fails_no_check_and_every_skip_is_explained_in_deploy_readme() {
 fn configmap_config(docs: &[Value]) -> (Config, String) {
     let text = configmap_jobs(docs);
     let env = container_env(docs, slotcron_container(docs));
-    let config = slotcron::config::parse(Path::new("jobs.toml"), &text, &env)
+    let config = slotcron::unstable::config::parse(Path::new("jobs.toml"), &text, &env)
         .unwrap_or_else(|e| panic!("the ConfigMap's jobs.toml, no Secret created: {e}"));
     (config, text)
 }
@@ -1960,7 +1960,9 @@ fn number_word(n: usize) -> &'static str {
 #[test]
 fn every_deploy_comment_counts_as_many_lost_lines_per_slot_as_the_default_candidates_give() {
     // Each slot: the first candidate's `won`, every further candidate's `lost`.
-    let slotcron::config::Candidates::Top(k) = slotcron::config::DEFAULT_CANDIDATES else {
+    let slotcron::unstable::config::Candidates::Top(k) =
+        slotcron::unstable::config::DEFAULT_CANDIDATES
+    else {
         panic!("the default candidates are a number");
     };
     let expected = format!("{} `lost`", number_word(k.get() - 1));

@@ -14,9 +14,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::fleet::{parse, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
-use slotcron::replica::Replica as SlotcronReplica;
-use slotcron::slot::SlotResult;
-use slotcron::time::schedule::{Slot, SystemClock};
+use slotcron::unstable::replica::Replica as SlotcronReplica;
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 /// The fault tests' fleet: job `fault` at `schedule` with `timeout`, the harness' defaults.
 fn fleet_config(

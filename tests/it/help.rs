@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use clap::CommandFactory;
-use slotcron::cli::Cli;
+use slotcron::unstable::cli::Cli;
 
 /// The most characters a flag's line of `-h` may spend on what the flag does (before the
 /// `[env: ...]`, `[default: ...]` and `[possible values: ...]` that clap adds).

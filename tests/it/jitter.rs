@@ -13,8 +13,8 @@ use chrono::{DateTime, Timelike, Utc};
 use common::fleet::FleetToml;
 use common::tools::libfaketime;
 use common::{slotcron_cli_status, write_config, Receiver, RedisCluster, Replica};
-use slotcron::time::jitter::{delay, delayed};
-use slotcron::time::schedule::Slot;
+use slotcron::unstable::time::jitter::{delay, delayed};
+use slotcron::unstable::time::schedule::Slot;
 
 fn slot(s: &str) -> Slot {
     Slot::at(s.parse().unwrap())

@@ -73,6 +73,7 @@ fn sources() -> Vec<Source> {
 fn layout() -> Vec<String> {
     let lib = fs::read_to_string(src_dir().join("lib.rs")).unwrap();
     lib.lines()
+        .map(str::trim_start)
         .skip_while(|l| l.trim() != "//! # Layout")
         .take_while(|l| l.starts_with("//!"))
         .filter_map(|l| l.strip_prefix("//! - [`"))
@@ -80,11 +81,16 @@ fn layout() -> Vec<String> {
         .collect()
 }
 
-/// The modules `lib.rs` declares.
+/// The modules `lib.rs` declares: the public `api` and the crate-private rest (not the hidden
+/// `unstable { .. }` that re-exports them).
 fn declared() -> Vec<String> {
     let lib = fs::read_to_string(src_dir().join("lib.rs")).unwrap();
     lib.lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
+        .filter_map(|l| {
+            l.strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+        })
+        .filter(|l| l.ends_with(';'))
         .map(|l| l.trim_end_matches(';').to_owned())
         .collect()
 }

@@ -679,3 +679,26 @@ async fn the_handle_triggers_pauses_resumes_reads_history_and_serves_metrics_and
     );
     handle.shutdown().await.unwrap();
 }
+
+/// `Error` keeps its cause: a fleet whose status address is taken stops with `Stopped`, whose
+/// `source()` is the bind's error, and whose text is still the whole chain on one line.
+#[tokio::test]
+async fn a_fleet_that_stops_on_an_error_keeps_it_as_the_errors_source() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let error = Fleet::new("lib-1")
+        .http(addr)
+        .run_until(std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, slotcron::Error::Stopped { .. }), "{error}");
+    let mut chain = Vec::new();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(e) = cause {
+        chain.push(e.to_string());
+        cause = e.source();
+    }
+    assert!(!chain.is_empty(), "no source");
+    assert_eq!(error.to_string(), chain.join(": "));
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
+}

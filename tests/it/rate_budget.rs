@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use slotcron::action::rate::Rate;
-use slotcron::action::Action;
-use slotcron::config;
+use slotcron::unstable::action::rate::Rate;
+use slotcron::unstable::action::Action;
+use slotcron::unstable::config;
 
 /// A robot that records when each request arrived and its `Idempotency-Key`, and answers OK.
 struct StampingRobot {

@@ -6,9 +6,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::{redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async, RedisCluster};
-use slotcron::lock::{Acquire, Lease, LockConfig, Redlock, SlotKey, Token, UnavailableReason};
-use slotcron::redis::{quorum, NodeUrl};
-use slotcron::time::schedule::Slot;
+use slotcron::unstable::lock::{
+    Acquire, Lease, LockConfig, Redlock, SlotKey, Token, UnavailableReason,
+};
+use slotcron::unstable::redis::{quorum, NodeUrl};
+use slotcron::unstable::time::schedule::Slot;
 
 const TTL: Duration = Duration::from_secs(10);
 

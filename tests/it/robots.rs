@@ -22,10 +22,10 @@ use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use sha2::Sha256;
-use slotcron::config;
-use slotcron::replica::Replica;
-use slotcron::slot::{SlotEnv, SlotResult};
-use slotcron::time::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::unstable::config;
+use slotcron::unstable::replica::Replica;
+use slotcron::unstable::slot::{SlotEnv, SlotResult};
+use slotcron::unstable::time::schedule::{SharedClock, Slot, SystemClock};
 
 /// Runs one slot of the only job (`robot`, Asia/Shanghai, 5 s) whose `[job.action]` is `action`;
 /// jobs.toml is taken to be in `dir` (files it names are relative to it).

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::{write_config, Receiver, Replica, SentinelSet, ACL_PASSWORD, ACL_USER, MASTER};
-use slotcron::config;
+use slotcron::unstable::config;
 
 const JOBS: usize = 5;
 /// The start of the line of a run whose lock fewer replicas acknowledged than wanted.
@@ -84,7 +84,7 @@ fn check_names_each_mode_and_what_it_guarantees() {
     ];
     for (lines, lock, guarantee) in cases {
         let config = parse(&with_redis(lines)).unwrap();
-        let text = slotcron::cli::render_check(&config, 1);
+        let text = slotcron::unstable::cli::render_check(&config, 1);
         assert!(
             text.contains(lock) && text.contains(guarantee),
             "{lines}:\n{text}"

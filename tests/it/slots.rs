@@ -22,7 +22,7 @@ use chrono::{
 };
 use chrono_tz::Tz;
 use proptest::prelude::*;
-use slotcron::time::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Slot};
+use slotcron::unstable::time::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Slot};
 
 /// The ten zones whose transitions are checked one by one, then three more for the proptests
 /// (Kolkata and UTC never change; Chatham shifts by 45 minutes at 02:45/03:45).

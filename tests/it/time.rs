@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use common::fleet::{parse, Fleet, FleetToml};
 use common::tools::{libfaketime, set_offset};
 use common::{write_config, Receiver, RedisCluster, Replica};
-use slotcron::replica::Replica as SlotcronReplica;
-use slotcron::time::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
+use slotcron::unstable::replica::Replica as SlotcronReplica;
+use slotcron::unstable::time::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use tokio_util::sync::CancellationToken;
 
 /// The `slotcron_races_total` (`won`, `skipped`...) or `slotcron_runs_total` (`done`...) counter
@@ -53,7 +53,7 @@ async fn no_drift_a_simulated_day_of_a_job_every_second_gives_86400_slots() {
         .unwrap();
     let metrics = replica.metrics.clone();
     let shutdown = CancellationToken::new();
-    let run = tokio::spawn(slotcron::replica::run_replica(
+    let run = tokio::spawn(slotcron::unstable::replica::run_replica(
         replica,
         config,
         shutdown.clone(),
@@ -184,7 +184,7 @@ async fn a_fast_replica_never_fires_early_with_either_clock() {
 #[derive(Debug, Default)]
 struct SteppingClock(std::sync::atomic::AtomicI64);
 
-impl slotcron::time::schedule::Clock for SteppingClock {
+impl slotcron::unstable::time::schedule::Clock for SteppingClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::seconds(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
@@ -215,7 +215,7 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
             .unwrap();
         let metrics = replica.metrics.clone();
         let shutdown = CancellationToken::new();
-        let run = tokio::spawn(slotcron::replica::run_replica(
+        let run = tokio::spawn(slotcron::unstable::replica::run_replica(
             replica,
             config,
             shutdown.clone(),
@@ -509,7 +509,7 @@ impl StepRun {
         (self.stepped_at.timestamp() + 1..=self.ended_at.timestamp() - 2)
             .filter(|&s| {
                 let slot = Slot::at(DateTime::from_timestamp(s, 0).unwrap());
-                slotcron::fleet::membership::rank(&live, name, "skew", slot) <= 2
+                slotcron::unstable::fleet::membership::rank(&live, name, "skew", slot) <= 2
             })
             .collect()
     }

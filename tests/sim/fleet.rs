@@ -6,9 +6,9 @@
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
-use slotcron::action::function::{FnAction, SlotContext};
-use slotcron::action::Action;
-use slotcron::redis::Connector;
+use slotcron::unstable::action::function::{FnAction, SlotContext};
+use slotcron::unstable::action::Action;
+use slotcron::unstable::redis::Connector;
 use tokio_util::sync::CancellationToken;
 
 use crate::invariants::Violations;
@@ -69,7 +69,8 @@ pub fn start(
     };
     let env: std::collections::HashMap<String, String> = Default::default();
     let path = std::path::Path::new("sim.toml");
-    let mut config = slotcron::config::parse(path, &jobs_toml(shape), &env).expect("sim config");
+    let mut config =
+        slotcron::unstable::config::parse(path, &jobs_toml(shape), &env).expect("sim config");
     let dialer = net::dialer(world, name, incarnation);
     config.redis.as_mut().expect("[redis]").connector = Connector::Dial(dialer);
     for job in &mut config.jobs {
@@ -81,7 +82,7 @@ pub fn start(
         skew_us: skew,
     });
     let stop = CancellationToken::new();
-    let task = tokio::spawn(slotcron::replica::run(
+    let task = tokio::spawn(slotcron::unstable::replica::run(
         config,
         name.to_owned(),
         clock,

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotcron::redis::connector::{Dial, Dialing, Stream};
+use slotcron::unstable::redis::connector::{Dial, Dialing, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf};
 use tokio::sync::mpsc;
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotcron::fleet::control::{Control, PauseOrder};
-use slotcron::redis::{NodeUrl, Nodes};
+use slotcron::unstable::fleet::control::{Control, PauseOrder};
+use slotcron::unstable::redis::{NodeUrl, Nodes};
 
 use crate::fleet::Shape;
 use crate::net;

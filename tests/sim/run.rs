@@ -80,7 +80,7 @@ pub struct Outcome {
 
 /// Runs `plan` on a runtime of its own, on this thread.
 pub fn run(plan: &Plan) -> Outcome {
-    slotcron::seed::seed_this_thread(plan.seed);
+    slotcron::unstable::seed::seed_this_thread(plan.seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -88,7 +88,7 @@ pub fn run(plan: &Plan) -> Outcome {
         .expect("a runtime");
     let outcome = runtime.block_on(simulate(plan));
     drop(runtime);
-    slotcron::seed::unseed_this_thread();
+    slotcron::unstable::seed::unseed_this_thread();
     outcome
 }
 

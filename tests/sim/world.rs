@@ -205,7 +205,7 @@ pub struct SimClock {
     pub skew_us: Arc<AtomicI64>,
 }
 
-impl slotcron::time::schedule::Clock for SimClock {
+impl slotcron::unstable::time::schedule::Clock for SimClock {
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
         let us = EPOCH_US
             + self.start.elapsed().as_micros() as i64

@@ -1,13 +1,14 @@
 //! Calendars: which dates are workdays and which are days off.
 //!
 //! A calendar starts from a Monday-to-Friday week and layers named days on it: the built-in
-//! data of a country ([`cn`]), the all-day events of an iCalendar file ([`ics`]), then the days
+//! data of a country ([`cn`]), the all-day events of an iCalendar file (`ics`, the `ics` feature), then the days
 //! written in jobs.toml. Each layer overrides the ones before it, so a company can take a day
 //! off that the State Council made a make-up workday, or work on a public holiday. A job that
 //! names a calendar keeps the slots whose *date in the job's zone* is one of its workdays (or
 //! holidays): a pure function of the date, so every replica computes the same slots.
 
 pub mod cn;
+#[cfg(feature = "ics")]
 pub mod ics;
 
 use std::collections::BTreeMap;

@@ -19,7 +19,8 @@ use crate::time::calendar::{DayFilter, Days};
 use crate::time::schedule::Schedule;
 
 /// The language of the words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Lang {
     /// 中文.
     Zh,
