@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use slotcron::config::durations::{self, DurationRange};
-use slotcron::config::Config;
+use slotcron::unstable::config::durations::{self, DurationRange};
+use slotcron::unstable::config::Config;
 
 const JOB: &str = "[[job]]\nname = \"j\"\nschedule = \"* * * * *\"\n";
 const ACTION: &str = "[job.action]\ntype = \"log\"\ncontent = \"x\"\n";
@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let (text, range) = place(which, value);
     let env: HashMap<String, String> = HashMap::new();
-    let result = slotcron::config::parse(Path::new("fuzz.toml"), &text, &env);
+    let result = slotcron::unstable::config::parse(Path::new("fuzz.toml"), &text, &env);
     if let Ok(config) = &result {
         assert_in_ranges(config);
     }
