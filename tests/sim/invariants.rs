@@ -15,6 +15,13 @@ const CALM_US: i64 = 15_000_000;
 /// it was taken may still run; from then on every replica heard it (pub/sub, one hop).
 const PAUSE_HEARD_US: i64 = 2_000_000;
 
+/// Runs among arrivals: distinct (fence, replica), a resend being the same run.
+fn runs_of(arrivals: &[(i64, String, String)]) -> usize {
+    let runs: std::collections::BTreeSet<(i64, &str)> =
+        arrivals.iter().map(|(f, r, _)| (*f, r.as_str())).collect();
+    runs.len()
+}
+
 /// One broken invariant.
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -29,8 +36,9 @@ pub struct Violation {
 #[derive(Default)]
 struct State {
     found: Vec<Violation>,
-    /// Per (job, slot): the fences and replicas that reached a receiver, in order.
-    seen: BTreeMap<(String, i64), Vec<(i64, String)>>,
+    /// Per (job, slot): the fence, replica and `Idempotency-Key` of each request that reached
+    /// a receiver, in order (a resend too).
+    seen: BTreeMap<(String, i64), Vec<(i64, String, String)>>,
 }
 
 /// The run's violations; cloned into every receiver.
@@ -89,22 +97,33 @@ impl Violations {
             let mut state = self.state();
             let seen = state.seen.entry((e.job.clone(), e.slot_us)).or_default();
             let before = seen.clone();
-            seen.push((e.fence, e.replica.clone()));
+            seen.push((e.fence, e.replica.clone(), e.key.clone()));
             before
         };
+        // A resend (after an answer cut off, a 5xx, a 429) is the same run: one fence, one key.
+        if let Some((_, _, key)) =
+            (before.iter()).find(|(f, r, _)| *f == e.fence && *r == e.replica)
+        {
+            if *key != e.key {
+                let detail = format!("resent with key {} after key {key}", e.key);
+                self.report(w, "one_key_per_run", e, vec![e.replica.clone()], detail);
+            }
+            return;
+        }
         let replicas = || {
             before
                 .iter()
-                .map(|(_, r)| r.clone())
+                .map(|(_, r, _)| r.clone())
                 .chain([e.replica.clone()])
                 .collect()
         };
-        if let Some((fence, _)) = before.iter().find(|(f, _)| *f >= e.fence) {
+        if let Some((fence, _, _)) = before.iter().find(|(f, _, _)| *f >= e.fence) {
             let detail = format!("fence {} after fence {fence}", e.fence);
             self.report(w, "fences_increase", e, replicas(), detail);
         }
-        if self.inside && !before.is_empty() {
-            let detail = format!("effect {} of the slot", before.len() + 1);
+        let runs = runs_of(&before) + 1;
+        if self.inside && runs > 1 {
+            let detail = format!("run {runs} of the slot reached a receiver");
             self.report(w, "at_most_once", e, replicas(), detail);
         }
     }
@@ -128,6 +147,7 @@ impl Violations {
                         job: job.clone(),
                         slot_us: slot,
                         fence: 0,
+                        key: String::new(),
                         replica: String::new(),
                         at_us: 0,
                     };
@@ -174,6 +194,7 @@ impl Violations {
             job: String::new(),
             slot_us: 0,
             fence: 0,
+            key: String::new(),
             replica: replica.to_owned(),
             at_us: w.now_us(),
         };

@@ -21,6 +21,7 @@ mod named;
 mod nemesis;
 mod net;
 mod operator;
+mod receivers;
 mod run;
 mod world;
 

@@ -46,6 +46,8 @@ pub struct Effect {
     pub job: String,
     pub slot_us: i64,
     pub fence: i64,
+    /// The request's `Idempotency-Key`.
+    pub key: String,
     pub replica: String,
     pub at_us: i64,
 }
@@ -62,6 +64,8 @@ pub struct World {
     pub effects: Vec<Effect>,
     /// Receivers refuse every request while true.
     pub receivers_refuse: bool,
+    /// How the receivers answer (a fault's 5xx, 429 or black hole).
+    pub answering: crate::receivers::Answering,
     /// Replicas whose egress is broken: their requests are refused.
     pub egress_broken: std::collections::BTreeSet<String>,
     /// Sends still to be ambiguous (acted on, the answer cut off).
@@ -105,6 +109,7 @@ impl Shared {
             replica_skew: BTreeMap::new(),
             effects: Vec::new(),
             receivers_refuse: false,
+            answering: Default::default(),
             egress_broken: Default::default(),
             ambiguous: 0,
             pauses: Vec::new(),
