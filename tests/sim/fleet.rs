@@ -23,7 +23,8 @@ pub struct Shape {
     pub max_skew_ms: u64,
 }
 
-/// jobs.toml of the simulated fleet: `jobs` jobs every second on `nodes` nodes.
+/// jobs.toml of the simulated fleet: `jobs` jobs every second on `nodes` nodes, each an `http`
+/// action with `catch_up` (slots the whole fleet missed in the last 30 s run at start).
 pub fn jobs_toml(shape: &Shape) -> String {
     let nodes: Vec<String> = (0..shape.nodes)
         .map(|i| format!("\"redis://n{i}:6379\""))
@@ -36,6 +37,7 @@ pub fn jobs_toml(shape: &Shape) -> String {
     for j in 0..shape.jobs {
         text.push_str(&format!(
             "\n[[job]]\nname = \"j{j}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
+             catch_up = \"30s\"\ncatch_up_policy = \"all\"\n\
              [job.action]\ntype = \"http\"\nurl = \"http://receiver.sim/j{j}\"\n"
         ));
     }

@@ -89,6 +89,16 @@ impl Violations {
             );
             self.report(w, "never_early", e, vec![e.replica.clone()], early);
         }
+        if e.slot_us < EPOCH_US {
+            let detail = "a slot from before the fleet first scheduled the job (its watermark)";
+            self.report(
+                w,
+                "never_before_deploy",
+                e,
+                vec![e.replica.clone()],
+                detail.to_owned(),
+            );
+        }
         if stale {
             let detail = "sent after the lock's validity (the run's deadline)".to_owned();
             self.report(w, "never_stale", e, vec![e.replica.clone()], detail);

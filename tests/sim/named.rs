@@ -137,11 +137,20 @@ fn a_slot_made_to_run_twice_keeps_its_fences_and_time() {
     case("slot_run_twice", false, faults);
 }
 
-/// The receivers are `fn` actions: a refused send is the function's error, a `failed` slot, not
-/// the "nothing left this replica" of a refused HTTP connection, so no handoff follows here
-/// (the HTTP seam that would carry it is not built; `test_delivery` covers the handoff).
+/// One replica's egress broken for 40 s: each slot it wins is handed off (nothing left it) and
+/// delivered by another, within its deadline (liveness judges these slots).
 #[test]
-fn broken_egress_on_two_replicas_fails_its_slots_once() {
+fn broken_egress_hands_each_won_slot_off() {
+    let egress = Fault::Egress {
+        replica: 0,
+        for_s: 40.0,
+    };
+    case("broken_egress", true, vec![at(30.0, egress)]);
+}
+
+/// Two replicas' egress broken at once, one longer: the third delivers what they win.
+#[test]
+fn broken_egress_on_two_replicas_hands_off_to_the_third() {
     let faults = vec![
         at(
             30.0,
@@ -158,7 +167,23 @@ fn broken_egress_on_two_replicas_fails_its_slots_once() {
             },
         ),
     ];
-    case("broken_egress", true, faults);
+    case("broken_egress_two", true, faults);
+}
+
+/// The whole fleet down for 12 s (every replica killed), then restarted: catch-up runs the
+/// slots nobody ran, each once, and none from before the fleet first scheduled the job.
+#[test]
+fn the_whole_fleet_down_across_slots_catches_up() {
+    let faults = (0..3)
+        .map(|replica| {
+            let crash = Fault::ReplicaCrash {
+                replica,
+                down_s: 12.0,
+            };
+            at(40.5, crash)
+        })
+        .collect();
+    case("whole_fleet_down", true, faults);
 }
 
 #[test]
