@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use slotcron::record::history::RunRecord;
+
 use crate::world::{Effect, World, EPOCH_US};
 
 /// Liveness looks at slots at least this far from any fault (µs): a slot whose window saw a
@@ -14,6 +16,20 @@ const CALM_US: i64 = 15_000_000;
 /// A pause holds from this long after the operator took it (µs): slots already racing when
 /// it was taken may still run; from then on every replica heard it (pub/sub, one hop).
 const PAUSE_HEARD_US: i64 = 2_000_000;
+
+impl Effect {
+    /// A slot of `job` named in a violation that no single effect shows.
+    fn of_slot(job: &str, slot_us: i64) -> Effect {
+        Effect {
+            job: job.to_owned(),
+            slot_us,
+            fence: 0,
+            key: String::new(),
+            replica: String::new(),
+            at_us: 0,
+        }
+    }
+}
 
 /// Runs among arrivals: distinct (fence, replica), a resend being the same run.
 fn runs_of(arrivals: &[(i64, String, String)]) -> usize {
@@ -198,6 +214,55 @@ impl Violations {
 }
 
 impl Violations {
+    /// At settle: the fleet's history and ledger (`runs`, each job's merged history) agree with
+    /// what the receivers saw, slot by slot over `horizon` (true time, µs).
+    pub fn ledger_agrees(
+        &self,
+        w: &World,
+        runs: &BTreeMap<String, Option<Vec<RunRecord>>>,
+        horizon: (i64, i64),
+    ) {
+        for (job, runs) in runs {
+            let Some(runs) = runs else {
+                let e = Effect::of_slot(job, horizon.1);
+                let detail = "no majority answered the history read at settle".to_owned();
+                self.report(w, "ledger_fate_agrees", &e, Vec::new(), detail);
+                continue;
+            };
+            for (slot_us, entries) in crate::ledger::entries(runs, horizon) {
+                let arrived = self.runs_that_arrived(job, slot_us);
+                let emptied: std::collections::BTreeSet<usize> = (w.emptied.iter())
+                    .filter(|(_, at)| *at > slot_us)
+                    .map(|(node, _)| *node)
+                    .collect();
+                let kept = emptied.len() < w.nodes.len() / 2 + 1;
+                let Some((invariant, detail)) =
+                    crate::ledger::disagreement(&entries, &arrived, kept)
+                else {
+                    continue;
+                };
+                let replicas = arrived.iter().map(|(_, r)| r.clone()).collect();
+                self.report(
+                    w,
+                    invariant,
+                    &Effect::of_slot(job, slot_us),
+                    replicas,
+                    detail,
+                );
+            }
+        }
+    }
+
+    /// The distinct (fence, replica) runs of `job`'s slot `slot_us` that reached a receiver.
+    fn runs_that_arrived(&self, job: &str, slot_us: i64) -> Vec<(i64, String)> {
+        let state = self.state();
+        let arrivals = state.seen.get(&(job.to_owned(), slot_us));
+        let runs: std::collections::BTreeSet<(i64, String)> = (arrivals.into_iter().flatten())
+            .map(|(f, r, _)| (*f, r.clone()))
+            .collect();
+        runs.into_iter().collect()
+    }
+
     /// A replica told to stop that had not exited within its longest timeout.
     pub fn stuck(&self, w: &World, replica: &str) {
         let e = Effect {

@@ -16,6 +16,7 @@
 mod cases;
 mod fleet;
 mod invariants;
+mod ledger;
 mod model;
 mod named;
 mod nemesis;

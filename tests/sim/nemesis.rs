@@ -316,6 +316,10 @@ fn end(t: &Target, fault: &Fault) {
     let mut w = t.world.lock();
     match fault {
         Fault::NodeKill { node, empty, .. } => {
+            if *empty {
+                let now = w.now_us();
+                w.emptied.push((*node, now));
+            }
             let n = &mut w.nodes[*node];
             match empty {
                 true => n.model = crate::model::Node::new(crate::model::Persistence::Aof),

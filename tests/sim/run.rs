@@ -103,7 +103,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     }
     let target = Target {
         world: world.clone(),
-        shape,
+        shape: shape.clone(),
         replicas: replicas.clone(),
         violations: violations.clone(),
     };
@@ -114,10 +114,12 @@ async fn simulate(plan: &Plan) -> Outcome {
         let _ = fault.await;
     }
     stop_all(&world, &replicas, &violations).await;
+    let runs = crate::ledger::read(&world, &shape).await;
     let w = world.lock();
     let from = crate::world::EPOCH_US + WARM_UP_S as i64 * 1_000_000;
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
     violations.at_end(&w, plan.jobs, (from, to));
+    violations.ledger_agrees(&w, &runs, (from, to));
     w.write_dump();
     Outcome {
         trace_hash: w.trace_hash(),

@@ -76,6 +76,9 @@ pub struct World {
     pub faults: u64,
     /// Last fault's true time (µs): liveness is judged on slots away from faults.
     pub fault_times: Vec<(i64, i64)>,
+    /// Nodes restarted empty, and when (true time, µs): records older than a majority of
+    /// these are beyond what the history keeps.
+    pub emptied: Vec<(usize, i64)>,
     hasher: DefaultHasher,
     pub last: VecDeque<String>,
     pub events: u64,
@@ -116,6 +119,7 @@ impl Shared {
             next_conn: 1,
             faults: 0,
             fault_times: Vec::new(),
+            emptied: Vec::new(),
             hasher: DefaultHasher::new(),
             last: VecDeque::new(),
             events: 0,
