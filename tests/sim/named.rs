@@ -113,6 +113,33 @@ fn a_rolling_empty_restart_of_every_node_under_a_pause() {
     case("rolling_empty_restart_under_pause", true, faults);
 }
 
+/// Under a pause, one node restarted empty while every replica is down (none there to write
+/// the pause back onto it): the new processes know no pause of their own and read it from the
+/// nodes; the empty node's silence must not
+/// outvote the two that hold it (the newest change of a majority wins).
+#[test]
+fn a_pause_holds_through_an_empty_node_and_a_fleet_restart() {
+    let pause = Fault::Pause {
+        job: 0,
+        for_s: 40.0,
+        clock_off_s: -120,
+    };
+    let empty = Fault::NodeKill {
+        node: 0,
+        down_s: 2.0,
+        empty: true,
+    };
+    let mut faults = vec![at(25.0, pause), at(30.0, empty)];
+    for replica in 0..3 {
+        let crash = Fault::ReplicaCrash {
+            replica,
+            down_s: 1.5,
+        };
+        faults.push(at(31.0, crash));
+    }
+    case("pause_through_empty_node_and_restart", true, faults);
+}
+
 #[test]
 fn a_slot_made_to_run_twice_keeps_its_fences_and_time() {
     // Beyond the assumptions: two of three nodes lose their keys at once, after the slot's
