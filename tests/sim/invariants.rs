@@ -31,6 +31,31 @@ impl Effect {
     }
 }
 
+/// The members and scores of the fleet's membership set on `node` (read on a copy, so the
+/// node's own state, connection ids included, is untouched).
+fn members(node: &crate::model::Node, now_us: i64) -> Vec<(String, f64)> {
+    let argv: Vec<Vec<u8>> = ["ZRANGE", "sim:members", "0", "-1", "WITHSCORES"]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let reply = node
+        .clone()
+        .execute(crate::model::ConnId(u64::MAX), now_us, &argv)
+        .reply;
+    let Ok(redis::Value::Array(items)) = redis::parse_redis_value(&reply) else {
+        return Vec::new();
+    };
+    (items.chunks(2))
+        .filter_map(|pair| match pair {
+            [redis::Value::BulkString(m), redis::Value::BulkString(s)] => Some((
+                String::from_utf8_lossy(m).into_owned(),
+                String::from_utf8_lossy(s).parse().ok()?,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Runs among arrivals: distinct (fence, replica), a resend being the same run.
 fn runs_of(arrivals: &[(i64, String, String)]) -> usize {
     let runs: std::collections::BTreeSet<(i64, &str)> =
@@ -264,6 +289,27 @@ impl Violations {
             .map(|(f, r, _)| (*f, r.clone()))
             .collect();
         runs.into_iter().collect()
+    }
+
+    /// Every membership heartbeat on the nodes is scored on the fleet's time: no member's
+    /// expiry further ahead than its TTL plus the allowed skew (a score from a local clock
+    /// would keep a dead replica ranked, or trim the living).
+    pub fn heartbeats_on_fleet_time(&self, w: &World, max_skew_ms: u64) {
+        let ttl_ms = slotcron::fleet::membership::MEMBER_TTL.as_millis() as i64;
+        let fleet_ms = (w.now_us() + w.fleet_offset_us()) / 1000;
+        let bound = fleet_ms + ttl_ms + max_skew_ms as i64;
+        for (i, node) in w.nodes.iter().enumerate().filter(|(_, n)| n.up) {
+            for (member, score) in members(&node.model, w.now_us() + node.skew_us) {
+                if score as i64 > bound {
+                    let e = Effect::of_slot("", 0);
+                    let detail = format!(
+                        "n{i} holds member {member} expiring at {score} ms, {} ms past the fleet's time",
+                        score as i64 - fleet_ms
+                    );
+                    self.report(w, "heartbeats_on_fleet_time", &e, vec![member], detail);
+                }
+            }
+        }
     }
 
     /// A replica told to stop that had not exited within its longest timeout.

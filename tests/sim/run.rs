@@ -113,6 +113,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     for fault in faults {
         let _ = fault.await;
     }
+    violations.heartbeats_on_fleet_time(&world.lock(), plan.max_skew_ms);
     stop_all(&world, &replicas, &violations).await;
     let runs = crate::ledger::read(&world, &shape).await;
     let w = world.lock();
