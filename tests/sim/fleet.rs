@@ -21,10 +21,14 @@ pub struct Shape {
     pub jobs: usize,
     /// The Redlock's `max_clock_skew` (ms): skews within it stay inside the assumptions.
     pub max_skew_ms: u64,
+    /// The jobs take `catch_up`, which records each run's start at once (a write more per
+    /// slot): on where replicas crash (and in the named cases), off where they do not.
+    pub catch_up: bool,
 }
 
 /// jobs.toml of the simulated fleet: `jobs` jobs every second on `nodes` nodes, each an `http`
-/// action with `catch_up` (slots the whole fleet missed in the last 30 s run at start).
+/// action, with `catch_up` if the shape says (slots the whole fleet missed in the last 30 s run
+/// at start).
 pub fn jobs_toml(shape: &Shape) -> String {
     let nodes: Vec<String> = (0..shape.nodes)
         .map(|i| format!("\"redis://n{i}:6379\""))
@@ -34,10 +38,13 @@ pub fn jobs_toml(shape: &Shape) -> String {
         shape.max_skew_ms,
         nodes.join(", ")
     );
+    let catch_up = match shape.catch_up {
+        true => "catch_up = \"30s\"\ncatch_up_policy = \"all\"\n",
+        false => "",
+    };
     for j in 0..shape.jobs {
         text.push_str(&format!(
-            "\n[[job]]\nname = \"j{j}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-             catch_up = \"30s\"\ncatch_up_policy = \"all\"\n\
+            "\n[[job]]\nname = \"j{j}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n{catch_up}\
              [job.action]\ntype = \"http\"\nurl = \"http://receiver.sim/j{j}\"\n"
         ));
     }

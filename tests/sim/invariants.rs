@@ -151,10 +151,15 @@ impl Violations {
             seen.push((e.fence, e.replica.clone(), e.key.clone()));
             before
         };
+        self.on_arrival(w, e, &before);
+    }
+
+    /// Checks an effect against the earlier arrivals `before` of its slot: a resend keeps its
+    /// run's key; another run comes under a later fence, and inside the assumptions not at all.
+    fn on_arrival(&self, w: &World, e: &Effect, before: &[(i64, String, String)]) {
         // A resend (after an answer cut off, a 5xx, a 429) is the same run: one fence, one key.
-        if let Some((_, _, key)) =
-            (before.iter()).find(|(f, r, _)| *f == e.fence && *r == e.replica)
-        {
+        let resent = (before.iter()).find(|(f, r, _)| *f == e.fence && *r == e.replica);
+        if let Some((_, _, key)) = resent {
             if *key != e.key {
                 let detail = format!("resent with key {} after key {key}", e.key);
                 self.report(w, "one_key_per_run", e, vec![e.replica.clone()], detail);
@@ -175,7 +180,7 @@ impl Violations {
             let detail = format!("fence {} after fence {fence}", e.fence);
             self.report(w, "fences_increase", e, replicas(), detail);
         }
-        let runs = runs_of(&before) + 1;
+        let runs = runs_of(before) + 1;
         if self.inside && runs > 1 {
             let detail = format!("run {runs} of the slot reached a receiver");
             self.report(w, "at_most_once", e, replicas(), detail);

@@ -272,6 +272,23 @@ fn ambiguous_sends() {
     case("ambiguous_send", true, faults);
 }
 
+/// Two of three node clocks stepped back 900 ms between two slots (inside `max_clock_skew`):
+/// the nodes' lower median moves back, so the next slot's timer, set on the fleet time measured
+/// before, fires 900 ms ahead of the nodes' time. The guard measures again and waits the slot
+/// out (within `EARLY_WAIT`): never early on the nodes' time.
+#[test]
+fn two_node_clocks_stepped_back_within_the_early_wait() {
+    let back = |node| Fault::NodeClock {
+        node,
+        step_ms: -900,
+    };
+    case(
+        "node_clocks_back",
+        true,
+        vec![at(40.5, back(0)), at(40.5, back(1))],
+    );
+}
+
 #[test]
 fn a_node_clock_stepped() {
     case(

@@ -64,6 +64,7 @@ impl Plan {
             nodes: self.nodes,
             jobs: self.jobs,
             max_skew_ms: self.max_skew_ms,
+            catch_up: !matches!(self.profile.as_str(), "calm" | "nodes" | "network"),
         }
     }
 }
