@@ -94,7 +94,8 @@ impl Replica {
         clock: SharedClock,
     ) -> anyhow::Result<Self> {
         let client = http_client().context("building the HTTP client")?;
-        let client = client.through(config.egress.clone());
+        let egress = config.redis.as_ref().map(|r| r.egress.clone());
+        let client = client.through(egress.unwrap_or_default());
         match &config.redis {
             None => Ok(Replica::standalone(config, name, clock, client)),
             Some(redis) => Replica::fleet(config, redis, name, clock, client).await,

@@ -20,11 +20,8 @@ pub const MAX_ATTEMPTS: u32 = 8;
 pub const BACKOFF_BASE: Duration = Duration::from_millis(250);
 /// Longest backoff between two attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Most of a response body read: enough for any robot's JSON answer, and a 10 MB answer from a
-/// misbehaving receiver costs nothing.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-pub use super::egress::Answer;
+pub use super::egress::{Answer, MAX_BODY_BYTES};
 
 /// An action's reading of one answer; `T` is what a success yields (a media id, or nothing).
 #[derive(Debug, PartialEq, Eq)]

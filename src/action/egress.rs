@@ -13,7 +13,9 @@ use std::time::Duration;
 use reqwest::header::RETRY_AFTER;
 use reqwest::{RequestBuilder, StatusCode};
 
-use super::deliver::MAX_BODY_BYTES;
+/// Most of a response body read: enough for any robot's JSON answer, and a 10 MB answer from a
+/// misbehaving receiver costs nothing.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// What a receiver answered, before an action reads it.
 #[derive(Debug)]

@@ -79,9 +79,6 @@ pub struct Config {
     /// The file's hash (xxh3 of its bytes, 16 hex digits): the audit trail names a reload's
     /// and a restart's change of configuration by it.
     pub hash: String,
-    /// Where the actions' HTTP requests go: the network, as no file can say otherwise; a
-    /// simulation sets its receivers in code (see [`crate::action::egress`]).
-    pub egress: crate::action::egress::Egress,
 }
 
 impl Config {
@@ -97,7 +94,6 @@ impl Config {
         if let Some(http) = old.http.filter(|http| http.overridden) {
             self.http = Some(http);
         }
-        self.egress = old.egress.clone();
         self
     }
 }
@@ -396,7 +392,6 @@ impl<'e> Loader<'e> {
             scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
             warnings: std::mem::take(&mut self.warnings),
             hash: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes())),
-            egress: Default::default(),
         })
     }
 

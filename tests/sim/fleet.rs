@@ -78,8 +78,9 @@ pub fn start(
     let path = std::path::Path::new("sim.toml");
     let mut config = slotcron::config::parse(path, &jobs_toml(shape), &env).expect("sim config");
     let dialer = net::dialer(world, name, incarnation);
-    config.redis.as_mut().expect("[redis]").connector = Connector::Dial(dialer);
-    config.egress = crate::receivers::egress(world, name, incarnation, v);
+    let redis = config.redis.as_mut().expect("[redis]");
+    redis.connector = Connector::Dial(dialer);
+    redis.egress = crate::receivers::egress(world, name, incarnation, v);
     let clock = Arc::new(SimClock {
         start: world.lock().start,
         skew_us: skew,

@@ -56,8 +56,11 @@ fn members(node: &crate::model::Node, now_us: i64) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// One request that reached a receiver: its fence, replica and `Idempotency-Key`.
+type Arrival = (i64, String, String);
+
 /// Runs among arrivals: distinct (fence, replica), a resend being the same run.
-fn runs_of(arrivals: &[(i64, String, String)]) -> usize {
+fn runs_of(arrivals: &[Arrival]) -> usize {
     let runs: std::collections::BTreeSet<(i64, &str)> =
         arrivals.iter().map(|(f, r, _)| (*f, r.as_str())).collect();
     runs.len()
@@ -79,7 +82,7 @@ struct State {
     found: Vec<Violation>,
     /// Per (job, slot): the fence, replica and `Idempotency-Key` of each request that reached
     /// a receiver, in order (a resend too).
-    seen: BTreeMap<(String, i64), Vec<(i64, String, String)>>,
+    seen: BTreeMap<(String, i64), Vec<Arrival>>,
 }
 
 /// The run's violations; cloned into every receiver.
@@ -156,7 +159,7 @@ impl Violations {
 
     /// Checks an effect against the earlier arrivals `before` of its slot: a resend keeps its
     /// run's key; another run comes under a later fence, and inside the assumptions not at all.
-    fn on_arrival(&self, w: &World, e: &Effect, before: &[(i64, String, String)]) {
+    fn on_arrival(&self, w: &World, e: &Effect, before: &[Arrival]) {
         // A resend (after an answer cut off, a 5xx, a 429) is the same run: one fence, one key.
         let resent = (before.iter()).find(|(f, r, _)| *f == e.fence && *r == e.replica);
         if let Some((_, _, key)) = resent {
