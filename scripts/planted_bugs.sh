@@ -10,7 +10,8 @@
 #
 # Budget per bug (the simulation's own variables; defaults: its CI run):
 #   SLOTCRON_SIM_SEEDS, SLOTCRON_SIM_JOBS, SLOTCRON_SIM_SECONDS, SLOTCRON_SIM_THREADS
-# PLANTED_PROFILE: the cargo profile (default `sim`, the simulation's optimised build);
+# PLANTED_PROFILE: the cargo profile (default `sim`, the simulation's optimised build; `dev`:
+# the build `cargo test` runs, with the dev budget);
 # PLANTED_CARGO_FLAGS: more cargo flags (e.g. `--all-features`, to reuse a build made so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ profile="${PLANTED_PROFILE:-sim}"
 read -r -a flags <<< "${PLANTED_CARGO_FLAGS:-}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
 
+mkdir -p target
 if ! git diff --quiet -- src; then
     echo "planted_bugs: src/ has uncommitted changes; commit or drop them first" >&2
     exit 2

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::action::egress::Http;
 use crate::action::http_client;
 use crate::action::rate::Budgets;
 use crate::catch_up;
@@ -72,7 +73,7 @@ pub struct Replica {
     /// The fleet's live replicas, among which each slot's candidates are ranked.
     pub membership: Membership,
     /// One HTTP client (and connection pool) for every action of every generation.
-    pub client: reqwest::Client,
+    pub client: Http,
     /// The clock slots are scheduled and judged on: the fleet clock with `[redis]`.
     pub clock: SharedClock,
     /// The prefix the replica started with: a new prefix in a reloaded file waits for a restart,
@@ -96,6 +97,8 @@ impl Replica {
         clock: SharedClock,
     ) -> anyhow::Result<Self> {
         let client = http_client().context("building the HTTP client")?;
+        let egress = config.redis.as_ref().map(|r| r.egress.clone());
+        let client = client.through(egress.unwrap_or_default());
         match &config.redis {
             None => Ok(Replica::standalone(config, name, clock, client)),
             Some(redis) => Replica::fleet(config, redis, name, clock, client).await,
@@ -103,12 +106,7 @@ impl Replica {
     }
 
     /// A replica without `[redis]`: the lock, history and budgets live in this process.
-    fn standalone(
-        config: &Config,
-        name: String,
-        clock: SharedClock,
-        client: reqwest::Client,
-    ) -> Self {
+    fn standalone(config: &Config, name: String, clock: SharedClock, client: Http) -> Self {
         Replica {
             lock: SlotLock::Local(Arc::new(LocalLock::new(&name))),
             history: History::local(),
@@ -136,7 +134,7 @@ impl Replica {
         redis: &config::RedisConfig,
         name: String,
         clock: SharedClock,
-        client: reqwest::Client,
+        client: Http,
     ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let nodes = open_nodes(redis, &name).await?;
@@ -761,7 +759,7 @@ async fn take_handoff(ctx: Arc<SlotEnv>, job: Arc<Job>, offer: HandoffRequest) {
 /// its TLS and proxy settings); without a client, the replica runs without traces, saying so.
 fn install_traces(endpoint: &url::Url, replica: &str) {
     match crate::action::http_client() {
-        Ok(client) => crate::trace::install(endpoint, replica, client),
+        Ok(client) => crate::trace::install(endpoint, replica, (*client).clone()),
         Err(e) => tracing::warn!(%endpoint, replica, error = %e,
             "traces: cannot build the HTTP client; running without traces"),
     }

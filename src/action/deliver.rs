@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use rand::Rng;
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::HeaderMap;
 use reqwest::{RequestBuilder, StatusCode};
 use tokio::time::Instant;
 
+use super::egress::Sent;
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 
@@ -19,20 +20,8 @@ pub const MAX_ATTEMPTS: u32 = 8;
 pub const BACKOFF_BASE: Duration = Duration::from_millis(250);
 /// Longest backoff between two attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Most of a response body read: enough for any robot's JSON answer, and a 10 MB answer from a
-/// misbehaving receiver costs nothing.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// What a receiver answered.
-#[derive(Debug)]
-pub struct Answer {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// `Retry-After`, when the receiver asked for a pause.
-    pub retry_after: Option<Duration>,
-    /// The body, read to decide (robots answer errors with 200).
-    pub body: String,
-}
+pub use super::egress::{Answer, MAX_BODY_BYTES};
 
 /// An action's reading of one answer; `T` is what a success yields (a media id, or nothing).
 #[derive(Debug, PartialEq, Eq)]
@@ -263,37 +252,12 @@ async fn attempt_once<T>(
         .headers(slotcron_headers(ctx))
         .headers(span.traceparent())
         .timeout(remaining);
-    match request.send().await {
-        Ok(response) => match read_answer(response).await {
-            Ok(answer) => Attempt::Answered(classify(&answer)),
-            Err(e) => Attempt::Uncertain(format!(
-                "the answer was cut off: {}",
-                describe_send_error(&e)
-            )),
-        },
-        Err(e) if e.is_connect() => Attempt::NotSent(describe_send_error(&e)),
-        Err(e) if e.is_builder() => Attempt::Answered(Verdict::Fail(describe_send_error(&e))),
-        Err(e) => Attempt::Uncertain(describe_send_error(&e)),
+    match ctx.client.send(request).await {
+        Sent::Answered(answer) => Attempt::Answered(classify(&answer)),
+        Sent::NotSent(reason) => Attempt::NotSent(reason),
+        Sent::Invalid(reason) => Attempt::Answered(Verdict::Fail(reason)),
+        Sent::Uncertain(reason) => Attempt::Uncertain(reason),
     }
-}
-
-/// reqwest's error without the URL (it carries the webhook key) but with its cause.
-fn describe_send_error(e: &reqwest::Error) -> String {
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "request failed"
-    };
-    let mut text = kind.to_owned();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The headers every request carries, so receivers can see who sent what and deduplicate.
@@ -313,30 +277,6 @@ fn slotcron_headers(ctx: &SendContext<'_>) -> HeaderMap {
         }
     }
     headers
-}
-
-async fn read_answer(mut response: reqwest::Response) -> Result<Answer, reqwest::Error> {
-    let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let room = MAX_BODY_BYTES - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= MAX_BODY_BYTES {
-            break;
-        }
-    }
-    let body = String::from_utf8_lossy(&body).into_owned();
-    Ok(Answer {
-        status,
-        retry_after,
-        body,
-    })
 }
 
 /// The verdict on the status for robots that answer JSON: a 2xx goes on to the body.

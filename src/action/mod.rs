@@ -7,6 +7,7 @@ pub mod check;
 pub mod command;
 pub mod deliver;
 pub mod dingtalk;
+pub mod egress;
 pub mod feishu;
 pub mod function;
 pub mod http;
@@ -131,8 +132,8 @@ pub struct SendContext<'a> {
     pub about: Option<(&'a str, &'a str)>,
     /// The job's schedule in words, for templates (`{{ schedule_words }}`).
     pub schedule_words: &'a str,
-    /// The shared HTTP client (one connection pool per replica).
-    pub client: &'a reqwest::Client,
+    /// The shared HTTP client (one connection pool per replica) and where it sends.
+    pub client: &'a egress::Http,
     /// The compiled templates of the configuration.
     pub templates: &'a Templates,
     /// The fleet-wide rate budgets of the webhooks.
@@ -375,8 +376,8 @@ impl ActionError {
 /// Longest TCP, TLS and proxy set-up of one attempt.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The HTTP client all actions share: one connection pool per replica.
-pub fn http_client() -> reqwest::Result<reqwest::Client> {
+/// The HTTP client all actions share: one connection pool per replica, sending to the network.
+pub fn http_client() -> reqwest::Result<egress::Http> {
     crate::tls::ensure_crypto_provider();
     reqwest::Client::builder()
         .user_agent(concat!("slotcron/", env!("CARGO_PKG_VERSION")))
@@ -385,6 +386,7 @@ pub fn http_client() -> reqwest::Result<reqwest::Client> {
         // error (nothing sent: handed off) rather than as the request's timeout (uncertain).
         .connect_timeout(CONNECT_TIMEOUT)
         .build()
+        .map(egress::Http::new)
 }
 
 /// base64(HMAC-SHA256(key, message)): the robots' signing primitive.

@@ -33,6 +33,10 @@ pub struct RedisConfig {
     /// Where the nodes' connections come from: TCP, as no file can say otherwise; a
     /// simulation sets its dialer in code (see [`crate::redis::connector`]).
     pub connector: Connector,
+    /// Where the actions' HTTP requests go: the network, as no file can say otherwise; a
+    /// simulation, which dials its nodes above, sends to its receivers here (see
+    /// [`crate::action::egress`]).
+    pub egress: crate::action::egress::Egress,
 }
 
 /// `[redis] mode`: what `nodes` are, and what a slot's lock rests on.
@@ -208,6 +212,7 @@ impl Loader<'_> {
             wait_replicas: raw.wait_replicas.unwrap_or(1),
             primary_auth,
             connector: Connector::Tcp,
+            egress: Default::default(),
         }))
     }
 

@@ -12,6 +12,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Trigger, KEY_MARGIN, MIN_START_WINDOW};
+use crate::action::egress::Http;
 use crate::action::rate::Budgets;
 use crate::action::template::Templates;
 use crate::action::Action;
@@ -88,7 +89,7 @@ pub struct Contenders {
 /// the fleet's rate budgets), the fleet (a handoff offer), or the job's alert.
 pub struct Outbox {
     /// One HTTP client for every action: its connection pool outlives the slots.
-    client: reqwest::Client,
+    client: Http,
     /// The configuration's message templates, compiled once at load.
     templates: Arc<Templates>,
     /// Removes the configuration's secrets from error texts before they are logged or recorded.
@@ -327,12 +328,7 @@ impl Contenders {
 impl Outbox {
     /// The outbox: `client` sends, drawing on `budgets`, with `config`'s templates, scrubber
     /// and alerts; undelivered slots go to `handoffs`.
-    pub fn new(
-        client: reqwest::Client,
-        budgets: Budgets,
-        handoffs: Handoffs,
-        config: &Config,
-    ) -> Self {
+    pub fn new(client: Http, budgets: Budgets, handoffs: Handoffs, config: &Config) -> Self {
         Self {
             client,
             templates: config.templates.clone(),
@@ -344,7 +340,7 @@ impl Outbox {
     }
 
     /// The HTTP client every action sends with.
-    pub fn client(&self) -> &reqwest::Client {
+    pub fn client(&self) -> &Http {
         &self.client
     }
 

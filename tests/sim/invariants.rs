@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use slotcron::unstable::record::history::RunRecord;
+
 use crate::world::{Effect, World, EPOCH_US};
 
 /// Liveness looks at slots at least this far from any fault (µs): a slot whose window saw a
@@ -14,6 +16,55 @@ const CALM_US: i64 = 15_000_000;
 /// A pause holds from this long after the operator took it (µs): slots already racing when
 /// it was taken may still run; from then on every replica heard it (pub/sub, one hop).
 const PAUSE_HEARD_US: i64 = 2_000_000;
+
+impl Effect {
+    /// A slot of `job` named in a violation that no single effect shows.
+    fn of_slot(job: &str, slot_us: i64) -> Effect {
+        Effect {
+            job: job.to_owned(),
+            slot_us,
+            fence: 0,
+            key: String::new(),
+            replica: String::new(),
+            at_us: 0,
+        }
+    }
+}
+
+/// The members and scores of the fleet's membership set on `node` (read on a copy, so the
+/// node's own state, connection ids included, is untouched).
+fn members(node: &crate::model::Node, now_us: i64) -> Vec<(String, f64)> {
+    let argv: Vec<Vec<u8>> = ["ZRANGE", "sim:members", "0", "-1", "WITHSCORES"]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let reply = node
+        .clone()
+        .execute(crate::model::ConnId(u64::MAX), now_us, &argv)
+        .reply;
+    let Ok(redis::Value::Array(items)) = redis::parse_redis_value(&reply) else {
+        return Vec::new();
+    };
+    (items.chunks(2))
+        .filter_map(|pair| match pair {
+            [redis::Value::BulkString(m), redis::Value::BulkString(s)] => Some((
+                String::from_utf8_lossy(m).into_owned(),
+                String::from_utf8_lossy(s).parse().ok()?,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One request that reached a receiver: its fence, replica and `Idempotency-Key`.
+type Arrival = (i64, String, String);
+
+/// Runs among arrivals: distinct (fence, replica), a resend being the same run.
+fn runs_of(arrivals: &[Arrival]) -> usize {
+    let runs: std::collections::BTreeSet<(i64, &str)> =
+        arrivals.iter().map(|(f, r, _)| (*f, r.as_str())).collect();
+    runs.len()
+}
 
 /// One broken invariant.
 #[derive(Debug, Clone)]
@@ -29,8 +80,9 @@ pub struct Violation {
 #[derive(Default)]
 struct State {
     found: Vec<Violation>,
-    /// Per (job, slot): the fences and replicas that reached a receiver, in order.
-    seen: BTreeMap<(String, i64), Vec<(i64, String)>>,
+    /// Per (job, slot): the fence, replica and `Idempotency-Key` of each request that reached
+    /// a receiver, in order (a resend too).
+    seen: BTreeMap<(String, i64), Vec<Arrival>>,
 }
 
 /// The run's violations; cloned into every receiver.
@@ -81,6 +133,16 @@ impl Violations {
             );
             self.report(w, "never_early", e, vec![e.replica.clone()], early);
         }
+        if e.slot_us < EPOCH_US {
+            let detail = "a slot from before the fleet first scheduled the job (its watermark)";
+            self.report(
+                w,
+                "never_before_deploy",
+                e,
+                vec![e.replica.clone()],
+                detail.to_owned(),
+            );
+        }
         if stale {
             let detail = "sent after the lock's validity (the run's deadline)".to_owned();
             self.report(w, "never_stale", e, vec![e.replica.clone()], detail);
@@ -89,22 +151,41 @@ impl Violations {
             let mut state = self.state();
             let seen = state.seen.entry((e.job.clone(), e.slot_us)).or_default();
             let before = seen.clone();
-            seen.push((e.fence, e.replica.clone()));
+            seen.push((e.fence, e.replica.clone(), e.key.clone()));
             before
         };
+        self.on_arrival(w, e, &before);
+    }
+
+    /// Checks an effect against the earlier arrivals `before` of its slot: a resend keeps its
+    /// run's key; another run comes under a later fence, and inside the assumptions not at all.
+    fn on_arrival(&self, w: &World, e: &Effect, before: &[Arrival]) {
+        // A resend (after an answer cut off, a 5xx, a 429) is the same run: one fence, one key.
+        let resent = (before.iter()).find(|(f, r, _)| *f == e.fence && *r == e.replica);
+        if let Some((_, _, key)) = resent {
+            if *key != e.key {
+                let detail = format!("resent with key {} after key {key}", e.key);
+                self.report(w, "one_key_per_run", e, vec![e.replica.clone()], detail);
+            }
+            return;
+        }
         let replicas = || {
             before
                 .iter()
-                .map(|(_, r)| r.clone())
+                .map(|(_, r, _)| r.clone())
                 .chain([e.replica.clone()])
                 .collect()
         };
-        if let Some((fence, _)) = before.iter().find(|(f, _)| *f >= e.fence) {
+        // Beyond the assumptions a slot may run twice, under its one fence (listed twice, see
+        // `duplicate_listed_twice`); a fence going back is wrong anywhere.
+        let behind = |f: i64| f > e.fence || (self.inside && f == e.fence);
+        if let Some((fence, _, _)) = before.iter().find(|(f, _, _)| behind(*f)) {
             let detail = format!("fence {} after fence {fence}", e.fence);
             self.report(w, "fences_increase", e, replicas(), detail);
         }
-        if self.inside && !before.is_empty() {
-            let detail = format!("effect {} of the slot", before.len() + 1);
+        let runs = runs_of(before) + 1;
+        if self.inside && runs > 1 {
+            let detail = format!("run {runs} of the slot reached a receiver");
             self.report(w, "at_most_once", e, replicas(), detail);
         }
     }
@@ -128,6 +209,7 @@ impl Violations {
                         job: job.clone(),
                         slot_us: slot,
                         fence: 0,
+                        key: String::new(),
                         replica: String::new(),
                         at_us: 0,
                     };
@@ -168,12 +250,83 @@ impl Violations {
 }
 
 impl Violations {
+    /// At settle: the fleet's history and ledger (`runs`, each job's merged history) agree with
+    /// what the receivers saw, slot by slot over `horizon` (true time, µs).
+    pub fn ledger_agrees(
+        &self,
+        w: &World,
+        runs: &BTreeMap<String, Option<Vec<RunRecord>>>,
+        horizon: (i64, i64),
+    ) {
+        for (job, runs) in runs {
+            let Some(runs) = runs else {
+                let e = Effect::of_slot(job, horizon.1);
+                let detail = "no majority answered the history read at settle".to_owned();
+                self.report(w, "ledger_fate_agrees", &e, Vec::new(), detail);
+                continue;
+            };
+            for (slot_us, entries) in crate::ledger::entries(runs, horizon) {
+                let arrived = self.runs_that_arrived(job, slot_us);
+                let emptied: std::collections::BTreeSet<usize> = (w.emptied.iter())
+                    .filter(|(_, at)| *at > slot_us)
+                    .map(|(node, _)| *node)
+                    .collect();
+                let kept = emptied.len() < w.nodes.len() / 2 + 1;
+                let Some((invariant, detail)) =
+                    crate::ledger::disagreement(&entries, &arrived, kept)
+                else {
+                    continue;
+                };
+                let replicas = arrived.iter().map(|(_, r)| r.clone()).collect();
+                self.report(
+                    w,
+                    invariant,
+                    &Effect::of_slot(job, slot_us),
+                    replicas,
+                    detail,
+                );
+            }
+        }
+    }
+
+    /// The distinct (fence, replica) runs of `job`'s slot `slot_us` that reached a receiver.
+    fn runs_that_arrived(&self, job: &str, slot_us: i64) -> Vec<(i64, String)> {
+        let state = self.state();
+        let arrivals = state.seen.get(&(job.to_owned(), slot_us));
+        let runs: std::collections::BTreeSet<(i64, String)> = (arrivals.into_iter().flatten())
+            .map(|(f, r, _)| (*f, r.clone()))
+            .collect();
+        runs.into_iter().collect()
+    }
+
+    /// Every membership heartbeat on the nodes is scored on the fleet's time: no member's
+    /// expiry further ahead than its TTL plus the allowed skew (a score from a local clock
+    /// would keep a dead replica ranked, or trim the living).
+    pub fn heartbeats_on_fleet_time(&self, w: &World, max_skew_ms: u64) {
+        let ttl_ms = slotcron::unstable::fleet::membership::MEMBER_TTL.as_millis() as i64;
+        let fleet_ms = (w.now_us() + w.fleet_offset_us()) / 1000;
+        let bound = fleet_ms + ttl_ms + max_skew_ms as i64;
+        for (i, node) in w.nodes.iter().enumerate().filter(|(_, n)| n.up) {
+            for (member, score) in members(&node.model, w.now_us() + node.skew_us) {
+                if score as i64 > bound {
+                    let e = Effect::of_slot("", 0);
+                    let detail = format!(
+                        "n{i} holds member {member} expiring at {score} ms, {} ms past the fleet's time",
+                        score as i64 - fleet_ms
+                    );
+                    self.report(w, "heartbeats_on_fleet_time", &e, vec![member], detail);
+                }
+            }
+        }
+    }
+
     /// A replica told to stop that had not exited within its longest timeout.
     pub fn stuck(&self, w: &World, replica: &str) {
         let e = Effect {
             job: String::new(),
             slot_us: 0,
             fence: 0,
+            key: String::new(),
             replica: replica.to_owned(),
             at_us: w.now_us(),
         };

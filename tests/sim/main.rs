@@ -16,11 +16,13 @@
 mod cases;
 mod fleet;
 mod invariants;
+mod ledger;
 mod model;
 mod named;
 mod nemesis;
 mod net;
 mod operator;
+mod receivers;
 mod run;
 mod world;
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fleet::{self, Running, Shape};
 use crate::invariants::Violations;
+use crate::receivers::Answering;
 use crate::world::Shared;
 
 /// One fault.
@@ -53,6 +54,9 @@ pub enum Fault {
     ReceiversRefuse { for_s: f64 },
     /// `replica`'s egress broken (its receivers refuse it) for `for_s`: its wins are handed off.
     Egress { replica: usize, for_s: f64 },
+    /// Every receiver answers `status` (a 5xx, or 429 with `Retry-After`; 0: a black hole that
+    /// answers no connect) for `for_s`.
+    ReceiversAnswer { status: u16, for_s: f64 },
     /// The next `count` sends are ambiguous: the receiver acts, then the answer is cut off.
     Ambiguous { count: u32 },
     /// The operator pauses job `j<job>` (`slotcron pause`, through the fleet's control path on
@@ -114,7 +118,11 @@ fn one(kind: &str, rng: &mut StdRng, shape: &Shape) -> Option<Fault> {
     let node = rng.random_range(0..shape.nodes);
     let replica = rng.random_range(0..shape.replicas);
     let skew = shape.max_skew_ms as i64 / 2;
-    Some(match (kind, rng.random_range(0..4)) {
+    let pick = match kind {
+        "replicas" => rng.random_range(0..6),
+        _ => rng.random_range(0..4),
+    };
+    Some(match (kind, pick) {
         ("nodes", 0) => Fault::NodeKill {
             node,
             down_s: rng.random_range(1.0..6.0),
@@ -158,7 +166,16 @@ fn one(kind: &str, rng: &mut StdRng, shape: &Shape) -> Option<Fault> {
             replica,
             step_ms: rng.random_range(-skew..=skew),
         },
-        ("replicas", _) => Fault::ReceiversRefuse {
+        ("replicas", 3) => Fault::ReceiversRefuse {
+            for_s: rng.random_range(0.5..3.0),
+        },
+        // The winner's egress broken: its slots are handed off to another candidate.
+        ("replicas", 4) => Fault::Egress {
+            replica,
+            for_s: rng.random_range(1.0..8.0),
+        },
+        ("replicas", _) => Fault::ReceiversAnswer {
+            status: [500, 503, 429, 0][rng.random_range(0..4)],
             for_s: rng.random_range(0.5..3.0),
         },
         ("beyond", 0 | 1) => Fault::NodeKill {
@@ -204,7 +221,12 @@ async fn apply(t: Target, timed: Timed) {
     {
         let mut w = t.world.lock();
         let now = w.now_us();
-        w.fault(now, now + (lasts * 1e6) as i64);
+        match timed.fault {
+            // One replica's broken egress is no fault of the slot's: the handoff delivers it,
+            // so its slots stay judged for liveness.
+            Fault::Egress { .. } => w.faults += 1,
+            _ => w.fault(now, now + (lasts * 1e6) as i64),
+        }
         let fault = timed.fault.clone();
         w.event(|| format!("fault {fault:?}"));
     }
@@ -226,6 +248,7 @@ fn lasting(fault: &Fault) -> f64 {
         | Fault::Delay { for_s, .. }
         | Fault::Cut { for_s, .. }
         | Fault::ReceiversRefuse { for_s }
+        | Fault::ReceiversAnswer { for_s, .. }
         | Fault::Egress { for_s, .. }
         | Fault::Pause { for_s, .. } => *for_s,
         _ => 0.0,
@@ -275,6 +298,12 @@ fn begin(t: &Target, fault: &Fault) {
             }
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = true,
+        Fault::ReceiversAnswer { status, .. } => {
+            w.answering = match status {
+                0 => Answering::BlackHole,
+                _ => Answering::Status(*status),
+            }
+        }
         Fault::Egress { replica, .. } => {
             w.egress_broken.insert(replica_name(*replica));
         }
@@ -287,6 +316,10 @@ fn end(t: &Target, fault: &Fault) {
     let mut w = t.world.lock();
     match fault {
         Fault::NodeKill { node, empty, .. } => {
+            if *empty {
+                let now = w.now_us();
+                w.emptied.push((*node, now));
+            }
             let n = &mut w.nodes[*node];
             match empty {
                 true => n.model = crate::model::Node::new(crate::model::Persistence::Aof),
@@ -318,6 +351,7 @@ fn end(t: &Target, fault: &Fault) {
             t.replicas.lock().unwrap().insert(*replica, running);
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = false,
+        Fault::ReceiversAnswer { .. } => w.answering = Answering::Accept,
         Fault::Egress { replica, .. } => {
             w.egress_broken.remove(&replica_name(*replica));
         }

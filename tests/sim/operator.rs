@@ -17,14 +17,18 @@ const OPERATOR: &str = "operator";
 /// The bound on one of its requests (the CLI's node timeout).
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
-fn control(world: &Shared, shape: &Shape) -> Control {
-    world.lock().incarnation.insert(OPERATOR.to_owned(), 0);
+/// A pool of `name`'s own over the fleet's nodes (the CLI's, dialed like a replica's).
+pub fn nodes(world: &Shared, shape: &Shape, name: &str) -> Nodes {
+    world.lock().incarnation.insert(name.to_owned(), 0);
     let urls: Vec<NodeUrl> = (0..shape.nodes)
         .map(|i| NodeUrl::parse(&format!("redis://n{i}:6379")).expect("a node URL"))
         .collect();
-    let dialer = net::dialer(world, OPERATOR, 0);
-    let nodes = Nodes::dial(&urls, NODE_TIMEOUT, &dialer, OPERATOR);
-    Control::redis(Arc::new(nodes), "sim")
+    let dialer = net::dialer(world, name, 0);
+    Nodes::dial(&urls, NODE_TIMEOUT, &dialer, name)
+}
+
+fn control(world: &Shared, shape: &Shape) -> Control {
+    Control::redis(Arc::new(nodes(world, shape, OPERATOR)), "sim")
 }
 
 /// Pauses `j<job>` for `for_s` seconds, then resumes it; the pause as taken goes to the world.

@@ -64,6 +64,7 @@ impl Plan {
             nodes: self.nodes,
             jobs: self.jobs,
             max_skew_ms: self.max_skew_ms,
+            catch_up: !matches!(self.profile.as_str(), "calm" | "nodes" | "network"),
         }
     }
 }
@@ -103,7 +104,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     }
     let target = Target {
         world: world.clone(),
-        shape,
+        shape: shape.clone(),
         replicas: replicas.clone(),
         violations: violations.clone(),
     };
@@ -113,11 +114,14 @@ async fn simulate(plan: &Plan) -> Outcome {
     for fault in faults {
         let _ = fault.await;
     }
+    violations.heartbeats_on_fleet_time(&world.lock(), plan.max_skew_ms);
     stop_all(&world, &replicas, &violations).await;
+    let runs = crate::ledger::read(&world, &shape).await;
     let w = world.lock();
     let from = crate::world::EPOCH_US + WARM_UP_S as i64 * 1_000_000;
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
     violations.at_end(&w, plan.jobs, (from, to));
+    violations.ledger_agrees(&w, &runs, (from, to));
     w.write_dump();
     Outcome {
         trace_hash: w.trace_hash(),

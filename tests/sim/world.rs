@@ -46,6 +46,8 @@ pub struct Effect {
     pub job: String,
     pub slot_us: i64,
     pub fence: i64,
+    /// The request's `Idempotency-Key`.
+    pub key: String,
     pub replica: String,
     pub at_us: i64,
 }
@@ -62,6 +64,8 @@ pub struct World {
     pub effects: Vec<Effect>,
     /// Receivers refuse every request while true.
     pub receivers_refuse: bool,
+    /// How the receivers answer (a fault's 5xx, 429 or black hole).
+    pub answering: crate::receivers::Answering,
     /// Replicas whose egress is broken: their requests are refused.
     pub egress_broken: std::collections::BTreeSet<String>,
     /// Sends still to be ambiguous (acted on, the answer cut off).
@@ -72,6 +76,9 @@ pub struct World {
     pub faults: u64,
     /// Last fault's true time (µs): liveness is judged on slots away from faults.
     pub fault_times: Vec<(i64, i64)>,
+    /// Nodes restarted empty, and when (true time, µs): records older than a majority of
+    /// these are beyond what the history keeps.
+    pub emptied: Vec<(usize, i64)>,
     hasher: DefaultHasher,
     pub last: VecDeque<String>,
     pub events: u64,
@@ -105,12 +112,14 @@ impl Shared {
             replica_skew: BTreeMap::new(),
             effects: Vec::new(),
             receivers_refuse: false,
+            answering: Default::default(),
             egress_broken: Default::default(),
             ambiguous: 0,
             pauses: Vec::new(),
             next_conn: 1,
             faults: 0,
             fault_times: Vec::new(),
+            emptied: Vec::new(),
             hasher: DefaultHasher::new(),
             last: VecDeque::new(),
             events: 0,
