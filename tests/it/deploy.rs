@@ -1059,6 +1059,23 @@ fn as_user(program: &Path, uid: u32, gid: u32, groups: &[u32]) -> Command {
     cmd
 }
 
+/// Runs a binary this test has just written. Another test thread may fork while the copy is
+/// still open for writing here; its child holds that descriptor until it execs, and an exec of
+/// the copy in that window fails with ETXTBSY ("Text file busy", seen with 16 test threads).
+/// The window is one fork's length, so the exec is tried again (as Go's os/exec does); any
+/// other error fails at once.
+fn output_of_fresh_copy(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..50 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    cmd.output().unwrap()
+}
+
 /// Whether this process can switch users (root); outside CI a non-root run skips, saying so.
 fn can_drop_privileges() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -1132,18 +1149,18 @@ fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks
         image.path(),
         &env_value(runtime, "SLOTCRON_CONFIG").unwrap(),
     );
-    let out = as_user(
+    let mut check = as_user(
         &in_root(image.path(), "/usr/local/bin/slotcron"),
         uid,
         uid,
         &[],
-    )
-    .arg("check")
-    .env_clear()
-    .envs(env_pairs(runtime))
-    .env("SLOTCRON_CONFIG", &config)
-    .output()
-    .unwrap();
+    );
+    check
+        .arg("check")
+        .env_clear()
+        .envs(env_pairs(runtime))
+        .env("SLOTCRON_CONFIG", &config);
+    let out = output_of_fresh_copy(&mut check);
     assert!(
         out.status.success(),
         "the replayed image's slotcron check, as uid {uid}:\n{}",
@@ -1294,12 +1311,12 @@ fn check_as_on_a_kubelet_secret(docs: &[Value], who: &RunAs, path: &Path, file: 
     // in a checkout that user cannot enter (a `chmod 700` home directory).
     let bin = dir.path().join("slotcron");
     std::fs::copy(BIN, &bin).unwrap();
-    let out = as_user(&bin, who.uid, who.gid, &who.groups)
+    let mut check = as_user(&bin, who.uid, who.gid, &who.groups);
+    check
         .args(["check", "--config"])
         .arg(&config)
-        .envs(container_env(docs, slotcron_container(docs)))
-        .output()
-        .unwrap();
+        .envs(container_env(docs, slotcron_container(docs)));
+    let out = output_of_fresh_copy(&mut check);
     assert!(
         out.status.success(),
         "slotcron as {who:?}, webhook root:{} {:04o}:\n{}",
