@@ -369,6 +369,9 @@ impl History {
         let History::Redis { nodes, prefix } = self else {
             return;
         };
+        if !one_node_lacks(nodes, prefix, job).await {
+            return;
+        }
         let reads = nodes
             .query::<Value>(
                 xrevrange(prefix, job, REPAIR_RECORDS),
@@ -411,6 +414,21 @@ impl History {
                 .await;
         }
     }
+}
+
+/// Whether, of the nodes that answered, one holds no record of `job` while another holds some:
+/// the only case in which [`History::repair`] has anything to copy. Every replica repairs every
+/// job whenever a node's subscription reopens (any blip of any node), so the common answer
+/// ("every node has records") costs each node its newest entry, not [`REPAIR_RECORDS`] of them.
+async fn one_node_lacks(nodes: &Nodes, prefix: &str, job: &str) -> bool {
+    let reads = nodes
+        .query::<Value>(xrevrange(prefix, job, 1), HISTORY_TIMEOUT, Replies::settled)
+        .await;
+    let holds: Vec<bool> = reads
+        .values()
+        .map(|v| matches!(v, Value::Array(entries) if !entries.is_empty()))
+        .collect();
+    holds.contains(&true) && holds.contains(&false)
 }
 
 /// Appends a record (`ARGV[4..]`, field-value pairs) to the stream `KEYS[1]`, capped at
