@@ -29,6 +29,13 @@ use std::time::Instant;
 
 use run::{Outcome, Plan};
 
+/// The simulation's own allocator: every request on the simulated wire allocates and frees a
+/// few buffers on the replica's side and the model's, and with glibc's malloc a third of the
+/// run's CPU went to `malloc`, `free` and their consolidation (BENCHMARKS.md). Only this test
+/// binary uses it; slotcron itself keeps the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
