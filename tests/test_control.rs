@@ -1298,7 +1298,10 @@ fn history_lengths(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<usize
     let key = format!("{prefix}:history:{job}");
     (cluster.nodes().iter())
         .map(|node| {
-            let mut con = redis::Client::open(node.url()).unwrap().get_connection().unwrap();
+            let mut con = redis::Client::open(node.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
             redis::cmd("XLEN").arg(&key).query(&mut con).unwrap()
         })
         .collect()
