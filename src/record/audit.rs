@@ -25,7 +25,7 @@ use rand::Rng;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::record::history::stream_fields;
+use crate::record::history::{stream_fields, Fields};
 use crate::redis::{NodeError, Nodes, Replies};
 use crate::time::fleet_clock::{FleetClock, Measurement};
 use crate::time::schedule::{Clock, SystemClock};
@@ -205,7 +205,7 @@ impl AuditEntry {
         fields
     }
 
-    fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
+    fn from_fields(fields: &Fields) -> Option<Self> {
         let at_ms = fields.get("at_ms")?.parse::<i64>().ok()?;
         Some(AuditEntry {
             id: fields.get("id")?.clone(),
@@ -612,7 +612,7 @@ mod tests {
     #[test]
     fn fields_round_trip() {
         let e = entry(10).detail("until resumed");
-        let fields: HashMap<String, String> = e
+        let fields: Fields = e
             .fields()
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))

@@ -7,7 +7,7 @@
 //! record: written, read back, merged over the nodes) that stays in one file so that its writer
 //! and its readers change together.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -182,7 +182,7 @@ impl RunRecord {
         fields
     }
 
-    fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
+    fn from_fields(fields: &Fields) -> Option<Self> {
         let ms = |k: &str| fields.get(k).and_then(|v| v.parse::<i64>().ok());
         let time = |k: &str| ms(k).and_then(DateTime::from_timestamp_millis);
         let slot = Slot::at(time("slot_ms")?);
@@ -369,6 +369,9 @@ impl History {
         let History::Redis { nodes, prefix } = self else {
             return;
         };
+        if !one_node_lacks(nodes, prefix, job).await {
+            return;
+        }
         let reads = nodes
             .query::<Value>(
                 xrevrange(prefix, job, REPAIR_RECORDS),
@@ -411,6 +414,21 @@ impl History {
                 .await;
         }
     }
+}
+
+/// Whether, of the nodes that answered, one holds no record of `job` while another holds some:
+/// the only case in which [`History::repair`] has anything to copy. Every replica repairs every
+/// job whenever a node's subscription reopens (any blip of any node), so the common answer
+/// ("every node has records") costs each node its newest entry, not [`REPAIR_RECORDS`] of them.
+async fn one_node_lacks(nodes: &Nodes, prefix: &str, job: &str) -> bool {
+    let reads = nodes
+        .query::<Value>(xrevrange(prefix, job, 1), HISTORY_TIMEOUT, Replies::settled)
+        .await;
+    let holds: Vec<bool> = reads
+        .values()
+        .map(|v| matches!(v, Value::Array(entries) if !entries.is_empty()))
+        .collect();
+    holds.contains(&true) && holds.contains(&false)
 }
 
 /// Appends a record (`ARGV[4..]`, field-value pairs) to the stream `KEYS[1]`, capped at
@@ -550,9 +568,29 @@ fn parse_entries(value: Value) -> Vec<RunRecord> {
         .collect()
 }
 
+/// One stream entry's fields, in the order written. A record has about ten, so a field is
+/// found by a scan: cheaper than hashing every one into a map, and a history read parses
+/// thousands of entries (the ledger's 2000 per node, each start's look-back, each repair).
+#[derive(Debug, Default)]
+pub(crate) struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    /// The value of the field `name` (the last one of that name, as a map would keep).
+    pub(crate) fn get(&self, name: &str) -> Option<&String> {
+        self.0.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+}
+
+impl FromIterator<(String, String)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
+        Fields(pairs.into_iter().collect())
+    }
+}
+
 /// Each entry of a stream read (`[[id, [k, v, …]], …]`) as its fields by name; entries that
-/// are not that shape are skipped. The one reading of the record streams (runs, audit).
-pub(crate) fn stream_fields(value: Value) -> Vec<HashMap<String, String>> {
+/// are not that shape are skipped, and so are pairs that are not text. The one reading of the
+/// record streams (runs, audit).
+pub(crate) fn stream_fields(value: Value) -> Vec<Fields> {
     let Value::Array(entries) = value else {
         return Vec::new();
     };
@@ -565,19 +603,22 @@ pub(crate) fn stream_fields(value: Value) -> Vec<HashMap<String, String>> {
             let Value::Array(kv) = parts.pop()? else {
                 return None;
             };
-            let fields = kv
-                .chunks(2)
-                .filter_map(|pair| Some((text(&pair[0])?, text(pair.get(1)?)?)))
-                .collect::<HashMap<_, _>>();
-            Some(fields)
+            let mut kv = kv.into_iter();
+            let mut fields = Vec::with_capacity(kv.len() / 2);
+            while let (Some(k), Some(v)) = (kv.next(), kv.next()) {
+                if let (Some(k), Some(v)) = (text(k), text(v)) {
+                    fields.push((k, v));
+                }
+            }
+            Some(Fields(fields))
         })
         .collect()
 }
 
-fn text(value: &Value) -> Option<String> {
+fn text(value: Value) -> Option<String> {
     match value {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
+        Value::BulkString(b) => String::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
         _ => None,
     }
 }
@@ -640,13 +681,12 @@ mod tests {
     #[test]
     fn a_record_written_before_fences_reads_as_the_first_run() {
         let r = record(10, RunState::Done, Some(11));
-        let mut fields: HashMap<String, String> = r
+        let fields: Fields = r
             .fields()
             .into_iter()
+            .filter(|(k, _)| !["fence", "trigger"].contains(k))
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
-        fields.remove("fence");
-        fields.remove("trigger");
         assert_eq!(RunRecord::from_fields(&fields), Some(r));
     }
 
@@ -671,7 +711,7 @@ mod tests {
         r.trigger = "handoff".into();
         r.fence = Fence::new(r.slot, 1);
         r.previous_winner = Some("r0".into());
-        let fields: HashMap<String, String> = r
+        let fields: Fields = r
             .fields()
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))

@@ -1308,3 +1308,55 @@ fn pause_until_from_a_fast_clock_ends_after_its_duration_on_the_fleet_clock() {
         "--until 4s from a clock 5 min fast did not end after 4 s: nothing sent in the 60 s after it"
     );
 }
+
+/// Entries of `job`'s run history on each node of `cluster` (`XLEN`).
+fn history_lengths(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<usize> {
+    let key = format!("{prefix}:history:{job}");
+    (cluster.nodes().iter())
+        .map(|node| {
+            let mut con = redis::Client::open(node.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            redis::cmd("XLEN").arg(&key).query(&mut con).unwrap()
+        })
+        .collect()
+}
+
+/// The repair a resubscribing replica makes (`History::repair`, after a node's subscription
+/// reopened): while every node holds the job's runs it writes nothing (it reads one record per
+/// node first), and a node flushed empty gets every run back from the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_repair_copies_runs_only_onto_a_node_that_has_none() {
+    use slotcron::unstable::record::history::{RunRecord, RunState};
+    use slotcron::unstable::time::schedule::{Fence, Slot};
+    let cluster = RedisCluster::start(3);
+    let config = common::fleet::parse(&config(&cluster.urls(), "http://127.0.0.1:9", "mend"));
+    let ctx = connect(&config, "r0").await.context(&config);
+    let history = ctx.books().history();
+    for s in 0..5 {
+        let slot = Slot::at(DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap());
+        let record = RunRecord {
+            job: "push".into(),
+            slot,
+            replica: "r0".into(),
+            started: slot.instant(),
+            finished: Some(slot.instant()),
+            outcome: RunState::Done,
+            error: None,
+            attempts: 1,
+            trigger: "schedule".into(),
+            fence: Fence::new(slot, 0),
+            delivery: None,
+            previous_winner: None,
+        };
+        history.record(&record).await;
+    }
+    assert_eq!(history_lengths(&cluster, "mend", "push"), [5, 5, 5]);
+    history.repair("push").await;
+    assert_eq!(history_lengths(&cluster, "mend", "push"), [5, 5, 5]);
+    let mut con = redis::Client::open(cluster.nodes()[2].url()).unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    history.repair("push").await;
+    assert_eq!(history_lengths(&cluster, "mend", "push"), [5, 5, 5]);
+}

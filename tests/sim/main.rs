@@ -31,6 +31,13 @@ use std::time::Instant;
 
 use run::{Outcome, Plan};
 
+/// The simulation's own allocator: every request on the simulated wire allocates and frees a
+/// few buffers on the replica's side and the model's, and with glibc's malloc a third of the
+/// run's CPU went to `malloc`, `free` and their consolidation (BENCHMARKS.md). Only this test
+/// binary uses it; slotcron itself keeps the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -38,16 +45,23 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Seeds from `SLOTCRON_SIM_FIRST_SEED` (default 1).
+/// Seeds from `SLOTCRON_SIM_FIRST_SEED` (default 1): [`SEEDS`] unless `SLOTCRON_SIM_SEEDS`.
 fn seeds() -> Vec<u64> {
     let first = env_or("SLOTCRON_SIM_FIRST_SEED", 1);
-    (first..first + env_or("SLOTCRON_SIM_SEEDS", 100)).collect()
+    (first..first + env_or("SLOTCRON_SIM_SEEDS", SEEDS)).collect()
 }
 
+/// The default number of seeds: 100 when optimised (`--profile sim`, the run scripts/test.sh
+/// makes after the suite); in the dev profile, where the suite's `cargo test` runs this binary
+/// too, one seed of each profile, so the suite does not pay for the full run twice.
+const SEEDS: u64 = match cfg!(debug_assertions) {
+    true => 6,
+    false => 100,
+};
+
 /// The default budget (jobs every second, simulated seconds per seed): a million slots over
-/// 100 seeds when optimised (`--profile sim`); in the dev profile, which `cargo test` builds
-/// for the whole suite and which runs the same code about ten times slower, 12,000 (faults fall between 20 s and the
-/// horizon less 30 s).
+/// [`SEEDS`] seeds when optimised (`--profile sim`); in the dev profile, which runs the same
+/// code about ten times slower, 700 (faults fall between 20 s and the horizon less 30 s).
 const JOBS_SECONDS: (u64, u64) = match cfg!(debug_assertions) {
     true => (1, 120),
     false => (20, 510),

@@ -158,10 +158,9 @@ impl Served {
         if dead || !w.nodes[self.node].conns.contains_key(&self.conn) {
             return None;
         }
-        let now = w.now_us() + w.nodes[self.node].skew_us;
-        for arg in argv {
-            w.trace_bytes(self.conn.0, arg);
-        }
+        let true_now = w.now_us();
+        let now = true_now + w.nodes[self.node].skew_us;
+        w.trace_request(self.conn.0, true_now, argv);
         let delay = Duration::from_micros(w.link(&self.replica, self.node).delay_us);
         let node = &mut w.nodes[self.node];
         let effects = node.model.execute(self.conn, now, argv);

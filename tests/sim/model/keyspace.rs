@@ -1,10 +1,14 @@
 //! The keyspace of one node: values by key, each with its expiry on the node's own clock.
-//! Expiry is lazy, as a client sees it: a key whose time has passed is gone at its next access
-//! (redis-server's active expiry deletes such keys in the background too, which no reply can
-//! tell apart). A key is expired once the clock is strictly past its deadline (`now > when`,
-//! redis-server's `keyIsExpired`).
+//! A key whose time has passed is gone at its next access (lazy expiry, as a client sees it),
+//! and at each command the keys whose time has passed are deleted ([`Keyspace::sweep`], as
+//! redis-server's active expiry deletes them in the background; no reply tells the two apart).
+//! Without the sweep, every slot's lock key stayed in the map for the rest of the run, and
+//! looking keys up among them was a tenth of a calm simulation's CPU. A key is expired once
+//! the clock is strictly past its deadline (`now > when`, redis-server's `keyIsExpired`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use super::args::WRONGTYPE;
 use super::lists::List;
@@ -29,14 +33,47 @@ pub struct Entry {
     pub expires_at_ms: Option<i64>,
 }
 
-/// Every key of the node (database 0: slotcron selects no other). A `BTreeMap`, so nothing that
-/// reaches a reply depends on a hash order.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Every key of the node (database 0: slotcron selects no other). Looked up by hash (a
+/// `BTreeMap`'s comparisons of keys sharing their first dozen bytes were a tenth of a calm
+/// simulation's CPU) and never iterated, so no hash order reaches a reply; the hasher is
+/// seeded the same in every run all the same.
+#[derive(Clone, Debug, Default)]
 pub struct Keyspace {
-    entries: BTreeMap<Vec<u8>, Entry>,
+    entries: HashMap<Vec<u8>, Entry, Xxh3DefaultBuilder>,
+    /// Every deadline given, soonest first, with its key: what [`Self::sweep`] looks at. A
+    /// deadline the key no longer has (deleted, overwritten, expiry moved) is dropped when
+    /// its time comes.
+    deadlines: BTreeSet<(i64, Vec<u8>)>,
+}
+
+/// Two keyspaces are equal when they hold the same live and not yet swept keys; the deadline
+/// index is how, not what.
+impl PartialEq for Keyspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
 }
 
 impl Keyspace {
+    /// Deletes every key whose deadline is past at `now_ms` (redis-server's active expiry).
+    pub fn sweep(&mut self, now_ms: i64) {
+        while let Some((when, _)) = self.deadlines.first() {
+            if *when >= now_ms {
+                return;
+            }
+            let (when, key) = self.deadlines.pop_first().expect("the first deadline");
+            if self.entries.get(&key).and_then(|e| e.expires_at_ms) == Some(when) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    fn index(&mut self, key: &[u8], expires_at_ms: Option<i64>) {
+        if let Some(when) = expires_at_ms {
+            self.deadlines.insert((when, key.to_vec()));
+        }
+    }
+
     /// The live entry of `key` at `now_ms`, removing it first if it has expired.
     pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&mut Entry> {
         let expired = self
@@ -60,6 +97,7 @@ impl Keyspace {
             value,
             expires_at_ms,
         };
+        self.index(key, expires_at_ms);
         self.entries.insert(key.to_vec(), entry);
     }
 
@@ -132,6 +170,8 @@ impl Keyspace {
         entry.expires_at_ms = Some(when_ms);
         if when_ms <= now_ms {
             self.entries.remove(key);
+        } else {
+            self.index(key, Some(when_ms));
         }
         true
     }

@@ -272,6 +272,7 @@ impl Node {
         if self.loading && !spec.loading {
             return Reply::error(args::LOADING);
         }
+        self.keys.sweep(call.now_us.div_euclid(1000));
         match spec.handler {
             Handler::Keys(f) => f(&mut self.keys, call.now_us.div_euclid(1000), argv),
             Handler::Node(f) => f(self, call),

@@ -1,6 +1,8 @@
 //! RESP on the wire: the replies the model gives, written as redis-server writes them in RESP2
 //! and in RESP3 (a connection's `HELLO` picks), and the request frames redis-rs writes.
 
+use std::sync::Arc;
+
 /// One reply, before it is written for a connection's protocol.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
@@ -31,6 +33,8 @@ pub enum Reply {
     Many(Vec<Reply>),
     /// An out-of-band message (`message`, `subscribe`): `>` in RESP3, an array in RESP2.
     Push(Vec<Reply>),
+    /// A stream entry, written once when it was added (see [`super::streams::Entry`]).
+    Entry(Arc<super::streams::Entry>),
 }
 
 impl Reply {
@@ -78,6 +82,7 @@ impl Reply {
             }
             Reply::Scored(pairs) => scored(out, pairs, proto),
             Reply::Many(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
+            Reply::Entry(entry) => out.extend_from_slice(&entry.wire),
         }
     }
 

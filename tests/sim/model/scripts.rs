@@ -316,17 +316,9 @@ impl Run<'_> {
         let mut found = Vec::new();
         for entry in entries {
             let matches = match &entry {
-                Reply::Array(parts) => match parts.get(1) {
-                    Some(Reply::Array(fields)) => fields
-                        .chunks(2)
-                        .filter(|pair| {
-                            pair.len() == 2
-                                && pair[0] == Reply::text("fence")
-                                && pair[1] == Reply::bulk(&fence)
-                        })
-                        .count(),
-                    _ => 0,
-                },
+                Reply::Entry(e) => (e.fields.iter())
+                    .filter(|(name, value)| name == b"fence" && *value == fence)
+                    .count(),
                 _ => 0,
             };
             found.extend(std::iter::repeat_n(entry, matches));

@@ -11,6 +11,7 @@
 //! and slotcron reads only the newest ones (history) or a log far below its cap (pauses).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::args::{self, is, INVALID_STREAM_ID, SYNTAX};
 use super::keyspace::{Keyspace, Value};
@@ -24,9 +25,31 @@ const NODE_MAX_ENTRIES: usize = 100;
 
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// One entry: its fields, and its reply (`[id, [field, value, ...]]`) written once when it was
+/// added, the same bytes in RESP2 and RESP3. A history read answers hundreds of entries, a
+/// run's record looks at the newest 64 (`RECORD_AND_READ_SCRIPT`): shared, not rebuilt.
+#[derive(Debug, PartialEq)]
+pub struct Entry {
+    pub fields: Fields,
+    pub wire: Vec<u8>,
+}
+
+impl Entry {
+    fn new(id: Id, fields: Fields) -> Entry {
+        let flat = (fields.iter())
+            .flat_map(|(f, v)| [Reply::bulk(f), Reply::bulk(v)])
+            .collect();
+        let reply = Reply::Array(vec![Reply::text(&format_id(id)), Reply::Array(flat)]);
+        Entry {
+            wire: reply.to_bytes(2),
+            fields,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stream {
-    entries: BTreeMap<Id, Fields>,
+    entries: BTreeMap<Id, Arc<Entry>>,
     /// The radix tree's nodes by their first (master) id: `(live, used)` entries, `used`
     /// counting the ones `XDEL` marked deleted too (redis-server starts a new node when
     /// `used` reaches 100, and frees a node whose last live entry is deleted).
@@ -43,7 +66,7 @@ impl Stream {
         } else {
             (self.last_id.0, self.last_id.1 + 1)
         };
-        self.entries.insert(id, fields);
+        self.entries.insert(id, Arc::new(Entry::new(id, fields)));
         self.last_id = id;
         match self.nodes.last_entry() {
             Some(mut node) if node.get().1 < NODE_MAX_ENTRIES => {
@@ -110,12 +133,8 @@ impl Stream {
     }
 }
 
-fn entry_reply((id, fields): (&Id, &Fields)) -> Reply {
-    let flat = fields
-        .iter()
-        .flat_map(|(f, v)| [Reply::bulk(f), Reply::bulk(v)])
-        .collect();
-    Reply::Array(vec![Reply::text(&format_id(*id)), Reply::Array(flat)])
+fn entry_reply((_, entry): (&Id, &Arc<Entry>)) -> Reply {
+    Reply::Entry(entry.clone())
 }
 
 pub fn format_id((ms, seq): Id) -> String {
