@@ -357,20 +357,21 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
             started(r);
         }
         std::thread::sleep(Duration::from_secs(6));
-        let skipped = replicas
-            .iter()
-            .flat_map(|r| r.json_lines())
-            .filter(|l| l["reason"] == "overlap")
-            .count();
-        let won = replicas
-            .iter()
-            .flat_map(|r| r.json_lines())
-            .filter(|l| l["outcome"] == "won")
-            .count();
-        for r in replicas {
-            stop(r);
+        // Every count after every replica has exited: a slot won between a look at the logs and
+        // the SIGTERM still runs (the run in flight is finished), so counting the logs before
+        // the stop and the receiver after it could see a run without its `won` line.
+        for r in &replicas {
+            r.terminate();
         }
-        // Each run takes 2.5 s: with skip at most one is in flight, so 6 s hold at most 3 runs.
+        for r in &replicas {
+            let exit = r.wait_timeout(Duration::from_secs(15));
+            assert!(exit.is_some_and(|s| s.success()), "{:?}", r.lines());
+        }
+        let lines: Vec<_> = replicas.iter().flat_map(|r| r.json_lines()).collect();
+        let skipped = lines.iter().filter(|l| l["reason"] == "overlap").count();
+        let won = lines.iter().filter(|l| l["outcome"] == "won").count();
+        // Each run takes 2.5 s: with skip at most one is in flight, so 6 s (and the slots won
+        // until the SIGTERM) hold at most 3 runs.
         let runs = receiver.count();
         let intervals = run_intervals(&cluster, &format!("overlap-{overlap}"), "slow");
         assert!(
