@@ -441,7 +441,17 @@ fn last_success(runs: &[RunRecord], frame: &Frame) -> Option<Moment> {
         .filter(|r| r.outcome == RunState::Done)
         .filter_map(|r| r.finished)
         .max()
-        .map(|t| moment(t, frame))
+        .map(|t| past_moment(t, frame))
+}
+
+/// `t`, an event that is over, as the page shows it: a run's end is stamped on the fleet clock,
+/// which the page's `now` can trail by under a second, and an ended run reads "ago", never "in".
+fn past_moment(t: DateTime<Utc>, frame: &Frame) -> Moment {
+    let latest = frame.now - chrono::Duration::milliseconds(1);
+    Moment {
+        ago: relative(t.min(latest), frame.now),
+        ..moment(t, frame)
+    }
 }
 
 fn next_slots(job: &Job, frame: &Frame) -> Vec<Moment> {

@@ -238,3 +238,14 @@ fn a_job_shows_its_schedule_in_words_as_check_says_it() {
         "{shown:?}"
     );
 }
+
+#[test]
+fn a_last_success_stamped_just_after_the_pages_now_reads_ago() {
+    let page_now = t("2026-01-01T00:00:00Z");
+    let ended = page_now + chrono::Duration::milliseconds(400);
+    assert_eq!(
+        past_moment(ended, &frame("2026-01-01T00:00:00Z")).ago,
+        "<1 s ago"
+    );
+    assert_eq!(moment(ended, &frame("2026-01-01T00:00:00Z")).ago, "in <1 s");
+}
