@@ -1065,10 +1065,14 @@ fn as_user(program: &Path, uid: u32, gid: u32, groups: &[u32]) -> Command {
 /// The window is one fork's length, so the exec is tried again (as Go's os/exec does); any
 /// other error fails at once.
 fn output_of_fresh_copy(cmd: &mut Command) -> std::process::Output {
+    // A fixed pause between tries, not a wait for a condition: nothing tells this thread when
+    // the other thread's child has exec'd and dropped the descriptor. 50 tries of 100 ms give
+    // a fork 5 s, far past its length on a loaded machine.
+    const TEXT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
     for _ in 0..50 {
         match cmd.output() {
             Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(TEXT_BUSY_RETRY);
             }
             other => return other.unwrap(),
         }
