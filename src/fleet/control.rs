@@ -36,6 +36,7 @@ use chrono::{DateTime, Utc};
 use redis::Value;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -58,6 +59,13 @@ const EVERY_JOB: &str = "*";
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long the `WAIT` mark of a pause or resume is kept (the mark only orders the `WAIT`).
 const WAIT_MARK_TTL: Duration = Duration::from_secs(1);
+/// The first wait before reading again the jobs whose read reached no majority: about the
+/// pool's look at a suspect node, so a change announced during a failover is held within a
+/// second or two of the nodes answering again.
+const REREAD_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between reads again (each doubles it): the reads go on while the nodes
+/// cannot answer, each logged per job, so a long outage is not read (and logged) every 500 ms.
+const REREAD_MAX: Duration = Duration::from_secs(4);
 /// Pause-log entries kept per job and node.
 const PAUSE_LOG_CAP: usize = 1000;
 
@@ -274,6 +282,24 @@ pub struct NoMajority {
     pub errors: String,
 }
 
+/// What one read of the pause state ([`Control::refresh`]) came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// The jobs whose newest change the read learned.
+    pub learned: Vec<String>,
+    /// The jobs whose state no majority answered (each kept its last known state): a change
+    /// announced for them is not known yet, so the replica reads them again.
+    pub unread: Vec<String>,
+}
+
+impl Refreshed {
+    /// A read of `jobs` that learned `learned`, `read` when a majority answered.
+    fn of(learned: Vec<String>, read: bool, jobs: &[String]) -> Self {
+        let unread = if read { Vec::new() } else { jobs.to_vec() };
+        Refreshed { learned, unread }
+    }
+}
+
 /// The pause state a replica honours, and where it is changed.
 #[derive(Debug, Clone)]
 pub enum Control {
@@ -441,8 +467,8 @@ impl Control {
     /// known state (logged). A change this replica knows that is newer than any the nodes
     /// answered was lost by them (a failover to a replica that had not received it, a node
     /// restarted empty): it is written back onto them rather than forgotten (logged). Returns
-    /// the jobs whose newest change this read learned.
-    pub async fn refresh(&self, jobs: &[String]) -> Vec<String> {
+    /// the jobs whose newest change this read learned, and those it could not read.
+    pub async fn refresh(&self, jobs: &[String]) -> Refreshed {
         let Control::Redis {
             nodes,
             prefix,
@@ -450,7 +476,7 @@ impl Control {
             ..
         } = self
         else {
-            return Vec::new();
+            return Refreshed::default();
         };
         let (answered, newest) = read_newest(nodes, prefix, jobs).await;
         let (mut lost, mut learned) = (Vec::new(), Vec::new());
@@ -470,7 +496,7 @@ impl Control {
         for (job, event) in lost {
             restore(nodes, prefix, &job, &event).await;
         }
-        learned
+        Refreshed::of(learned, answered >= nodes.quorum(), jobs)
     }
 
     /// A change of `job` heard: the primary's replicas are asked for it too (`WAIT`, sentinel
@@ -595,35 +621,125 @@ impl Control {
     }
 }
 
+/// What [`follow`] does next: what a subscription carried, or a read again of the jobs whose
+/// last read reached no majority.
+enum Next {
+    Heard(Heard),
+    Reread,
+}
+
+/// The jobs whose last read reached no majority (each kept its last known state), as while a
+/// cluster fails over or the pool holds the nodes suspect: a change heard for them, or made
+/// while the subscription was down, is not known yet, and nothing else reads them again until
+/// a resubscription. So they are read again, on a deadline that heard messages do not push back.
+struct Unread {
+    jobs: Vec<String>,
+    /// When to read them again (`None`: none unread).
+    at: Option<Instant>,
+    /// The wait before the next read again, doubled after each one that fails.
+    wait: Duration,
+}
+
+impl Unread {
+    fn new() -> Self {
+        Unread {
+            jobs: Vec::new(),
+            at: None,
+            wait: REREAD_FIRST,
+        }
+    }
+
+    /// Adds what a read left unread; a read that left none after a read again ends the wait.
+    fn add(&mut self, read: Refreshed, reread: bool) {
+        for job in read.unread {
+            if !self.jobs.contains(&job) {
+                self.jobs.push(job);
+            }
+        }
+        if self.jobs.is_empty() {
+            (self.at, self.wait) = (None, REREAD_FIRST);
+        } else if self.at.is_none() || reread {
+            self.at = Some(Instant::now() + self.wait);
+            self.wait = (self.wait * 2).min(REREAD_MAX);
+        }
+    }
+}
+
 async fn follow(
     control: Control,
     mut heard: mpsc::Receiver<Heard>,
     jobs: impl Fn() -> Vec<String>,
     shutdown: CancellationToken,
 ) {
-    let mut announced = false;
-    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
-        match message {
-            Heard::Subscribed { again } => {
-                let jobs = jobs();
-                control.refresh(&jobs).await;
-                if again {
-                    control.repair(&jobs).await;
-                    repair_audit(&control).await;
-                }
-                if !std::mem::replace(&mut announced, true) {
-                    control.announce(EVERY_JOB).await;
-                }
+    let (mut announced, mut unread) = (false, Unread::new());
+    while let Some(next) = next_step(&mut heard, &shutdown, unread.at).await {
+        let (read, reread) = match next {
+            Next::Heard(message) => {
+                let read = on_heard(&control, message, jobs(), &mut announced).await;
+                (read, false)
             }
-            Heard::Message(every) if every == EVERY_JOB => {
-                control.refresh(&jobs()).await;
+            Next::Reread => {
+                let read = control.refresh(&std::mem::take(&mut unread.jobs)).await;
+                confirm_all(&control, &read.learned).await;
+                (read, true)
             }
-            Heard::Message(job) => {
-                for job in control.refresh(&[job]).await {
-                    control.confirm(&job).await;
-                }
-            }
+        };
+        unread.add(read, reread);
+    }
+}
+
+/// The next thing a subscription carries, or [`Next::Reread`] at `reread_at`. `None` at
+/// shutdown.
+async fn next_step(
+    heard: &mut mpsc::Receiver<Heard>,
+    shutdown: &CancellationToken,
+    reread_at: Option<Instant>,
+) -> Option<Next> {
+    let reread = async {
+        match reread_at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
         }
+    };
+    tokio::select! {
+        message = pubsub::next(heard, shutdown) => message.map(Next::Heard),
+        () = reread => Some(Next::Reread),
+    }
+}
+
+/// What a subscription carried, acted on: a (re)subscription reads every job (and repairs the
+/// nodes after a broken connection), an announcement the job it names.
+async fn on_heard(
+    control: &Control,
+    message: Heard,
+    jobs: Vec<String>,
+    announced: &mut bool,
+) -> Refreshed {
+    match message {
+        Heard::Subscribed { again } => {
+            let read = control.refresh(&jobs).await;
+            if again {
+                control.repair(&jobs).await;
+                repair_audit(control).await;
+            }
+            if !std::mem::replace(announced, true) {
+                control.announce(EVERY_JOB).await;
+            }
+            read
+        }
+        Heard::Message(every) if every == EVERY_JOB => control.refresh(&jobs).await,
+        Heard::Message(job) => {
+            let read = control.refresh(&[job]).await;
+            confirm_all(control, &read.learned).await;
+            read
+        }
+    }
+}
+
+/// [`Control::confirm`] of each job in `jobs`.
+async fn confirm_all(control: &Control, jobs: &[String]) {
+    for job in jobs {
+        control.confirm(job).await;
     }
 }
 

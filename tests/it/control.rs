@@ -1002,6 +1002,68 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
     );
 }
 
+/// How long after the hung nodes answer again the replica may take to hold a pause it heard
+/// announced while they hung: its reads again back off to 4 s apart (`REREAD_MAX`), and the
+/// first after they answer may still find them suspect (not waited for); the rest is for a
+/// loaded 2-core machine. The bound only stops a broken run from passing.
+const REREAD_HELD_WITHIN: Duration = Duration::from_secs(12);
+
+/// A pause announced while the replica can read no majority is read again once it can: two of
+/// 3 nodes hung (SIGSTOP), the pause written on the third and announced there (a `pause` whose
+/// configuration names that node alone), so the replica hears it and its read answers 1 of 3.
+/// No announcement comes again once the hung nodes answer (their subscriptions never broke):
+/// without a read again the job ran on, every slot. (The cluster failover's case: the pause
+/// announced while the pool held the cluster suspect, FAULTS.md.)
+#[test]
+fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again() {
+    let cluster = RedisCluster::start(3);
+    let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let jobs = ["held", "free"];
+    let text = two_jobs_config(&cluster.urls(), &receiver, "reread", jobs);
+    let path = write_config(dir.path(), &text);
+    let third_dir = tempfile::tempdir().unwrap();
+    let third_text = two_jobs_config(&cluster.urls()[2..], &receiver, "reread", jobs);
+    let third = write_config(third_dir.path(), &third_text);
+    let replicas = start(&path, 1);
+    std::thread::sleep(Duration::from_secs(2));
+    cluster[0].pause();
+    cluster[1].pause();
+    slotcron_cli(&third, &["pause", "held", "--by", "ops"]);
+    let unread = replicas[0].wait_for_json(PAUSE_HEARD_WITHIN, |l| {
+        l["message"] == "pause state not read from a majority of Redis nodes: keeping the last known state"
+    });
+    cluster[0].resume();
+    cluster[1].resume();
+    let answering = Utc::now();
+    assert!(
+        unread.is_some(),
+        "the replica never read the pause without a majority: {:?}",
+        replicas[0].lines()
+    );
+    std::thread::sleep(REREAD_HELD_WITHIN + Duration::from_secs(3));
+    stop(&replicas);
+    let held_from = answering + chrono::Duration::from_std(REREAD_HELD_WITHIN).unwrap();
+    let after = |job: &str| {
+        let path = format!("/{job}");
+        let slots = deliveries(&receiver)
+            .into_keys()
+            .filter(|(p, _)| *p == path);
+        let slots = slots.filter_map(|(_, s)| s.parse::<DateTime<Utc>>().ok());
+        slots.filter(|s| *s > held_from).count()
+    };
+    let first_paused = replicas[0].json_lines().into_iter().find_map(|l| {
+        let slot = l["slot"].as_str()?.parse::<DateTime<Utc>>().ok()?;
+        (l["outcome"] == "paused" && slot > answering).then_some(slot - answering)
+    });
+    eprintln!("held paused from the slot {first_paused:?} after the nodes answered again");
+    assert_eq!(
+        after("held"),
+        0,
+        "held ran after its pause: never read again"
+    );
+    assert!(after("free") >= 1, "free stopped too");
+}
+
 /// `slotcron pause` run on a machine whose clock is 5 minutes fast (libfaketime), then
 /// `slotcron resume` from one whose clock is right, a minute later by the true clock: the
 /// pause holds from the moment it is taken, and the resume, the later change, wins. Changes are
