@@ -365,6 +365,14 @@ fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the
     let after = format!("cluster shard slots 0-5460: primary {standby}");
     readyz_with(port, &after, AFTER_KILL);
     paused_through_pub_sub(&receiver, &dir.path().join("slotcron.toml"));
+    // Under load the pause can be heard while the pool holds the cluster suspect (its read
+    // answers none): it is read again until one answers (see FAULTS.md).
+    let unread = replica
+        .lines()
+        .iter()
+        .filter(|l| l.contains("pause state not read from a majority"))
+        .count();
+    eprintln!("pause reads that reached no majority: {unread}");
     drop(replica);
 }
 
