@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::{write_config, Receiver, Replica, SentinelSet, ACL_PASSWORD, ACL_USER, MASTER};
 use slotcron::unstable::config;
+use slotcron::unstable::slot::RUNNING_LEASE_TTL;
 
 const JOBS: usize = 5;
 /// The start of the line of a run whose lock fewer replicas acknowledged than wanted.
@@ -184,6 +185,12 @@ impl Fleet {
         });
         let at = switches.filter_map(|l| l["timestamp"].as_str().and_then(|t| t.parse().ok()));
         at.min()
+    }
+
+    /// Whether a replica skipped `job`'s `slot` on another run's running lease (`overlap`).
+    fn overlapped(&self, job: &str, slot: &str) -> bool {
+        let mut lines = self.replicas.iter().flat_map(Replica::json_lines);
+        lines.any(|l| l["reason"] == "overlap" && l["job"] == job && l["slot"] == slot)
     }
 
     /// Deliveries per (job, slot).
@@ -490,10 +497,23 @@ fn redis_7_sentinel_planned_failover_is_followed_and_slots_after_the_switch_run_
         after_switch.is_empty(),
         "slots due after the switch ran twice: {after_switch:?}"
     );
+    // A run that ended across the switch can release its running lease on the old primary
+    // only: the new one keeps it, and that job's slots are skipped (`overlap`) until it lapses,
+    // within RUNNING_LEASE_TTL of the switch (the book's Overlap). On a loaded machine the
+    // switch comes later and that reaches past the 4 s (failed once at 16 test threads).
+    let lease_lapses = switch + chrono::Duration::from_std(RUNNING_LEASE_TTL).unwrap();
+    let left_by_the_switch = |(job, slot): &&(String, String)| {
+        let at: DateTime<Utc> = slot.parse().unwrap();
+        at <= lease_lapses && fleet.overlapped(job, slot)
+    };
+    let missed: Vec<_> = cost
+        .missed_after
+        .iter()
+        .filter(|k| !left_by_the_switch(k))
+        .collect();
     assert!(
-        cost.missed_after.is_empty(),
-        "slots not run 4 s after the failover: {:?}",
-        cost.missed_after
+        missed.is_empty(),
+        "slots not run 4 s after the failover (nor skipped on a lease the switch left): {missed:?}"
     );
     assert!(
         fleet.count_lines("redis primary changed", None) >= REPLICAS,
