@@ -701,7 +701,9 @@ async fn next_step(
             None => std::future::pending().await,
         }
     };
+    // What was heard first: a read again can wait for it.
     tokio::select! {
+        biased;
         message = pubsub::next(heard, shutdown) => message.map(Next::Heard),
         () = reread => Some(Next::Reread),
     }
