@@ -125,6 +125,8 @@ fn exactly_once(cluster: &RedisCluster, urls: &[String], prefix: &str, seconds: 
     assert!(window.len() as u64 >= seconds - 2, "{window:?}");
     let received = receiver.by_idempotency_key();
     let outcomes = fleet.outcomes();
+    // Lost lines naming a holder that then gave the key back, not the sender (under load).
+    let mut named_a_holder_that_gave_back = 0;
     for slot in &window {
         let key = format!("every-second/{slot}");
         let requests = received.get(&key).map_or(0, Vec::len);
@@ -176,6 +178,7 @@ fn exactly_once(cluster: &RedisCluster, urls: &[String], prefix: &str, seconds: 
                 .into_iter()
                 .any(|l| l["outcome"] == "unavailable" || l["outcome"] == "lost")
         };
+        named_a_holder_that_gave_back += lost.iter().filter(|l| l["winner"] != sender).count();
         assert!(
             lost.iter()
                 .all(|l| l["winner"] == sender || gave_back(&l["winner"])),
@@ -198,7 +201,8 @@ fn exactly_once(cluster: &RedisCluster, urls: &[String], prefix: &str, seconds: 
         receiver.duplicate_keys()
     );
     eprintln!(
-        "measured: {} slots over {} s, each reached the receiver once",
+        "measured: {} slots over {} s, each reached the receiver once; {named_a_holder_that_gave_back} \
+         lost line(s) named a holder that gave the key back",
         window.len(),
         seconds
     );
