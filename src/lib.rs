@@ -188,8 +188,8 @@ pub mod unstable {
 }
 
 pub use api::{
-    Calendar, CatchUpPolicy, DateTime, DstGap, DstRepeat, Error, Fleet, FleetHandle, JobSpec,
-    NaiveDate, Outcome, Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
+    Calendar, CatchUpPolicy, ConfigError, ConfigErrors, DateTime, DstGap, DstRepeat, Error, Fleet, FleetHandle, JobSpec,
+    Location, NaiveDate, Outcome, Overlap, RunRecord, Section, SourceLine, SlotContext, Trigger, Triggered, Tz, Utc,
 };
 /// The crates of the time types the API returns, at the versions it uses.
 pub use {chrono, chrono_tz};

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::action::function::{SlotContext, Trigger};
+pub use crate::config::error::{ConfigError, ConfigErrors, Location, Section, SourceLine};
 pub use crate::config::{CatchUpPolicy, Overlap};
 pub use crate::outcome::Outcome;
 pub use crate::record::history::RunRecord;
