@@ -133,7 +133,11 @@ impl ConfigError {
     }
 
     /// An error about `field` of `section`.
-    pub(crate) fn field(section: Section, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn field(
+        section: Section,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         ConfigError {
             location: Location::Field {
                 section,
