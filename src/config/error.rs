@@ -218,17 +218,6 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-impl ConfigErrors {
-    /// The same errors without their places in the text: for a configuration that is not a
-    /// file a person wrote (one built in code), whose lines mean nothing to its author.
-    pub(crate) fn without_source(mut self) -> Self {
-        for e in &mut self.errors {
-            e.source = None;
-        }
-        self
-    }
-}
-
 /// The source line under an error, cargo's way: a gutter with the line number, a caret below.
 fn write_source(f: &mut fmt::Formatter<'_>, source: &SourceLine) -> fmt::Result {
     let number = source.line.to_string();

@@ -1,6 +1,7 @@
 //! jobs.toml exactly as users write it. Every table denies unknown fields, so a typo is an error
-//! rather than a silently ignored setting. These types never leave the config module: `load`
-//! checks them into the domain types.
+//! rather than a silently ignored setting. These types are what the checks take: `load` types a
+//! file's sections into them, and the library's `Fleet` builds them in code (`check_built`);
+//! both are checked into the domain types by the same code.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -102,6 +103,25 @@ impl From<RawDstGap> for DstGap {
     }
 }
 
+impl From<DstRepeat> for RawDstRepeat {
+    fn from(repeat: DstRepeat) -> Self {
+        match repeat {
+            DstRepeat::First => RawDstRepeat::First,
+            DstRepeat::Last => RawDstRepeat::Last,
+            DstRepeat::Both => RawDstRepeat::Both,
+        }
+    }
+}
+
+impl From<DstGap> for RawDstGap {
+    fn from(gap: DstGap) -> Self {
+        match gap {
+            DstGap::Shift => RawDstGap::Shift,
+            DstGap::Skip => RawDstGap::Skip,
+        }
+    }
+}
+
 /// `candidates = 2` or `candidates = "all"`.
 #[derive(Debug, Deserialize, schemars::JsonSchema, Clone)]
 #[serde(untagged)]
@@ -127,7 +147,7 @@ pub enum RawClockMode {
 /// `[redis]` as written: the node URLs stay strings here so the checker can parse each one and
 /// name the entry at fault (and warn about an even count); the lock's tuning is optional, its
 /// defaults applied by the checker.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     /// `redis://` or `rediss://` URLs, one per independent node.
@@ -265,6 +285,24 @@ pub enum RawCatchUpPolicy {
     All,
 }
 
+impl From<super::CatchUpPolicy> for RawCatchUpPolicy {
+    fn from(policy: super::CatchUpPolicy) -> Self {
+        match policy {
+            super::CatchUpPolicy::Latest => RawCatchUpPolicy::Latest,
+            super::CatchUpPolicy::All => RawCatchUpPolicy::All,
+        }
+    }
+}
+
+impl From<super::Overlap> for RawOverlap {
+    fn from(overlap: super::Overlap) -> Self {
+        match overlap {
+            super::Overlap::Skip => RawOverlap::Skip,
+            super::Overlap::Allow => RawOverlap::Allow,
+        }
+    }
+}
+
 /// `[http]` as written: `listen` stays a string so a bad address gets the checker's error,
 /// which names the key and shows the expected form, instead of serde's.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -275,7 +313,7 @@ pub struct RawHttpServer {
 }
 
 /// `[telemetry]` as written.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawTelemetry {
     /// OTLP/HTTP base URL (`http://host:4318`): spans go to its `/v1/traces`.
