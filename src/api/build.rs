@@ -64,7 +64,11 @@ impl Parts {
         for (spec, run) in self.jobs {
             let (mut job, calendar) = spec.to_raw();
             // An alert not registered is the builder's error (`unknown_alerts`), in its words.
-            if !job.on_failure.as_ref().is_none_or(|a| registered.contains(a)) {
+            if !job
+                .on_failure
+                .as_ref()
+                .is_none_or(|a| registered.contains(a))
+            {
                 job.on_failure = None;
             }
             jobs.push((job, Action::Fn(FnAction::new(run))));
@@ -90,7 +94,9 @@ impl Parts {
                 otlp_endpoint: self.otlp_endpoint,
             },
             calendars,
-            alerts: alerts.map(|(name, run)| (name, Action::Fn(FnAction::new(run)))).collect(),
+            alerts: alerts
+                .map(|(name, run)| (name, Action::Fn(FnAction::new(run))))
+                .collect(),
             jobs,
         }
     }
@@ -103,9 +109,7 @@ impl Parts {
             false => registered.join(", "),
         };
         let unknown = self.jobs.iter().map(|(spec, _)| spec).filter_map(|spec| {
-            let alert = spec
-                .on_failure_name()
-                .filter(|a| !registered.contains(a))?;
+            let alert = spec.on_failure_name().filter(|a| !registered.contains(a))?;
             let message = format!(
                 "{alert:?} is not an alert registered with Fleet::alert (registered: {shown})"
             );
@@ -153,5 +157,141 @@ fn builder_field(section: &Section, field: &str) -> (Section, String) {
         (Section::Scheduler, f) => (Section::Top, format!("Fleet::{f}")),
         (Section::Http, _) => (Section::Top, "Fleet::http".to_owned()),
         (_, f) => named(f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::{NaiveDate, TimeZone, Utc};
+
+    use super::Parts;
+    use crate::action::function::JobFn;
+    use crate::api::{Calendar, CatchUpPolicy, DstGap, DstRepeat, JobSpec, Overlap};
+    use crate::config::{self, Config, Job};
+
+    /// The jobs.toml of `every_option` below, key for key.
+    const EVERY_OPTION_TOML: &str = r#"
+[calendar.backup-calendar]
+builtin = "cn"
+holidays = ["2026-12-31"]
+workdays = ["2026-12-27"]
+
+[alert.ops]
+type = "log"
+content = "told"
+
+[[job]]
+name = "backup"
+schedule = "0 30 2 * * *"
+timezone = "America/New_York"
+calendar = "backup-calendar"
+days = "workdays"
+timeout = "60s"
+jitter = "90s"
+dst_repeat = "both"
+dst_gap = "skip"
+catch_up = "6h"
+catch_up_policy = "all"
+overlap = "allow"
+on_failure = "ops"
+deadline = "10m"
+enabled = true
+[job.action]
+type = "log"
+content = "ran"
+"#;
+
+    /// A job with every option a `JobSpec` has set to a value other than its default.
+    fn every_option() -> JobSpec {
+        let date = |m, d| NaiveDate::from_ymd_opt(2026, m, d).unwrap();
+        let calendar = Calendar::builtin("cn")
+            .holiday(date(12, 31))
+            .workday(date(12, 27));
+        JobSpec::new("backup", "0 30 2 * * *")
+            .zone("America/New_York")
+            .workdays(calendar)
+            .timeout(Duration::from_secs(60))
+            .jitter(Duration::from_secs(90))
+            .dst_repeat(DstRepeat::Both)
+            .dst_gap(DstGap::Skip)
+            .catch_up(Duration::from_secs(6 * 3600))
+            .catch_up_policy(CatchUpPolicy::All)
+            .overlap(Overlap::Allow)
+            .on_failure("ops")
+            .deadline(Duration::from_secs(600))
+            .enabled(true)
+    }
+
+    fn nothing() -> JobFn {
+        Arc::new(|_| Box::pin(async { Ok(()) }))
+    }
+
+    /// What a checked job is, as comparable values: everything but its action (a function in
+    /// code, a log line in the file). The schedule by its definition, its DST policy, its
+    /// calendar (every day off and make-up day, with its reason) and days, and its slots from
+    /// before the calendar's own dates to after them.
+    fn checked(job: &Job) -> impl PartialEq + std::fmt::Debug {
+        let schedule = &job.schedule;
+        let policy = schedule.dst_policy();
+        let filter = schedule.day_filter().expect("a day filter");
+        let from = Utc.with_ymd_and_hms(2026, 12, 20, 0, 0, 0).unwrap();
+        let slots = schedule.upcoming(from, 30);
+        let timing = (job.timeout, job.jitter, job.deadline, job.catch_up);
+        (
+            (job.name.clone(), schedule.definition(), schedule.zone()),
+            (policy, (*filter.calendar).clone(), filter.days, slots),
+            (timing, job.overlap, job.on_failure.clone()),
+        )
+    }
+
+    fn only_job(config: &Config) -> &Job {
+        assert_eq!(config.jobs.len(), 1, "{:?}", config.jobs);
+        &config.jobs[0]
+    }
+
+    #[test]
+    fn a_jobspec_with_every_option_is_checked_into_the_same_job_as_its_jobs_toml() {
+        let parts = Parts {
+            jobs: vec![(every_option(), nothing())],
+            alerts: vec![("ops".to_owned(), nothing())],
+            ..Parts::default()
+        };
+        let built = parts.config().expect("the spec checks");
+        let env = HashMap::<String, String>::new();
+        let path = Path::new("jobs.toml");
+        let file = config::parse(path, EVERY_OPTION_TOML, &env).expect("the file checks");
+        let (built_job, file_job) = (only_job(&built), only_job(&file));
+        assert_eq!(checked(built_job), checked(file_job));
+        assert_eq!(built_job.action.kind(), "fn");
+        let alerts = |c: &Config| c.alerts.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(alerts(&built), alerts(&file));
+        // The spec's every option differs from the default: a setter that reached nothing
+        // would show here, not only as a difference from the file.
+        let plain = Parts {
+            jobs: vec![(JobSpec::new("backup", "0 30 2 * * *"), nothing())],
+            ..Parts::default()
+        };
+        let plain = plain.config().expect("the plain spec checks");
+        let plain_job = only_job(&plain);
+        assert!(plain_job.schedule.day_filter().is_none());
+        assert_ne!(
+            (plain_job.timeout, plain_job.jitter, plain_job.overlap),
+            (built_job.timeout, built_job.jitter, built_job.overlap)
+        );
+        assert_ne!(
+            plain_job.schedule.dst_policy(),
+            built_job.schedule.dst_policy()
+        );
+        let unset = (
+            plain_job.catch_up,
+            plain_job.deadline,
+            &plain_job.on_failure,
+        );
+        assert_eq!(unset, (None, None, &None));
     }
 }
