@@ -90,14 +90,17 @@ impl Loader<'_> {
         scheduler: Option<&SchedulerConfig>,
     ) -> Option<Job> {
         let section = Section::Job(name.to_owned());
+        let before = self.errors.len();
         // An unset variable or a missing secret file is reported and the job's other fields
         // still checked; only its action, which needs those values, is not.
         let action_read = self.read_action_files(enabled && self.resolves(), &mut table, &section);
         let mut raw: RawJob = self.typed(table, &section)?;
         let action = std::mem::replace(&mut raw.action, Value::Boolean(false));
-        self.check_job(raw, &section, scheduler, |loader| {
+        let job = self.check_job(raw, &section, scheduler, |loader| {
             loader.job_action(name, &section, action, action_read)
-        })
+        });
+        // A key refused while typing (reported, left out) refuses the job as well.
+        job.filter(|_| self.errors.len() == before)
     }
 
     /// A job's keys as typed values (a `[[job]]` typed, or a job built in code) checked into

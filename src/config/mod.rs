@@ -3,6 +3,10 @@
 //! Loading never panics and never stops at the first problem: it reports every error it finds,
 //! each naming the file, the job and the field (the line for TOML syntax), and the caller exits
 //! non-zero before anything starts.
+//!
+//! Each section is typed ([`raw`]) and then checked; a fleet built in code (the library's
+//! `Fleet`) gives the typed sections itself and goes through the same checks ([`check_built`]),
+//! so its errors are a file's, naming the job and the field.
 
 mod actions;
 mod alerts;
