@@ -12,6 +12,7 @@ mod actions;
 mod alerts;
 mod built;
 mod calendars;
+mod catch_up;
 mod deadline;
 pub mod deployment;
 pub mod durations;
