@@ -277,8 +277,6 @@ impl JobSpec {
             (name, days, calendar.to_days())
         });
         let raw = RawJob {
-            name: self.name.clone(),
-            schedule: self.cron.clone(),
             timezone: self.zone.clone(),
             timeout: self.timeout,
             jitter: self.jitter,
@@ -292,7 +290,7 @@ impl JobSpec {
             deadline: self.deadline,
             dst_repeat: self.dst.0.map(Into::into),
             dst_gap: self.dst.1.map(Into::into),
-            action: toml::Value::Boolean(false),
+            ..RawJob::new(self.name.clone(), self.cron.clone())
         };
         (raw, calendar.map(|(name, _, days)| (name, days)))
     }

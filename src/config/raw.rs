@@ -233,6 +233,32 @@ pub struct RawJob {
     pub action: toml::Value,
 }
 
+impl RawJob {
+    /// A job built in code: `name` on `schedule`, every other key unset (set them with struct
+    /// update syntax); its action table empty, never read (the caller gives the checked action
+    /// to [`super::check_built`]).
+    pub fn new(name: String, schedule: String) -> Self {
+        RawJob {
+            name,
+            schedule,
+            timezone: None,
+            timeout: None,
+            jitter: None,
+            enabled: None,
+            overlap: None,
+            catch_up: None,
+            catch_up_policy: None,
+            calendar: None,
+            days: None,
+            on_failure: None,
+            deadline: None,
+            dst_repeat: None,
+            dst_gap: None,
+            action: toml::Value::Table(toml::Table::new()),
+        }
+    }
+}
+
 /// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into
 /// [`crate::time::calendar::Days`] only together with a `calendar` (days without one is an error).
 #[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
