@@ -36,12 +36,13 @@
 //! `cargo run --release --example singleton -- --nodes redis://127.0.0.1:6379 --replica-id a`.
 //!
 //! # Features
-//! The defaults are the binary's: `cli` (the command line; turns on the next two), `server`
-//! (the HTTP status, metrics and status-page server, [`Fleet::http`]), `ics` (`.ics` calendars)
-//! and `otel` (a trace per run over OTLP). `tcs` (the guard) is off. With
+//! The defaults are the binary's: `cli` (the command line; turns on the next three), `server`
+//! (the HTTP status, metrics and status-page server, [`Fleet::http`]), `ics` (`.ics` calendars),
+//! `robots` (the WeCom, DingTalk and Feishu robot actions of a jobs.toml) and `otel` (a trace
+//! per run over OTLP). `tcs` (the guard) is off. With
 //! `default-features = false` a [`Fleet`] still has Redis nodes, async fn jobs, the built-in
 //! `cn` calendar, logs, metrics and history; asking it for what is compiled out (an `[http]`
-//! address, an .ics file) is refused at start, naming the feature to enable.
+//! address, an .ics file, a robot) is refused at start, naming the feature to enable.
 //!
 //! The API is [`api`], re-exported here. The binary's own modules (the command line, the
 //! replica, the slot's life, the Redis layer, ...) are private to the crate; its binary, tests
@@ -188,8 +189,9 @@ pub mod unstable {
 }
 
 pub use api::{
-    Calendar, CatchUpPolicy, DateTime, DstGap, DstRepeat, Error, Fleet, FleetHandle, JobSpec,
-    NaiveDate, Outcome, Overlap, RunRecord, SlotContext, Trigger, Triggered, Tz, Utc,
+    Calendar, CatchUpPolicy, ConfigError, ConfigErrors, DateTime, DstGap, DstRepeat, Error, Fleet,
+    FleetHandle, JobSpec, Location, NaiveDate, Outcome, Overlap, RunRecord, Section, SlotContext,
+    SourceLine, Trigger, Triggered, Tz, Utc,
 };
 /// The crates of the time types the API returns, at the versions it uses.
 pub use {chrono, chrono_tz};

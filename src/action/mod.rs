@@ -6,8 +6,10 @@
 pub mod check;
 pub mod command;
 pub mod deliver;
+#[cfg(feature = "robots")]
 pub mod dingtalk;
 pub mod egress;
+#[cfg(feature = "robots")]
 pub mod feishu;
 pub mod function;
 pub mod http;
@@ -15,6 +17,7 @@ pub mod log;
 pub mod rate;
 pub mod slack;
 pub mod template;
+#[cfg(feature = "robots")]
 pub mod wecom;
 
 use chrono_tz::Tz;
@@ -28,10 +31,13 @@ use template::{Content, Templates};
 #[derive(Debug)]
 pub enum Action {
     /// A WeCom group robot message.
+    #[cfg(feature = "robots")]
     Wecom(wecom::WecomAction),
     /// A DingTalk custom robot message.
+    #[cfg(feature = "robots")]
     DingTalk(dingtalk::DingTalkAction),
     /// A Feishu / Lark custom bot message.
+    #[cfg(feature = "robots")]
     Feishu(feishu::FeishuAction),
     /// A Slack incoming-webhook message.
     Slack(slack::SlackAction),
@@ -49,8 +55,11 @@ impl Action {
     /// The action's `type` in jobs.toml.
     pub fn kind(&self) -> &'static str {
         match self {
+            #[cfg(feature = "robots")]
             Action::Wecom(_) => "wecom",
+            #[cfg(feature = "robots")]
             Action::DingTalk(_) => "dingtalk",
+            #[cfg(feature = "robots")]
             Action::Feishu(_) => "feishu",
             Action::Slack(_) => "slack",
             Action::Http(_) => "http",
@@ -63,8 +72,11 @@ impl Action {
     /// Where the action sends, redacted; `None` for actions that send nowhere.
     pub fn target(&self) -> Option<String> {
         match self {
+            #[cfg(feature = "robots")]
             Action::Wecom(a) => Some(format!("{} {}", a.message.msgtype(), a.webhook)),
+            #[cfg(feature = "robots")]
             Action::DingTalk(a) => Some(a.webhook.to_string()),
+            #[cfg(feature = "robots")]
             Action::Feishu(a) => Some(a.webhook.to_string()),
             Action::Slack(a) => Some(a.webhook.to_string()),
             Action::Http(a) => Some(format!("{} {}", a.method, a.url)),
@@ -78,8 +90,11 @@ impl Action {
     /// `None` for `log`, which sends nowhere.
     pub fn destination_fingerprint(&self) -> Option<String> {
         let raw = match self {
+            #[cfg(feature = "robots")]
             Action::Wecom(a) => a.webhook.expose().to_string(),
+            #[cfg(feature = "robots")]
             Action::DingTalk(a) => a.webhook.expose().to_string(),
+            #[cfg(feature = "robots")]
             Action::Feishu(a) => a.webhook.expose().to_string(),
             Action::Slack(a) => a.webhook.expose().to_string(),
             Action::Http(a) => format!("{} {}", a.method, a.url.expose()),
@@ -97,8 +112,11 @@ impl Action {
     /// faulted and copied on each spawn. Boxed, a run allocates what its own action needs.
     pub async fn execute(&self, ctx: &SendContext<'_>) -> Result<Delivery, ActionError> {
         match self {
+            #[cfg(feature = "robots")]
             Action::Wecom(a) => Box::pin(a.execute(ctx)).await,
+            #[cfg(feature = "robots")]
             Action::DingTalk(a) => Box::pin(a.execute(ctx)).await,
+            #[cfg(feature = "robots")]
             Action::Feishu(a) => Box::pin(a.execute(ctx)).await,
             Action::Slack(a) => Box::pin(a.execute(ctx)).await,
             Action::Http(a) => Box::pin(a.execute(ctx)).await,
@@ -390,6 +408,7 @@ pub fn http_client() -> reqwest::Result<egress::Http> {
 }
 
 /// base64(HMAC-SHA256(key, message)): the robots' signing primitive.
+#[cfg(feature = "robots")]
 pub fn hmac_sha256_base64(key: &[u8], message: &[u8]) -> String {
     use base64::Engine as _;
     use hmac::Mac as _;

@@ -1,18 +1,13 @@
-//! The configuration of a fleet built in code: its nodes, prefix and jobs written as the
-//! jobs.toml they stand for and checked by the same loader, so a job built in code is checked,
-//! scheduled, raced, logged and recorded exactly as one from a file; then each job's
-//! placeholder action is replaced by its function.
+//! The configuration of a fleet built in code: its nodes, prefix, jobs and alerts given to
+//! the loader as the typed sections a jobs.toml is read into, and checked by the same checks,
+//! so a job built in code is checked, scheduled, raced, logged and recorded exactly as one
+//! from a file; each job's and alert's action is its function.
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
-
-use toml::{Table, Value};
-
-use super::job::{self, JobSpec};
+use super::job::JobSpec;
 use crate::action::function::{FnAction, JobFn};
 use crate::action::Action;
-use crate::config::{self, Config, ConfigError, ConfigErrors, Location, Section};
+use crate::config::raw::{RawHttpServer, RawRedis, RawScheduler, RawTelemetry};
+use crate::config::{self, Built, Config, ConfigError, ConfigErrors, Location, Section};
 
 /// What the errors of a fleet built in code name as their file.
 pub(super) const BUILT_IN_CODE: &str = "fleet builder";
@@ -31,8 +26,10 @@ fn program() -> String {
 pub(super) struct Parts {
     /// Redis URLs; none: standalone (an in-process lock).
     pub(super) nodes: Vec<String>,
-    /// `[scheduler]` keys set in code (`key_prefix`, `max_clock_skew`).
-    pub(super) scheduler: Table,
+    /// `[scheduler] key_prefix` (`Fleet::key_prefix`); `None`: the default.
+    pub(super) key_prefix: Option<String>,
+    /// `[scheduler] deployment` (`Fleet::deployment`); `None`: known by the program's name.
+    pub(super) deployment: Option<String>,
     /// The jobs, with their functions, in registration order.
     pub(super) jobs: Vec<(JobSpec, JobFn)>,
     /// `[http] listen`: where the status endpoints are served; `None`: not served.
@@ -46,132 +43,80 @@ pub(super) struct Parts {
 impl Parts {
     /// The checked configuration: every problem named by job and field, as for a file.
     pub(super) fn config(self) -> Result<Config, ConfigErrors> {
-        let text = toml::to_string(&self.table()).map_err(|e| ConfigErrors {
-            path: BUILT_IN_CODE.to_owned(),
-            errors: vec![ConfigError::file(e.to_string())],
-        })?;
-        // No environment: `${...}` in a value set in code stays as written.
-        let env: HashMap<String, String> = HashMap::new();
         let unknown_alerts = self.unknown_alerts();
-        let parsed = config::parse(Path::new(BUILT_IN_CODE), &text, &env);
-        let mut config = match (parsed, unknown_alerts.is_empty()) {
+        let checked = config::check_built(self.built());
+        let mut config = match (checked, unknown_alerts.is_empty()) {
             (Ok(config), true) => config,
             (Ok(_), false) => return Err(builder_errors(unknown_alerts)),
-            (Err(errors), _) => {
-                // The text is generated: its lines mean nothing to the code that built it.
-                let mut errors = errors.without_source();
+            (Err(mut errors), _) => {
                 errors.errors.extend(unknown_alerts);
                 return Err(as_the_builder_names(errors));
             }
         };
-        if self.jobs.is_empty() {
-            config.jobs.clear();
-        }
         config.scheduler.deployment = config.scheduler.deployment.with_program(program());
-        // Disabled jobs are not in `config.jobs`: functions are matched by the job's name.
-        let mut runs: HashMap<String, JobFn> = self
-            .jobs
-            .into_iter()
-            .map(|(spec, run)| (spec.name().to_owned(), run))
-            .collect();
-        for job in &mut config.jobs {
-            let run = runs.remove(&job.name);
-            let (Some(job), Some(run)) = (Arc::get_mut(job), run) else {
-                return Err(shared_job(&job.name));
-            };
-            job.action = Action::Fn(FnAction::new(run));
-        }
-        for (name, run) in self.alerts {
-            let alert = Arc::new(Action::Fn(FnAction::new(run)));
-            config.alerts.insert(name, alert);
-        }
         Ok(config)
     }
 
-    /// Whether `alert` (a job's `on_failure`, if any) was registered with `Fleet::alert`.
-    fn has_alert(&self, alert: Option<&str>) -> bool {
-        alert.is_none_or(|alert| self.alerts.iter().any(|(name, _)| name == alert))
+    /// The fleet as the loader's typed sections, each job's and alert's action its function.
+    fn built(self) -> Built {
+        let registered: Vec<String> = self.alerts.iter().map(|(name, _)| name.clone()).collect();
+        let (mut jobs, mut calendars) = (Vec::new(), Vec::new());
+        for (spec, run) in self.jobs {
+            let (mut job, calendar) = spec.to_raw();
+            // An alert not registered is the builder's error (`unknown_alerts`), in its words.
+            if !job
+                .on_failure
+                .as_ref()
+                .is_none_or(|a| registered.contains(a))
+            {
+                job.on_failure = None;
+            }
+            jobs.push((job, Action::Fn(FnAction::new(run))));
+            calendars.extend(calendar);
+        }
+        let alerts = self.alerts.into_iter();
+        let redis = (!self.nodes.is_empty()).then(|| RawRedis {
+            nodes: self.nodes,
+            ..RawRedis::default()
+        });
+        Built {
+            path: BUILT_IN_CODE.to_owned(),
+            scheduler: RawScheduler {
+                key_prefix: self.key_prefix,
+                deployment: self.deployment,
+                ..RawScheduler::default()
+            },
+            redis,
+            http: self.http.map(|listen| RawHttpServer {
+                listen: listen.to_string(),
+            }),
+            telemetry: RawTelemetry {
+                otlp_endpoint: self.otlp_endpoint,
+            },
+            calendars,
+            alerts: alerts
+                .map(|(name, run)| (name, Action::Fn(FnAction::new(run))))
+                .collect(),
+            jobs,
+        }
     }
 
     /// The jobs whose `on_failure` names an alert that was not registered.
     fn unknown_alerts(&self) -> Vec<ConfigError> {
         let registered: Vec<&str> = self.alerts.iter().map(|(name, _)| name.as_str()).collect();
-        let registered = match registered.is_empty() {
+        let shown = match registered.is_empty() {
             true => "none".to_owned(),
             false => registered.join(", "),
         };
         let unknown = self.jobs.iter().map(|(spec, _)| spec).filter_map(|spec| {
-            let alert = spec
-                .on_failure_name()
-                .filter(|a| !self.has_alert(Some(a)))?;
+            let alert = spec.on_failure_name().filter(|a| !registered.contains(a))?;
             let message = format!(
-                "{alert:?} is not an alert registered with Fleet::alert (registered: {registered})"
+                "{alert:?} is not an alert registered with Fleet::alert (registered: {shown})"
             );
             let section = Section::Job(spec.name().to_owned());
             Some(ConfigError::field(section, "on_failure", message))
         });
         unknown.collect()
-    }
-
-    /// The jobs.toml this fleet stands for.
-    fn table(&self) -> Table {
-        let mut top = Table::new();
-        top.insert("scheduler".into(), self.scheduler.clone().into());
-        if !self.nodes.is_empty() {
-            let mut redis = Table::new();
-            let nodes: Vec<Value> = self.nodes.iter().map(|n| n.clone().into()).collect();
-            redis.insert("nodes".into(), nodes.into());
-            top.insert("redis".into(), redis.into());
-        }
-        if let Some(listen) = self.http {
-            top.insert("http".into(), one_key("listen", listen.to_string()));
-        }
-        if let Some(endpoint) = &self.otlp_endpoint {
-            top.insert(
-                "telemetry".into(),
-                one_key("otlp_endpoint", endpoint.clone()),
-            );
-        }
-        let mut jobs = Vec::new();
-        let mut calendars = Table::new();
-        let placeholder = JobSpec::new("no-jobs", "0 0 1 1 *");
-        // A file without jobs is refused, rightly for a file; a fleet built in code may have
-        // none of its own (the guard's runs are outside its schedule): it is checked with a
-        // placeholder job, removed before it starts.
-        let specs = self.jobs.iter().map(|(spec, _)| spec);
-        let specs: Vec<&JobSpec> = match self.jobs.is_empty() {
-            true => vec![&placeholder],
-            false => specs.collect(),
-        };
-        for spec in specs {
-            let (mut job, calendar) = spec.to_toml();
-            // An alert not registered is the builder's error (`unknown_alerts`), in its words.
-            if !self.has_alert(spec.on_failure_name()) {
-                job.remove("on_failure");
-            }
-            jobs.push(Value::from(job));
-            if let Some((name, calendar)) = calendar {
-                calendars.insert(name, calendar.into());
-            }
-        }
-        top.insert("job".into(), jobs.into());
-        if !calendars.is_empty() {
-            top.insert("calendar".into(), calendars.into());
-        }
-        if !self.alerts.is_empty() {
-            top.insert("alert".into(), self.alert_tables());
-        }
-        top
-    }
-
-    /// `[alert.NAME]` for each registered alert: a placeholder action (the function is the
-    /// alert's; the loader checks only that each `on_failure` names one).
-    fn alert_tables(&self) -> Value {
-        let alerts = self.alerts.iter().map(|(name, _)| {
-            let placeholder = job::placeholder_action();
-            (name.clone(), Value::from(placeholder))
-        });
-        Table::from_iter(alerts).into()
     }
 }
 
@@ -181,15 +126,6 @@ fn builder_errors(errors: Vec<ConfigError>) -> ConfigErrors {
         path: BUILT_IN_CODE.to_owned(),
         errors,
     }
-}
-
-/// A job just parsed is held by nobody else; were it shared, its function could not be set.
-fn shared_job(name: &str) -> ConfigErrors {
-    builder_errors(vec![ConfigError::field(
-        Section::Job(name.to_owned()),
-        "function",
-        "the job's function could not be attached (the job was shared before start)",
-    )])
 }
 
 /// The errors of a fleet built in code, each naming the field as the builder spells it (the
@@ -224,7 +160,138 @@ fn builder_field(section: &Section, field: &str) -> (Section, String) {
     }
 }
 
-/// A table of one key: `[http] listen`, `[telemetry] otlp_endpoint`.
-fn one_key(key: &str, value: String) -> Value {
-    Table::from_iter([(key.to_owned(), Value::from(value))]).into()
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::{NaiveDate, TimeZone, Utc};
+
+    use super::Parts;
+    use crate::action::function::JobFn;
+    use crate::api::{Calendar, CatchUpPolicy, DstGap, DstRepeat, JobSpec, Overlap};
+    use crate::config::{self, Config, Job};
+
+    /// The jobs.toml of `every_option` below, key for key.
+    const EVERY_OPTION_TOML: &str = r#"
+[calendar.backup-calendar]
+builtin = "cn"
+holidays = ["2026-12-31"]
+workdays = ["2026-12-27"]
+
+[alert.ops]
+type = "log"
+content = "told"
+
+[[job]]
+name = "backup"
+schedule = "0 30 2 * * *"
+timezone = "America/New_York"
+calendar = "backup-calendar"
+days = "workdays"
+timeout = "60s"
+jitter = "90s"
+dst_repeat = "both"
+dst_gap = "skip"
+catch_up = "6h"
+catch_up_policy = "all"
+overlap = "allow"
+on_failure = "ops"
+deadline = "10m"
+enabled = true
+[job.action]
+type = "log"
+content = "ran"
+"#;
+
+    /// A job with every option a `JobSpec` has set to a value other than its default.
+    fn every_option() -> JobSpec {
+        let date = |m, d| NaiveDate::from_ymd_opt(2026, m, d).unwrap();
+        let calendar = Calendar::builtin("cn")
+            .holiday(date(12, 31))
+            .workday(date(12, 27));
+        JobSpec::new("backup", "0 30 2 * * *")
+            .zone("America/New_York")
+            .workdays(calendar)
+            .timeout(Duration::from_secs(60))
+            .jitter(Duration::from_secs(90))
+            .dst_repeat(DstRepeat::Both)
+            .dst_gap(DstGap::Skip)
+            .catch_up(Duration::from_secs(6 * 3600))
+            .catch_up_policy(CatchUpPolicy::All)
+            .overlap(Overlap::Allow)
+            .on_failure("ops")
+            .deadline(Duration::from_secs(600))
+            .enabled(true)
+    }
+
+    fn nothing() -> JobFn {
+        Arc::new(|_| Box::pin(async { Ok(()) }))
+    }
+
+    /// What a checked job is, as comparable values: everything but its action (a function in
+    /// code, a log line in the file). The schedule by its definition, its DST policy, its
+    /// calendar (every day off and make-up day, with its reason) and days, and its slots from
+    /// before the calendar's own dates to after them.
+    fn checked(job: &Job) -> impl PartialEq + std::fmt::Debug {
+        let schedule = &job.schedule;
+        let policy = schedule.dst_policy();
+        let filter = schedule.day_filter().expect("a day filter");
+        let from = Utc.with_ymd_and_hms(2026, 12, 20, 0, 0, 0).unwrap();
+        let slots = schedule.upcoming(from, 30);
+        let timing = (job.timeout, job.jitter, job.deadline, job.catch_up);
+        (
+            (job.name.clone(), schedule.definition(), schedule.zone()),
+            (policy, (*filter.calendar).clone(), filter.days, slots),
+            (timing, job.overlap, job.on_failure.clone()),
+        )
+    }
+
+    fn only_job(config: &Config) -> &Job {
+        assert_eq!(config.jobs.len(), 1, "{:?}", config.jobs);
+        &config.jobs[0]
+    }
+
+    #[test]
+    fn a_jobspec_with_every_option_is_checked_into_the_same_job_as_its_jobs_toml() {
+        let parts = Parts {
+            jobs: vec![(every_option(), nothing())],
+            alerts: vec![("ops".to_owned(), nothing())],
+            ..Parts::default()
+        };
+        let built = parts.config().expect("the spec checks");
+        let env = HashMap::<String, String>::new();
+        let path = Path::new("jobs.toml");
+        let file = config::parse(path, EVERY_OPTION_TOML, &env).expect("the file checks");
+        let (built_job, file_job) = (only_job(&built), only_job(&file));
+        assert_eq!(checked(built_job), checked(file_job));
+        assert_eq!(built_job.action.kind(), "fn");
+        let alerts = |c: &Config| c.alerts.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(alerts(&built), alerts(&file));
+        // The spec's every option differs from the default: a setter that reached nothing
+        // would show here, not only as a difference from the file.
+        let plain = Parts {
+            jobs: vec![(JobSpec::new("backup", "0 30 2 * * *"), nothing())],
+            ..Parts::default()
+        };
+        let plain = plain.config().expect("the plain spec checks");
+        let plain_job = only_job(&plain);
+        assert!(plain_job.schedule.day_filter().is_none());
+        assert_ne!(
+            (plain_job.timeout, plain_job.jitter, plain_job.overlap),
+            (built_job.timeout, built_job.jitter, built_job.overlap)
+        );
+        assert_ne!(
+            plain_job.schedule.dst_policy(),
+            built_job.schedule.dst_policy()
+        );
+        let unset = (
+            plain_job.catch_up,
+            plain_job.deadline,
+            &plain_job.on_failure,
+        );
+        assert_eq!(unset, (None, None, &None));
+    }
 }

@@ -30,7 +30,24 @@ pub(super) type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum Error {
     /// A job, a node URL or an option is invalid; every problem is listed, each naming the job
-    /// and the field.
+    /// and the field ([`ConfigError::job`](super::ConfigError::job),
+    /// [`ConfigError::field_name`](super::ConfigError::field_name)) as the builder spells them
+    /// (a jobs.toml's: as the file does).
+    ///
+    /// ```
+    /// # async fn doc() {
+    /// use slotcron::{Error, Fleet, JobSpec};
+    ///
+    /// let fleet = Fleet::new("replica-1")
+    ///     .job(JobSpec::new("report", "0 9 * * *").zone("Mars/Olympus_Mons"), |_| async {
+    ///         Ok::<(), String>(())
+    ///     });
+    /// let Err(Error::Config(errors)) = fleet.start().await else { return };
+    /// for error in &errors.errors {
+    ///     eprintln!("{:?} {:?}: {}", error.job(), error.field_name(), error.message);
+    /// }
+    /// # }
+    /// ```
     #[error("{}", Problems(.0))]
     Config(#[from] ConfigErrors),
     /// Start-up failed (the status address could not be bound, the nodes are not independent

@@ -1,15 +1,15 @@
 //! A job as the library registers it: its name, cron, zone, calendar, timeout, overlap,
-//! catch-up, alert and whether it is enabled, checked at
-//! [`super::Fleet::start`] by the same checks as a jobs.toml `[[job]]` (the errors name the job
-//! and the field).
+//! catch-up, alert and whether it is enabled, checked at [`super::Fleet::start`] by the same
+//! checks as a jobs.toml `[[job]]` (the errors name the job and the field): the spec is the
+//! loader's typed job, never text.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::NaiveDate;
-use toml::{Table, Value};
 
-use crate::config::{CatchUpPolicy, Overlap};
+use crate::config::raw::{RawDays, RawJob};
+use crate::config::{CalendarDays, CatchUpPolicy, Overlap};
 use crate::time::schedule::{DstGap, DstRepeat};
 
 /// A job's schedule and limits; its function is given to [`super::Fleet::job`].
@@ -263,87 +263,37 @@ impl JobSpec {
         self
     }
 
-    /// The job as a jobs.toml `[[job]]` table (its action a placeholder the fleet replaces
-    /// with the function) and its calendar's `[calendar.NAME]` table, if any.
-    pub(super) fn to_toml(&self) -> (Table, Option<(String, Table)>) {
-        let mut job = Table::new();
-        job.insert("name".into(), self.name.clone().into());
-        job.insert("schedule".into(), self.cron.clone().into());
-        if let Some(zone) = &self.zone {
-            job.insert("timezone".into(), zone.clone().into());
-        }
-        if let Some(timeout) = self.timeout {
-            job.insert("timeout".into(), duration(timeout));
-        }
-        if let Some(jitter) = self.jitter {
-            job.insert("jitter".into(), duration(jitter));
-        }
-        if let Some(repeat) = self.dst.0 {
-            job.insert("dst_repeat".into(), repeat.name().into());
-        }
-        if let Some(gap) = self.dst.1 {
-            job.insert("dst_gap".into(), gap.name().into());
-        }
-        if let Some(window) = self.catch_up {
-            job.insert("catch_up".into(), duration(window));
-        }
-        if let Some(policy) = self.catch_up_policy {
-            job.insert("catch_up_policy".into(), policy_name(policy).into());
-        }
-        if let Some(overlap) = self.overlap {
-            job.insert("overlap".into(), overlap_name(overlap).into());
-        }
-        if let Some(alert) = &self.on_failure {
-            job.insert("on_failure".into(), alert.clone().into());
-        }
-        if let Some(deadline) = self.deadline {
-            job.insert("deadline".into(), duration(deadline));
-        }
-        job.insert("enabled".into(), self.enabled.into());
-        job.insert("action".into(), placeholder_action().into());
+    /// The job as the loader's typed `[[job]]` (checked by the same code as a file's), and
+    /// its calendar's days under the calendar's name (`NAME-calendar`), if any. The job's own
+    /// `action` table is not read: the fleet gives the function as its action.
+    pub(super) fn to_raw(&self) -> (RawJob, Option<(String, CalendarDays)>) {
         let calendar = self.calendar.as_ref().map(|(calendar, days)| {
             // One calendar per job, named after it: job names are unique.
             let name = format!("{}-calendar", self.name);
-            job.insert("calendar".into(), name.clone().into());
             let days = match days {
-                DayKind::Workdays => "workdays",
-                DayKind::Holidays => "holidays",
+                DayKind::Workdays => RawDays::Workdays,
+                DayKind::Holidays => RawDays::Holidays,
             };
-            job.insert("days".into(), days.into());
-            (name, calendar.to_toml())
+            (name, days, calendar.to_days())
         });
-        (job, calendar)
+        let raw = RawJob {
+            timezone: self.zone.clone(),
+            timeout: self.timeout,
+            jitter: self.jitter,
+            enabled: Some(self.enabled),
+            overlap: self.overlap.map(Into::into),
+            catch_up: self.catch_up,
+            catch_up_policy: self.catch_up_policy.map(Into::into),
+            calendar: calendar.as_ref().map(|(name, _, _)| name.clone()),
+            days: calendar.as_ref().map(|(_, days, _)| *days),
+            on_failure: self.on_failure.clone(),
+            deadline: self.deadline,
+            dst_repeat: self.dst.0.map(Into::into),
+            dst_gap: self.dst.1.map(Into::into),
+            ..RawJob::new(self.name.clone(), self.cron.clone())
+        };
+        (raw, calendar.map(|(name, _, days)| (name, days)))
     }
-}
-
-/// The action a job or alert built in code is checked with; the fleet replaces it with the
-/// function before it starts.
-pub(super) fn placeholder_action() -> Table {
-    let mut action = Table::new();
-    action.insert("type".into(), "log".into());
-    action.insert("content".into(), "fn".into());
-    action
-}
-
-/// `overlap` as jobs.toml spells it.
-fn overlap_name(overlap: Overlap) -> &'static str {
-    match overlap {
-        Overlap::Skip => "skip",
-        Overlap::Allow => "allow",
-    }
-}
-
-/// `catch_up_policy` as jobs.toml spells it.
-fn policy_name(policy: CatchUpPolicy) -> &'static str {
-    match policy {
-        CatchUpPolicy::Latest => "latest",
-        CatchUpPolicy::All => "all",
-    }
-}
-
-/// A duration as jobs.toml spells it (`"1500ms"`).
-fn duration(d: Duration) -> Value {
-    format!("{}ms", d.as_millis()).into()
 }
 
 /// Working days and days off: a built-in data set, an .ics file, and dates of your own.
@@ -414,52 +364,14 @@ impl Calendar {
         self
     }
 
-    /// The calendar as a `[calendar.NAME]` table.
-    fn to_toml(&self) -> Table {
-        let dates = |days: &[NaiveDate]| -> Value {
-            days.iter()
-                .map(|d| Value::from(d.to_string()))
-                .collect::<Vec<_>>()
-                .into()
-        };
-        let mut table = Table::new();
-        if let Some(builtin) = &self.builtin {
-            table.insert("builtin".into(), builtin.clone().into());
-        }
-        if let Some(ics) = &self.ics {
-            table.insert("ics".into(), ics.display().to_string().into());
-        }
-        table.insert("holidays".into(), dates(&self.holidays));
-        table.insert("workdays".into(), dates(&self.workdays));
-        table
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The setters of the DST policy and the jitter reach the job the fleet checks and runs:
-    /// the spec's `[[job]]` table, loaded as jobs.toml, names the same values.
-    #[test]
-    fn the_dst_policy_and_jitter_set_in_code_reach_the_checked_job() {
-        let spec = JobSpec::new("backup", "30 2 * * *")
-            .zone("America/New_York")
-            .dst_repeat(DstRepeat::Both)
-            .dst_gap(DstGap::Skip)
-            .jitter(Duration::from_secs(90));
-        let (job, _) = spec.to_toml();
-        let file = Table::from_iter([("job".to_owned(), Value::Array(vec![job.into()]))]);
-        let text = toml::to_string(&file).unwrap();
-        let env = std::collections::HashMap::<String, String>::new();
-        let config = crate::config::parse(std::path::Path::new("t.toml"), &text, &env).unwrap();
-        let checked = &config.jobs[0];
-        let policy = checked.schedule.dst_policy();
-        assert_eq!((policy.repeat, policy.gap), (DstRepeat::Both, DstGap::Skip));
-        assert_eq!(checked.jitter, Duration::from_secs(90));
-        let plain = JobSpec::new("plain", "0 9 * * *").to_toml().0;
-        for key in ["dst_repeat", "dst_gap", "jitter"] {
-            assert!(!plain.contains_key(key), "{key} written without being set");
+    /// The calendar's days as the loader checks a `[calendar.NAME]`'s.
+    fn to_days(&self) -> CalendarDays {
+        let indexed = |days: &[NaiveDate]| days.iter().copied().enumerate().collect();
+        CalendarDays {
+            builtin: self.builtin.clone(),
+            ics: self.ics.clone(),
+            holidays: indexed(&self.holidays),
+            workdays: indexed(&self.workdays),
         }
     }
 }

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::action::function::{SlotContext, Trigger};
+pub use crate::config::error::{ConfigError, ConfigErrors, Location, Section, SourceLine};
 pub use crate::config::{CatchUpPolicy, Overlap};
 pub use crate::outcome::Outcome;
 pub use crate::record::history::RunRecord;
@@ -125,8 +126,7 @@ impl Fleet {
     /// # let _ = fleet;
     /// ```
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into().into();
-        self.parts.scheduler.insert("key_prefix".into(), prefix);
+        self.parts.key_prefix = Some(prefix.into());
         self
     }
 
@@ -139,8 +139,7 @@ impl Fleet {
     /// # let _ = fleet;
     /// ```
     pub fn deployment(mut self, name: impl Into<String>) -> Self {
-        let name = name.into().into();
-        self.parts.scheduler.insert("deployment".into(), name);
+        self.parts.deployment = Some(name.into());
         self
     }
 

@@ -13,7 +13,9 @@ use super::{ConfigError, Loader, Section};
 use crate::action::check::Check;
 use crate::action::rate::{Budget, Rate};
 use crate::action::template::Content;
-use crate::action::{command, dingtalk, feishu, http, log, slack, wecom, Action};
+use crate::action::{command, http, log, slack, Action};
+#[cfg(feature = "robots")]
+use crate::action::{dingtalk, feishu, wecom};
 use crate::secret::SecretUrl;
 
 /// `*_file` fields whose contents are secrets (scrubbed from logs and errors).
@@ -33,14 +35,37 @@ impl ActionCheck<'_, '_> {
     /// The checked action of a raw `[job.action]` (or `[alert.NAME]`) table.
     pub fn action(&mut self, raw: RawAction) -> Option<Action> {
         match raw {
+            #[cfg(feature = "robots")]
             RawAction::Wecom(a) => wecom::parse(self, a).map(Action::Wecom),
+            #[cfg(feature = "robots")]
             RawAction::DingTalk(a) => dingtalk::parse(self, a).map(Action::DingTalk),
+            #[cfg(feature = "robots")]
             RawAction::Feishu(a) => feishu::parse(self, a).map(Action::Feishu),
+            #[cfg(not(feature = "robots"))]
+            RawAction::Wecom(_) => self.robots_compiled_out("wecom"),
+            #[cfg(not(feature = "robots"))]
+            RawAction::DingTalk(_) => self.robots_compiled_out("dingtalk"),
+            #[cfg(not(feature = "robots"))]
+            RawAction::Feishu(_) => self.robots_compiled_out("feishu"),
             RawAction::Slack(a) => slack::parse(self, a).map(Action::Slack),
             RawAction::Http(a) => http::parse(self, a).map(Action::Http),
             RawAction::Command(a) => command::parse(self, a).map(Action::Command),
             RawAction::Log(a) => log::parse(self, a).map(Action::Log),
         }
+    }
+}
+
+impl ActionCheck<'_, '_> {
+    /// Without the `robots` feature a robot's table cannot be sent: said as its `type`'s
+    /// error, so that a jobs.toml is never run with a robot it names left silent.
+    #[cfg(not(feature = "robots"))]
+    fn robots_compiled_out(&mut self, kind: &str) -> Option<Action> {
+        let message = format!(
+            "{kind:?}: the WeCom, DingTalk and Feishu robots are compiled out of this build of \
+             slotcron: enable its `robots` feature"
+        );
+        self.error("type", message);
+        None
     }
 }
 
@@ -216,5 +241,30 @@ fn read_file_field(
             ));
             false
         }
+    }
+}
+
+/// A build without the robots (`cargo test --no-default-features --lib compiled_out`): a
+/// jobs.toml that names one is refused by file, job, field and feature.
+#[cfg(all(test, not(feature = "robots")))]
+mod compiled_out {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    #[test]
+    fn a_robot_in_a_build_without_the_robots_feature_names_the_feature_to_enable() {
+        let text = "[[job]]\nname = \"standup\"\nschedule = \"* * * * *\"\n\
+            [job.action]\ntype = \"dingtalk\"\ncontent = \"hi\"\n\
+            webhook = \"https://oapi.dingtalk.com/robot/send?access_token=t\"\n";
+        let no_env = HashMap::<String, String>::new();
+        let errors =
+            super::super::parse(Path::new("jobs.toml"), text, &no_env).expect_err("refused");
+        let error = &errors.errors[0];
+        assert_eq!(
+            (error.job(), error.field_name()),
+            (Some("standup"), Some("action.type")),
+            "{errors}"
+        );
+        assert!(error.message.contains("`robots` feature"), "{errors}");
     }
 }

@@ -2,7 +2,7 @@
 //! into its [`DayFilter`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono::NaiveDate;
@@ -14,6 +14,21 @@ use super::{ConfigError, Loader, Section};
 use crate::time::calendar::ics;
 use crate::time::calendar::{cn, Calendar, DayFilter, Days, Reason};
 use crate::time::schedule::Schedule;
+
+/// A calendar's sources as typed values: a file's `[calendar.NAME]` once its dates are read,
+/// or a [`crate::api::Calendar`] built in code. Each date keeps its place in its list, which
+/// an error names (`workdays[2]`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CalendarDays {
+    /// A built-in data set's name (`cn`).
+    pub builtin: Option<String>,
+    /// An .ics file, relative to jobs.toml's directory.
+    pub ics: Option<PathBuf>,
+    /// Days off, each with its index in the list.
+    pub holidays: Vec<(usize, NaiveDate)>,
+    /// Working days (weekends made ones), each with its index in the list.
+    pub workdays: Vec<(usize, NaiveDate)>,
+}
 
 /// How close to the end of a built-in calendar's data a warning starts (at start and in `check`).
 const COVERAGE_WARNING_DAYS: u64 = 60;
@@ -41,13 +56,19 @@ impl Loader<'_> {
             return;
         };
         for (name, table) in tables {
-            match self.calendar(&name, table) {
-                Some(calendar) => {
-                    self.calendars.checked.insert(name, Arc::new(calendar));
-                }
-                None => {
-                    self.calendars.broken.insert(name);
-                }
+            let calendar = self.calendar(&name, table);
+            self.keep_calendar(name, calendar);
+        }
+    }
+
+    /// A calendar checked (`None`: refused, reported), for the jobs that name it.
+    pub(super) fn keep_calendar(&mut self, name: String, calendar: Option<Calendar>) {
+        match calendar {
+            Some(calendar) => {
+                self.calendars.checked.insert(name, Arc::new(calendar));
+            }
+            None => {
+                self.calendars.broken.insert(name);
             }
         }
     }
@@ -56,8 +77,23 @@ impl Loader<'_> {
         let section = Section::Calendar(name.to_owned());
         let raw: RawCalendar = self.typed(value, &section)?;
         let before = self.errors.len();
+        let days = CalendarDays {
+            holidays: self.dates(&raw.holidays, "holidays", &section),
+            workdays: self.dates(&raw.workdays, "workdays", &section),
+            builtin: raw.builtin,
+            ics: raw.ics,
+        };
+        let calendar = self.check_calendar(name, days);
+        (self.errors.len() == before).then_some(calendar).flatten()
+    }
+
+    /// A calendar of `days` (a file's `[calendar.NAME]` once its dates are read, or one built
+    /// in code): its built-in data, its .ics file and its own dates, checked.
+    pub(super) fn check_calendar(&mut self, name: &str, days: CalendarDays) -> Option<Calendar> {
+        let section = Section::Calendar(name.to_owned());
+        let before = self.errors.len();
         let mut calendar = Calendar::new(name);
-        if let Some(builtin) = &raw.builtin {
+        if let Some(builtin) = &days.builtin {
             match cn::builtin(builtin) {
                 Some(data) => calendar.add_builtin(data),
                 None => self.errors.push(ConfigError::field(
@@ -70,12 +106,12 @@ impl Loader<'_> {
                 )),
             }
         }
-        if let Some(file) = &raw.ics {
+        if let Some(file) = &days.ics {
             for (date, reason) in self.ics_days(file, &section).unwrap_or_default() {
                 calendar.add_day_off(date, reason);
             }
         }
-        self.inline_days(&mut calendar, &raw, &section);
+        self.inline_days(&mut calendar, days, &section);
         (self.errors.len() == before).then_some(calendar)
     }
 
@@ -111,9 +147,10 @@ impl Loader<'_> {
     }
 
     /// `holidays` and `workdays`: the last layer, over the built-in data and the .ics file.
-    fn inline_days(&mut self, calendar: &mut Calendar, raw: &RawCalendar, section: &Section) {
-        let holidays = self.dates(&raw.holidays, "holidays", section);
-        let workdays = self.dates(&raw.workdays, "workdays", section);
+    fn inline_days(&mut self, calendar: &mut Calendar, days: CalendarDays, section: &Section) {
+        let CalendarDays {
+            holidays, workdays, ..
+        } = days;
         for (i, date) in &workdays {
             if holidays.iter().any(|(_, d)| d == date) {
                 self.errors.push(ConfigError::field(

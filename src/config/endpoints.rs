@@ -144,16 +144,21 @@ impl Loader<'_> {
             return Some(None);
         };
         let raw: RawHttpServer = self.typed(value, &Section::Http)?;
+        self.check_http(raw).map(Some)
+    }
+
+    /// `[http]` as a typed value (the file's, or `Fleet::http`) checked.
+    pub(super) fn check_http(&mut self, raw: RawHttpServer) -> Option<HttpConfig> {
         if !cfg!(feature = "server") {
             let error = ConfigError::field(Section::Http, "listen", SERVER_COMPILED_OUT);
             self.errors.push(error);
             return None;
         }
         match raw.listen.parse() {
-            Ok(listen) => Some(Some(HttpConfig {
+            Ok(listen) => Some(HttpConfig {
                 listen,
                 overridden: false,
-            })),
+            }),
             Err(_) => {
                 self.errors.push(ConfigError::field(
                     Section::Http,
@@ -175,6 +180,14 @@ impl Loader<'_> {
             return Some(None);
         };
         let raw: super::raw::RawTelemetry = self.typed(value, &Section::Telemetry)?;
+        self.check_telemetry(raw)
+    }
+
+    /// `[telemetry]` as a typed value (the file's, or `Fleet::otlp_endpoint`) checked.
+    pub(super) fn check_telemetry(
+        &mut self,
+        raw: super::raw::RawTelemetry,
+    ) -> Option<Option<url::Url>> {
         let Some(endpoint) = raw.otlp_endpoint else {
             return Some(None);
         };
@@ -197,6 +210,11 @@ impl Loader<'_> {
             return Some(None);
         };
         let raw: RawRedis = self.typed(value, &Section::Redis)?;
+        self.check_redis(raw).map(Some)
+    }
+
+    /// `[redis]` as a typed value (the file's, or `Fleet::nodes`) checked.
+    pub(super) fn check_redis(&mut self, raw: RawRedis) -> Option<RedisConfig> {
         let before = self.errors.len();
         let mode = self.redis_mode(&raw);
         let nodes = self.redis_nodes(&raw.nodes, mode.as_ref());
@@ -204,7 +222,7 @@ impl Loader<'_> {
         let primary_auth = self.primary_auth(&raw, mode.as_ref());
         let ca = (raw.ca_file.as_ref())
             .and_then(|file| self.read_beside(file, Section::Redis, "ca_file"));
-        (self.errors.len() == before).then_some(Some(RedisConfig {
+        (self.errors.len() == before).then_some(RedisConfig {
             nodes,
             lock,
             ca,
@@ -213,7 +231,7 @@ impl Loader<'_> {
             primary_auth,
             connector: Connector::Tcp,
             egress: Default::default(),
-        }))
+        })
     }
 
     /// `mode`, and `master` with it (required by sentinel, refused by the others).

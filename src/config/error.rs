@@ -1,11 +1,28 @@
 //! Config errors that name the file, the job and the field, and the line and column they are
 //! at: `{}` prints one line per error (for logs), `{:#}` adds each error's source line with a
 //! caret under the place at fault, as cargo does (for a person at a terminal).
+//!
+//! The library's [`Error::Config`](crate::api::Error::Config) carries them too: a fleet built
+//! in code is checked by the same checks, its errors naming the job and the field as the
+//! builder spells them (`cron`, `zone`, `Fleet::nodes`), under the path `fleet builder`.
 
 use std::fmt;
 
-/// Where in jobs.toml an error is.
+/// Where in jobs.toml (or in a fleet built in code) an error is.
+///
+/// ```
+/// use slotcron::{ConfigError, Location, Section};
+///
+/// fn job_and_field(error: &ConfigError) -> Option<(&str, &str)> {
+///     match &error.location {
+///         Location::Field { section: Section::Job(job), field } => Some((job, field)),
+///         _ => None,
+///     }
+/// }
+/// # let _ = job_and_field;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Location {
     /// The file as a whole (missing, unreadable, not UTF-8, no jobs).
     File,
@@ -27,8 +44,15 @@ pub enum Location {
     },
 }
 
+/// A section of jobs.toml, as errors name it (a fleet built in code: `Top` for the fleet's own
+/// settings, `Job` and `Alert` by name).
+///
+/// ```
+/// use slotcron::Section;
+/// assert_ne!(Section::Job("report".into()), Section::Alert("report".into()));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-/// A section of jobs.toml, as errors name it.
+#[non_exhaustive]
 pub enum Section {
     /// Outside every table.
     Top,
@@ -48,8 +72,22 @@ pub enum Section {
     Alert(String),
 }
 
-/// One problem in jobs.toml.
+/// One problem in jobs.toml, or in a fleet built in code.
+///
+/// ```
+/// # async fn doc() {
+/// use slotcron::{Error, Fleet, JobSpec};
+///
+/// let fleet = Fleet::new("replica-1")
+///     .job(JobSpec::new("report", "0 61 * * *"), |_| async { Ok::<(), String>(()) });
+/// if let Err(Error::Config(errors)) = fleet.start().await {
+///     let error = &errors.errors[0];
+///     assert_eq!((error.job(), error.field_name()), (Some("report"), Some("cron")));
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// Where the problem is.
     pub location: Location,
@@ -59,8 +97,17 @@ pub struct ConfigError {
     pub source: Option<SourceLine>,
 }
 
-/// Where an error is in the file's text, with the line to show under the message.
+/// Where an error is in the file's text, with the line to show under the message (never set
+/// for a fleet built in code, which has no text).
+///
+/// ```
+/// fn line_of(error: &slotcron::ConfigError) -> Option<usize> {
+///     error.source.as_ref().map(|at| at.line)
+/// }
+/// # let _ = line_of;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceLine {
     /// The line, from 1.
     pub line: usize,
@@ -77,7 +124,7 @@ pub struct SourceLine {
 
 impl ConfigError {
     /// An error about the file as a whole.
-    pub fn file(message: impl Into<String>) -> Self {
+    pub(crate) fn file(message: impl Into<String>) -> Self {
         ConfigError {
             location: Location::File,
             message: message.into(),
@@ -86,7 +133,11 @@ impl ConfigError {
     }
 
     /// An error about `field` of `section`.
-    pub fn field(section: Section, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn field(
+        section: Section,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         ConfigError {
             location: Location::Field {
                 section,
@@ -98,6 +149,13 @@ impl ConfigError {
     }
 
     /// The job this error is about, if any.
+    ///
+    /// ```
+    /// fn about(error: &slotcron::ConfigError) -> &str {
+    ///     error.job().unwrap_or("the fleet")
+    /// }
+    /// # let _ = about;
+    /// ```
     pub fn job(&self) -> Option<&str> {
         match &self.location {
             Location::Field {
@@ -109,7 +167,14 @@ impl ConfigError {
         }
     }
 
-    /// The field this error is about, if any.
+    /// The field this error is about, if any (as the file or the builder names it).
+    ///
+    /// ```
+    /// fn field(error: &slotcron::ConfigError) -> &str {
+    ///     error.field_name().unwrap_or("-")
+    /// }
+    /// # let _ = field;
+    /// ```
     pub fn field_name(&self) -> Option<&str> {
         match &self.location {
             Location::Field { field, .. } => Some(field),
@@ -118,10 +183,19 @@ impl ConfigError {
     }
 }
 
-/// Every problem found in one file; slotcron reports them all before exiting.
+/// Every problem found in one file (or one fleet built in code); slotcron reports them all
+/// before exiting. [`Error::Config`](crate::api::Error::Config) holds it.
+///
+/// ```
+/// fn problems(errors: &slotcron::ConfigErrors) -> usize {
+///     errors.errors.len()
+/// }
+/// # let _ = problems;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigErrors {
-    /// The file, as given.
+    /// The file, as given (`fleet builder` for a fleet built in code).
     pub path: String,
     /// Every problem found, in file order.
     pub errors: Vec<ConfigError>,
@@ -141,17 +215,6 @@ impl fmt::Display for ConfigErrors {
             }
         }
         Ok(())
-    }
-}
-
-impl ConfigErrors {
-    /// The same errors without their places in the text: for a configuration that is not a
-    /// file a person wrote (one built in code), whose lines mean nothing to its author.
-    pub fn without_source(mut self) -> Self {
-        for e in &mut self.errors {
-            e.source = None;
-        }
-        self
     }
 }
 

@@ -7,12 +7,9 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::raw::{self, RawCatchUpPolicy, RawJob, RawOverlap};
+use super::raw::{self, RawJob, RawOverlap};
 use super::{actions, durations};
-use super::{
-    CatchUp, CatchUpPolicy, ConfigError, Job, Loader, Overlap, SchedulerConfig, Section,
-    DEFAULT_TIMEOUT, MAX_CATCH_UP_ALL,
-};
+use super::{ConfigError, Job, Loader, Overlap, SchedulerConfig, Section, DEFAULT_TIMEOUT};
 use crate::action::function::FnAction;
 use crate::action::Action;
 use crate::time::schedule::Schedule;
@@ -40,35 +37,36 @@ impl Loader<'_> {
                 return (jobs, disabled);
             }
         };
-        let mut names = HashSet::new();
+        let mut names = JobNames::default();
         for (i, table) in tables.into_iter().enumerate() {
             let first_error = self.errors.len();
             let name = job_name(&table, i);
-            let checked = self.job_once(table, &name, &mut names, scheduler);
+            let enabled = table
+                .get("enabled")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            let checked = self.job_once(&name, &mut names, |loader| {
+                loader.job(table, &name, enabled, scheduler)
+            });
             self.job_errors.push(super::locate::JobErrors {
                 errors: first_error..self.errors.len(),
                 index: i,
             });
-            match checked {
-                Some((Some(job), true)) => jobs.push(Arc::new(job)),
-                Some((_, false)) => disabled.push(name),
-                Some((None, true)) | None => {}
-            }
+            keep_job(checked, name, enabled, (&mut jobs, &mut disabled));
         }
         (jobs, disabled)
     }
 
-    /// One `[[job]]`: `None` for a name seen before (an error; the job's other keys are still
-    /// checked, their mistakes being others), else the job if it checks, and whether it is
-    /// enabled.
-    fn job_once(
+    /// One job, checked by `check`, under a name that must not have been seen before (an
+    /// error; the job's other keys are still checked, their mistakes being others): `None` for
+    /// a name seen before, else the job if it checks.
+    pub(super) fn job_once(
         &mut self,
-        table: Value,
         name: &str,
-        names: &mut HashSet<String>,
-        scheduler: Option<&SchedulerConfig>,
-    ) -> Option<(Option<Job>, bool)> {
-        let unique = names.insert(name.to_owned());
+        names: &mut JobNames,
+        check: impl FnOnce(&mut Self) -> Option<Job>,
+    ) -> Option<Option<Job>> {
+        let unique = names.0.insert(name.to_owned());
         if !unique {
             self.errors.push(ConfigError::field(
                 Section::Job(name.to_owned()),
@@ -76,14 +74,11 @@ impl Loader<'_> {
                 "duplicate job name: each job needs its own (it is part of the lock key)",
             ));
         }
-        let enabled = table
-            .get("enabled")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let job = self.job(table, name, enabled, scheduler);
-        unique.then_some((job, enabled))
+        let job = check(self);
+        unique.then_some(job)
     }
 
+    /// One `[[job]]` table: its action's values read, its keys typed, then checked.
     fn job(
         &mut self,
         mut table: Value,
@@ -96,8 +91,28 @@ impl Loader<'_> {
         // An unset variable or a missing secret file is reported and the job's other fields
         // still checked; only its action, which needs those values, is not.
         let action_read = self.read_action_files(enabled && self.resolves(), &mut table, &section);
-        let raw: RawJob = self.typed(table, &section)?;
-        let enabled = raw.enabled.unwrap_or(enabled);
+        let mut raw: RawJob = self.typed(table, &section)?;
+        let action = std::mem::replace(&mut raw.action, Value::Boolean(false));
+        let job = self.check_job(raw, &section, scheduler, |loader| {
+            loader.job_action(name, &section, action, action_read)
+        });
+        // A key refused while typing (reported, left out) refuses the job as well.
+        job.filter(|_| self.errors.len() == before)
+    }
+
+    /// A job's keys as typed values (a `[[job]]` typed, or a job built in code) checked into
+    /// its [`Job`], every problem reported under `section`; `action` gives its checked action
+    /// (not asked for a disabled job: only its schedule is kept, for `check`).
+    pub(super) fn check_job(
+        &mut self,
+        raw: RawJob,
+        section: &Section,
+        scheduler: Option<&SchedulerConfig>,
+        action: impl FnOnce(&mut Self) -> Option<Action>,
+    ) -> Option<Job> {
+        let before = self.errors.len();
+        let section = section.clone();
+        let enabled = raw.enabled.unwrap_or(true);
         self.check_job_name(&raw.name, &section);
         let schedule = self
             .job_schedule(&raw, scheduler, &section)
@@ -111,7 +126,7 @@ impl Loader<'_> {
                 .extend(schedule.map(|s| (raw.name, s)));
             return None;
         }
-        let action = self.job_action(name, &section, raw.action, action_read);
+        let action = action(self);
         let keys = (raw.on_failure.as_deref(), raw.deadline);
         let (on_failure, deadline) = self.job_alerts(keys, &section, schedule.as_ref());
         if self.errors.len() != before {
@@ -225,71 +240,6 @@ impl Loader<'_> {
         .action(raw)
     }
 
-    fn catch_up(
-        &mut self,
-        window: Option<Duration>,
-        policy: Option<RawCatchUpPolicy>,
-        section: &Section,
-        schedule: Option<&Schedule>,
-    ) -> Option<CatchUp> {
-        let policy = match policy {
-            Some(RawCatchUpPolicy::All) => CatchUpPolicy::All,
-            Some(RawCatchUpPolicy::Latest) | None => CatchUpPolicy::Latest,
-        };
-        let Some(window) = window else {
-            // A refused `catch_up` is reported; the policy without it is not a second mistake.
-            if policy == CatchUpPolicy::All && !self.was_rejected("catch_up") {
-                self.errors.push(ConfigError::field(
-                    section.clone(),
-                    "catch_up_policy",
-                    "needs catch_up = \"<window>\" (for example \"10m\")",
-                ));
-            }
-            return None;
-        };
-        let window = match durations::CATCH_UP.check(window) {
-            Ok(window) => window,
-            Err(e) => {
-                let hint = " (leave catch_up out to turn catch-up off)";
-                let e = e.to_string();
-                let message = if window.is_zero() { e + hint } else { e };
-                self.errors
-                    .push(ConfigError::field(section.clone(), "catch_up", message));
-                return None;
-            }
-        };
-        if policy == CatchUpPolicy::All {
-            self.check_catch_up_all(window, schedule?, section)?;
-        }
-        Some(CatchUp { window, policy })
-    }
-
-    /// `catch_up_policy = "all"` runs every missed slot: refused when the window can hold more
-    /// than [`MAX_CATCH_UP_ALL`] of the job's slots (a burst nobody wants, and more than the
-    /// history reaches back to tell apart).
-    fn check_catch_up_all(
-        &mut self,
-        window: Duration,
-        schedule: &Schedule,
-        section: &Section,
-    ) -> Option<()> {
-        let most = schedule.most_slots_within(window, MAX_CATCH_UP_ALL);
-        if most <= MAX_CATCH_UP_ALL {
-            return Some(());
-        }
-        self.errors.push(ConfigError::field(
-            section.clone(),
-            "catch_up",
-            format!(
-                "a window of {} holds more than {MAX_CATCH_UP_ALL} slots of this schedule \
-                 (at least {most}), the most catch_up_policy = \"all\" runs: shorten the window \
-                 or use catch_up_policy = \"latest\"",
-                humantime::format_duration(window)
-            ),
-        ));
-        None
-    }
-
     fn check_job_name(&mut self, name: &str, section: &Section) {
         let valid = !name.is_empty()
             && name.len() <= MAX_JOB_NAME
@@ -303,6 +253,24 @@ impl Loader<'_> {
                 format!("must be 1 to {MAX_JOB_NAME} characters of A-Z a-z 0-9 - _ . (it is part of the Redis key)"),
             ));
         }
+    }
+}
+
+/// The names of the jobs checked so far: each must be unique.
+#[derive(Debug, Default)]
+pub(super) struct JobNames(HashSet<String>);
+
+/// A checked job (from [`Loader::job_once`]) kept among the enabled jobs or the disabled names.
+pub(super) fn keep_job(
+    checked: Option<Option<Job>>,
+    name: String,
+    enabled: bool,
+    (jobs, disabled): (&mut Vec<Arc<Job>>, &mut Vec<String>),
+) {
+    match (checked, enabled) {
+        (Some(Some(job)), true) => jobs.push(Arc::new(job)),
+        (Some(_), false) => disabled.push(name),
+        (Some(None), true) | (None, _) => {}
     }
 }
 

@@ -3,10 +3,16 @@
 //! Loading never panics and never stops at the first problem: it reports every error it finds,
 //! each naming the file, the job and the field (the line for TOML syntax), and the caller exits
 //! non-zero before anything starts.
+//!
+//! Each section is typed ([`raw`]) and then checked; a fleet built in code (the library's
+//! `Fleet`) gives the typed sections itself and goes through the same checks ([`check_built`]),
+//! so its errors are a file's, naming the job and the field.
 
 mod actions;
 mod alerts;
+mod built;
 mod calendars;
+mod catch_up;
 mod deadline;
 pub mod deployment;
 pub mod durations;
@@ -17,7 +23,7 @@ mod guard;
 mod jitter;
 mod jobs;
 mod locate;
-mod raw;
+pub(crate) mod raw;
 mod scheduler;
 pub mod schema;
 mod suggest;
@@ -36,6 +42,8 @@ use crate::action::Action;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
 use crate::time::words;
+pub(crate) use built::{check_built, Built};
+pub(crate) use calendars::CalendarDays;
 use durations::DurationRange;
 pub use endpoints::{HttpConfig, RedisConfig, RedisMode, SERVER_COMPILED_OUT};
 pub use env::{Env, ProcessEnv};
@@ -367,32 +375,16 @@ impl<'e> Loader<'e> {
                 .flatten();
         }
         let (jobs, disabled) = self.jobs(table.remove("job"), scheduler.as_ref());
-        let mut scheduler = scheduler?;
         self.check_something_runs(&jobs, &disabled);
-        let redis = redis?;
-        if let Some(redis) = &redis {
-            scheduler.key_prefix = self.key_prefix_for(&scheduler.key_prefix, &redis.mode)?;
-        }
-        let (http, otlp_endpoint) = (http?, otlp_endpoint?);
-        self.coverage_warnings();
-        if redis.is_none() {
-            self.warnings.push(STANDALONE_WARNING.to_owned());
-        }
-        Some(Config {
-            path: path.to_owned(),
+        let sections = built::Sections {
             scheduler,
             redis,
             http,
             otlp_endpoint,
             jobs,
             disabled,
-            disabled_schedules: std::mem::take(&mut self.disabled_schedules),
-            alerts: std::mem::take(&mut self.alerts.checked),
-            templates: Arc::new(std::mem::take(&mut self.templates)),
-            scrubber: Arc::new(std::mem::take(&mut self.scrubber)),
-            warnings: std::mem::take(&mut self.warnings),
-            hash: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes())),
-        })
+        };
+        self.finish(path, sections, text.as_bytes())
     }
 
     /// Every syntax error of the file, one a line (the parser's own recovery: the errors that
@@ -579,10 +571,6 @@ fn enclosing_job(before: &str) -> Option<String> {
         (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
     })
 }
-
-/// The warning of a file without `[redis]`.
-const STANDALONE_WARNING: &str = "no [redis] section: standalone mode, an in-process lock. \
-    Run ONE replica only; several replicas would each run every slot";
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! jobs.toml exactly as users write it. Every table denies unknown fields, so a typo is an error
-//! rather than a silently ignored setting. These types never leave the config module: `load`
-//! checks them into the domain types.
+//! rather than a silently ignored setting. These types are what the checks take: `load` types a
+//! file's sections into them, and the library's `Fleet` builds them in code (`check_built`);
+//! both are checked into the domain types by the same code.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,11 +9,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::action::command::RawCommand;
+#[cfg(feature = "robots")]
 use crate::action::dingtalk::RawDingTalk;
+#[cfg(feature = "robots")]
 use crate::action::feishu::RawFeishu;
 use crate::action::http::RawHttp;
 use crate::action::log::RawLog;
 use crate::action::slack::RawSlack;
+#[cfg(feature = "robots")]
 use crate::action::wecom::RawWecom;
 use crate::time::schedule::{DstGap, DstRepeat};
 
@@ -99,6 +103,25 @@ impl From<RawDstGap> for DstGap {
     }
 }
 
+impl From<DstRepeat> for RawDstRepeat {
+    fn from(repeat: DstRepeat) -> Self {
+        match repeat {
+            DstRepeat::First => RawDstRepeat::First,
+            DstRepeat::Last => RawDstRepeat::Last,
+            DstRepeat::Both => RawDstRepeat::Both,
+        }
+    }
+}
+
+impl From<DstGap> for RawDstGap {
+    fn from(gap: DstGap) -> Self {
+        match gap {
+            DstGap::Shift => RawDstGap::Shift,
+            DstGap::Skip => RawDstGap::Skip,
+        }
+    }
+}
+
 /// `candidates = 2` or `candidates = "all"`.
 #[derive(Debug, Deserialize, schemars::JsonSchema, Clone)]
 #[serde(untagged)]
@@ -124,7 +147,7 @@ pub enum RawClockMode {
 /// `[redis]` as written: the node URLs stay strings here so the checker can parse each one and
 /// name the entry at fault (and warn about an even count); the lock's tuning is optional, its
 /// defaults applied by the checker.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     /// `redis://` or `rediss://` URLs, one per independent node.
@@ -210,6 +233,32 @@ pub struct RawJob {
     pub action: toml::Value,
 }
 
+impl RawJob {
+    /// A job built in code: `name` on `schedule`, every other key unset (set them with struct
+    /// update syntax); its action table empty, never read (the caller gives the checked action
+    /// to [`super::check_built`]).
+    pub fn new(name: String, schedule: String) -> Self {
+        RawJob {
+            name,
+            schedule,
+            timezone: None,
+            timeout: None,
+            jitter: None,
+            enabled: None,
+            overlap: None,
+            catch_up: None,
+            catch_up_policy: None,
+            calendar: None,
+            days: None,
+            on_failure: None,
+            deadline: None,
+            dst_repeat: None,
+            dst_gap: None,
+            action: toml::Value::Table(toml::Table::new()),
+        }
+    }
+}
+
 /// `days = "workdays" | "holidays"` as spelled in the file; the checker turns it into
 /// [`crate::time::calendar::Days`] only together with a `calendar` (days without one is an error).
 #[derive(Debug, Deserialize, schemars::JsonSchema, Clone, Copy)]
@@ -262,6 +311,24 @@ pub enum RawCatchUpPolicy {
     All,
 }
 
+impl From<super::CatchUpPolicy> for RawCatchUpPolicy {
+    fn from(policy: super::CatchUpPolicy) -> Self {
+        match policy {
+            super::CatchUpPolicy::Latest => RawCatchUpPolicy::Latest,
+            super::CatchUpPolicy::All => RawCatchUpPolicy::All,
+        }
+    }
+}
+
+impl From<super::Overlap> for RawOverlap {
+    fn from(overlap: super::Overlap) -> Self {
+        match overlap {
+            super::Overlap::Skip => RawOverlap::Skip,
+            super::Overlap::Allow => RawOverlap::Allow,
+        }
+    }
+}
+
 /// `[http]` as written: `listen` stays a string so a bad address gets the checker's error,
 /// which names the key and shows the expected form, instead of serde's.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -272,18 +339,36 @@ pub struct RawHttpServer {
 }
 
 /// `[telemetry]` as written.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawTelemetry {
     /// OTLP/HTTP base URL (`http://host:4318`): spans go to its `/v1/traces`.
     pub otlp_endpoint: Option<String>,
 }
 
+/// A robot's table in a build without the `robots` feature: taken whole, its keys unread, so
+/// that the checker refuses it naming the feature (serde would call the `type` unknown).
+#[cfg(not(feature = "robots"))]
+pub type CompiledOut = serde_json::Map<String, serde_json::Value>;
+#[cfg(not(feature = "robots"))]
+type RawWecom = CompiledOut;
+#[cfg(not(feature = "robots"))]
+type RawDingTalk = CompiledOut;
+#[cfg(not(feature = "robots"))]
+type RawFeishu = CompiledOut;
+
 /// `[job.action]` as written, chosen by its `type`: each variant is the action module's own raw
 /// table, so every action keeps its keys and their checks beside its code, and an unknown
 /// `type` or a key of another type is serde's error naming the job.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+#[cfg_attr(
+    not(feature = "robots"),
+    expect(
+        dead_code,
+        reason = "a robot's table is refused unread without the feature"
+    )
+)]
 pub enum RawAction {
     /// `type = "wecom"`: a WeCom group robot.
     Wecom(RawWecom),

@@ -86,6 +86,16 @@ impl Loader<'_> {
         text: &str,
     ) -> Option<SchedulerConfig> {
         let raw = self.raw_scheduler(value)?;
+        self.check_scheduler(raw, text)
+    }
+
+    /// `[scheduler]`'s keys as typed values (the file's, or a fleet's built in code) checked,
+    /// with their defaults.
+    pub(super) fn check_scheduler(
+        &mut self,
+        raw: RawScheduler,
+        text: &str,
+    ) -> Option<SchedulerConfig> {
         // Every key is checked before any error ends the section: each is its own mistake.
         let timezone = match raw.timezone.as_deref() {
             Some(name) => self.zone(name, Section::Scheduler),

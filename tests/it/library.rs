@@ -370,6 +370,147 @@ async fn invalid_jobs_are_refused_at_start_as_a_list_naming_the_builders_fields(
     }
 }
 
+/// The jobs.toml of the jobs in `a_library_job_is_refused_for_what_the_same_job_in_jobs_toml_is`.
+const BAD_JOBS_TOML: &str = r#"
+[calendar.holidays-calendar]
+builtin = "xx"
+
+[[job]]
+name = "no spaces"
+schedule = "* * * * * *"
+[job.action]
+type = "log"
+content = "x"
+
+[[job]]
+name = "late"
+schedule = "0 61 * * *"
+[job.action]
+type = "log"
+content = "x"
+
+[[job]]
+name = "zoned"
+schedule = "0 9 * * *"
+timezone = "Mars/Olympus_Mons"
+[job.action]
+type = "log"
+content = "x"
+
+[[job]]
+name = "limits"
+schedule = "* * * * *"
+timeout = "0s"
+jitter = "90s"
+catch_up = "0s"
+deadline = "10m"
+[job.action]
+type = "log"
+content = "x"
+
+[[job]]
+name = "policy"
+schedule = "0 9 * * *"
+catch_up_policy = "all"
+[job.action]
+type = "log"
+content = "x"
+
+[[job]]
+name = "holidays"
+schedule = "0 9 * * *"
+calendar = "holidays-calendar"
+days = "holidays"
+[job.action]
+type = "log"
+content = "x"
+"#;
+
+/// An error as (job, field, message), the field named as the builder names it: the checks are
+/// the loader's, and only the words for the keys differ (`cron` for `schedule`, `zone` for
+/// `timezone`, a job's own calendar as `Calendar (KEY)` of the job).
+fn as_built(error: &slotcron::ConfigError) -> (Option<String>, String, String) {
+    use slotcron::{Location, Section};
+    let message = error.message.clone();
+    let Location::Field { section, field } = &error.location else {
+        return (None, String::new(), message);
+    };
+    let builder = match field.as_str() {
+        "schedule" => "cron".to_owned(),
+        "timezone" => "zone".to_owned(),
+        other => other.to_owned(),
+    };
+    match section {
+        Section::Calendar(calendar) => {
+            let job = calendar.strip_suffix("-calendar").map(str::to_owned);
+            (job, format!("Calendar ({field})"), message)
+        }
+        _ => (error.job().map(str::to_owned), builder, message),
+    }
+}
+
+#[tokio::test]
+async fn a_library_job_is_refused_for_what_the_same_job_in_jobs_toml_is() {
+    use slotcron::{Calendar, CatchUpPolicy};
+    let ok = |_| async { Ok::<(), String>(()) };
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+    let fleet = Fleet::new("lib-1")
+        .job(JobSpec::new("no spaces", "* * * * * *"), ok)
+        .job(JobSpec::new("late", "0 61 * * *"), ok)
+        .job(
+            JobSpec::new("zoned", "0 9 * * *").zone("Mars/Olympus_Mons"),
+            ok,
+        )
+        .job(
+            JobSpec::new("limits", "* * * * *")
+                .timeout(Duration::ZERO)
+                .jitter(Duration::from_secs(90))
+                .catch_up(Duration::ZERO)
+                .deadline(minutes(10)),
+            ok,
+        )
+        .job(
+            JobSpec::new("policy", "0 9 * * *").catch_up_policy(CatchUpPolicy::All),
+            ok,
+        )
+        .job(
+            JobSpec::new("holidays", "0 9 * * *").holidays(Calendar::builtin("xx")),
+            ok,
+        );
+    let Err(slotcron::Error::Config(built)) = fleet.start().await else {
+        panic!("invalid jobs were not refused as a configuration");
+    };
+    let env = std::collections::HashMap::<String, String>::new();
+    let path = Path::new("jobs.toml");
+    let file = slotcron::unstable::config::parse(path, BAD_JOBS_TOML, &env).unwrap_err();
+    let mut from_file: Vec<_> = file.errors.iter().map(as_built).collect();
+    let mut from_code: Vec<_> = built.errors.iter().map(as_built).collect();
+    from_file.sort();
+    from_code.sort();
+    assert_eq!(
+        from_code, from_file,
+        "in code:\n{built}\nin the file:\n{file}"
+    );
+    // Each job's mistakes are among them, one per key (the file's own count, not fewer).
+    let fields: Vec<(&str, &str)> = from_code
+        .iter()
+        .map(|(job, field, _)| (job.as_deref().unwrap_or(""), field.as_str()))
+        .collect();
+    for expected in [
+        ("no spaces", "name"),
+        ("late", "cron"),
+        ("zoned", "zone"),
+        ("limits", "timeout"),
+        ("limits", "jitter"),
+        ("limits", "catch_up"),
+        ("limits", "deadline"),
+        ("policy", "catch_up_policy"),
+        ("holidays", "Calendar (builtin)"),
+    ] {
+        assert!(fields.contains(&expected), "{expected:?} not in {fields:?}");
+    }
+}
+
 /// The first `rust` block after `heading` in the Markdown file `path` (relative to the crate).
 fn rust_block_after(path: &str, heading: &str) -> String {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
