@@ -805,11 +805,20 @@ async fn the_handle_triggers_pauses_resumes_reads_history_and_serves_metrics_and
     let resumed_at = Utc::now();
     assert!(handle.resume("beat").await.unwrap(), "no pause was ended");
     until_metric(port, "slotcron_job_paused{slotcron_job=\"beat\"}", "0").await;
-    let beats = handle.history("beat", 5).await.unwrap();
-    assert!(
-        beats.iter().any(|r| r.slot.instant() >= resumed_at),
-        "no beat after resume: {beats:?}"
-    );
+    // The metric turns at the resume; the first slot after it runs up to a second later (more
+    // under load): wait for its run in the history rather than read it once.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let beats = handle.history("beat", 5).await.unwrap();
+        if beats.iter().any(|r| r.slot.instant() >= resumed_at) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < bound,
+            "no beat after resume: {beats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     let metrics = get(port, "/metrics").await.body;
     let done = "slotcron_runs_total{slotcron_job=\"report\",outcome=\"done\"";
