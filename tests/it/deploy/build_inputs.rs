@@ -328,7 +328,7 @@ fn dockerfile_build_stage_holds_every_file_cargo_build_reads_at_each_cargo_build
 #[test]
 fn the_build_input_check_fails_when_any_copy_line_of_the_build_stage_is_removed() {
     let text = super::read("deploy/Dockerfile");
-    let build_stage_end = text.find("\nFROM ").expect("a runtime stage");
+    let build_stage_end = text.rfind("\nFROM ").expect("a runtime stage");
     let copies: Vec<&str> = text[..build_stage_end]
         .lines()
         .filter(|l| l.starts_with("COPY "))
@@ -337,6 +337,11 @@ fn the_build_input_check_fails_when_any_copy_line_of_the_build_stage_is_removed(
     for line in copies {
         let without = text.replacen(&format!("{line}\n"), "", 1);
         let missing = missing_build_inputs(&without, &repo());
+        eprintln!(
+            "without `{line}`: {} missing, e.g. {:?}",
+            missing.len(),
+            missing.first()
+        );
         let (_, sources, _) = copy_parts(line.strip_prefix("COPY ").unwrap());
         assert!(
             missing.iter().any(|m| sources
