@@ -19,10 +19,21 @@ use common::{write_config, FaultyProxy, FreezeTrap, Receiver, RedisCluster, Redi
 /// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
 /// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.
 fn tick_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    tick_file(nodes, receiver, prefix, "5s", "")
+}
+
+/// Job `tick` every second with `timeout` and `scheduler` lines, a 500 ms node timeout.
+fn tick_file(
+    nodes: &[String],
+    receiver: &str,
+    prefix: &str,
+    timeout: &str,
+    scheduler: &str,
+) -> String {
     FleetToml {
         job: "tick",
-        timeout: "5s",
-        scheduler: "",
+        timeout,
+        scheduler,
         redis: "node_timeout = \"500ms\"",
         ..FleetToml::new(nodes, receiver, prefix)
     }
@@ -34,14 +45,7 @@ fn tick_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
 /// back past the keys' life finds its slots' keys gone, so the scenarios below set clocks back
 /// [`PAST_THE_KEYS`] rather than 35 s past the default's 30 s.
 fn short_keys_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    FleetToml {
-        job: "tick",
-        timeout: "2s",
-        scheduler: "max_clock_skew = \"2s\"",
-        redis: "node_timeout = \"500ms\"",
-        ..FleetToml::new(nodes, receiver, prefix)
-    }
-    .render()
+    tick_file(nodes, receiver, prefix, "2s", "max_clock_skew = \"2s\"")
 }
 
 /// How far the scenarios set a replica's clocks back: 5 s past [`short_keys_config`]'s 11 s
@@ -500,14 +504,8 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
 /// 5 + 1 + 2 + 5 = 13 s ([`KEY_LIFE`]), and [`FREEZE`] outlives it, as the 38 s outlived
 /// the default 30 s.
 fn freeze_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    FleetToml {
-        job: "tick",
-        timeout: "5s",
-        scheduler: "max_clock_skew = \"1s\"\ncandidates = \"all\"",
-        redis: "node_timeout = \"500ms\"",
-        ..FleetToml::new(nodes, receiver, prefix)
-    }
-    .render()
+    let scheduler = "max_clock_skew = \"1s\"\ncandidates = \"all\"";
+    tick_file(nodes, receiver, prefix, "5s", scheduler)
 }
 
 /// Added to each request of the frozen replica in the pre-race test (twice before its `SET`
