@@ -13,10 +13,13 @@ use common::{
     free_port, http_get, slotcron_cli, wait_until, write_config, Receiver, RedisCluster, Replica,
 };
 
-/// The job's receiver holds each request this long: far past the 2 s deadline, so a deadline
-/// look delayed by a loaded machine still finds the run going; and short of the 10 s between
-/// slots, so no slot is skipped for overlap.
-const HELD_PAST_DEADLINE: Duration = Duration::from_secs(7);
+/// The late job: a slot every 6 s, due `done` 1 s after it (before: a slot every 10 s, held
+/// 7 s past a 2 s deadline; scaled down to wait for fewer seconds of slots).
+const LATE_JOB: &str = "schedule = \"*/6 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"1s\"";
+/// The job's receiver holds each request this long: 3 s past the 1 s deadline, so a deadline
+/// look delayed by a loaded machine still finds the run going; and 2 s short of the 6 s
+/// between slots, so no slot is skipped for overlap.
+const HELD_PAST_DEADLINE: Duration = Duration::from_secs(4);
 /// An alert receiver holds the alert to be cut off this long: the test SIGKILLs its sender
 /// meanwhile, so the kill lands while the alert is in flight by construction.
 const ALERT_IN_FLIGHT: Duration = Duration::from_secs(60);
@@ -162,7 +165,7 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     let (receiver, alert_receiver) = (Receiver::start(), Receiver::start());
     receiver.set_delay(HELD_PAST_DEADLINE);
     let dir = tempfile::tempdir().unwrap();
-    let job = "schedule = \"*/10 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"2s\"";
+    let job = LATE_JOB;
     let text = config(
         &cluster.urls(),
         &receiver.uri(),
@@ -232,7 +235,7 @@ fn each_slot_held_past_its_deadline_alerts_once_then_recovers_once() {
     let page = http_get(port, "/?job=report")
         .expect("the status page answers")
         .body;
-    assert!(page.contains("deadline 2s after each slot"), "{page}");
+    assert!(page.contains("deadline 1s after each slot"), "{page}");
     assert!(
         page.contains("last alert: <span class=\"outcome "),
         "{page}"
@@ -309,7 +312,7 @@ fn a_deadline_alert_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another(
     receiver.set_delay(HELD_PAST_DEADLINE);
     alert_receiver.set_delay(ALERT_IN_FLIGHT);
     let dir = tempfile::tempdir().unwrap();
-    let job = "schedule = \"*/10 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"2s\"";
+    let job = LATE_JOB;
     let text = config(
         &cluster.urls(),
         &receiver.uri(),

@@ -588,8 +588,9 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
 }
 
 /// A fleet of 3 where one winner waits on the rate budget: two jobs on one webhook due at the
-/// same second, once a minute, with room for one send in 10 s. Lock validity: key TTL =
-/// timeout 15 s + skew 0 + start window 2 s + margin 5 s = 22 s.
+/// same second, once a minute, with room for one send in 4 s (a wait inside the job's 6 s
+/// timeout). Lock validity: key TTL = timeout 6 s + skew 0 + start window 2 s + margin 5 s =
+/// 13 s: a winner left running would send inside its lease; the pause below outlasts it.
 struct BudgetWait {
     _cluster: RedisCluster,
     receiver: Receiver,
@@ -615,13 +616,13 @@ impl BudgetWait {
                 [[job]]
                 name = "{name}"
                 schedule = "{seconds} * * * * *"
-                timeout = "15s"
+                timeout = "6s"
                 [job.action]
                 type = "wecom"
                 webhook = "{}/cgi-bin/webhook/send?key={KEY}"
                 msgtype = "text"
                 content = "{name} {{{{ fence }}}}"
-                rate = "1/10s"
+                rate = "1/4s"
                 "#,
                 receiver.uri()
             )
@@ -729,7 +730,8 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
     let wait = BudgetWait::start();
     let winner = &wait.fleet.replicas[wait.winner];
     winner.pause();
-    std::thread::sleep(Duration::from_secs(24));
+    // Past the 13 s key TTL (and so the lock's validity) by 2 s.
+    std::thread::sleep(Duration::from_secs(15));
     winner.resume();
     let handed = wait.delivered_once_by_another();
     assert!(

@@ -130,8 +130,9 @@ fn env_value(stage: &[Instruction], key: &str) -> Option<String> {
 
 /// Target paths Cargo.toml declares explicitly or by name ([[bench]] name = "x" → benches/x.rs):
 /// Cargo refuses a manifest whose declared target file is missing, so the image must copy them.
-fn declared_target_paths() -> Vec<String> {
-    let manifest: toml::Table = read("Cargo.toml").parse().unwrap();
+fn declared_target_paths(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let manifest: toml::Table = manifest.parse().unwrap();
     let mut paths = Vec::new();
     for (table, dir) in [
         ("bench", "benches"),
@@ -198,7 +199,7 @@ fn dockerfile_is_multi_stage_non_root_with_entrypoint_and_healthcheck() {
     for needed in ["Cargo.toml", "Cargo.lock", "src/main.rs"] {
         assert!(covers(needed), "the build stage does not copy {needed}");
     }
-    for target in declared_target_paths() {
+    for target in declared_target_paths(&repo()) {
         assert!(
             covers(&target),
             "Cargo.toml declares {target}, which the build stage does not copy"
@@ -922,8 +923,8 @@ fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
             "{needed} in .dockerignore: {ignored:?}"
         );
     }
-    // Nothing the Dockerfile copies from the context is ignored (the build replay copies from
-    // the repository, so it would not notice).
+    // Nothing the Dockerfile copies from the context is ignored (said here by name; the
+    // build-input check would see only the ignored files missing).
     let text = read("deploy/Dockerfile");
     let copies = instructions(&text);
     let copied = copies
@@ -937,14 +938,11 @@ fn dockerignore_keeps_the_build_output_and_git_out_of_the_context() {
 }
 
 // ---------------------------------------------------------------------------
-// The image's build stage, replayed without a container engine
+// The image's build stage (without compiling) and its runtime stage as uid 10001
 // ---------------------------------------------------------------------------
 
-/// Where the replayed build keeps its target directory: under the repository's `target/`, so
-/// the dependencies compiled by one run are reused by the next (and by CI's second run).
-fn replay_target_dir() -> PathBuf {
-    repo().join("target/dockerfile-replay")
-}
+/// The build stage's inputs: deploy/build_inputs.rs.
+mod build_inputs;
 
 /// A path of the image's filesystem, inside the temp dir that stands in for its root.
 fn in_root(root: &Path, path: &str) -> PathBuf {
@@ -987,55 +985,6 @@ fn env_pairs(stage: &[Instruction]) -> Vec<(String, String)> {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
         })
         .collect()
-}
-
-/// The build stage's instructions run in `root` (its WORKDIR inside it): COPY from the context,
-/// RUN through `sh -c`. Returns the WORKDIR, where `target/` would be in the image.
-///
-/// The Dockerfile builds `--release` with fat LTO and one codegen unit (minutes on two cores);
-/// the replay overrides those through `CARGO_PROFILE_RELEASE_*` to a fast unoptimised build.
-/// That proves the same thing: the profile changes how rustc generates code, never which files
-/// Cargo and rustc read (manifest, lock file under `--locked`, `.cargo/config.toml`, the
-/// sources, what `include_str!` embeds), so a file the image lacks fails both builds alike.
-fn replay_build_stage(stage: &[Instruction], root: &Path) -> PathBuf {
-    let mut workdir = root.to_path_buf();
-    for i in stage {
-        match i.name.as_str() {
-            "WORKDIR" => {
-                workdir = in_root(root, &i.args);
-                std::fs::create_dir_all(&workdir).unwrap();
-            }
-            "COPY" => {
-                let (_, sources, dest) = copy_parts(&i.args);
-                let to_dir = dest.ends_with('/') || dest == "." || sources.len() > 1;
-                for s in sources {
-                    copy_into(&repo().join(s), &workdir.join(dest), to_dir);
-                }
-            }
-            "RUN" => run_step(&i.args, &workdir, &env_pairs(stage)),
-            _ => {}
-        }
-    }
-    workdir
-}
-
-fn run_step(script: &str, workdir: &Path, env: &[(String, String)]) {
-    let out = Command::new("sh")
-        .args(["-c", script])
-        .current_dir(workdir)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("CARGO_TARGET_DIR", replay_target_dir())
-        .env("CARGO_PROFILE_RELEASE_LTO", "false")
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "RUN {script}\nfailed in the replayed build stage:\n{}",
-        output_text(&out)
-    );
 }
 
 /// A command that runs as `uid`:`gid` with exactly `groups` as supplementary groups, as the
@@ -1110,21 +1059,43 @@ fn image_user(runtime: &[Instruction]) -> u32 {
     user.split(':').next().unwrap().parse().unwrap()
 }
 
+/// Where the build stage leaves the binary: its WORKDIR's `target/release/<bin>`, the
+/// `--release --bin` of its last `cargo build`.
+fn built_binary(build: &[Instruction]) -> String {
+    let workdir = build
+        .iter()
+        .rev()
+        .find(|i| i.name == "WORKDIR")
+        .expect("a WORKDIR");
+    let cargo = build
+        .iter()
+        .rev()
+        .find(|i| i.name == "RUN" && i.args.contains("cargo build"))
+        .expect("a cargo build");
+    let words: Vec<&str> = cargo.args.split_whitespace().collect();
+    let bin = words
+        .windows(2)
+        .find_map(|w| (w[0] == "--bin").then_some(w[1]))
+        .expect("cargo build --bin");
+    assert!(words.contains(&"--release"), "{}", cargo.args);
+    format!(
+        "{}/target/release/{bin}",
+        workdir.args.trim_end_matches('/')
+    )
+}
+
 /// The runtime stage's files in a stand-in root the unprivileged user can read: its `COPY`
-/// lines, the one `--from` the build stage taken from the replay's target directory.
-fn image_root(runtime: &[Instruction], build_root: &Path, workdir: &Path) -> tempfile::TempDir {
+/// lines from the context, and for the one `--from` the build stage, this test run's build of
+/// the same binary (same sources; the test profile and features change nothing `check` reads).
+fn image_root(runtime: &[Instruction], build: &[Instruction]) -> tempfile::TempDir {
     let image = tempfile::tempdir().unwrap();
     world_traversable(image.path());
     for i in runtime.iter().filter(|i| i.name == "COPY") {
         let (flags, sources, dest) = copy_parts(&i.args);
         let source = match flags.iter().any(|f| f.starts_with("--from=")) {
-            // The build stage's target/ is the replay's CARGO_TARGET_DIR.
             true => {
-                let built = in_root(build_root, sources[0]);
-                let relative = built
-                    .strip_prefix(workdir.join("target"))
-                    .unwrap_or_else(|_| panic!("{}: not the build stage's target/", sources[0]));
-                replay_target_dir().join(relative)
+                assert_eq!(sources, [built_binary(build).as_str()], "{}", i.args);
+                PathBuf::from(BIN)
             }
             false => repo().join(sources[0]),
         };
@@ -1134,18 +1105,14 @@ fn image_root(runtime: &[Instruction], build_root: &Path, workdir: &Path) -> tem
 }
 
 #[test]
-fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks_as_uid_10001() {
-    let _heavy = common::heavy();
+fn the_runtime_stage_runs_check_as_uid_10001_with_the_binary_the_build_stage_builds() {
     if !can_drop_privileges() {
         return;
     }
     let text = read("deploy/Dockerfile");
     let stages = stages(&text);
     let (build, runtime) = (&stages[0], stages.last().unwrap());
-    let build_root = tempfile::tempdir().unwrap();
-    let workdir = replay_build_stage(build, build_root.path());
-
-    let image = image_root(runtime, build_root.path(), &workdir);
+    let image = image_root(runtime, build);
     let uid = image_user(runtime);
     assert_eq!(uid, 10001);
     // The image's environment, its SLOTCRON_CONFIG pointing into the stand-in root.
@@ -1167,7 +1134,7 @@ fn dockerfile_build_stage_replayed_on_what_it_copies_builds_a_binary_that_checks
     let out = output_of_fresh_copy(&mut check);
     assert!(
         out.status.success(),
-        "the replayed image's slotcron check, as uid {uid}:\n{}",
+        "the image's slotcron check, as uid {uid}:\n{}",
         output_text(&out)
     );
     assert!(

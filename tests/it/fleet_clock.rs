@@ -19,15 +19,38 @@ use common::{write_config, FaultyProxy, FreezeTrap, Receiver, RedisCluster, Redi
 /// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
 /// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.
 fn tick_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    tick_file(nodes, receiver, prefix, "5s", "")
+}
+
+/// Job `tick` every second with `timeout` and `scheduler` lines, a 500 ms node timeout.
+fn tick_file(
+    nodes: &[String],
+    receiver: &str,
+    prefix: &str,
+    timeout: &str,
+    scheduler: &str,
+) -> String {
     FleetToml {
         job: "tick",
-        timeout: "5s",
-        scheduler: "",
+        timeout,
+        scheduler,
         redis: "node_timeout = \"500ms\"",
         ..FleetToml::new(nodes, receiver, prefix)
     }
     .render()
 }
+
+/// [`tick_config`] with its slot keys' life cut to 11 s (`key_ttl`: timeout 2 s + skew 2 s +
+/// start window 2 s + margin 5 s, where the default skew of 10 s gives 30 s): a clock set
+/// back past the keys' life finds its slots' keys gone, so the scenarios below set clocks back
+/// [`PAST_THE_KEYS`] rather than 35 s past the default's 30 s.
+fn short_keys_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
+    tick_file(nodes, receiver, prefix, "2s", "max_clock_skew = \"2s\"")
+}
+
+/// How far the scenarios set a replica's clocks back: 5 s past [`short_keys_config`]'s 11 s
+/// key life (the margin the 35 s had over the default's 30 s).
+const PAST_THE_KEYS: Duration = Duration::from_secs(16);
 
 /// A replica process under libfaketime with `env` (the offset and which clocks it fakes).
 fn faked(lib: &Path, config: &Path, name: &str, env: &[(&str, &str)]) -> Replica {
@@ -123,7 +146,7 @@ fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_lat
     let (direct_dir, proxied_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let direct = write_config(
         direct_dir.path(),
-        &tick_config(&cluster.urls(), &receiver.uri(), "cold"),
+        &short_keys_config(&cluster.urls(), &receiver.uri(), "cold"),
     );
     // A forwarder that opens late: every connection to every node is refused for 4 s.
     let proxies: Vec<FaultyProxy> = cluster
@@ -133,15 +156,15 @@ fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_lat
     let proxied_urls: Vec<String> = proxies.iter().map(FaultyProxy::redis_url).collect();
     let proxied = write_config(
         proxied_dir.path(),
-        &tick_config(&proxied_urls, &receiver.uri(), "cold"),
+        &short_keys_config(&proxied_urls, &receiver.uri(), "cold"),
     );
     let mut replicas = vec![
         Replica::run(&direct, "true-1", &[]),
         Replica::run(&direct, "true-2", &[]),
     ];
     wait_started(&replicas.iter().collect::<Vec<_>>());
-    // Long enough that the slow replica's slots (35 s back) have keys that already expired.
-    std::thread::sleep(Duration::from_secs(38));
+    // Long enough that the slow replica's slots (16 s back) have keys that already expired.
+    std::thread::sleep(PAST_THE_KEYS + Duration::from_secs(3));
     for p in &proxies {
         p.set_refuse(true);
     }
@@ -153,11 +176,12 @@ fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_lat
         "fast-3s",
         &[("FAKETIME", "+3s"), wall[0]],
     ));
+    let back = format!("-{}s", PAST_THE_KEYS.as_secs());
     replicas.push(faked(
         &lib,
         &proxied,
-        "slow-35s",
-        &[("FAKETIME", "-35s"), wall[0]],
+        "slow-16s",
+        &[("FAKETIME", back.as_str()), wall[0]],
     ));
     std::thread::sleep(Duration::from_secs(4));
     for p in &proxies {
@@ -186,7 +210,7 @@ fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_lat
 }
 
 #[test]
-fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_stale() {
+fn a_replica_frozen_16s_with_both_clocks_set_back_never_runs_a_slot_twice_or_stale() {
     let Some(lib) = libfaketime() else {
         return;
     };
@@ -195,7 +219,7 @@ fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &tick_config(&cluster.urls(), &receiver.uri(), "freeze"),
+        &short_keys_config(&cluster.urls(), &receiver.uri(), "freeze"),
     );
     let offset = dir.path().join("frozen.offset");
     set_offset(&offset, "+0");
@@ -213,9 +237,9 @@ fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
     wait_started(&replicas.iter().collect::<Vec<_>>());
     std::thread::sleep(Duration::from_secs(6));
     replicas[2].pause();
-    std::thread::sleep(Duration::from_secs(35));
+    std::thread::sleep(PAST_THE_KEYS);
     // Resumed as a restored VM is: its clocks read as when it stopped.
-    set_offset(&offset, "-35s");
+    set_offset(&offset, &format!("-{}s", PAST_THE_KEYS.as_secs()));
     replicas[2].resume();
     let resumed_at = Utc::now();
     std::thread::sleep(Duration::from_secs(22));
@@ -230,9 +254,11 @@ fn a_replica_frozen_35s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
     let lines = replicas[2].json_lines();
     let jump = lines.iter().find_map(|l| l["jump_ms"].as_i64());
     eprintln!("the frozen replica logged a jump of {jump:?} ms");
+    // The freeze's length, within 5 s either way.
+    let freeze = PAST_THE_KEYS.as_millis() as i64;
     assert!(
-        jump.is_some_and(|j| (30_000..40_000).contains(&j)),
-        "the frozen replica did not log its 35 s jump: {:?}",
+        jump.is_some_and(|j| (freeze - 5_000..freeze + 5_000).contains(&j)),
+        "the frozen replica did not log its {PAST_THE_KEYS:?} jump: {:?}",
         replicas[2].lines()
     );
 }
@@ -478,14 +504,8 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
 /// 5 + 1 + 2 + 5 = 13 s ([`KEY_LIFE`]), and [`FREEZE`] outlives it, as the 38 s outlived
 /// the default 30 s.
 fn freeze_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    FleetToml {
-        job: "tick",
-        timeout: "5s",
-        scheduler: "max_clock_skew = \"1s\"\ncandidates = \"all\"",
-        redis: "node_timeout = \"500ms\"",
-        ..FleetToml::new(nodes, receiver, prefix)
-    }
-    .render()
+    let scheduler = "max_clock_skew = \"1s\"\ncandidates = \"all\"";
+    tick_file(nodes, receiver, prefix, "5s", scheduler)
 }
 
 /// Added to each request of the frozen replica in the pre-race test (twice before its `SET`
