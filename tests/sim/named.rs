@@ -341,3 +341,26 @@ fn replicas_killed_mid_run() {
     ];
     case("replicas_killed_mid_run", true, faults);
 }
+
+/// One replica's answers from two of the three nodes lost for 20 s while its requests still
+/// reach them and apply (a one-way partition): the third node keeps its fleet clock measured,
+/// so it goes on racing, and its `SET`s on the two time out, including those that met another
+/// replica's win there. A race left open so is released on the nodes that did not answer, and
+/// that release must take back only its own token: one that deletes whatever holds the key
+/// frees a won slot on a majority, and the lookout, looking after it, wins the slot a second
+/// time (the planted bug 06: caught here, `at_most_once` and `fences_increase`).
+#[test]
+fn a_one_way_partition_of_one_replica_from_two_nodes() {
+    let faults = [0, 2]
+        .into_iter()
+        .map(|node| {
+            let one_way = Fault::OneWay {
+                replica: 1,
+                node,
+                for_s: 20.0,
+            };
+            at(30.0, one_way)
+        })
+        .collect();
+    case("one_way_partition", true, faults);
+}

@@ -42,6 +42,14 @@ pub enum Fault {
         node: usize,
         for_s: f64,
     },
+    /// A one-way cut: `replica`'s requests reach `node` and apply, its replies never come back
+    /// (each connection falls silent at its first lost reply), for `for_s`; then every
+    /// connection of the node is reset, as a stalled TCP stream ends.
+    OneWay {
+        replica: usize,
+        node: usize,
+        for_s: f64,
+    },
     /// The next `count` replies of `node` lost after their command applied (connection reset).
     LoseReplies { node: usize, count: u32 },
     /// Every connection of `node` reset (subscriptions end).
@@ -247,6 +255,7 @@ fn lasting(fault: &Fault) -> f64 {
         Fault::NodeHang { for_s, .. }
         | Fault::Delay { for_s, .. }
         | Fault::Cut { for_s, .. }
+        | Fault::OneWay { for_s, .. }
         | Fault::ReceiversRefuse { for_s }
         | Fault::ReceiversAnswer { for_s, .. }
         | Fault::Egress { for_s, .. }
@@ -281,6 +290,10 @@ fn begin(t: &Target, fault: &Fault) {
                 .or_default()
                 .cut = true;
             w.reset_node(*node);
+        }
+        Fault::OneWay { replica, node, .. } => {
+            let link = (replica_name(*replica), *node);
+            w.links.entry(link).or_default().mute = true;
         }
         Fault::LoseReplies { node, count } => w.nodes[*node].lose_replies += count,
         Fault::ResetNode { node } => w.reset_node(*node),
@@ -342,6 +355,11 @@ fn end(t: &Target, fault: &Fault) {
                 .entry((replica_name(*replica), *node))
                 .or_default()
                 .cut = false;
+        }
+        Fault::OneWay { replica, node, .. } => {
+            let link = (replica_name(*replica), *node);
+            w.links.entry(link).or_default().mute = false;
+            w.reset_node(*node);
         }
         Fault::ReplicaCrash { replica, .. } => {
             let name = replica_name(*replica);

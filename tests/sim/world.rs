@@ -39,6 +39,9 @@ pub struct Link {
     pub cut: bool,
     /// Extra delay before each reply (µs).
     pub delay_us: u64,
+    /// One way cut: requests reach the node and apply, replies never come back (a connection
+    /// that lost one stays mute, as a TCP stream stalls at the first lost segment).
+    pub mute: bool,
 }
 
 /// What a receiver saw: one effect of one run.
