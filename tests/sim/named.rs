@@ -21,6 +21,8 @@ fn case(name: &str, inside: bool, faults: Vec<Timed>) {
         jobs: 3,
         max_skew_ms: 2000,
         horizon_s: 120,
+        job_specs: Vec::new(),
+        rolled_out: Vec::new(),
         faults,
     };
     cases::check(name, &plan);

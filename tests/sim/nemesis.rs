@@ -29,6 +29,9 @@ pub enum Fault {
     NodeHang { node: usize, for_s: f64 },
     /// A node's clock stepped by `step_ms`.
     NodeClock { node: usize, step_ms: i64 },
+    /// A node's clock running `ppm` millionths fast from now on (Redlock's drift allowance is
+    /// 1 % of a key's TTL: up to 10000 stays inside the assumptions).
+    NodeDrift { node: usize, ppm: i64 },
     /// Every reply of `node` to `replica` (all replicas: none) `ms` late for `for_s`.
     Delay {
         replica: Option<usize>,
@@ -65,6 +68,9 @@ pub enum Fault {
     /// Every receiver answers `status` (a 5xx, or 429 with `Retry-After`; 0: a black hole that
     /// answers no connect) for `for_s`.
     ReceiversAnswer { status: u16, for_s: f64 },
+    /// Every receiver answers 429 asking for a pause of `retry_after_s` (a rate limit's
+    /// window, a maintenance) for `for_s`.
+    ReceiversBusy { retry_after_s: f64, for_s: f64 },
     /// The next `count` sends are ambiguous: the receiver acts, then the answer is cut off.
     Ambiguous { count: u32 },
     /// The operator pauses job `j<job>` (`slotcron pause`, through the fleet's control path on
@@ -258,6 +264,7 @@ fn lasting(fault: &Fault) -> f64 {
         | Fault::OneWay { for_s, .. }
         | Fault::ReceiversRefuse { for_s }
         | Fault::ReceiversAnswer { for_s, .. }
+        | Fault::ReceiversBusy { for_s, .. }
         | Fault::Egress { for_s, .. }
         | Fault::Pause { for_s, .. } => *for_s,
         _ => 0.0,
@@ -277,6 +284,10 @@ fn begin(t: &Target, fault: &Fault) {
         }
         Fault::NodeHang { node, .. } => w.nodes[*node].hung = true,
         Fault::NodeClock { node, step_ms } => w.nodes[*node].skew_us += step_ms * 1000,
+        Fault::NodeDrift { node, ppm } => {
+            let now = w.now_us();
+            w.nodes[*node].drift(now, *ppm);
+        }
         Fault::Delay {
             replica, node, ms, ..
         } => {
@@ -319,6 +330,9 @@ fn begin(t: &Target, fault: &Fault) {
         }
         Fault::Egress { replica, .. } => {
             w.egress_broken.insert(replica_name(*replica));
+        }
+        Fault::ReceiversBusy { retry_after_s, .. } => {
+            w.answering = Answering::Busy(Duration::from_secs_f64(*retry_after_s));
         }
         Fault::Ambiguous { count } => w.ambiguous += count,
         Fault::Pause { .. } => {}
@@ -369,7 +383,9 @@ fn end(t: &Target, fault: &Fault) {
             t.replicas.lock().unwrap().insert(*replica, running);
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = false,
-        Fault::ReceiversAnswer { .. } => w.answering = Answering::Accept,
+        Fault::ReceiversAnswer { .. } | Fault::ReceiversBusy { .. } => {
+            w.answering = Answering::Accept
+        }
         Fault::Egress { replica, .. } => {
             w.egress_broken.remove(&replica_name(*replica));
         }

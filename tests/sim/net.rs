@@ -172,7 +172,7 @@ impl Served {
             return None;
         }
         let true_now = w.now_us();
-        let now = true_now + w.nodes[self.node].skew_us;
+        let now = w.nodes[self.node].clock_us(true_now);
         w.trace_request(self.conn.0, true_now, argv);
         let link = w.link(&self.replica, self.node);
         let delay = Duration::from_micros(link.delay_us);
