@@ -87,7 +87,10 @@ fn lapsed_on_the_nodes(w: &World, e: &Effect) -> Option<String> {
         .count();
     let quorum = w.nodes.len() / 2 + 1;
     (holding < quorum).then(|| {
-        format!("sent after its lock {key} ran out on the nodes' clocks: {holding} of {} held it", w.nodes.len())
+        format!(
+            "sent after its lock {key} ran out on the nodes' clocks: {holding} of {} held it",
+            w.nodes.len()
+        )
     })
 }
 
@@ -96,9 +99,8 @@ fn lapsed_on_the_nodes(w: &World, e: &Effect) -> Option<String> {
 /// (`Shape::rolled_out`) once some replica started with it.
 fn due_slots(w: &World, shape: &Shape, (from_us, to_us): (i64, i64)) -> BTreeSet<(String, i64)> {
     let rolled = w.rolled.values();
-    let first_live = |s: i64| {
-        w.rolled.len() < shape.replicas || rolled.clone().any(|(stopped, _)| *stopped > s)
-    };
+    let first_live =
+        |s: i64| w.rolled.len() < shape.replicas || rolled.clone().any(|(stopped, _)| *stopped > s);
     let new_live = |s: i64| rolled.clone().any(|(_, started)| *started <= s);
     let versions: [(&[JobSpec], &dyn Fn(i64) -> bool); 2] =
         [(&shape.jobs, &first_live), (&shape.rolled_out, &new_live)];

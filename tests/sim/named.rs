@@ -3,6 +3,7 @@
 //! faults at the times given. Inside the Redlock assumptions unless said.
 
 use crate::cases;
+use crate::fleet::JobSpec;
 use crate::nemesis::{Fault, Timed};
 use crate::run::Plan;
 
@@ -11,7 +12,12 @@ fn at(at_s: f64, fault: Fault) -> Timed {
 }
 
 fn case(name: &str, inside: bool, faults: Vec<Timed>) {
-    let plan = Plan {
+    cases::check(name, &plan(name, inside, faults));
+}
+
+/// The plan of a named case: 3 replicas, 3 nodes, 3 jobs every second, 2 minutes.
+fn plan(name: &str, inside: bool, faults: Vec<Timed>) -> Plan {
+    Plan {
         name: name.to_owned(),
         seed: 30,
         profile: "named".to_owned(),
@@ -24,8 +30,15 @@ fn case(name: &str, inside: bool, faults: Vec<Timed>) {
         job_specs: Vec::new(),
         rolled_out: Vec::new(),
         faults,
-    };
-    cases::check(name, &plan);
+    }
+}
+
+fn job(name: &str, schedule: &str, timeout_s: u64) -> JobSpec {
+    JobSpec {
+        name: name.to_owned(),
+        schedule: schedule.to_owned(),
+        timeout_s,
+    }
 }
 
 #[test]
@@ -365,4 +378,32 @@ fn a_one_way_partition_of_one_replica_from_two_nodes() {
         })
         .collect();
     case("one_way_partition", true, faults);
+}
+
+/// Every node's clock 0.95 % fast (inside Redlock's 1 % drift allowance), and a job whose
+/// timeout (20 min) makes its key live 1209 s: on the nodes' clocks the key ends 1197.6 s
+/// after it was set, 11.4 s short of its TTL. The winner's first send gets a 429 asking for a
+/// pause of 1198.5 s, inside the timeout: with the drift allowance (12.1 s) the lock's
+/// validity ends first and the winner gives up; without it (the planted bug 02) it sends after
+/// its key ran out on every node (`never_stale`, read on the nodes). `j0`, every 10 s, keeps
+/// the fleet's other slots judged.
+#[test]
+fn node_clocks_running_fast_and_a_send_at_the_end_of_a_long_lock() {
+    let mut faults: Vec<Timed> = (0..3)
+        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 9_500 }))
+        .collect();
+    let busy = Fault::ReceiversBusy {
+        retry_after_s: 1198.5,
+        for_s: 1.0,
+    };
+    faults.push(at(29.5, busy));
+    let plan = Plan {
+        horizon_s: 1260,
+        job_specs: vec![
+            job("long", "30 0 0 * * *", 1200),
+            job("j0", "*/10 * * * * *", 5),
+        ],
+        ..plan("long_lock_fast_nodes", true, faults)
+    };
+    cases::check(&plan.name, &plan);
 }
