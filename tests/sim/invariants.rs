@@ -94,14 +94,22 @@ fn lapsed_on_the_nodes(w: &World, e: &Effect) -> Option<String> {
     })
 }
 
+/// A replica races nothing in its first moments (its fleet clock is measured first, the
+/// members read): a new version's slots are due from this long after its first replica started.
+const START_UP_US: i64 = 1_000_000;
+
 /// Every (job, slot) of the horizon `from_us..to_us` that a running version of the config
 /// had: the first version's while some replica had not been told to roll out, the new one's
-/// (`Shape::rolled_out`) once some replica started with it.
+/// (`Shape::rolled_out`) once some replica started with it ([`START_UP_US`]).
 fn due_slots(w: &World, shape: &Shape, (from_us, to_us): (i64, i64)) -> BTreeSet<(String, i64)> {
     let rolled = w.rolled.values();
     let first_live =
         |s: i64| w.rolled.len() < shape.replicas || rolled.clone().any(|(stopped, _)| *stopped > s);
-    let new_live = |s: i64| rolled.clone().any(|(_, started)| *started <= s);
+    let new_live = |s: i64| {
+        rolled
+            .clone()
+            .any(|(_, started)| started + START_UP_US <= s)
+    };
     let versions: [(&[JobSpec], &dyn Fn(i64) -> bool); 2] =
         [(&shape.jobs, &first_live), (&shape.rolled_out, &new_live)];
     let mut due = BTreeSet::new();

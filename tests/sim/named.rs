@@ -407,3 +407,38 @@ fn node_clocks_running_fast_and_a_send_at_the_end_of_a_long_lock() {
     };
     cases::check(&plan.name, &plan);
 }
+
+/// A rolling update, one replica every 20 s (stopped as a deployment stops it, back 2 s later),
+/// whose new version moves `j0` from every 2 s to every second, keeps `j1`, drops `j2` and adds
+/// `j3`; each replica judges the others' versions by what they announce. Through the rollout no
+/// slot runs twice or early, and every slot of a version some replica runs is delivered:
+/// `j0`'s odd seconds from the first new replica on, `j2`'s while an old one is left, `j3`'s
+/// from the first new one (liveness judges the whole rollout: a replica's restart is no fault
+/// of the slot's).
+#[test]
+fn a_rollout_that_moves_a_job() {
+    let faults = (0..3)
+        .map(|replica| {
+            let step = Fault::Rollout {
+                replica,
+                down_s: 2.0,
+            };
+            at(30.0 + 20.0 * replica as f64, step)
+        })
+        .collect();
+    let every = "* * * * * *";
+    let plan = Plan {
+        job_specs: vec![
+            job("j0", "*/2 * * * * *", 5),
+            job("j1", every, 5),
+            job("j2", every, 5),
+        ],
+        rolled_out: vec![
+            job("j0", every, 5),
+            job("j1", every, 5),
+            job("j3", every, 5),
+        ],
+        ..plan("rollout_moves_a_job", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}

@@ -59,6 +59,9 @@ pub enum Fault {
     ResetNode { node: usize },
     /// A replica killed (SIGKILL: it sends nothing more); a new incarnation after `down_s`.
     ReplicaCrash { replica: usize, down_s: f64 },
+    /// A rolling update's step: `replica` told to stop (SIGTERM), awaited, and started again
+    /// `down_s` later with the new version of the config (`Shape::rolled_out`).
+    Rollout { replica: usize, down_s: f64 },
     /// A replica's wall clock stepped by `step_ms`.
     ReplicaClock { replica: usize, step_ms: i64 },
     /// Every receiver refuses connections for `for_s`.
@@ -237,8 +240,9 @@ async fn apply(t: Target, timed: Timed) {
         let now = w.now_us();
         match timed.fault {
             // One replica's broken egress is no fault of the slot's: the handoff delivers it,
-            // so its slots stay judged for liveness.
-            Fault::Egress { .. } => w.faults += 1,
+            // so its slots stay judged for liveness; a rolling update's restart neither (the
+            // others run the slots meanwhile).
+            Fault::Egress { .. } | Fault::Rollout { .. } => w.faults += 1,
             _ => w.fault(now, now + (lasts * 1e6) as i64),
         }
         let fault = timed.fault.clone();
@@ -246,6 +250,9 @@ async fn apply(t: Target, timed: Timed) {
     }
     if let Fault::Pause { job, for_s, .. } = timed.fault {
         return crate::operator::pause_for(&t.world, &t.shape, job, for_s).await;
+    }
+    if let Fault::Rollout { replica, down_s } = timed.fault {
+        return roll_out(&t, replica, down_s).await;
     }
     begin(&t, &timed.fault);
     if lasts > 0.0 {
@@ -255,6 +262,33 @@ async fn apply(t: Target, timed: Timed) {
 }
 
 /// How long a fault lasts (0: at once).
+/// One step of a rolling update: `replica` stopped as a deployment stops it (SIGTERM, its runs
+/// finished, awaited within its longest timeout), then, `down_s` later, started with the new
+/// version of the config.
+async fn roll_out(t: &Target, replica: usize, down_s: f64) {
+    let name = replica_name(replica);
+    let old = t.replicas.lock().unwrap().remove(&replica);
+    let stopped = t.world.lock().now_us();
+    if let Some(old) = old {
+        old.stop.cancel();
+        if tokio::time::timeout(crate::run::EXIT_WITHIN, old.task)
+            .await
+            .is_err()
+        {
+            t.violations.stuck(&t.world.lock(), &name);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs_f64(down_s)).await;
+    let incarnation = {
+        let mut w = t.world.lock();
+        let started = w.now_us();
+        w.rolled.insert(name.clone(), (stopped, started));
+        w.incarnation.get(&name).copied().unwrap_or_default() + 1
+    };
+    let running = fleet::start(&t.world, &t.shape, &name, incarnation, &t.violations);
+    t.replicas.lock().unwrap().insert(replica, running);
+}
+
 fn lasting(fault: &Fault) -> f64 {
     match fault {
         Fault::NodeKill { down_s, .. } | Fault::ReplicaCrash { down_s, .. } => *down_s,
@@ -335,7 +369,7 @@ fn begin(t: &Target, fault: &Fault) {
             w.answering = Answering::Busy(Duration::from_secs_f64(*retry_after_s));
         }
         Fault::Ambiguous { count } => w.ambiguous += count,
-        Fault::Pause { .. } => {}
+        Fault::Pause { .. } | Fault::Rollout { .. } => {}
     }
 }
 

@@ -20,7 +20,7 @@ const WARM_UP_S: u64 = 15;
 const SETTLE_S: u64 = 20;
 /// A replica told to stop (SIGTERM) exits within its longest timeout: the job timeout (5 s)
 /// and the node timeouts of its last writes, with margin.
-const EXIT_WITHIN: Duration = Duration::from_secs(30);
+pub const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
 /// A run's plan: what a case file holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
