@@ -94,6 +94,9 @@ fn lapsed_on_the_nodes(w: &World, e: &Effect) -> Option<String> {
     })
 }
 
+/// Whether a version of the config ran at a slot (true time, µs).
+type Live<'a> = dyn Fn(i64) -> bool + 'a;
+
 /// A replica races nothing in its first moments (its fleet clock is measured first, the
 /// members read): a new version's slots are due from this long after its first replica started.
 const START_UP_US: i64 = 1_000_000;
@@ -110,7 +113,7 @@ fn due_slots(w: &World, shape: &Shape, (from_us, to_us): (i64, i64)) -> BTreeSet
             .clone()
             .any(|(_, started)| started + START_UP_US <= s)
     };
-    let versions: [(&[JobSpec], &dyn Fn(i64) -> bool); 2] =
+    let versions: [(&[JobSpec], &Live); 2] =
         [(&shape.jobs, &first_live), (&shape.rolled_out, &new_live)];
     let mut due = BTreeSet::new();
     for (jobs, live) in versions.into_iter().filter(|(jobs, _)| !jobs.is_empty()) {
