@@ -417,15 +417,11 @@ fn node_clocks_running_fast_and_a_send_at_the_end_of_a_long_lock() {
 /// of the slot's).
 #[test]
 fn a_rollout_that_moves_a_job() {
-    let faults = (0..3)
-        .map(|replica| {
-            let step = Fault::Rollout {
-                replica,
-                down_s: 2.0,
-            };
-            at(30.0 + 20.0 * replica as f64, step)
-        })
-        .collect();
+    let step = |replica| Fault::Rollout {
+        replica,
+        down_s: 2.0,
+    };
+    let faults = vec![at(30.0, step(0)), at(50.0, step(1)), at(70.0, step(2))];
     let every = "* * * * * *";
     let plan = Plan {
         job_specs: vec![
