@@ -2,11 +2,14 @@
 //! settle period. A fault profile beyond the Redlock assumptions drops the ones the README
 //! promises only inside them (at most one effect per slot; liveness).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+
+use chrono::DateTime;
 
 use slotcron::unstable::record::history::RunRecord;
 
+use crate::fleet::{JobSpec, Shape};
 use crate::world::{Effect, World, EPOCH_US};
 
 /// Liveness looks at slots at least this far from any fault (µs): a slot whose window saw a
@@ -54,6 +57,81 @@ fn members(node: &crate::model::Node, now_us: i64) -> Vec<(String, f64)> {
             _ => None,
         })
         .collect()
+}
+
+/// The lock an effect was sent under, named by its fence: the slot's key, or its `n`th
+/// handoff's (the fence is the slot's epoch ms plus `n`).
+fn lock_key(e: &Effect) -> String {
+    let slot_ms = e.slot_us / 1000;
+    match e.fence - slot_ms {
+        0 => format!("sim:{}:{slot_ms}", e.job),
+        n => format!("sim:{}:{slot_ms}:handoff:{n}", e.job),
+    }
+}
+
+/// Whether `e` left after its lock ran out on the nodes' own clocks (each node's expiry, with
+/// its skew, steps and drift): fewer than a majority still held the key under the sender's
+/// token, so another replica could have won it. A node restarted empty since the slot counts
+/// as holding: losing keys on a minority is inside the assumptions, and a second run it lets
+/// in is `at_most_once`'s to judge. This is the lock as the nodes keep it, not as the sender
+/// counts it: a validity computed without the drift allowance sends past it when the nodes'
+/// clocks run fast.
+fn lapsed_on_the_nodes(w: &World, e: &Effect) -> Option<String> {
+    let (key, ours) = (lock_key(e), format!("{}:", e.replica));
+    let holding = (w.nodes.iter().enumerate())
+        .filter(|(i, node)| {
+            let emptied = (w.emptied.iter()).any(|(n, at)| n == i && *at >= e.slot_us);
+            let held = node.model.peek(key.as_bytes(), node.clock_us(e.at_us));
+            emptied || held.is_some_and(|token| token.starts_with(ours.as_bytes()))
+        })
+        .count();
+    let quorum = w.nodes.len() / 2 + 1;
+    (holding < quorum).then(|| {
+        format!(
+            "sent after its lock {key} ran out on the nodes' clocks: {holding} of {} held it",
+            w.nodes.len()
+        )
+    })
+}
+
+/// Whether a version of the config ran at a slot (true time, µs).
+type Live<'a> = dyn Fn(i64) -> bool + 'a;
+
+/// A replica races nothing in its first moments (its fleet clock is measured first, the
+/// members read): a new version's slots are due from this long after its first replica started.
+const START_UP_US: i64 = 1_000_000;
+
+/// Every (job, slot) of the horizon `from_us..to_us` that a running version of the config
+/// had: the first version's while some replica had not been told to roll out, the new one's
+/// (`Shape::rolled_out`) once some replica started with it ([`START_UP_US`]).
+fn due_slots(w: &World, shape: &Shape, (from_us, to_us): (i64, i64)) -> BTreeSet<(String, i64)> {
+    let rolled = w.rolled.values();
+    let first_live =
+        |s: i64| w.rolled.len() < shape.replicas || rolled.clone().any(|(stopped, _)| *stopped > s);
+    let new_live = |s: i64| {
+        rolled
+            .clone()
+            .any(|(_, started)| started + START_UP_US <= s)
+    };
+    let versions: [(&[JobSpec], &Live); 2] =
+        [(&shape.jobs, &first_live), (&shape.rolled_out, &new_live)];
+    let mut due = BTreeSet::new();
+    for (jobs, live) in versions.into_iter().filter(|(jobs, _)| !jobs.is_empty()) {
+        for job in crate::fleet::parsed(shape, jobs) {
+            let mut after = DateTime::from_timestamp_micros(from_us - 1).expect("an instant");
+            while let Some(slot) = job.schedule.next_after(after) {
+                let us = slot.instant().timestamp_micros();
+                if us >= to_us {
+                    break;
+                }
+                if live(us) {
+                    due.insert((job.name.clone(), us));
+                }
+                after = slot.instant();
+            }
+        }
+    }
+    due
 }
 
 /// One request that reached a receiver: its fence, replica and `Idempotency-Key`.
@@ -147,6 +225,9 @@ impl Violations {
             let detail = "sent after the lock's validity (the run's deadline)".to_owned();
             self.report(w, "never_stale", e, vec![e.replica.clone()], detail);
         }
+        if let Some(detail) = lapsed_on_the_nodes(w, e) {
+            self.report(w, "never_stale", e, vec![e.replica.clone()], detail);
+        }
         let before = {
             let mut state = self.state();
             let seen = state.seen.entry((e.job.clone(), e.slot_us)).or_default();
@@ -192,7 +273,7 @@ impl Violations {
 
     /// After the settle period: every calm slot of the horizon delivered (inside the
     /// assumptions). `from_us..to_us`: the horizon, true time.
-    pub fn at_end(&self, w: &World, jobs: usize, (from_us, to_us): (i64, i64)) {
+    pub fn at_end(&self, w: &World, shape: &Shape, horizon: (i64, i64)) {
         self.pauses_held(w);
         if !self.inside {
             return;
@@ -200,25 +281,14 @@ impl Violations {
         let calm = |slot: i64| {
             !(w.fault_times.iter()).any(|(a, b)| slot + CALM_US > *a && slot - CALM_US < *b)
         };
-        let first = (from_us + 999_999) / 1_000_000 * 1_000_000;
-        for j in 0..jobs {
-            let job = format!("j{j}");
-            for slot in (first..to_us).step_by(1_000_000).filter(|s| calm(*s)) {
-                if !self.state().seen.contains_key(&(job.clone(), slot)) {
-                    let e = Effect {
-                        job: job.clone(),
-                        slot_us: slot,
-                        fence: 0,
-                        key: String::new(),
-                        replica: String::new(),
-                        at_us: 0,
-                    };
-                    let detail = format!(
-                        "slot {} s after the start never reached a receiver",
-                        (slot - EPOCH_US) / 1_000_000
-                    );
-                    self.report(w, "liveness", &e, Vec::new(), detail);
-                }
+        for (job, slot) in due_slots(w, shape, horizon) {
+            if calm(slot) && !self.state().seen.contains_key(&(job.clone(), slot)) {
+                let detail = format!(
+                    "slot {} s after the start never reached a receiver",
+                    (slot - EPOCH_US) / 1_000_000
+                );
+                let e = Effect::of_slot(&job, slot);
+                self.report(w, "liveness", &e, Vec::new(), detail);
             }
         }
     }
@@ -307,7 +377,7 @@ impl Violations {
         let fleet_ms = (w.now_us() + w.fleet_offset_us()) / 1000;
         let bound = fleet_ms + ttl_ms + max_skew_ms as i64;
         for (i, node) in w.nodes.iter().enumerate().filter(|(_, n)| n.up) {
-            for (member, score) in members(&node.model, w.now_us() + node.skew_us) {
+            for (member, score) in members(&node.model, node.clock_us(w.now_us())) {
                 if score as i64 > bound {
                     let e = Effect::of_slot("", 0);
                     let detail = format!(

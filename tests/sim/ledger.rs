@@ -26,8 +26,12 @@ pub async fn read(world: &Shared, shape: &Shape) -> BTreeMap<String, Option<Vec<
         prefix: "sim".to_owned(),
     };
     let mut runs = BTreeMap::new();
-    for j in 0..shape.jobs {
-        let job = format!("j{j}");
+    let names: std::collections::BTreeSet<&String> = (shape.jobs.iter())
+        .chain(&shape.rolled_out)
+        .map(|j| &j.name)
+        .collect();
+    for job in names {
+        let job = job.clone();
         let read = history.read(&job, HISTORY_CAP).await.ok();
         runs.insert(job, read);
     }

@@ -3,6 +3,7 @@
 //! faults at the times given. Inside the Redlock assumptions unless said.
 
 use crate::cases;
+use crate::fleet::JobSpec;
 use crate::nemesis::{Fault, Timed};
 use crate::run::Plan;
 
@@ -11,7 +12,12 @@ fn at(at_s: f64, fault: Fault) -> Timed {
 }
 
 fn case(name: &str, inside: bool, faults: Vec<Timed>) {
-    let plan = Plan {
+    cases::check(name, &plan(name, inside, faults));
+}
+
+/// The plan of a named case: 3 replicas, 3 nodes, 3 jobs every second, 2 minutes.
+fn plan(name: &str, inside: bool, faults: Vec<Timed>) -> Plan {
+    Plan {
         name: name.to_owned(),
         seed: 30,
         profile: "named".to_owned(),
@@ -21,9 +27,18 @@ fn case(name: &str, inside: bool, faults: Vec<Timed>) {
         jobs: 3,
         max_skew_ms: 2000,
         horizon_s: 120,
+        job_specs: Vec::new(),
+        rolled_out: Vec::new(),
         faults,
-    };
-    cases::check(name, &plan);
+    }
+}
+
+fn job(name: &str, schedule: &str, timeout_s: u64) -> JobSpec {
+    JobSpec {
+        name: name.to_owned(),
+        schedule: schedule.to_owned(),
+        timeout_s,
+    }
 }
 
 #[test]
@@ -340,4 +355,86 @@ fn replicas_killed_mid_run() {
         ),
     ];
     case("replicas_killed_mid_run", true, faults);
+}
+
+/// One replica's answers from two of the three nodes lost for 20 s while its requests still
+/// reach them and apply (a one-way partition): the third node keeps its fleet clock measured,
+/// so it goes on racing, and its `SET`s on the two time out, including those that met another
+/// replica's win there. A race left open so is released on the nodes that did not answer, and
+/// that release must take back only its own token: one that deletes whatever holds the key
+/// frees a won slot on a majority, and the lookout, looking after it, wins the slot a second
+/// time (the planted bug 06: caught here, `at_most_once` and `fences_increase`).
+#[test]
+fn a_one_way_partition_of_one_replica_from_two_nodes() {
+    let faults = [0, 2]
+        .into_iter()
+        .map(|node| {
+            let one_way = Fault::OneWay {
+                replica: 1,
+                node,
+                for_s: 20.0,
+            };
+            at(30.0, one_way)
+        })
+        .collect();
+    case("one_way_partition", true, faults);
+}
+
+/// Every node's clock 0.95 % fast (inside Redlock's 1 % drift allowance), and a job whose
+/// timeout (20 min) makes its key live 1209 s: on the nodes' clocks the key ends 1197.6 s
+/// after it was set, 11.4 s short of its TTL. The winner's first send gets a 429 asking for a
+/// pause of 1198.5 s, inside the timeout: with the drift allowance (12.1 s) the lock's
+/// validity ends first and the winner gives up; without it (the planted bug 02) it sends after
+/// its key ran out on every node (`never_stale`, read on the nodes). `j0`, every 10 s, keeps
+/// the fleet's other slots judged.
+#[test]
+fn node_clocks_running_fast_and_a_send_at_the_end_of_a_long_lock() {
+    let mut faults: Vec<Timed> = (0..3)
+        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 9_500 }))
+        .collect();
+    let busy = Fault::ReceiversBusy {
+        retry_after_s: 1198.5,
+        for_s: 1.0,
+    };
+    faults.push(at(29.5, busy));
+    let plan = Plan {
+        horizon_s: 1260,
+        job_specs: vec![
+            job("long", "30 0 0 * * *", 1200),
+            job("j0", "*/10 * * * * *", 5),
+        ],
+        ..plan("long_lock_fast_nodes", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
+
+/// A rolling update, one replica every 20 s (stopped as a deployment stops it, back 2 s later),
+/// whose new version moves `j0` from every 2 s to every second, keeps `j1`, drops `j2` and adds
+/// `j3`; each replica judges the others' versions by what they announce. Through the rollout no
+/// slot runs twice or early, and every slot of a version some replica runs is delivered:
+/// `j0`'s odd seconds from the first new replica on, `j2`'s while an old one is left, `j3`'s
+/// from the first new one (liveness judges the whole rollout: a replica's restart is no fault
+/// of the slot's).
+#[test]
+fn a_rollout_that_moves_a_job() {
+    let step = |replica| Fault::Rollout {
+        replica,
+        down_s: 2.0,
+    };
+    let faults = vec![at(30.0, step(0)), at(50.0, step(1)), at(70.0, step(2))];
+    let every = "* * * * * *";
+    let plan = Plan {
+        job_specs: vec![
+            job("j0", "*/2 * * * * *", 5),
+            job("j1", every, 5),
+            job("j2", every, 5),
+        ],
+        rolled_out: vec![
+            job("j0", every, 5),
+            job("j1", every, 5),
+            job("j3", every, 5),
+        ],
+        ..plan("rollout_moves_a_job", true, faults)
+    };
+    cases::check(&plan.name, &plan);
 }

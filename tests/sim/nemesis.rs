@@ -29,6 +29,9 @@ pub enum Fault {
     NodeHang { node: usize, for_s: f64 },
     /// A node's clock stepped by `step_ms`.
     NodeClock { node: usize, step_ms: i64 },
+    /// A node's clock running `ppm` millionths fast from now on (Redlock's drift allowance is
+    /// 1 % of a key's TTL: up to 10000 stays inside the assumptions).
+    NodeDrift { node: usize, ppm: i64 },
     /// Every reply of `node` to `replica` (all replicas: none) `ms` late for `for_s`.
     Delay {
         replica: Option<usize>,
@@ -42,12 +45,23 @@ pub enum Fault {
         node: usize,
         for_s: f64,
     },
+    /// A one-way cut: `replica`'s requests reach `node` and apply, its replies never come back
+    /// (each connection falls silent at its first lost reply), for `for_s`; then every
+    /// connection of the node is reset, as a stalled TCP stream ends.
+    OneWay {
+        replica: usize,
+        node: usize,
+        for_s: f64,
+    },
     /// The next `count` replies of `node` lost after their command applied (connection reset).
     LoseReplies { node: usize, count: u32 },
     /// Every connection of `node` reset (subscriptions end).
     ResetNode { node: usize },
     /// A replica killed (SIGKILL: it sends nothing more); a new incarnation after `down_s`.
     ReplicaCrash { replica: usize, down_s: f64 },
+    /// A rolling update's step: `replica` told to stop (SIGTERM), awaited, and started again
+    /// `down_s` later with the new version of the config (`Shape::rolled_out`).
+    Rollout { replica: usize, down_s: f64 },
     /// A replica's wall clock stepped by `step_ms`.
     ReplicaClock { replica: usize, step_ms: i64 },
     /// Every receiver refuses connections for `for_s`.
@@ -57,6 +71,9 @@ pub enum Fault {
     /// Every receiver answers `status` (a 5xx, or 429 with `Retry-After`; 0: a black hole that
     /// answers no connect) for `for_s`.
     ReceiversAnswer { status: u16, for_s: f64 },
+    /// Every receiver answers 429 asking for a pause of `retry_after_s` (a rate limit's
+    /// window, a maintenance) for `for_s`.
+    ReceiversBusy { retry_after_s: f64, for_s: f64 },
     /// The next `count` sends are ambiguous: the receiver acts, then the answer is cut off.
     Ambiguous { count: u32 },
     /// The operator pauses job `j<job>` (`slotcron pause`, through the fleet's control path on
@@ -223,8 +240,9 @@ async fn apply(t: Target, timed: Timed) {
         let now = w.now_us();
         match timed.fault {
             // One replica's broken egress is no fault of the slot's: the handoff delivers it,
-            // so its slots stay judged for liveness.
-            Fault::Egress { .. } => w.faults += 1,
+            // so its slots stay judged for liveness; a rolling update's restart neither (the
+            // others run the slots meanwhile).
+            Fault::Egress { .. } | Fault::Rollout { .. } => w.faults += 1,
             _ => w.fault(now, now + (lasts * 1e6) as i64),
         }
         let fault = timed.fault.clone();
@@ -232,6 +250,9 @@ async fn apply(t: Target, timed: Timed) {
     }
     if let Fault::Pause { job, for_s, .. } = timed.fault {
         return crate::operator::pause_for(&t.world, &t.shape, job, for_s).await;
+    }
+    if let Fault::Rollout { replica, down_s } = timed.fault {
+        return roll_out(&t, replica, down_s).await;
     }
     begin(&t, &timed.fault);
     if lasts > 0.0 {
@@ -241,14 +262,43 @@ async fn apply(t: Target, timed: Timed) {
 }
 
 /// How long a fault lasts (0: at once).
+/// One step of a rolling update: `replica` stopped as a deployment stops it (SIGTERM, its runs
+/// finished, awaited within its longest timeout), then, `down_s` later, started with the new
+/// version of the config.
+async fn roll_out(t: &Target, replica: usize, down_s: f64) {
+    let name = replica_name(replica);
+    let old = t.replicas.lock().unwrap().remove(&replica);
+    let stopped = t.world.lock().now_us();
+    if let Some(old) = old {
+        old.stop.cancel();
+        if tokio::time::timeout(crate::run::EXIT_WITHIN, old.task)
+            .await
+            .is_err()
+        {
+            t.violations.stuck(&t.world.lock(), &name);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs_f64(down_s)).await;
+    let incarnation = {
+        let mut w = t.world.lock();
+        let started = w.now_us();
+        w.rolled.insert(name.clone(), (stopped, started));
+        w.incarnation.get(&name).copied().unwrap_or_default() + 1
+    };
+    let running = fleet::start(&t.world, &t.shape, &name, incarnation, &t.violations);
+    t.replicas.lock().unwrap().insert(replica, running);
+}
+
 fn lasting(fault: &Fault) -> f64 {
     match fault {
         Fault::NodeKill { down_s, .. } | Fault::ReplicaCrash { down_s, .. } => *down_s,
         Fault::NodeHang { for_s, .. }
         | Fault::Delay { for_s, .. }
         | Fault::Cut { for_s, .. }
+        | Fault::OneWay { for_s, .. }
         | Fault::ReceiversRefuse { for_s }
         | Fault::ReceiversAnswer { for_s, .. }
+        | Fault::ReceiversBusy { for_s, .. }
         | Fault::Egress { for_s, .. }
         | Fault::Pause { for_s, .. } => *for_s,
         _ => 0.0,
@@ -268,6 +318,10 @@ fn begin(t: &Target, fault: &Fault) {
         }
         Fault::NodeHang { node, .. } => w.nodes[*node].hung = true,
         Fault::NodeClock { node, step_ms } => w.nodes[*node].skew_us += step_ms * 1000,
+        Fault::NodeDrift { node, ppm } => {
+            let now = w.now_us();
+            w.nodes[*node].drift(now, *ppm);
+        }
         Fault::Delay {
             replica, node, ms, ..
         } => {
@@ -281,6 +335,10 @@ fn begin(t: &Target, fault: &Fault) {
                 .or_default()
                 .cut = true;
             w.reset_node(*node);
+        }
+        Fault::OneWay { replica, node, .. } => {
+            let link = (replica_name(*replica), *node);
+            w.links.entry(link).or_default().mute = true;
         }
         Fault::LoseReplies { node, count } => w.nodes[*node].lose_replies += count,
         Fault::ResetNode { node } => w.reset_node(*node),
@@ -307,8 +365,11 @@ fn begin(t: &Target, fault: &Fault) {
         Fault::Egress { replica, .. } => {
             w.egress_broken.insert(replica_name(*replica));
         }
+        Fault::ReceiversBusy { retry_after_s, .. } => {
+            w.answering = Answering::Busy(Duration::from_secs_f64(*retry_after_s));
+        }
         Fault::Ambiguous { count } => w.ambiguous += count,
-        Fault::Pause { .. } => {}
+        Fault::Pause { .. } | Fault::Rollout { .. } => {}
     }
 }
 
@@ -343,6 +404,11 @@ fn end(t: &Target, fault: &Fault) {
                 .or_default()
                 .cut = false;
         }
+        Fault::OneWay { replica, node, .. } => {
+            let link = (replica_name(*replica), *node);
+            w.links.entry(link).or_default().mute = false;
+            w.reset_node(*node);
+        }
         Fault::ReplicaCrash { replica, .. } => {
             let name = replica_name(*replica);
             let incarnation = w.incarnation.get(&name).copied().unwrap_or_default() + 1;
@@ -351,7 +417,9 @@ fn end(t: &Target, fault: &Fault) {
             t.replicas.lock().unwrap().insert(*replica, running);
         }
         Fault::ReceiversRefuse { .. } => w.receivers_refuse = false,
-        Fault::ReceiversAnswer { .. } => w.answering = Answering::Accept,
+        Fault::ReceiversAnswer { .. } | Fault::ReceiversBusy { .. } => {
+            w.answering = Answering::Accept
+        }
         Fault::Egress { replica, .. } => {
             w.egress_broken.remove(&replica_name(*replica));
         }

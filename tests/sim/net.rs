@@ -81,6 +81,8 @@ struct Served {
 enum Fate {
     Reply(Vec<u8>, Duration),
     Lost,
+    /// Applied, the reply swallowed by a one-way cut; the connection stays open and mute.
+    Mute,
 }
 
 impl Served {
@@ -88,10 +90,13 @@ impl Served {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let mut buf = Vec::new();
         let mut chunk = vec![0u8; 16 * 1024];
+        // Set once a one-way cut swallowed a reply: nothing is written on this stream again.
+        let mut mute = false;
         loop {
             tokio::select! {
                 biased;
                 push = pushes.recv() => match push {
+                    Some(_) if mute => {}
                     Some(bytes) => if wr.write_all(&bytes).await.is_err() { break },
                     None => break,
                 },
@@ -99,7 +104,7 @@ impl Served {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         buf.extend_from_slice(&chunk[..n]);
-                        if !self.requests(&mut buf, &mut wr).await { break }
+                        if !self.requests(&mut buf, &mut wr, &mut mute).await { break }
                     }
                 },
             }
@@ -108,11 +113,19 @@ impl Served {
         drop((rd, wr));
     }
 
-    /// Serves every whole request in `buf`; false when the connection is to close.
-    async fn requests(&self, buf: &mut Vec<u8>, wr: &mut WriteHalf<DuplexStream>) -> bool {
+    /// Serves every whole request in `buf`; false when the connection is to close. `mute`: a
+    /// one-way cut swallowed a reply on this stream, so none is written again.
+    async fn requests(
+        &self,
+        buf: &mut Vec<u8>,
+        wr: &mut WriteHalf<DuplexStream>,
+        mute: &mut bool,
+    ) -> bool {
         while let Some(argv) = model::parse_request(buf) {
             self.until_served().await;
             match self.execute(&argv) {
+                Some(Fate::Mute) => *mute = true,
+                Some(Fate::Reply(..)) if *mute => {}
                 Some(Fate::Reply(bytes, delay)) => {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
@@ -159,9 +172,10 @@ impl Served {
             return None;
         }
         let true_now = w.now_us();
-        let now = true_now + w.nodes[self.node].skew_us;
+        let now = w.nodes[self.node].clock_us(true_now);
         w.trace_request(self.conn.0, true_now, argv);
-        let delay = Duration::from_micros(w.link(&self.replica, self.node).delay_us);
+        let link = w.link(&self.replica, self.node);
+        let delay = Duration::from_micros(link.delay_us);
         let node = &mut w.nodes[self.node];
         let effects = node.model.execute(self.conn, now, argv);
         for (to, bytes) in effects.pushes {
@@ -176,6 +190,9 @@ impl Served {
             let (replica, n) = (self.replica.clone(), self.node);
             w.event(|| format!("reply lost {replica} n{n}"));
             return Some(Fate::Lost);
+        }
+        if link.mute {
+            return Some(Fate::Mute);
         }
         Some(Fate::Reply(effects.reply, delay))
     }

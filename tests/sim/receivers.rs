@@ -28,6 +28,8 @@ pub enum Answering {
     Status(u16),
     /// Nothing answers the connect: a connect timeout.
     BlackHole,
+    /// 429 with this `Retry-After`, no effect.
+    Busy(Duration),
 }
 
 /// The receivers of replica `replica`'s incarnation `incarnation`.
@@ -67,9 +69,13 @@ fn header(request: &reqwest::Request, name: &str) -> String {
 }
 
 fn answer(status: u16) -> Sent {
+    answer_after(status, (status == 429).then_some(Duration::from_secs(1)))
+}
+
+fn answer_after(status: u16, retry_after: Option<Duration>) -> Sent {
     Sent::Answered(Answer {
         status: reqwest::StatusCode::from_u16(status).expect("a status"),
-        retry_after: (status == 429).then_some(Duration::from_secs(1)),
+        retry_after,
         body: String::new(),
     })
 }
@@ -98,6 +104,7 @@ impl Receivers {
                 return (Sent::NotSent("connect timed out".to_owned()), wait);
             }
             Answering::Status(status) => return (answer(status), Duration::ZERO),
+            Answering::Busy(after) => return (answer_after(429, Some(after)), Duration::ZERO),
             Answering::Accept => {}
         }
         let effect = self.effect(w.now_us(), request);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{self, Shape};
+use crate::fleet::{self, JobSpec, Shape};
 use crate::invariants::{Violation, Violations};
 use crate::nemesis::{self, Target, Timed, PROFILES};
 use crate::world::Shared;
@@ -20,7 +20,7 @@ const WARM_UP_S: u64 = 15;
 const SETTLE_S: u64 = 20;
 /// A replica told to stop (SIGTERM) exits within its longest timeout: the job timeout (5 s)
 /// and the node timeouts of its last writes, with margin.
-const EXIT_WITHIN: Duration = Duration::from_secs(30);
+pub const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
 /// A run's plan: what a case file holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,6 +34,12 @@ pub struct Plan {
     pub jobs: usize,
     pub max_skew_ms: u64,
     pub horizon_s: u64,
+    /// The jobs, when not `jobs` jobs every second (a named case's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_specs: Vec<JobSpec>,
+    /// The new version's jobs, for a rolling update (`Fault::Rollout`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rolled_out: Vec<JobSpec>,
     #[serde(default, rename = "fault")]
     pub faults: Vec<Timed>,
 }
@@ -52,6 +58,8 @@ impl Plan {
             jobs,
             max_skew_ms: 2000,
             horizon_s,
+            job_specs: Vec::new(),
+            rolled_out: Vec::new(),
             faults: Vec::new(),
         };
         plan.faults = nemesis::schedule(profile, seed, &plan.shape(), horizon_s);
@@ -59,10 +67,15 @@ impl Plan {
     }
 
     pub fn shape(&self) -> Shape {
+        let jobs = match self.job_specs.is_empty() {
+            true => fleet::every_second(self.jobs),
+            false => self.job_specs.clone(),
+        };
         Shape {
             replicas: self.replicas,
             nodes: self.nodes,
-            jobs: self.jobs,
+            jobs,
+            rolled_out: self.rolled_out.clone(),
             max_skew_ms: self.max_skew_ms,
             catch_up: !matches!(self.profile.as_str(), "calm" | "nodes" | "network"),
         }
@@ -120,7 +133,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     let w = world.lock();
     let from = crate::world::EPOCH_US + WARM_UP_S as i64 * 1_000_000;
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
-    violations.at_end(&w, plan.jobs, (from, to));
+    violations.at_end(&w, &shape, (from, to));
     violations.ledger_agrees(&w, &runs, (from, to));
     w.write_dump();
     Outcome {

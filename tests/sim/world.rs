@@ -21,8 +21,13 @@ const LAST_EVENTS: usize = 40;
 /// One node of the simulation: the model, its clock, whether it serves.
 pub struct SimNode {
     pub model: model::Node,
-    /// Its clock's offset from true time (µs): `TIME` answers it, expiry is judged on it.
+    /// Its clock's offset from true time (µs) at `drift_since_us`: `TIME` answers it (with
+    /// the drift since), expiry is judged on it. See [`SimNode::offset_us`].
     pub skew_us: i64,
+    /// How fast its clock runs against true time, in millionths (9500: 0.95 % fast), since
+    /// `drift_since_us` (true time, µs).
+    pub drift_ppm: i64,
+    pub drift_since_us: i64,
     pub up: bool,
     pub hung: bool,
     /// Open connections: the channel to each one's serving task (dropped: the connection resets).
@@ -33,12 +38,36 @@ pub struct SimNode {
     pub wake: Arc<Notify>,
 }
 
+impl SimNode {
+    /// Its clock's offset from true time at true time `now_us`: the skew and steps, and the
+    /// drift run up since it began.
+    pub fn offset_us(&self, now_us: i64) -> i64 {
+        self.skew_us + (now_us - self.drift_since_us) * self.drift_ppm / 1_000_000
+    }
+
+    /// Its clock at true time `now_us` (µs since the epoch).
+    pub fn clock_us(&self, now_us: i64) -> i64 {
+        now_us + self.offset_us(now_us)
+    }
+
+    /// Makes its clock run `ppm` millionths fast from true time `now_us` (the drift so far
+    /// kept as skew).
+    pub fn drift(&mut self, now_us: i64, ppm: i64) {
+        self.skew_us = self.offset_us(now_us);
+        self.drift_since_us = now_us;
+        self.drift_ppm = ppm;
+    }
+}
+
 /// A link's faults, replica to node.
 #[derive(Default, Clone)]
 pub struct Link {
     pub cut: bool,
     /// Extra delay before each reply (µs).
     pub delay_us: u64,
+    /// One way cut: requests reach the node and apply, replies never come back (a connection
+    /// that lost one stays mute, as a TCP stream stalls at the first lost segment).
+    pub mute: bool,
 }
 
 /// What a receiver saw: one effect of one run.
@@ -60,6 +89,9 @@ pub struct World {
     pub links: BTreeMap<(String, usize), Link>,
     /// Each replica's live incarnation; a dialer or receiver of an older one is a dead process.
     pub incarnation: BTreeMap<String, u64>,
+    /// Replicas a rolling update restarted with the new version: when the old process was
+    /// told to stop and when the new one started (true time, µs).
+    pub rolled: BTreeMap<String, (i64, i64)>,
     /// Each replica's wall-clock offset (µs), read by its clock without the world's lock.
     pub replica_skew: BTreeMap<String, Arc<AtomicI64>>,
     pub effects: Vec<Effect>,
@@ -100,6 +132,8 @@ impl Shared {
             .map(|_| SimNode {
                 model: model::Node::new(model::Persistence::Aof),
                 skew_us: 0,
+                drift_ppm: 0,
+                drift_since_us: EPOCH_US,
                 up: true,
                 hung: false,
                 conns: BTreeMap::new(),
@@ -112,6 +146,7 @@ impl Shared {
             nodes,
             links: BTreeMap::new(),
             incarnation: BTreeMap::new(),
+            rolled: BTreeMap::new(),
             replica_skew: BTreeMap::new(),
             effects: Vec::new(),
             receivers_refuse: false,
@@ -195,7 +230,8 @@ impl World {
 
     /// The fleet's true offset: the lower median of the nodes' clock offsets (µs).
     pub fn fleet_offset_us(&self) -> i64 {
-        let mut skews: Vec<i64> = self.nodes.iter().map(|n| n.skew_us).collect();
+        let now = self.now_us();
+        let mut skews: Vec<i64> = self.nodes.iter().map(|n| n.offset_us(now)).collect();
         skews.sort_unstable();
         skews[(skews.len() - 1) / 2]
     }

@@ -87,6 +87,19 @@ impl Keyspace {
         self.entries.get_mut(key)
     }
 
+    /// The string at `key` at `now_ms`, looked at from outside: nothing expires or is touched
+    /// (the simulator's invariants read the nodes so; no command does).
+    pub fn peek(&self, key: &[u8], now_ms: i64) -> Option<&[u8]> {
+        let entry = self.entries.get(key)?;
+        if entry.expires_at_ms.is_some_and(|when| now_ms > when) {
+            return None;
+        }
+        match &entry.value {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn exists(&mut self, key: &[u8], now_ms: i64) -> bool {
         self.live(key, now_ms).is_some()
     }

@@ -214,6 +214,12 @@ impl Node {
         }
     }
 
+    /// The string at `key` at this node's clock `now_us`, as an observer sees it: the node's
+    /// state is not touched (no expiry, no sweep).
+    pub fn peek(&self, key: &[u8], now_us: i64) -> Option<&[u8]> {
+        self.keys.peek(key, now_us.div_euclid(1000))
+    }
+
     /// One command from connection `conn`, executed at this node's own clock `now_us` (µs since
     /// the epoch; `TIME` answers it, expiry is judged on it).
     pub fn execute(&mut self, conn: ConnId, now_us: i64, argv: &[Vec<u8>]) -> Effects {
