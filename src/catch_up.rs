@@ -66,7 +66,12 @@ pub(crate) async fn mark_first_seen(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
 /// `None` for a job whose watermark a majority did not answer (logged: its missed slots cannot
 /// be told apart).
 async fn watermarks(ctx: &SlotEnv, jobs: &[Arc<Job>]) -> Vec<Option<DateTime<Utc>>> {
-    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    let definitions: Vec<String> = jobs.iter().map(|job| job.schedule.definition()).collect();
+    let names: Vec<(&str, &str)> = jobs
+        .iter()
+        .zip(&definitions)
+        .map(|(job, definition)| (job.name.as_str(), definition.as_str()))
+        .collect();
     let now = ctx.race().clock().fleet_now();
     let read = watermark::first_seen(ctx.books().history(), &names, now).await;
     jobs.iter()

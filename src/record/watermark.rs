@@ -9,6 +9,14 @@
 //! majority of nodes agree the job existed at, so a minority of emptied nodes changes nothing
 //! and a majority of them makes it a first deploy again (no catch-up: safety over liveness).
 //! Standalone mode keeps its history in the process, so its watermark is the process's start.
+//!
+//! A job's schedule has a watermark of its own, under
+//! `{key_prefix}:{job}:first_seen:{definition}` (the definition's XXH3, in hex; kept and read
+//! the same way), and the job's watermark is the later of the two. A rollout that moves a job
+//! to another schedule (every 2 s to every second) must not have the new version's first start
+//! catch up, or report missed, the slots the old schedule never had: the fleet owed those to
+//! nobody. A schedule rolled back to keeps its old mark, so its catch-up can reach into the
+//! time the other schedule ran (bounded by `catch_up`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,19 +52,48 @@ pub fn key(prefix: &str, job: &str) -> String {
     format!("{prefix}:{job}:first_seen")
 }
 
-/// Records `now` as the time the fleet first scheduled each job of `jobs` where no time is
-/// recorded yet, and returns the fleet's watermark of each, in order. One `MGET` per node for
-/// all of them (a replica's start asks this for every job at once), and, on a node that lacks
-/// some, one script that sets those (`SET NX`) and reads them back.
+/// The key of the watermark of `job`'s schedule `definition`
+/// ([`Schedule::definition`](crate::time::schedule::Schedule::definition)).
+pub fn definition_key(prefix: &str, job: &str, definition: &str) -> String {
+    let hash = xxhash_rust::xxh3::xxh3_64(definition.as_bytes());
+    format!("{}:{hash:016x}", key(prefix, job))
+}
+
+/// Records `now` as the time the fleet first scheduled each job of `jobs` (name, schedule
+/// definition), and that schedule of it, where no time is recorded yet, and returns the fleet's
+/// watermark of each, in order: the later of the two. One `MGET` per node for all of them (a
+/// replica's start asks this for every job at once), and, on a node that lacks some, one script
+/// that sets those (`SET NX`) and reads them back.
 pub async fn first_seen(
     history: &History,
-    jobs: &[&str],
+    jobs: &[(&str, &str)],
     now: DateTime<Utc>,
 ) -> Vec<Result<DateTime<Utc>, WatermarkUnavailable>> {
-    let History::Redis { nodes, prefix } = history else {
+    let History::Redis { prefix, .. } = history else {
         return jobs.iter().map(|_| Ok(now)).collect();
     };
-    let keys: Arc<[String]> = jobs.iter().map(|job| key(prefix, job)).collect();
+    let keys = jobs.iter().map(|(job, _)| key(prefix, job));
+    let definitions = jobs
+        .iter()
+        .map(|(job, definition)| definition_key(prefix, job, definition));
+    let mut by_job = first_seen_keys(history, keys.chain(definitions).collect(), now).await;
+    let by_definition = by_job.split_off(jobs.len());
+    by_job
+        .into_iter()
+        .zip(by_definition)
+        .map(|(job, definition)| Ok(job?.max(definition?)))
+        .collect()
+}
+
+/// [`first_seen`] of each of `keys`: the majority's time, `now` set first where none is.
+async fn first_seen_keys(
+    history: &History,
+    keys: Arc<[String]>,
+    now: DateTime<Utc>,
+) -> Vec<Result<DateTime<Utc>, WatermarkUnavailable>> {
+    let History::Redis { nodes, .. } = history else {
+        return keys.iter().map(|_| Ok(now)).collect();
+    };
     // Every node that is up, by the pool's rule (a suspect node is not waited for).
     let replies = nodes
         .ask(
@@ -65,7 +102,7 @@ pub async fn first_seen(
         )
         .await;
     let per_node: Vec<&Vec<Option<i64>>> = replies.values().collect();
-    (0..jobs.len())
+    (0..keys.len())
         .map(|j| {
             let values: Vec<i64> = per_node
                 .iter()

@@ -622,6 +622,83 @@ fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catch
     stop(r);
 }
 
+/// A rolling update that moves a job to another schedule (every 2 s, then every second), with
+/// `catch_up_policy = "all"`: the new version's first start catches up, and reports missed,
+/// none of the odd seconds before it, which the old schedule never had (the fleet owed them to
+/// nobody). Found by the simulation's `a_rollout_that_moves_a_job`: catch-up's watermark was
+/// the job name's, so the new replica ran every odd second since the old version's first start.
+#[test]
+fn a_rollout_that_moves_a_jobs_schedule_catches_up_none_of_the_slots_the_old_schedule_never_had() {
+    let cluster = RedisCluster::start(3);
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!(
+        "[scheduler]\nkey_prefix = \"moved\"\n{}",
+        redis_section(&cluster)
+    );
+    let extra = "catch_up = \"10m\"\ncatch_up_policy = \"all\"";
+    let job = |schedule: &str| http_job("tick", schedule, &receiver, extra);
+    let old_dir = dir.path().join("old");
+    let new_dir = dir.path().join("new");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::create_dir_all(&new_dir).unwrap();
+    let old_path = write_config(&old_dir, &format!("{head}{}", job("*/2 * * * * *")));
+    let new_path = write_config(&new_dir, &format!("{head}{}", job("* * * * * *")));
+    let old = replica(&old_path, "old");
+    started(&old);
+    // The old version runs a few even seconds (and records the job's watermark) first.
+    receiver.wait_for(3, Duration::from_secs(30));
+    let new = replica(&new_path, "new");
+    started(&new);
+    let new_start = time_of(&said(&new, "slotcron started")[0], "timestamp");
+    // The missed-slot report waits out the job's timeout (5 s) and the start window (the
+    // default skew's 5 s) first: an odd second run 15 s after the new start comes after it.
+    let odd_after = |r: &Receiver| {
+        r.received_at()
+            .iter()
+            .filter(|(req, _)| {
+                let slot: chrono::DateTime<chrono::Utc> = req.headers["x-slotcron-slot"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                slot.timestamp() % 2 == 1 && slot > new_start + chrono::Duration::seconds(15)
+            })
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || (odd_after(&receiver) > 0)
+            .then_some(()))
+        .is_some(),
+        "the new version ran no odd second: {:?}",
+        new.lines()
+    );
+    stop(old);
+    let caught: Vec<Value> = said(&new, "catching up a missed slot");
+    let missed: Vec<Value> = new
+        .json_lines()
+        .into_iter()
+        .filter(|l| l["outcome"] == "missed")
+        .collect();
+    let early_odd: Vec<String> = receiver
+        .received_at()
+        .iter()
+        .map(|(req, _)| req.headers["x-slotcron-slot"].to_str().unwrap().to_owned())
+        .filter(|slot| {
+            let slot: chrono::DateTime<chrono::Utc> = slot.parse().unwrap();
+            slot.timestamp() % 2 == 1 && slot < new_start
+        })
+        .collect();
+    stop(new);
+    assert!(caught.is_empty(), "caught up: {caught:?}");
+    assert!(missed.is_empty(), "reported missed: {missed:?}");
+    assert!(
+        early_odd.is_empty(),
+        "odd seconds before the new start ran: {early_odd:?}"
+    );
+    assert!(receiver.duplicate_keys().is_empty());
+}
+
 #[test]
 fn health_readiness_and_metrics_endpoints() {
     let cluster = RedisCluster::start(3);
