@@ -203,6 +203,15 @@ impl SlotLock {
         }
     }
 
+    /// [`Self::release`], asked again while a node's release failed and fewer than a majority
+    /// removed it, for at most `within` ([`Redlock::release_retrying`]).
+    pub async fn release_retrying(&self, lease: &Lease, within: Duration) -> usize {
+        match self {
+            SlotLock::Redlock(lock) => lock.release_retrying(lease, within).await,
+            SlotLock::Local(lock) => lock.release(lease),
+        }
+    }
+
     /// Extends `lease` to `ttl` from now; false when it is no longer ours on a majority.
     pub async fn extend(&self, lease: &Lease, ttl: Duration) -> bool {
         match self {

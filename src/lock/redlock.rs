@@ -36,6 +36,12 @@ pub const LEASE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A racer first in line after a split vote tries again after this share of `retry_delay`: long
 /// enough for the others' releases to land (one round trip), far shorter than their delay.
 const FIRST_IN_LINE_SHARE: u32 = 8;
+/// The first pause before a failed release is asked again ([`Redlock::release_retrying`]):
+/// about the Sentinel follower's least gap between two resolutions.
+const RELEASE_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two tries of a failed release: the lease is gone within about
+/// this much of the new primary's being followed.
+const RELEASE_RETRY_MAX: Duration = Duration::from_millis(800);
 /// Clock drift allowance: 1% of the TTL plus 2 ms (the Redlock spec's figures).
 const DRIFT_FACTOR: f64 = 0.01;
 const DRIFT_FIXED: Duration = Duration::from_millis(2);
@@ -407,6 +413,35 @@ impl Redlock {
     /// slotcron never releases a won slot (the key must outlive the run); it releases a job's
     /// running lease.
     pub async fn release(&self, lease: &Lease) -> usize {
+        let mut removed = vec![false; self.node_count()];
+        self.release_into(lease, &mut removed).await;
+        removed.iter().filter(|r| **r).count()
+    }
+
+    /// [`Self::release`], asked again while fewer than a majority removed it and some node's
+    /// release failed (no answer, `READONLY`): a Sentinel failover moves the primary, the new
+    /// one holds the lease as replicated, and the pool follows it within a resolution. Without
+    /// this the lease stays until its TTL and the job's next slots are skipped as overlapping.
+    /// Each try after a doubling pause, none starting after `within` (the lease's TTL, past
+    /// which it is gone anyway).
+    pub async fn release_retrying(&self, lease: &Lease, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        let mut removed = vec![false; self.node_count()];
+        let mut pause = RELEASE_RETRY_FIRST;
+        loop {
+            let failed = self.release_into(lease, &mut removed).await;
+            let count = removed.iter().filter(|r| **r).count();
+            if count >= self.quorum() || !failed || Instant::now() + pause >= deadline {
+                return count;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RELEASE_RETRY_MAX);
+        }
+    }
+
+    /// One release on every node: marks in `removed` the nodes it was removed from. True when
+    /// a node failed or was not waited for: its copy of the lease may still be there.
+    async fn release_into(&self, lease: &Lease, removed: &mut [bool]) -> bool {
         let (key, token) = (lease.key.clone(), lease.token.clone());
         let quorum = self.quorum();
         let replies = self
@@ -422,7 +457,15 @@ impl Redlock {
                 |r| r.settled() && r.count(|removed| *removed) >= quorum,
             )
             .await;
-        replies.count(|removed| *removed)
+        let mut failed = false;
+        for (i, answer) in replies.into_answers().into_iter().enumerate() {
+            match answer {
+                Some(Ok(true)) => removed[i] = true,
+                Some(Ok(false)) => {}
+                Some(Err(_)) | None => failed = true,
+            }
+        }
+        failed
     }
 
     /// Extends `lease` to `ttl` from now on every node that still holds it. True when a

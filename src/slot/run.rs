@@ -66,11 +66,13 @@ async fn confirm_replicated(race: &Race, books: &Books, won: &Won) {
     }
 }
 
-/// Releases the job's running lease, warning when a majority did not confirm it.
+/// Releases the job's running lease, warning when a majority did not confirm it. A release
+/// that failed on a node (a failover moving the primary) is tried again within the lease's TTL.
 pub(super) async fn release_running(race: &Race, books: &Books, won: &Won) {
     let Some(running) = &won.running else { return };
-    let released = race.lock().release(running).await;
-    if released < race.lock().quorum() {
+    let lock = race.lock();
+    let released = lock.release_retrying(running, RUNNING_LEASE_TTL).await;
+    if released < lock.quorum() {
         tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica(), nodes = released,
             "the running lease was released on {released} node(s), fewer than a majority: \
             the job's slots are skipped as overlapping until it expires (at most {} s)",

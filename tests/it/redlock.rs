@@ -111,6 +111,38 @@ async fn winner_holds_the_key_with_its_token_ttl_and_validity() {
     assert_eq!(lease.token.replica(), "a");
 }
 
+/// The running lease across a failover, without Sentinel's timing: the node is made a replica
+/// (of a port nobody listens on, so it keeps its keys and refuses writes with `READONLY`) before
+/// the release, and a primary again while the release is retried. A release that failed must
+/// be asked again, or the lease stays until its TTL and the job's next slots are skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_as_readonly_is_retried_until_the_node_is_a_primary_again() {
+    let cluster = RedisCluster::start(1);
+    let url = cluster[0].url();
+    let a = lock(&cluster.urls(), "a", 0);
+    let k = key("release-readonly");
+    let Acquire::Won(lease) = a.acquire(&k, TTL).await else {
+        panic!("a must win")
+    };
+    let nowhere = common::free_port().to_string();
+    redis_cmd(&url, &["REPLICAOF", "127.0.0.1", &nowhere]).unwrap();
+    let promote = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            // After the first release was refused: it is asked at once.
+            std::thread::sleep(Duration::from_millis(300));
+            redis_cmd(&url, &["REPLICAOF", "NO", "ONE"]).unwrap();
+        })
+    };
+    let released = a.release_retrying(&lease, TTL).await;
+    promote.await.unwrap();
+    assert_eq!(
+        released, 1,
+        "the release must reach the node once it is a primary again"
+    );
+    assert_eq!(redis_get(&url, k.as_str()), None, "the lease must be gone");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_removes_only_the_own_token() {
     let cluster = RedisCluster::start(3);
