@@ -113,6 +113,27 @@ impl Tally {
     }
 }
 
+/// Each node's part in a release over its tries ([`Redlock::release_retrying`]).
+struct ReleaseTries {
+    /// The node no longer holds the lease: removed by a try.
+    removed: Vec<bool>,
+    /// A try on the node failed or was not waited for.
+    failed: Vec<bool>,
+}
+
+impl ReleaseTries {
+    fn new(nodes: usize) -> Self {
+        ReleaseTries {
+            removed: vec![false; nodes],
+            failed: vec![false; nodes],
+        }
+    }
+
+    fn removed(&self) -> usize {
+        self.removed.iter().filter(|r| **r).count()
+    }
+}
+
 /// One key's race, through the attempts of [`Redlock::acquire_many`].
 #[derive(Debug)]
 struct Race {
@@ -413,9 +434,9 @@ impl Redlock {
     /// slotcron never releases a won slot (the key must outlive the run); it releases a job's
     /// running lease.
     pub async fn release(&self, lease: &Lease) -> usize {
-        let mut removed = vec![false; self.node_count()];
-        self.release_into(lease, &mut removed).await;
-        removed.iter().filter(|r| **r).count()
+        let mut tries = ReleaseTries::new(self.node_count());
+        self.release_into(lease, &mut tries).await;
+        tries.removed()
     }
 
     /// [`Self::release`], asked again while fewer than a majority removed it and some node's
@@ -426,11 +447,11 @@ impl Redlock {
     /// which it is gone anyway).
     pub async fn release_retrying(&self, lease: &Lease, within: Duration) -> usize {
         let deadline = Instant::now() + within;
-        let mut removed = vec![false; self.node_count()];
+        let mut tries = ReleaseTries::new(self.node_count());
         let mut pause = RELEASE_RETRY_FIRST;
         loop {
-            let failed = self.release_into(lease, &mut removed).await;
-            let count = removed.iter().filter(|r| **r).count();
+            let failed = self.release_into(lease, &mut tries).await;
+            let count = tries.removed();
             if count >= self.quorum() || !failed || Instant::now() + pause >= deadline {
                 return count;
             }
@@ -439,9 +460,9 @@ impl Redlock {
         }
     }
 
-    /// One release on every node: marks in `removed` the nodes it was removed from. True when
-    /// a node failed or was not waited for: its copy of the lease may still be there.
-    async fn release_into(&self, lease: &Lease, removed: &mut [bool]) -> bool {
+    /// One release on every node, noted in `tries`. True when a node failed or was not waited
+    /// for: its copy of the lease may still be there.
+    async fn release_into(&self, lease: &Lease, tries: &mut ReleaseTries) -> bool {
         let (key, token) = (lease.key.clone(), lease.token.clone());
         let quorum = self.quorum();
         let replies = self
@@ -460,9 +481,13 @@ impl Redlock {
         let mut failed = false;
         for (i, answer) in replies.into_answers().into_iter().enumerate() {
             match answer {
-                Some(Ok(true)) => removed[i] = true,
+                Some(Ok(true)) => tries.removed[i] = true,
+                // A node whose earlier try failed and that now holds no lease of ours: that
+                // try's delete landed with its answer lost (or the lease ran out). Gone either
+                // way; counted as removed, so a lost answer does not read as a lease left.
+                Some(Ok(false)) if tries.failed[i] => tries.removed[i] = true,
                 Some(Ok(false)) => {}
-                Some(Err(_)) | None => failed = true,
+                Some(Err(_)) | None => (tries.failed[i], failed) = (true, true),
             }
         }
         failed
