@@ -28,6 +28,7 @@ fn plan(name: &str, inside: bool, faults: Vec<Timed>) -> Plan {
         max_skew_ms: 2000,
         horizon_s: 120,
         job_specs: Vec::new(),
+        candidates: None,
         rolled_out: Vec::new(),
         faults,
     }
@@ -435,6 +436,30 @@ fn a_rollout_that_moves_a_job() {
             job("j3", every, 5),
         ],
         ..plan("rollout_moves_a_job", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
+
+/// Split votes on every slot: every replica races every slot at once (`candidates = "all"`),
+/// and each stands 1 ms from a node of its own and 5 ms from the other two, so each one's `SET`
+/// reaches its own node first and the first attempt splits 1-1-1. The racers give back what
+/// they took on a minority (the first in line, r0, keeps its node and asks again 5 ms later),
+/// so the second attempt decides the slot and every slot is delivered (liveness). A race that
+/// keeps its minority keys (`Race::is_won` always true: no `partial` release) splits again on
+/// every attempt until they run out, and no slot runs. 50 s simulated.
+#[test]
+fn split_votes_on_every_slot_are_given_back_and_decided() {
+    let faults = (0..3)
+        .flat_map(|replica| (0..3).map(move |node| (replica, node)))
+        .map(|(replica, node)| {
+            let ms = if replica == node { 1 } else { 5 };
+            at(0.0, Fault::Latency { replica, node, ms })
+        })
+        .collect();
+    let plan = Plan {
+        horizon_s: 50,
+        candidates: Some("\"all\"".to_owned()),
+        ..plan("split_votes", true, faults)
     };
     cases::check(&plan.name, &plan);
 }

@@ -37,6 +37,10 @@ pub struct Plan {
     /// The jobs, when not `jobs` jobs every second (a named case's own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub job_specs: Vec<JobSpec>,
+    /// `[scheduler] candidates` when not the default (`"all"`: every replica races every slot
+    /// at once, so their races meet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<String>,
     /// The new version's jobs, for a rolling update (`Fault::Rollout`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rolled_out: Vec<JobSpec>,
@@ -59,6 +63,7 @@ impl Plan {
             max_skew_ms: 2000,
             horizon_s,
             job_specs: Vec::new(),
+            candidates: None,
             rolled_out: Vec::new(),
             faults: Vec::new(),
         };
@@ -76,6 +81,7 @@ impl Plan {
             nodes: self.nodes,
             jobs,
             rolled_out: self.rolled_out.clone(),
+            candidates: self.candidates.clone(),
             max_skew_ms: self.max_skew_ms,
             catch_up: !matches!(self.profile.as_str(), "calm" | "nodes" | "network"),
         }
