@@ -167,6 +167,8 @@ struct State {
 #[derive(Clone)]
 pub struct Violations {
     inside: bool,
+    /// The plan's bound on lateness (µs; `Plan::on_time_ms`), if it has one.
+    on_time_us: Option<i64>,
     state: Arc<Mutex<State>>,
 }
 
@@ -175,8 +177,15 @@ impl Violations {
     pub fn new(inside: bool) -> Self {
         Violations {
             inside,
+            on_time_us: None,
             state: Arc::default(),
         }
+    }
+
+    /// Also checks that every effect reaches its receiver within `ms` of its slot.
+    pub fn on_time(self, ms: Option<u64>) -> Self {
+        let on_time_us = ms.map(|ms| ms as i64 * 1000);
+        Violations { on_time_us, ..self }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -210,6 +219,11 @@ impl Violations {
                 e.slot_us - fleet_now
             );
             self.report(w, "never_early", e, vec![e.replica.clone()], early);
+        }
+        let late = fleet_now - e.slot_us;
+        if self.on_time_us.is_some_and(|bound| late > bound) {
+            let detail = format!("{} ms after its slot on the fleet's time", late / 1000);
+            self.report(w, "on_time", e, vec![e.replica.clone()], detail);
         }
         if e.slot_us < EPOCH_US {
             let detail = "a slot from before the fleet first scheduled the job (its watermark)";

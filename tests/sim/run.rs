@@ -41,6 +41,11 @@ pub struct Plan {
     /// at once, so their races meet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<String>,
+    /// A bound on lateness (ms from the slot to its receiver, on the fleet's time) that every
+    /// effect must keep (`on_time`): for a case whose latencies are known and whose races
+    /// should each be decided in a couple of attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_time_ms: Option<u64>,
     /// The new version's jobs, for a rolling update (`Fault::Rollout`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rolled_out: Vec<JobSpec>,
@@ -64,6 +69,7 @@ impl Plan {
             horizon_s,
             job_specs: Vec::new(),
             candidates: None,
+            on_time_ms: None,
             rolled_out: Vec::new(),
             faults: Vec::new(),
         };
@@ -114,7 +120,7 @@ pub fn run(plan: &Plan) -> Outcome {
 
 async fn simulate(plan: &Plan) -> Outcome {
     let world = Shared::new(plan.nodes);
-    let violations = Violations::new(plan.inside);
+    let violations = Violations::new(plan.inside).on_time(plan.on_time_ms);
     let shape = plan.shape();
     let replicas = Arc::new(Mutex::new(BTreeMap::new()));
     for r in 0..plan.replicas {
