@@ -373,6 +373,39 @@ impl Violations {
         }
     }
 
+    /// At settle: every slot that reached receivers from two runs under one fence (a second
+    /// run, beyond the assumptions) was reported by the fleet as a duplicate: the race for its
+    /// `duplicate` key was won, so the key is on a majority of the nodes (a node emptied after
+    /// the second run's send counts as holding it). The race is run by a winner that saw another's token
+    /// (`Lease::contested`) and found the other run beside its record.
+    pub fn duplicates_reported(&self, w: &World) {
+        let twice: Vec<(String, i64)> = (self.state().seen.iter())
+            .filter(|(_, arrivals)| runs_of(arrivals) > 1)
+            .filter(|(_, arrivals)| arrivals.iter().all(|(f, _, _)| *f == arrivals[0].0))
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        for (job, slot_us) in twice {
+            let key = format!("sim:{job}:{}:duplicate", slot_us / 1000);
+            let last_sent = (w.effects.iter())
+                .filter(|e| e.job == job && e.slot_us == slot_us)
+                .map(|e| e.at_us)
+                .max()
+                .unwrap_or(slot_us);
+            let holding = (w.nodes.iter().enumerate())
+                .filter(|(i, node)| {
+                    let emptied = (w.emptied.iter()).any(|(n, at)| n == i && *at > last_sent);
+                    let now = node.clock_us(w.now_us());
+                    emptied || node.model.peek(key.as_bytes(), now).is_some()
+                })
+                .count();
+            if holding < w.nodes.len() / 2 + 1 {
+                let detail = format!("ran twice under one fence, {key} on {holding} node(s)");
+                let e = Effect::of_slot(&job, slot_us);
+                self.report(w, "duplicate_reported", &e, Vec::new(), detail);
+            }
+        }
+    }
+
     /// The distinct (fence, replica) runs of `job`'s slot `slot_us` that reached a receiver.
     fn runs_that_arrived(&self, job: &str, slot_us: i64) -> Vec<(i64, String)> {
         let state = self.state();

@@ -147,6 +147,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
     violations.at_end(&w, &shape, (from, to));
     violations.ledger_agrees(&w, &runs, (from, to));
+    violations.duplicates_reported(&w);
     w.write_dump();
     Outcome {
         trace_hash: w.trace_hash(),
