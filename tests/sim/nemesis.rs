@@ -248,7 +248,7 @@ async fn apply(t: Target, timed: Timed) {
         match timed.fault {
             // One replica's broken egress is no fault of the slot's: the handoff delivers it,
             // so its slots stay judged for liveness; a rolling update's restart neither (the
-            // others run the slots meanwhile).
+            // others run the slots meanwhile); a link's latency is where a replica stands.
             Fault::Egress { .. } | Fault::Rollout { .. } | Fault::Latency { .. } => w.faults += 1,
             _ => w.fault(now, now + (lasts * 1e6) as i64),
         }
