@@ -469,3 +469,31 @@ fn split_votes_on_every_slot_are_given_back_and_decided() {
     };
     cases::check(&plan.name, &plan);
 }
+
+/// The drift allowance's last milliseconds: every node clock 1.0102 % fast, the most the
+/// allowance (1 % of the TTL plus 2 ms) still covers for the long job's 1209 s key, which then
+/// ends 1196.9087 s after it was set, on the nodes' clocks; the lock's validity ends 1196.908 s
+/// after the race (the race itself takes no time here: no link has a latency). The first send's
+/// 429 asks for a pause of 1196.910 s, between the two: the winner gives up. With the fixed
+/// 2 ms subtracted instead of added (a validity 4 ms longer) it sends after its key ran out on
+/// every node (`never_stale`, read on the nodes).
+#[test]
+fn node_clocks_fast_by_the_whole_drift_allowance_and_a_send_in_its_last_milliseconds() {
+    let mut faults: Vec<Timed> = (0..3)
+        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 10_102 }))
+        .collect();
+    let busy = Fault::ReceiversBusy {
+        retry_after_s: 1196.910,
+        for_s: 1.0,
+    };
+    faults.push(at(29.5, busy));
+    let plan = Plan {
+        horizon_s: 1260,
+        job_specs: vec![
+            job("long", "30 0 0 * * *", 1200),
+            job("j0", "*/10 * * * * *", 5),
+        ],
+        ..plan("drift_allowance_edge", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
