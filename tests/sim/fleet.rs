@@ -44,6 +44,8 @@ pub struct Shape {
     /// The jobs of the new version a rolling update (`Fault::Rollout`) restarts a replica
     /// with (and every later incarnation of it).
     pub rolled_out: Vec<JobSpec>,
+    /// `[scheduler] candidates`, when not the default.
+    pub candidates: Option<String>,
     /// The Redlock's `max_clock_skew` (ms): skews within it stay inside the assumptions.
     pub max_skew_ms: u64,
     /// The jobs take `catch_up`, which records each run's start at once (a write more per
@@ -58,8 +60,11 @@ pub fn jobs_toml(shape: &Shape, jobs: &[JobSpec]) -> String {
     let nodes: Vec<String> = (0..shape.nodes)
         .map(|i| format!("\"redis://n{i}:6379\""))
         .collect();
+    let candidates = (shape.candidates.iter())
+        .map(|c| format!("candidates = {c}\n"))
+        .collect::<String>();
     let mut text = format!(
-        "[scheduler]\nkey_prefix = \"sim\"\nmax_clock_skew = \"{}ms\"\n\n[redis]\nnodes = [{}]\n",
+        "[scheduler]\nkey_prefix = \"sim\"\nmax_clock_skew = \"{}ms\"\n{candidates}\n[redis]\nnodes = [{}]\n",
         shape.max_skew_ms,
         nodes.join(", ")
     );

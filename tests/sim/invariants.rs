@@ -167,6 +167,8 @@ struct State {
 #[derive(Clone)]
 pub struct Violations {
     inside: bool,
+    /// The plan's bound on lateness (µs; `Plan::on_time_ms`), if it has one.
+    on_time_us: Option<i64>,
     state: Arc<Mutex<State>>,
 }
 
@@ -175,8 +177,15 @@ impl Violations {
     pub fn new(inside: bool) -> Self {
         Violations {
             inside,
+            on_time_us: None,
             state: Arc::default(),
         }
+    }
+
+    /// Also checks that every effect reaches its receiver within `ms` of its slot.
+    pub fn on_time(self, ms: Option<u64>) -> Self {
+        let on_time_us = ms.map(|ms| ms as i64 * 1000);
+        Violations { on_time_us, ..self }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -210,6 +219,11 @@ impl Violations {
                 e.slot_us - fleet_now
             );
             self.report(w, "never_early", e, vec![e.replica.clone()], early);
+        }
+        let late = fleet_now - e.slot_us;
+        if self.on_time_us.is_some_and(|bound| late > bound) {
+            let detail = format!("{} ms after its slot on the fleet's time", late / 1000);
+            self.report(w, "on_time", e, vec![e.replica.clone()], detail);
         }
         if e.slot_us < EPOCH_US {
             let detail = "a slot from before the fleet first scheduled the job (its watermark)";
@@ -355,6 +369,39 @@ impl Violations {
                     replicas,
                     detail,
                 );
+            }
+        }
+    }
+
+    /// At settle: every slot that reached receivers from two runs under one fence (a second
+    /// run, beyond the assumptions) was reported by the fleet as a duplicate: the race for its
+    /// `duplicate` key was won, so the key is on a majority of the nodes (a node emptied after
+    /// the second run's send counts as holding it). The race is run by a winner that saw another's token
+    /// (`Lease::contested`) and found the other run beside its record.
+    pub fn duplicates_reported(&self, w: &World) {
+        let twice: Vec<(String, i64)> = (self.state().seen.iter())
+            .filter(|(_, arrivals)| runs_of(arrivals) > 1)
+            .filter(|(_, arrivals)| arrivals.iter().all(|(f, _, _)| *f == arrivals[0].0))
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        for (job, slot_us) in twice {
+            let key = format!("sim:{job}:{}:duplicate", slot_us / 1000);
+            let last_sent = (w.effects.iter())
+                .filter(|e| e.job == job && e.slot_us == slot_us)
+                .map(|e| e.at_us)
+                .max()
+                .unwrap_or(slot_us);
+            let holding = (w.nodes.iter().enumerate())
+                .filter(|(i, node)| {
+                    let emptied = (w.emptied.iter()).any(|(n, at)| n == i && *at > last_sent);
+                    let now = node.clock_us(w.now_us());
+                    emptied || node.model.peek(key.as_bytes(), now).is_some()
+                })
+                .count();
+            if holding < w.nodes.len() / 2 + 1 {
+                let detail = format!("ran twice under one fence, {key} on {holding} node(s)");
+                let e = Effect::of_slot(&job, slot_us);
+                self.report(w, "duplicate_reported", &e, Vec::new(), detail);
             }
         }
     }

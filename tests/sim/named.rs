@@ -28,6 +28,8 @@ fn plan(name: &str, inside: bool, faults: Vec<Timed>) -> Plan {
         max_skew_ms: 2000,
         horizon_s: 120,
         job_specs: Vec::new(),
+        candidates: None,
+        on_time_ms: None,
         rolled_out: Vec::new(),
         faults,
     }
@@ -435,6 +437,63 @@ fn a_rollout_that_moves_a_job() {
             job("j3", every, 5),
         ],
         ..plan("rollout_moves_a_job", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
+
+/// Split votes on every slot: every replica races every slot at once (`candidates = "all"`),
+/// and each stands 1 ms from a node of its own and 5 ms from the other two, so each one's `SET`
+/// reaches its own node first and the first attempt splits 1-1-1. The racers give back what
+/// they took on a minority (the first in line, r0, keeps its node and asks again 5 ms later),
+/// so the second attempt decides the slot: every slot delivered (liveness), each within 300 ms
+/// of its slot (`on_time`; 119 to 150 ms here: a connection serves its requests one at a
+/// time, each a round trip, so a batch of 3 `SET`s on a far link takes 30 ms). A race that keeps
+/// its minority keys (`Race::is_won` always true: no `partial` release) splits again on every
+/// attempt until they run out, and no slot runs (`liveness`); a decided race asked again on
+/// every attempt (`Race::is_open` always true) spends the whole retry budget first, and its
+/// slots arrive 520 to 670 ms late (`on_time`). 50 s simulated.
+#[test]
+fn split_votes_on_every_slot_are_given_back_and_decided() {
+    let faults = (0..3)
+        .flat_map(|replica| (0..3).map(move |node| (replica, node)))
+        .map(|(replica, node)| {
+            let ms = if replica == node { 1 } else { 5 };
+            at(0.0, Fault::Latency { replica, node, ms })
+        })
+        .collect();
+    let plan = Plan {
+        horizon_s: 50,
+        candidates: Some("\"all\"".to_owned()),
+        on_time_ms: Some(300),
+        ..plan("split_votes", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
+
+/// The drift allowance's last milliseconds: every node clock 1.0102 % fast, the most the
+/// allowance (1 % of the TTL plus 2 ms) still covers for the long job's 1209 s key, which then
+/// ends 1196.9087 s after it was set, on the nodes' clocks; the lock's validity ends 1196.908 s
+/// after the race (the race itself takes no time here: no link has a latency). The first send's
+/// 429 asks for a pause of 1196.910 s, between the two: the winner gives up. With the fixed
+/// 2 ms subtracted instead of added (a validity 4 ms longer) it sends after its key ran out on
+/// every node (`never_stale`, read on the nodes).
+#[test]
+fn node_clocks_fast_by_the_whole_drift_allowance_and_a_send_in_its_last_milliseconds() {
+    let mut faults: Vec<Timed> = (0..3)
+        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 10_102 }))
+        .collect();
+    let busy = Fault::ReceiversBusy {
+        retry_after_s: 1196.910,
+        for_s: 1.0,
+    };
+    faults.push(at(29.5, busy));
+    let plan = Plan {
+        horizon_s: 1260,
+        job_specs: vec![
+            job("long", "30 0 0 * * *", 1200),
+            job("j0", "*/10 * * * * *", 5),
+        ],
+        ..plan("drift_allowance_edge", true, faults)
     };
     cases::check(&plan.name, &plan);
 }

@@ -39,6 +39,13 @@ pub enum Fault {
         ms: u64,
         for_s: f64,
     },
+    /// The link from `replica` to `node` `ms` long each way from now on: where the replica
+    /// stands, not a fault (liveness still judges the slots around it).
+    Latency {
+        replica: usize,
+        node: usize,
+        ms: u64,
+    },
     /// `replica` cut from `node` (connections reset, dials refused) for `for_s`.
     Cut {
         replica: usize,
@@ -241,8 +248,8 @@ async fn apply(t: Target, timed: Timed) {
         match timed.fault {
             // One replica's broken egress is no fault of the slot's: the handoff delivers it,
             // so its slots stay judged for liveness; a rolling update's restart neither (the
-            // others run the slots meanwhile).
-            Fault::Egress { .. } | Fault::Rollout { .. } => w.faults += 1,
+            // others run the slots meanwhile); a link's latency is where a replica stands.
+            Fault::Egress { .. } | Fault::Rollout { .. } | Fault::Latency { .. } => w.faults += 1,
             _ => w.fault(now, now + (lasts * 1e6) as i64),
         }
         let fault = timed.fault.clone();
@@ -328,6 +335,10 @@ fn begin(t: &Target, fault: &Fault) {
             for r in links_of(*replica, &t.shape) {
                 w.links.entry((r, *node)).or_default().delay_us = ms * 1000;
             }
+        }
+        Fault::Latency { replica, node, ms } => {
+            let link = (replica_name(*replica), *node);
+            w.links.entry(link).or_default().lag_us = ms * 1000;
         }
         Fault::Cut { replica, node, .. } => {
             w.links

@@ -122,6 +122,7 @@ impl Served {
         mute: &mut bool,
     ) -> bool {
         while let Some(argv) = model::parse_request(buf) {
+            self.travel().await;
             self.until_served().await;
             match self.execute(&argv) {
                 Some(Fate::Mute) => *mute = true,
@@ -138,6 +139,14 @@ impl Served {
             }
         }
         true
+    }
+
+    /// A request's way to the node: its link's one-way latency.
+    async fn travel(&self) {
+        let lag = self.world.lock().link(&self.replica, self.node).lag_us;
+        if lag > 0 {
+            tokio::time::sleep(Duration::from_micros(lag)).await;
+        }
     }
 
     /// Waits while the node hangs (a hung node reads nothing and answers nothing).
@@ -175,7 +184,7 @@ impl Served {
         let now = w.nodes[self.node].clock_us(true_now);
         w.trace_request(self.conn.0, true_now, argv);
         let link = w.link(&self.replica, self.node);
-        let delay = Duration::from_micros(link.delay_us);
+        let delay = Duration::from_micros(link.delay_us + link.lag_us);
         let node = &mut w.nodes[self.node];
         let effects = node.model.execute(self.conn, now, argv);
         for (to, bytes) in effects.pushes {

@@ -37,6 +37,15 @@ pub struct Plan {
     /// The jobs, when not `jobs` jobs every second (a named case's own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub job_specs: Vec<JobSpec>,
+    /// `[scheduler] candidates` when not the default (`"all"`: every replica races every slot
+    /// at once, so their races meet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<String>,
+    /// A bound on lateness (ms from the slot to its receiver, on the fleet's time) that every
+    /// effect must keep (`on_time`): for a case whose latencies are known and whose races
+    /// should each be decided in a couple of attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_time_ms: Option<u64>,
     /// The new version's jobs, for a rolling update (`Fault::Rollout`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rolled_out: Vec<JobSpec>,
@@ -59,6 +68,8 @@ impl Plan {
             max_skew_ms: 2000,
             horizon_s,
             job_specs: Vec::new(),
+            candidates: None,
+            on_time_ms: None,
             rolled_out: Vec::new(),
             faults: Vec::new(),
         };
@@ -76,6 +87,7 @@ impl Plan {
             nodes: self.nodes,
             jobs,
             rolled_out: self.rolled_out.clone(),
+            candidates: self.candidates.clone(),
             max_skew_ms: self.max_skew_ms,
             catch_up: !matches!(self.profile.as_str(), "calm" | "nodes" | "network"),
         }
@@ -108,7 +120,7 @@ pub fn run(plan: &Plan) -> Outcome {
 
 async fn simulate(plan: &Plan) -> Outcome {
     let world = Shared::new(plan.nodes);
-    let violations = Violations::new(plan.inside);
+    let violations = Violations::new(plan.inside).on_time(plan.on_time_ms);
     let shape = plan.shape();
     let replicas = Arc::new(Mutex::new(BTreeMap::new()));
     for r in 0..plan.replicas {
@@ -135,6 +147,7 @@ async fn simulate(plan: &Plan) -> Outcome {
     let to = crate::world::EPOCH_US + (plan.horizon_s - SETTLE_S) as i64 * 1_000_000;
     violations.at_end(&w, &shape, (from, to));
     violations.ledger_agrees(&w, &runs, (from, to));
+    violations.duplicates_reported(&w);
     w.write_dump();
     Outcome {
         trace_hash: w.trace_hash(),

@@ -65,6 +65,11 @@ pub struct Link {
     pub cut: bool,
     /// Extra delay before each reply (µs).
     pub delay_us: u64,
+    /// The link's one-way latency (µs), each way: a request applies this long after it was
+    /// sent, its reply comes back as long after (the distance, not a fault). A connection
+    /// serves its requests one at a time, so a pipeline of k requests takes k round trips: a
+    /// far link made slower still, never faster.
+    pub lag_us: u64,
     /// One way cut: requests reach the node and apply, replies never come back (a connection
     /// that lost one stays mute, as a TCP stream stalls at the first lost segment).
     pub mute: bool,
