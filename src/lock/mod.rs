@@ -195,16 +195,9 @@ impl SlotLock {
         }
     }
 
-    /// Releases `lease` where it is still ours; the number of nodes it was removed from.
-    pub async fn release(&self, lease: &Lease) -> usize {
-        match self {
-            SlotLock::Redlock(lock) => lock.release(lease).await,
-            SlotLock::Local(lock) => lock.release(lease),
-        }
-    }
-
-    /// [`Self::release`], asked again while a node's release failed and fewer than a majority
-    /// removed it, for at most `within` ([`Redlock::release_retrying`]).
+    /// Releases `lease` where it is still ours, asked again while a node's release failed and
+    /// fewer than a majority removed it, for at most `within` ([`Redlock::release_retrying`]);
+    /// the number of nodes it was removed from.
     pub async fn release_retrying(&self, lease: &Lease, within: Duration) -> usize {
         match self {
             SlotLock::Redlock(lock) => lock.release_retrying(lease, within).await,
