@@ -161,6 +161,9 @@ struct State {
     /// Per (job, slot): the fence, replica and `Idempotency-Key` of each request that reached
     /// a receiver, in order (a resend too).
     seen: BTreeMap<(String, i64), Vec<Arrival>>,
+    /// Per job, the runs a receiver has heard from and not yet acted on, by (slot, fence,
+    /// replica): when their first request came (kept for `one_run_at_a_time` only).
+    in_flight: BTreeMap<String, BTreeMap<(i64, i64, String), i64>>,
 }
 
 /// The run's violations; cloned into every receiver.
@@ -169,6 +172,8 @@ pub struct Violations {
     inside: bool,
     /// The plan's bound on lateness (µs; `Plan::on_time_ms`), if it has one.
     on_time_us: Option<i64>,
+    /// `Plan::one_run_at_a_time`.
+    one_run_at_a_time: bool,
     state: Arc<Mutex<State>>,
 }
 
@@ -178,6 +183,7 @@ impl Violations {
         Violations {
             inside,
             on_time_us: None,
+            one_run_at_a_time: false,
             state: Arc::default(),
         }
     }
@@ -186,6 +192,14 @@ impl Violations {
     pub fn on_time(self, ms: Option<u64>) -> Self {
         let on_time_us = ms.map(|ms| ms as i64 * 1000);
         Violations { on_time_us, ..self }
+    }
+
+    /// Also checks that a job's runs reach the receivers one at a time (`overlap = "skip"`).
+    pub fn one_run_at_a_time(self, on: bool) -> Self {
+        Violations {
+            one_run_at_a_time: on,
+            ..self
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -242,6 +256,7 @@ impl Violations {
         if let Some(detail) = lapsed_on_the_nodes(w, e) {
             self.report(w, "never_stale", e, vec![e.replica.clone()], detail);
         }
+        self.one_run_of_the_job(w, e);
         let before = {
             let mut state = self.state();
             let seen = state.seen.entry((e.job.clone(), e.slot_us)).or_default();
@@ -250,6 +265,44 @@ impl Violations {
             before
         };
         self.on_arrival(w, e, &before);
+    }
+
+    /// Notes a request that reached a receiver, acted on or not (a 429, a 5xx): its run is in
+    /// flight from then until a request of it is acted on.
+    pub fn on_request(&self, e: &Effect) {
+        if !self.one_run_at_a_time {
+            return;
+        }
+        let mut state = self.state();
+        let runs = state.in_flight.entry(e.job.clone()).or_default();
+        let run = (e.slot_us, e.fence, e.replica.clone());
+        runs.entry(run).or_insert(e.at_us);
+    }
+
+    /// `e`'s run ends with its effect; a run of an earlier slot of the job still in flight
+    /// means two runs of the job at once.
+    fn one_run_of_the_job(&self, w: &World, e: &Effect) {
+        if !self.one_run_at_a_time {
+            return;
+        }
+        let earlier = {
+            let mut state = self.state();
+            let runs = state.in_flight.entry(e.job.clone()).or_default();
+            runs.remove(&(e.slot_us, e.fence, e.replica.clone()));
+            (runs.iter())
+                .find(|((slot_us, _, _), _)| *slot_us < e.slot_us)
+                .map(|(run, since)| (run.clone(), *since))
+        };
+        if let Some(((slot_us, fence, replica), since)) = earlier {
+            let detail = format!(
+                "the run of slot {} s (fence {fence}, by {replica}, first request at {} s) \
+                 was still in flight",
+                (slot_us - EPOCH_US) / 1_000_000,
+                (since - EPOCH_US) / 1_000_000
+            );
+            let replicas = vec![replica, e.replica.clone()];
+            self.report(w, "one_run_at_a_time", e, replicas, detail);
+        }
     }
 
     /// Checks an effect against the earlier arrivals `before` of its slot: a resend keeps its

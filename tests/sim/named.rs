@@ -30,6 +30,7 @@ fn plan(name: &str, inside: bool, faults: Vec<Timed>) -> Plan {
         job_specs: Vec::new(),
         candidates: None,
         on_time_ms: None,
+        one_run_at_a_time: false,
         rolled_out: Vec::new(),
         faults,
     }
@@ -494,6 +495,26 @@ fn node_clocks_fast_by_the_whole_drift_allowance_and_a_send_in_its_last_millisec
             job("j0", "*/10 * * * * *", 5),
         ],
         ..plan("drift_allowance_edge", true, faults)
+    };
+    cases::check(&plan.name, &plan);
+}
+
+/// A run that outlasts its running lease: the receivers ask the 30 s slot's first send to come
+/// back 14 s later, so the run lasts from 30 s to 44 s, past the 6 s lease on the job. The
+/// winner extends the lease while it waits, so the job's slots at 35 s and 40 s are skipped as
+/// overlapping (`overlap = "skip"`, the default) and no second run reaches a receiver while the
+/// first is in flight (`one_run_at_a_time`); from 45 s the job runs again (liveness, from 50 s).
+/// With the extension not sent, the lease runs out at 36 s and the 40 s slot runs beside it.
+#[test]
+fn a_run_that_outlasts_its_running_lease_keeps_the_next_slots_off() {
+    let busy = Fault::ReceiversBusy {
+        retry_after_s: 14.0,
+        for_s: 1.0,
+    };
+    let plan = Plan {
+        job_specs: vec![job("slow", "*/5 * * * * *", 30)],
+        one_run_at_a_time: true,
+        ..plan("run_outlasts_its_lease", true, vec![at(29.5, busy)])
     };
     cases::check(&plan.name, &plan);
 }

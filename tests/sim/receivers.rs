@@ -103,11 +103,16 @@ impl Receivers {
                     .map_or(BLACK_HOLE, |t| (*t).min(BLACK_HOLE));
                 return (Sent::NotSent("connect timed out".to_owned()), wait);
             }
+            Answering::Status(_) | Answering::Busy(_) | Answering::Accept => {}
+        }
+        // The request reached the receiver: its run is in flight until one is acted on.
+        let effect = self.effect(w.now_us(), request);
+        self.v.on_request(&effect);
+        match answering {
             Answering::Status(status) => return (answer(status), Duration::ZERO),
             Answering::Busy(after) => return (answer_after(429, Some(after)), Duration::ZERO),
-            Answering::Accept => {}
+            _ => {}
         }
-        let effect = self.effect(w.now_us(), request);
         let stale = request.timeout().is_none_or(|t| t.is_zero());
         w.event(|| {
             format!(

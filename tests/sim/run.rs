@@ -46,6 +46,11 @@ pub struct Plan {
     /// should each be decided in a couple of attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_time_ms: Option<u64>,
+    /// Checks that no run of a job reaches a receiver while a run of an earlier slot of that
+    /// job is still in flight (`one_run_at_a_time`: the jobs' default `overlap = "skip"`), for
+    /// a case whose every run ends in an effect (a run that gave up would stay in flight).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_run_at_a_time: bool,
     /// The new version's jobs, for a rolling update (`Fault::Rollout`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rolled_out: Vec<JobSpec>,
@@ -70,6 +75,7 @@ impl Plan {
             job_specs: Vec::new(),
             candidates: None,
             on_time_ms: None,
+            one_run_at_a_time: false,
             rolled_out: Vec::new(),
             faults: Vec::new(),
         };
@@ -120,7 +126,9 @@ pub fn run(plan: &Plan) -> Outcome {
 
 async fn simulate(plan: &Plan) -> Outcome {
     let world = Shared::new(plan.nodes);
-    let violations = Violations::new(plan.inside).on_time(plan.on_time_ms);
+    let violations = Violations::new(plan.inside)
+        .on_time(plan.on_time_ms)
+        .one_run_at_a_time(plan.one_run_at_a_time);
     let shape = plan.shape();
     let replicas = Arc::new(Mutex::new(BTreeMap::new()));
     for r in 0..plan.replicas {
