@@ -40,6 +40,10 @@ pub struct FleetToml<'a> {
     pub redis: &'a str,
     /// `[[job]]` lines beside name, schedule and timeout.
     pub job_extra: &'a str,
+    /// The lines of the job's `[job.action]`; empty: `http` to `{receiver}/hook`.
+    pub action: &'a str,
+    /// Text after the job: more `[[job]]` tables, `[http]`, `[alerts]`.
+    pub rest: &'a str,
 }
 
 impl<'a> FleetToml<'a> {
@@ -55,12 +59,20 @@ impl<'a> FleetToml<'a> {
             scheduler: "max_clock_skew = \"1s\"",
             redis: "node_timeout = \"150ms\"",
             job_extra: "",
+            action: "",
+            rest: "",
         }
     }
 
     /// The file's text.
     pub fn render(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("{n:?}")).collect();
+        let http = format!("type = \"http\"\nurl = \"{}/hook\"", self.receiver);
+        let action = if self.action.is_empty() {
+            &http
+        } else {
+            self.action
+        };
         format!(
             r#"
             [scheduler]
@@ -75,8 +87,8 @@ impl<'a> FleetToml<'a> {
             timeout = "{timeout}"
             {job_extra}
             [job.action]
-            type = "http"
-            url = "{receiver}/hook"
+            {action}
+            {rest}
             "#,
             prefix = self.prefix,
             scheduler = self.scheduler,
@@ -86,8 +98,44 @@ impl<'a> FleetToml<'a> {
             schedule = self.schedule,
             timeout = self.timeout,
             job_extra = self.job_extra,
-            receiver = self.receiver,
+            rest = self.rest,
         )
+    }
+}
+
+/// A WeCom text action to `{receiver}/cgi-bin/webhook/send?key={key}` with `content`, as the
+/// lines of a `[job.action]`.
+pub fn wecom_action(receiver: &str, key: &str, content: &str) -> String {
+    format!(
+        "type = \"wecom\"\nwebhook = \"{receiver}/cgi-bin/webhook/send?key={key}\"\n\
+         msgtype = \"text\"\ncontent = \"{content}\""
+    )
+}
+
+/// What most process-fleet tests start from: three Redis nodes, a receiver, and a config
+/// written to a temporary directory.
+pub struct Bed {
+    pub cluster: super::RedisCluster,
+    pub receiver: super::Receiver,
+    pub dir: tempfile::TempDir,
+    /// The written config.
+    pub path: std::path::PathBuf,
+}
+
+impl Bed {
+    /// Three nodes and a receiver; `toml` makes the config's text of the nodes' URLs and the
+    /// receiver's.
+    pub fn start(toml: impl FnOnce(&[String], &str) -> String) -> Bed {
+        let cluster = super::RedisCluster::start(3);
+        let receiver = super::Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let path = super::write_config(dir.path(), &toml(&cluster.urls(), &receiver.uri()));
+        Bed {
+            cluster,
+            receiver,
+            dir,
+            path,
+        }
     }
 }
 

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
+use common::fleet::{wecom_action, Bed, FleetToml};
+use common::{slotcron_cli, stop_all, write_config, ProcessFleet, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
 /// A replica of `config` connected in-process, named `name` (no timeline runs).
@@ -23,55 +24,18 @@ async fn connect(
         .unwrap()
 }
 
+/// Job `push` every second (3 s timeout) posting its slot to a WeCom robot at `receiver`, with
+/// room in its rate for every slot; 250 ms node timeout.
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [[job]]
-        name = "push"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "wecom"
-        webhook = "{receiver}/cgi-bin/webhook/send?key=controlkey01"
-        msgtype = "text"
-        content = "{{{{ slot }}}}"
-        rate = "600/min"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-fn start(config: &Path, n: usize) -> Vec<Replica> {
-    let replicas: Vec<Replica> = (0..n)
-        .map(|i| Replica::run(config, &format!("replica-{i}"), &[]))
-        .collect();
-    for r in &replicas {
-        let started = r.wait_for_json(Duration::from_secs(20), |l| {
-            l["message"] == "slotcron started"
-        });
-        assert!(
-            started.is_some(),
-            "a replica did not start: {:?}",
-            r.lines()
-        );
+    let action = wecom_action(receiver, "controlkey01", "{{ slot }}") + "\nrate = \"600/min\"";
+    FleetToml {
+        job: "push",
+        timeout: "3s",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    replicas
-}
-
-fn stop(replicas: &[Replica]) {
-    for r in replicas {
-        r.terminate();
-    }
-    for r in replicas {
-        assert!(r.wait_timeout(Duration::from_secs(20)).is_some());
-    }
+    .render()
 }
 
 /// The ledger since `since`.
@@ -103,14 +67,13 @@ fn at(row: &Value) -> DateTime<Utc> {
 
 #[test]
 fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "pause"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "pause"));
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
 
@@ -125,7 +88,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     std::thread::sleep(Duration::from_secs(4));
     let stopping = Utc::now();
-    stop(&replicas);
+    stop_all(&replicas);
 
     // Within one slot of the pause nothing more was sent, until the resume.
     let slots: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
@@ -168,23 +131,22 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
 
 #[test]
 fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "ledger"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "ledger"));
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
     let down_from = Utc::now();
     std::thread::sleep(Duration::from_secs(5));
     let down_to = Utc::now();
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
     // The ledger calls a slot settled once its timeout (3 s) and start window (2 s) passed.
     std::thread::sleep(Duration::from_secs(6));
 
@@ -225,30 +187,21 @@ fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
 /// A fleet config whose job `push` posts to `target` and tells `[alert.oncall]` (an http
 /// action to `alerts`) when a slot fails or is missed.
 fn alerting_config(nodes: &[String], target: &str, alerts: &str, prefix: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        on_failure = "oncall"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [alert.oncall]
-        type = "http"
-        url = "{alerts}/alert"
-        body = "{{{{ job }}}} {{{{ slot_utc }}}} {{{{ outcome }}}}: {{{{ error }}}}"
-        [[job]]
-        name = "push"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "http"
-        url = "{target}/push"
-        "#,
-        nodes = nodes.join(", ")
-    )
+    let action = format!("type = \"http\"\nurl = \"{target}/push\"");
+    let alert = format!(
+        "[alert.oncall]\ntype = \"http\"\nurl = \"{alerts}/alert\"\n\
+         body = \"{{{{ job }}}} {{{{ slot_utc }}}} {{{{ outcome }}}}: {{{{ error }}}}\""
+    );
+    FleetToml {
+        job: "push",
+        timeout: "3s",
+        scheduler: "max_clock_skew = \"1s\"\non_failure = \"oncall\"",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        rest: &alert,
+        ..FleetToml::new(nodes, target, prefix)
+    }
+    .render()
 }
 
 /// The alerts received, by the slot they are about.
@@ -275,9 +228,9 @@ fn one_alert_per_failed_slot_reaches_the_on_call_receiver() {
         dir.path(),
         &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertfail"),
     );
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(5));
-    stop(&replicas);
+    stop_all(&replicas);
 
     let failed: std::collections::BTreeSet<String> = target
         .received()
@@ -312,16 +265,16 @@ fn one_alert_per_slot_missed_while_every_replica_was_down() {
         dir.path(),
         &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertmissed"),
     );
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
     std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
     std::thread::sleep(Duration::from_secs(5));
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     // The replicas judge the gap once its last slots are settled (timeout 3 s + start window
     // 2 s after their start).
     std::thread::sleep(Duration::from_secs(8));
-    stop(&replicas);
+    stop_all(&replicas);
 
     let missed: Vec<String> = ledger(&path, started, &["--missed"])
         .iter()
@@ -390,14 +343,13 @@ fn restart_empty(node: &common::RedisServer) {
 /// `paused`, not `missed`.
 #[test]
 fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "rolling"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "rolling"));
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(3));
     let out = slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     assert!(out.contains("paused"), "{out}");
@@ -416,7 +368,7 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
     let rows = ledger(&path, paused_at + one_slot, &[]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
 
     assert!(sent.is_empty(), "sent while paused: {sent:?}");
     let during: Vec<&Value> = rows.iter().filter(|r| at(r) < checked_at).collect();
@@ -542,13 +494,15 @@ fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>>
 /// not passed, keeps the paused ones `paused`, and lists no slot twice.
 #[test]
 fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "prompt")
-        .replace(r#"timeout = "3s""#, r#"timeout = "30s""#);
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster: _cluster,
+        receiver: _receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        config(nodes, receiver, "prompt").replace(r#"timeout = "3s""#, r#"timeout = "30s""#)
+    });
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(3));
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     let paused_at = Utc::now();
@@ -556,14 +510,14 @@ fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
     std::thread::sleep(Duration::from_secs(2));
-    stop(&replicas);
+    stop_all(&replicas);
     let down_from = Utc::now();
     std::thread::sleep(Duration::from_secs(5));
     let down_to = Utc::now();
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(3));
     let rows = ledger(&path, Utc::now() - chrono::Duration::minutes(2), &[]);
-    stop(&replicas);
+    stop_all(&replicas);
 
     let outcome_at = |t: DateTime<Utc>| -> Vec<&str> {
         rows.iter()
@@ -620,13 +574,10 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
         Replica::run(&without_job, "bystander", &[]),
     ];
     for r in &replicas {
-        let started = r.wait_for_json(Duration::from_secs(20), |l| {
-            l["message"] == "slotcron started"
-        });
-        assert!(started.is_some(), "{}: {:?}", r.name(), r.lines());
+        r.assert_started();
     }
     std::thread::sleep(Duration::from_secs(6));
-    stop(&replicas);
+    stop_all(&replicas);
 
     let ended: Vec<Value> = replicas[0]
         .json_lines()
@@ -657,16 +608,19 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
 /// receiver): the run in flight finishes, and no further caught-up slot starts.
 #[test]
 fn catch_up_starts_no_slot_after_sigterm() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "catchstop").replace(
-        r#"timeout = "3s""#,
-        "timeout = \"3s\"\n        catch_up = \"1m\"\n        catch_up_policy = \"all\"",
-    );
-    let path = write_config(dir.path(), &text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        config(nodes, receiver, "catchstop").replace(
+            r#"timeout = "3s""#,
+            "timeout = \"3s\"\n        catch_up = \"1m\"\n        catch_up_policy = \"all\"",
+        )
+    });
     // A first start records the watermark; then 6 s with no replica up.
-    stop(&start(&path, 1));
+    ProcessFleet::start(&path, 1).stop();
     std::thread::sleep(Duration::from_secs(6));
     receiver.set_delay(Duration::from_secs(1));
     let replica = Replica::run(&path, "catcher", &[]);
@@ -850,7 +804,7 @@ fn others_reported(replicas: &[Replica], is_conflict: impl Fn(&Value) -> bool) -
             (named(r).len() >= others.len()).then_some(())
         });
     }
-    stop(replicas);
+    stop_all(replicas);
     replicas.iter().map(named).collect()
 }
 
@@ -943,14 +897,13 @@ const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(20);
 /// answer again (no refresh comes then: their connections never broke).
 #[test]
 fn a_pause_read_without_a_majority_keeps_the_last_state() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "minority"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "minority"));
+    let replicas = ProcessFleet::start(&path, 3);
     std::thread::sleep(Duration::from_secs(2));
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // Every replica must know the pause before the nodes go: a replica that has not heard it
@@ -970,7 +923,7 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
     cluster[2].resume();
     let resumed_nodes = Utc::now();
     std::thread::sleep(Duration::from_secs(5));
-    stop(&replicas);
+    stop_all(&replicas);
 
     let sent: Vec<DateTime<Utc>> = receiver
         .received()
@@ -1024,7 +977,7 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
     let third_dir = tempfile::tempdir().unwrap();
     let third_text = two_jobs_config(&cluster.urls()[2..], &receiver, "reread", jobs);
     let third = write_config(third_dir.path(), &third_text);
-    let replicas = start(&path, 1);
+    let replicas = ProcessFleet::start(&path, 1);
     std::thread::sleep(Duration::from_secs(2));
     cluster[0].pause();
     cluster[1].pause();
@@ -1041,7 +994,7 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
         replicas[0].lines()
     );
     std::thread::sleep(REREAD_HELD_WITHIN + Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
     let held_from = answering + chrono::Duration::from_std(REREAD_HELD_WITHIN).unwrap();
     let after = |job: &str| {
         let path = format!("/{job}");
@@ -1074,14 +1027,13 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     let Some(lib) = common::tools::libfaketime() else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "skewed-ops"),
-    );
-    let replicas = start(&path, 2);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "skewed-ops"));
+    let replicas = ProcessFleet::start(&path, 2);
     let out = cli_on_clock(
         &path,
         &lib,
@@ -1094,7 +1046,7 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
     std::thread::sleep(Duration::from_secs(4));
-    stop(&replicas);
+    stop_all(&replicas);
     let sent: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
     let one_slot = chrono::Duration::seconds(1);
     let while_paused: Vec<&DateTime<Utc>> = sent
@@ -1175,10 +1127,10 @@ fn history_flags_no_duplicate_across_jobs_and_reads_a_job_no_longer_in_the_confi
         dir.path(),
         &two_jobs_config(&cluster.urls(), &receiver, prefix, ["a", "b"]),
     );
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     // The observation period (the issue's 10 s, scaled): several slots of both jobs.
     std::thread::sleep(Duration::from_secs(6));
-    stop(&replicas);
+    stop_all(&replicas);
     let delivered = deliveries(&receiver);
     assert!(delivered.len() >= 6, "the fleet hardly ran: {delivered:?}");
     assert!(
@@ -1262,7 +1214,7 @@ struct PausedFromSkewedClock {
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
     lib: std::path::PathBuf,
-    replicas: Vec<Replica>,
+    replicas: ProcessFleet,
     /// The pause is stamped between these two instants, so it surely holds from `taken + 1
     /// slot` (a slot already racing when it lands may still run) until `asked + SPAN`.
     asked: DateTime<Utc>,
@@ -1284,7 +1236,7 @@ impl PausedFromSkewedClock {
             dir.path(),
             &config(&cluster.urls(), &receiver.uri(), &prefix),
         );
-        let replicas = start(&path, 2);
+        let replicas = ProcessFleet::start(&path, 2);
         let span = format!("{span_s}s");
         let asked = Utc::now();
         let out = cli_on_clock(&path, &lib, offset, &["pause", "push", "--until", &span]);
@@ -1337,7 +1289,7 @@ fn pause_until_from_a_slow_clock_holds_for_its_duration_on_the_fleet_clock() {
         "-600s",
         &["pause", "push", "--until", &past],
     );
-    stop(&run.replicas);
+    stop_all(&run.replicas);
 
     let held = run.sent_while_held();
     assert!(
@@ -1358,7 +1310,7 @@ fn pause_until_from_a_fast_clock_ends_after_its_duration_on_the_fleet_clock() {
     let Some(run) = PausedFromSkewedClock::run("+300s", 4) else {
         return;
     };
-    stop(&run.replicas);
+    stop_all(&run.replicas);
 
     let held = run.sent_while_held();
     assert!(

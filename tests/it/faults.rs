@@ -5,14 +5,13 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{parse, Fleet, FleetToml};
+use common::fleet::{parse, Bed, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
 use slotcron::unstable::replica::Replica as SlotcronReplica;
 use slotcron::unstable::slot::SlotResult;
@@ -32,15 +31,6 @@ fn fleet_config(
         ..FleetToml::new(nodes, receiver, prefix)
     }
     .render()
-}
-
-/// Slots (by the `{job}/{slot}` key) delivered more than once.
-fn duplicates(receiver: &Receiver) -> BTreeMap<String, usize> {
-    receiver
-        .counts_by_idempotency_key()
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .collect()
 }
 
 /// The slot keys `fault/{second}` for every second in [from, to).
@@ -95,27 +85,22 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
         "slots missed with one node down"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
 #[test]
 fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &fleet_config(
-            &cluster.urls(),
-            &receiver.uri(),
-            "two-down",
-            "* * * * * *",
-            "2s",
-        ),
-    );
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        fleet_config(nodes, receiver, "two-down", "* * * * * *", "2s")
+    });
     let replicas: Vec<Replica> = ["a", "b"]
         .iter()
         .map(|name| Replica::run(&path, name, &[]))
@@ -165,9 +150,9 @@ fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
         "the fleet did not resume after the majority came back"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -283,9 +268,9 @@ fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
     });
     assert!(resumed.is_some(), "the fleet stopped after the kills");
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -354,9 +339,9 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
         "slots missed through a bad link to one node"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -412,9 +397,9 @@ fn a_node_answering_garbage_counts_as_failed_and_slots_still_run() {
     eprintln!("{ran} slots ran with one garbage node of three");
     assert!(ran >= 3, "slots ran with one garbage node: {ran}");
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
     for (name, r) in names.iter().zip(&replicas) {
         let states: Vec<String> = r
@@ -492,14 +477,20 @@ fn a_running_lease_release_that_misses_a_majority_is_reported() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"release\"\n[redis]\nnodes = [{}]\n\
-         [[job]]\nname = \"slow\"\nschedule = \"*/5 * * * * *\"\ntimeout = \"4s\"\n\
-         [job.action]\ntype = \"command\"\nshell = \"touch '{}'; sleep 1.5\"\n",
-        nodes.join(", "),
+    let action = format!(
+        "type = \"command\"\nshell = \"touch '{}'; sleep 1.5\"",
         started.display()
     );
+    let text = FleetToml {
+        job: "slow",
+        schedule: "*/5 * * * * *",
+        timeout: "4s",
+        scheduler: "",
+        redis: "",
+        action: &action,
+        ..FleetToml::new(&cluster.urls(), "", "release")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let replica = Replica::run(&path, "solo", &[]);
     let running = wait_until(Duration::from_secs(12), || started.exists().then_some(()));

@@ -25,16 +25,6 @@ fn config(port: u16, schedule: &str) -> String {
     )
 }
 
-fn started(r: &Replica) {
-    assert!(
-        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
-            == "slotcron started")
-            .is_some(),
-        "{:?}",
-        r.lines()
-    );
-}
-
 fn status(port: u16, path: &str) -> (u16, String) {
     let reply = http_get(port, path).unwrap_or_else(|| panic!("{path} does not answer"));
     (reply.status, reply.body)
@@ -49,7 +39,7 @@ fn healthz_answers_200_and_reports_each_wake_while_the_timeline_runs() {
         "live",
         &[],
     );
-    started(&r);
+    r.assert_started();
     let woke = wait_until(Duration::from_secs(5), || {
         let (code, body) = status(port, "/healthz");
         assert_eq!(code, 200, "{body}");
@@ -81,7 +71,7 @@ fn a_wedged_timeline_fails_healthz_within_one_missed_slot_while_http_answers() {
     let path = write_config(dir.path(), &config(port, "*/5 * * * * *"));
     let spawned = Instant::now();
     let r = frozen_replica(&lib, &path, "wedged");
-    started(&r);
+    r.assert_started();
     let (code, body) = status(port, "/healthz");
     assert_eq!(code, 200, "healthy before the first slot is due: {body}");
     let failed = wait_until(Duration::from_secs(15), || {

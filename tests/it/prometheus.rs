@@ -33,16 +33,6 @@ fn config(cluster: &RedisCluster, receiver: &Receiver, port: u16) -> String {
     )
 }
 
-fn started(r: &Replica) {
-    assert!(
-        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
-            == "slotcron started")
-            .is_some(),
-        "{:?}",
-        r.lines()
-    );
-}
-
 /// One replica of [`config`] on three Redis nodes, started, with its `[http]` port.
 struct LiveReplica {
     port: u16,
@@ -61,7 +51,7 @@ impl LiveReplica {
         let port = free_port();
         let config = write_config(dir.path(), &config(&cluster, &receiver, port));
         let replica = Replica::run(config, name, &[]);
-        started(&replica);
+        replica.assert_started();
         LiveReplica {
             port,
             receiver,
@@ -222,7 +212,7 @@ fn a_real_prometheus_scrapes_two_replicas_and_queries_by_slotcron_job() {
             Replica::run(path, &format!("prom-{i}"), &[])
         })
         .collect();
-    replicas.iter().for_each(started);
+    replicas.iter().for_each(Replica::assert_started);
     let (server, prom_port) = start_prometheus(&prometheus, dir.path(), &ports);
 
     // Both replicas race every slot of `tick`: each has its own series, labelled
