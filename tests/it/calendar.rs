@@ -488,7 +488,11 @@ fn a_fleet_runs_nothing_on_a_holiday_and_once_on_a_make_up_workday() {
             r.lines()
         );
     }
-    std::thread::sleep(Duration::from_secs(5));
+    // The fleet runs until the plain job ran 3 slots (the check below), the make-up job's
+    // slots of the same seconds, in flight, arriving too.
+    let plain = || by_path(&receiver).get("/plain").map_or(0, BTreeMap::len);
+    common::wait_until(Duration::from_secs(60), || (plain() >= 3).then_some(()));
+    std::thread::sleep(common::IN_FLIGHT);
     for r in &mut fleet {
         r.terminate();
     }

@@ -394,8 +394,9 @@ fn resume_catch_up_runs_the_slot_on_a_fleet_replica() {
     let replicas = start_fleet(fleet_dir.path(), &cluster.urls(), &webhook, every_second);
     let desk = fleet_on(desk_dir.path(), &cluster.urls(), None, every_second);
     slotcron_cli(&desk, &["pause", "standup"]);
-    // Slots fall inside the pause (one a second), and none runs.
-    std::thread::sleep(Duration::from_secs(3));
+    // Slots fall inside the pause (one a second), and none runs: three of them.
+    const PAUSED_FOR: Duration = Duration::from_secs(3);
+    std::thread::sleep(PAUSED_FOR);
     let out = slotcron(&desk, &["resume", "standup", "--catch-up"])
         .output()
         .unwrap();

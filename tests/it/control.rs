@@ -24,6 +24,42 @@ async fn connect(
         .unwrap()
 }
 
+/// The fleet's run before an operator acts (or before it is stopped): slots delivered first,
+/// a slot a second once the replicas are up.
+const RUNNING_FIRST: Duration = Duration::from_secs(3);
+/// A pause (or the whole fleet down) held this long: the asserts want 3 slots inside it, and
+/// a slot at each end may still race as it lands.
+const HELD: Duration = Duration::from_secs(5);
+/// After a resume: the asserts want 2 slots sent again; 4 s leaves room for the resume to
+/// reach every replica.
+const AFTER_RESUME: Duration = Duration::from_secs(4);
+/// The ledger settles a slot once its job's timeout (3 s) and start window (2 s) have passed:
+/// after this, every slot of the run is settled (a second's room).
+const SETTLED: Duration = Duration::from_secs(6);
+/// [`SETTLED`] counted from a fleet's start, which itself takes a few seconds on a loaded
+/// machine before the replicas judge the gap.
+const SETTLED_AFTER_START: Duration = Duration::from_secs(8);
+/// The failing job's run: several slots failed and alerted (the asserts read each failed slot's
+/// alert).
+const FAILING_WINDOW: Duration = Duration::from_secs(5);
+/// After an empty node restarts: the replicas resubscribe to it (1 s after a lost subscription,
+/// a 2 s bound on the subscribe) and so repair it.
+const RESUBSCRIBED: Duration = Duration::from_secs(4);
+/// The untaken-handoff test's run: several slots of the broken replica offered and untaken.
+const UNTAKEN_WINDOW: Duration = Duration::from_secs(6);
+/// No replica up after the watermark is recorded: 6 slots for the catch-up to find.
+const DOWN_FOR_CATCH_UP: Duration = Duration::from_secs(6);
+/// Past the life of the slot's key: timeout 3 s + skew 1 s + window 2 s + 5 s = 11 s, and 1 s.
+const PAST_THE_KEY: Duration = Duration::from_secs(12);
+/// The minority test's nodes: two of three hung (and one restarted empty) this long, longer
+/// than a node timeout by far, with several slots inside it.
+const NODES_HUNG: Duration = Duration::from_secs(4);
+/// After the nodes answer again: slots run again (the asserts read them), with room for the
+/// replicas to reconnect.
+const AFTER_THE_NODES: Duration = Duration::from_secs(5);
+/// The two-jobs observation period (the issue's 10 s, scaled): several slots of both jobs.
+const TWO_JOBS_WINDOW: Duration = Duration::from_secs(6);
+
 /// Job `push` every second (3 s timeout) posting its slot to a WeCom robot at `receiver`, with
 /// room in its rate for every slot; 250 ms node timeout.
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
@@ -75,7 +111,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     } = Bed::start(|nodes, receiver| config(nodes, receiver, "pause"));
     let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
 
     let out = slotcron_cli(
         &path,
@@ -83,10 +119,10 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     );
     assert!(out.contains("paused"), "{out}");
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let resumed_at = Utc::now();
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(AFTER_RESUME);
     let stopping = Utc::now();
     stop_all(&replicas);
 
@@ -114,7 +150,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
         assert_eq!(paused[0]["reason"], "holidays");
     }
     // The ledger shows the slots of the pause as paused, and no gap.
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(SETTLED);
     let rows = ledger(&path, started, &[]);
     let paused_rows = rows
         .iter()
@@ -139,16 +175,16 @@ fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
     } = Bed::start(|nodes, receiver| config(nodes, receiver, "ledger"));
     let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     stop_all(&replicas);
     let down_from = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let down_to = Utc::now();
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     stop_all(&replicas);
     // The ledger calls a slot settled once its timeout (3 s) and start window (2 s) passed.
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(SETTLED);
 
     let received: std::collections::HashSet<DateTime<Utc>> =
         receiver.received().iter().map(slot_time).collect();
@@ -229,7 +265,7 @@ fn one_alert_per_failed_slot_reaches_the_on_call_receiver() {
         &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertfail"),
     );
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(FAILING_WINDOW);
     stop_all(&replicas);
 
     let failed: std::collections::BTreeSet<String> = target
@@ -267,13 +303,13 @@ fn one_alert_per_slot_missed_while_every_replica_was_down() {
     );
     let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     stop_all(&replicas);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let replicas = ProcessFleet::start(&path, 3);
     // The replicas judge the gap once its last slots are settled (timeout 3 s + start window
     // 2 s after their start).
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(SETTLED_AFTER_START);
     stop_all(&replicas);
 
     let missed: Vec<String> = ledger(&path, started, &["--missed"])
@@ -333,7 +369,7 @@ fn restart_empty(node: &common::RedisServer) {
     node.kill();
     std::thread::sleep(DOWN_LONGER_THAN_ANY_KEY);
     node.restart();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(RESUBSCRIBED);
 }
 
 /// The issue's rolling empty restart, with the down time shortened by the config instead of
@@ -350,7 +386,7 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
         path,
     } = Bed::start(|nodes, receiver| config(nodes, receiver, "rolling"));
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     let out = slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     assert!(out.contains("paused"), "{out}");
     let paused_at = Utc::now();
@@ -367,7 +403,7 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
         .collect();
     let rows = ledger(&path, paused_at + one_slot, &[]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     stop_all(&replicas);
 
     assert!(sent.is_empty(), "sent while paused: {sent:?}");
@@ -503,19 +539,19 @@ fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
         config(nodes, receiver, "prompt").replace(r#"timeout = "3s""#, r#"timeout = "30s""#)
     });
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(common::IN_FLIGHT);
     stop_all(&replicas);
     let down_from = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let down_to = Utc::now();
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
     let rows = ledger(&path, Utc::now() - chrono::Duration::minutes(2), &[]);
     stop_all(&replicas);
 
@@ -576,7 +612,7 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
     for r in &replicas {
         r.assert_started();
     }
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(UNTAKEN_WINDOW);
     stop_all(&replicas);
 
     let ended: Vec<Value> = replicas[0]
@@ -621,7 +657,7 @@ fn catch_up_starts_no_slot_after_sigterm() {
     });
     // A first start records the watermark; then 6 s with no replica up.
     ProcessFleet::start(&path, 1).stop();
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(DOWN_FOR_CATCH_UP);
     receiver.set_delay(Duration::from_secs(1));
     let replica = Replica::run(&path, "catcher", &[]);
     let caught_up = |l: &Value| l["trigger"] == "catch_up" && l["outcome"] == "won";
@@ -680,8 +716,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
         matches!(ran, slotcron::unstable::slot::SlotResult::Done { .. }),
         "{ran:?}"
     );
-    // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    tokio::time::sleep(PAST_THE_KEY).await;
     let out = slotcron_cli(&path, &["resume", "push", "--by", "ops", "--catch-up"]);
     assert!(out.contains("already ran"), "{out}");
     assert_eq!(receiver.count(), 1, "{out}");
@@ -904,7 +939,7 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
         path,
     } = Bed::start(|nodes, receiver| config(nodes, receiver, "minority"));
     let replicas = ProcessFleet::start(&path, 3);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(RUNNING_FIRST);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // Every replica must know the pause before the nodes go: a replica that has not heard it
     // yet has nothing to keep (on a loaded machine its pub/sub message can come after the hang).
@@ -918,11 +953,11 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
     cluster[1].pause();
     cluster[2].pause();
     cluster[0].restart();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(NODES_HUNG);
     cluster[1].resume();
     cluster[2].resume();
     let resumed_nodes = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(AFTER_THE_NODES);
     stop_all(&replicas);
 
     let sent: Vec<DateTime<Utc>> = receiver
@@ -978,7 +1013,7 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
     let third_text = two_jobs_config(&cluster.urls()[2..], &receiver, "reread", jobs);
     let third = write_config(third_dir.path(), &third_text);
     let replicas = ProcessFleet::start(&path, 1);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(RUNNING_FIRST);
     cluster[0].pause();
     cluster[1].pause();
     slotcron_cli(&third, &["pause", "held", "--by", "ops"]);
@@ -1042,10 +1077,10 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     );
     assert!(out.status.success(), "{out:?}");
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(HELD);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(AFTER_RESUME);
     stop_all(&replicas);
     let sent: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
     let one_slot = chrono::Duration::seconds(1);
@@ -1128,8 +1163,7 @@ fn history_flags_no_duplicate_across_jobs_and_reads_a_job_no_longer_in_the_confi
         &two_jobs_config(&cluster.urls(), &receiver, prefix, ["a", "b"]),
     );
     let replicas = ProcessFleet::start(&path, 3);
-    // The observation period (the issue's 10 s, scaled): several slots of both jobs.
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(TWO_JOBS_WINDOW);
     stop_all(&replicas);
     let delivered = deliveries(&receiver);
     assert!(delivered.len() >= 6, "the fleet hardly ran: {delivered:?}");

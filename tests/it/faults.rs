@@ -33,6 +33,29 @@ fn fleet_config(
     .render()
 }
 
+/// A bound on waiting for slots a fleet surely runs: a slot a second, and a loaded 2-core
+/// machine's delays of seconds; only a fleet that stopped running them reaches it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// A fault (a node down, hung or slow) held for three slots: each must still run once.
+const FAULT_HELD: Duration = Duration::from_secs(3);
+/// After a node restarts: the replicas reconnect to it (the pool's next request) before the
+/// next node's fault, so only one node is out at a time.
+const RECONNECTED: Duration = Duration::from_secs(2);
+/// Two of three nodes down this long: four slots that must not run.
+const OUTAGE: Duration = Duration::from_secs(4);
+/// The lossy link's connection drops: three, 700 ms apart, so they land in different slots'
+/// races.
+const DROP_EVERY: Duration = Duration::from_millis(700);
+/// The SIGSTOPped sender's pause: past its validity (about 8 s here) and the job's timeout
+/// (1 s), so the retry it was stopped before is past both when it resumes.
+const PAUSED_PAST_VALIDITY: Duration = Duration::from_secs(9);
+
+/// Waits until the fleet has delivered its first slot (at most [`PATIENCE`]).
+async fn fleet_delivers(receiver: &Receiver) {
+    let first = receiver.wait_for_async(1, PATIENCE).await;
+    assert!(!first.is_empty(), "the fleet delivered no slot");
+}
+
 /// The slot keys `fault/{second}` for every second in [from, to).
 fn expected_keys(from: chrono::DateTime<Utc>, to: chrono::DateTime<Utc>) -> Vec<String> {
     let mut keys = Vec::new();
@@ -64,18 +87,18 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
         "2s",
     );
     let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet_delivers(&receiver).await;
     let from = Utc::now();
     cluster[0].kill();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     cluster[0].restart();
     // One node down at a time: give the restarted node a moment to be reconnected.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(RECONNECTED).await;
     cluster[1].pause();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     cluster[1].resume();
     let to = Utc::now() - chrono::Duration::milliseconds(500);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(common::IN_FLIGHT).await;
     fleet.stop().await;
     let keys = expected_keys(from, to);
     assert!(keys.len() >= 5);
@@ -112,7 +135,7 @@ fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
     cluster[0].kill();
     cluster[1].kill();
     let down_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(OUTAGE);
     let outage: Vec<String> =
         expected_keys(down_at + chrono::Duration::milliseconds(200), Utc::now());
     let during = receiver.counts_by_idempotency_key();
@@ -295,7 +318,7 @@ fn a_replica_paused_past_its_validity_does_not_send_on_resume() {
     let first = receiver.wait_for(1, Duration::from_secs(10));
     replica.pause();
     let slot_key = common::idempotency_key(&first[0]).unwrap();
-    std::thread::sleep(Duration::from_secs(9));
+    std::thread::sleep(PAUSED_PAST_VALIDITY);
     replica.resume();
     let failed = replica.wait_for_json(Duration::from_secs(5), |l| l["outcome"] == "failed");
     assert!(
@@ -320,17 +343,17 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
     let urls = vec![proxy.redis_url(), cluster[1].url(), cluster[2].url()];
     let text = fleet_config(&urls, &receiver.uri(), "lossy", "* * * * * *", "2s");
     let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet_delivers(&receiver).await;
     let from = Utc::now();
     proxy.set_latency(Duration::from_millis(600)); // far over the 150 ms node timeout
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     proxy.set_latency(Duration::ZERO);
     for _ in 0..3 {
         proxy.drop_all();
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(DROP_EVERY).await;
     }
     let to = Utc::now() - chrono::Duration::milliseconds(500);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(common::IN_FLIGHT).await;
     fleet.stop().await;
     let keys = expected_keys(from, to);
     assert_eq!(

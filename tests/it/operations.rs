@@ -15,6 +15,16 @@ use common::{free_port, wait_until, write_config, Receiver, RedisCluster, Replic
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
+/// The overlap test's run: several slots counted across the three replicas.
+const COUNTED_WINDOW: Duration = Duration::from_secs(6);
+/// The catch-up test's whole fleet down: about 3 slots missed (7 s less the replica's start and
+/// stop, each a second or two on a loaded machine).
+const FLEET_DOWN: Duration = Duration::from_secs(7);
+/// After the replica is back: the missed slots are caught up at start, a job's send each.
+const CATCH_UP_RUNS: Duration = Duration::from_secs(2);
+/// Each run of the repeated solo replica, and the gap between runs: two slots each.
+const SOLO_RUN: Duration = Duration::from_secs(2);
+
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_slotcron")
 }
@@ -346,7 +356,7 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
         for r in &replicas {
             r.assert_started();
         }
-        std::thread::sleep(Duration::from_secs(6));
+        std::thread::sleep(COUNTED_WINDOW);
         // Every count after every replica has exited: a slot won between a look at the logs and
         // the SIGTERM still runs (the run in flight is finished), so counting the logs before
         // the stop and the receiver after it could see a run without its `won` line.
@@ -416,12 +426,12 @@ fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
         receiver.wait_for(1, Duration::from_secs(5));
         stop(first);
         let stopped = chrono::Utc::now();
-        std::thread::sleep(Duration::from_secs(7)); // the whole fleet is down for ~3 slots
+        std::thread::sleep(FLEET_DOWN);
         let second = replica(&path, "second");
         second.assert_started();
         // Slots before the replica is up (its process was still starting) were missed too.
         let restarted = chrono::Utc::now();
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(CATCH_UP_RUNS);
         let caught: Vec<Value> = second
             .json_lines()
             .into_iter()
@@ -487,7 +497,7 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
     for run in 0..4 {
         let r = replica(&path, "solo");
         r.assert_started();
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(SOLO_RUN);
         r.terminate();
         let exited = r.wait_timeout(Duration::from_secs(15));
         assert!(exited.is_some_and(|s| s.success()), "{:?}", r.lines());
@@ -520,7 +530,7 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
         // Kept to the end: a failing test prints every run's log.
         runs.push(r);
         if run < 3 {
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(SOLO_RUN);
         }
     }
     // Every caught-up slot reached the receiver once; no slot ran twice or before the start.
