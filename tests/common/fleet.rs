@@ -19,6 +19,11 @@ pub fn parse(text: &str) -> Config {
     config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The file at `path` parsed as [`parse`] does.
+pub fn parse_file(path: &Path) -> Config {
+    parse(&std::fs::read_to_string(path).unwrap())
+}
+
 /// The jobs.toml of a fleet test: one `http` job posting to `{receiver}/hook`, raced over
 /// `nodes`. The defaults are those of the fault tests; each field can be changed.
 pub struct FleetToml<'a> {

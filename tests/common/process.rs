@@ -227,6 +227,17 @@ impl Replica {
 pub const REPLICA_START_STOP: Duration = Duration::from_secs(20);
 
 impl Replica {
+    /// [`Replica::run`] under libfaketime: `lib` preloaded directly (not through the `faketime`
+    /// wrapper, so signals reach slotcron itself), with `env` (`FAKETIME`, …); named `id`.
+    pub fn run_faked(config: &Path, id: &str, lib: &Path, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::run_command(config, id);
+        cmd.env("LD_PRELOAD", lib);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self::spawn_cmd(id, cmd)
+    }
+
     /// Waits for the replica's `slotcron started` line; panics with its output without one.
     pub fn assert_started(&self) {
         let started =

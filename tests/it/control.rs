@@ -697,12 +697,13 @@ fn catch_up_starts_no_slot_after_sigterm() {
 /// the race alone would run it a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_catch_up_does_not_run_a_slot_that_ran() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "resumecatch");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "resumecatch"));
+    let config = common::fleet::parse_file(&path);
     let job = config.jobs[0].clone();
     let ctx = connect(&config, "early").await.context(&config);
     // The pause's newest slot is `slot`: it ends half a second after it.
@@ -727,12 +728,13 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
 /// replica, and nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "entrypause");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "entrypause"));
+    let config = common::fleet::parse_file(&path);
     let job = config.jobs[0].clone();
     let ctx = connect(&config, "tester").await.context(&config);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
@@ -758,12 +760,13 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
 /// what the one-job read returns for each job, a job never paused included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_start_reads_every_pause_log_at_once_as_one_by_one() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "pauselogs");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver: _receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "pauselogs"));
+    let config = common::fleet::parse_file(&path);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let replica = connect(&config, "reader").await;

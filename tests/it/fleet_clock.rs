@@ -82,10 +82,7 @@ const PAST_THE_KEYS: Duration = Duration::from_secs(16);
 
 /// A replica process under libfaketime with `env` (the offset and which clocks it fakes).
 fn faked(lib: &Path, config: &Path, name: &str, env: &[(&str, &str)]) -> Replica {
-    let preload = lib.to_string_lossy().into_owned();
-    let mut all = vec![("LD_PRELOAD", preload.as_str())];
-    all.extend_from_slice(env);
-    Replica::run(config, name, &all)
+    Replica::run_faked(config, name, lib, env)
 }
 
 fn wait_started(replicas: &[&Replica]) {

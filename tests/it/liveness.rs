@@ -10,7 +10,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::tools::libfaketime;
@@ -99,18 +98,9 @@ fn a_wedged_timeline_fails_healthz_within_one_missed_slot_while_http_answers() {
 /// A replica whose wall clock stands still at a whole minute (libfaketime's absolute time
 /// without `@`); tokio's timers keep the real monotonic clock.
 fn frozen_replica(lib: &Path, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME", "2026-01-01 00:00:00")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    let env = [
+        ("FAKETIME", "2026-01-01 00:00:00"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    Replica::run_faked(config, name, lib, &env)
 }

@@ -5,7 +5,6 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -296,21 +295,9 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
 /// A replica process whose wall clock is shifted by libfaketime (`offset` like "+8s"), preloaded
 /// directly (not through the `faketime` wrapper) so signals reach slotcron itself.
 fn faked_replica(lib: &Path, offset: &str, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME", offset)
-        // Only the wall clock moves: tokio's timers keep the real monotonic clock.
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    // Only the wall clock moves: tokio's timers keep the real monotonic clock.
+    let env = [("FAKETIME", offset), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+    Replica::run_faked(config, name, lib, &env)
 }
 
 fn plain_replica(config: &Path, name: &str) -> Replica {
@@ -368,21 +355,12 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
 /// A replica process whose wall clock libfaketime reads from `offset_file` on every call, so the
 /// test can step it while it runs ([`set_offset`]); the monotonic clock is left alone.
 fn stepped_replica(lib: &Path, offset_file: &Path, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME_TIMESTAMP_FILE", offset_file)
-        .env("FAKETIME_NO_CACHE", "1")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    let env = [
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.to_str().unwrap()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    Replica::run_faked(config, name, lib, &env)
 }
 
 /// What a step scenario saw: each request's slot and arrival (true time), when the clocks
