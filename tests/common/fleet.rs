@@ -19,6 +19,41 @@ pub fn parse(text: &str) -> Config {
     config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `text` parsed as a jobs.toml at `path` (files it names are relative to its folder) with
+/// `env` as the whole environment; panics with the errors.
+pub fn parse_with_env(path: &Path, text: &str, env: &[(&str, &str)]) -> Config {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    config::parse(path, text, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One standalone job (no `[redis]`: every race is won): `name`, every second, with `job`
+/// lines (timeout, zone, …) and `action` as the lines of its `[job.action]`.
+pub fn one_job(name: &str, job: &str, action: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{job}\n[job.action]\n{action}\n"
+    )
+}
+
+/// Races the current slot of `config`'s first job as `replica` on the system clock and runs
+/// it (standalone: always won); the result and the slot.
+pub async fn run_current_slot(
+    config: &Config,
+    replica: &str,
+) -> (
+    slotcron::unstable::slot::SlotResult,
+    slotcron::unstable::time::schedule::Slot,
+) {
+    let clock: SharedClock = Arc::new(SystemClock);
+    let ctx = replica::race_context(config, replica.to_owned(), clock)
+        .await
+        .unwrap();
+    let slot = slotcron::unstable::time::schedule::Slot::at(chrono::Utc::now());
+    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+}
+
 /// The file at `path` parsed as [`parse`] does.
 pub fn parse_file(path: &Path) -> Config {
     parse(&std::fs::read_to_string(path).unwrap())

@@ -7,20 +7,18 @@
 
 use crate::common;
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::Receiver;
+use common::{fleet, Receiver};
 use serde_json::{json, Value};
 use slotcron::unstable::action::rate::Budgets;
 use slotcron::unstable::action::{http_client, Delivery, SendContext};
-use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::config::Config;
 use slotcron::unstable::metrics::Metrics;
-use slotcron::unstable::slot::{SlotEnv, SlotResult};
-use slotcron::unstable::time::schedule::{Fence, Slot, SystemClock};
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Fence, Slot};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -43,15 +41,9 @@ fn config(action: &str, timeout: &str, webhook_url: &str) -> Config {
 
 /// [`config`] with `env` as the whole environment the file is read with.
 fn config_with_env(action: &str, timeout: &str, env: &[(&str, &str)]) -> Config {
-    let text = format!(
-        "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
-         timeout = \"{timeout}\"\n[job.action]\n{action}\n"
-    );
-    let env: HashMap<String, String> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    config::parse(Path::new("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"))
+    let job = format!("timezone = \"Asia/Shanghai\"\ntimeout = \"{timeout}\"");
+    let text = fleet::one_job("robot", &job, action);
+    fleet::parse_with_env(Path::new("jobs.toml"), &text, env)
 }
 
 /// A WeCom action sending to `${WECOM_WEBHOOK}` with `rest` (msgtype, content, …).
@@ -59,17 +51,9 @@ fn wecom(rest: &str) -> String {
     format!("type = \"wecom\"\nwebhook = \"${{WECOM_WEBHOOK}}\"\n{rest}")
 }
 
-async fn context(config: &Config) -> Arc<SlotEnv> {
-    slotcron::unstable::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
-        .await
-        .unwrap()
-}
-
 /// Races the current slot of the config's only job (standalone: always won) and runs it.
 async fn run(config: &Config) -> (SlotResult, Slot) {
-    let ctx = context(config).await;
-    let slot = Slot::at(Utc::now());
-    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+    fleet::run_current_slot(config, REPLICA).await
 }
 
 /// Runs the config's only job's action directly for `slot`, with a deadline of its timeout.

@@ -19,15 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::Receiver;
+use common::{fleet, Receiver};
 use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use slotcron::unstable::config;
 use slotcron::unstable::replica::Replica;
-use slotcron::unstable::slot::{SlotEnv, SlotResult};
-use slotcron::unstable::time::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 /// Runs one slot of the only job (`robot`, Asia/Shanghai, 5 s) whose `[job.action]` is `action`;
 /// jobs.toml is taken to be in `dir` (files it names are relative to it).
@@ -37,20 +37,10 @@ async fn run_action(dir: &Path, action: &str, env: &[(&str, &str)]) -> (SlotResu
 }
 
 async fn run_action_inner(dir: &Path, action: &str, env: &[(&str, &str)]) -> (SlotResult, Slot) {
-    let text = format!("[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\ntimezone = \"Asia/Shanghai\"\n[job.action]\n{action}\n");
-    let env: HashMap<String, String> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    let config =
-        config::parse(&dir.join("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"));
-    let clock: SharedClock = Arc::new(SystemClock);
-    let ctx: Arc<SlotEnv> = Replica::connect(&config, "replica-a".into(), clock)
-        .await
-        .unwrap()
-        .context(&config);
-    let slot = Slot::at(chrono::Utc::now());
-    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+    let job = "timeout = \"5s\"\ntimezone = \"Asia/Shanghai\"";
+    let text = fleet::one_job("robot", job, action);
+    let config = fleet::parse_with_env(&dir.join("jobs.toml"), &text, env);
+    fleet::run_current_slot(&config, "replica-a").await
 }
 
 fn body(r: &wiremock::Request) -> Value {
