@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use common::fleet::FleetToml;
 use common::{redis_query, write_config, Receiver, RedisCluster, Replica, IN_FLIGHT};
 use serde_json::Value;
 use slotcron::unstable::fleet::membership::{self, MEMBER_TTL};
@@ -58,20 +59,25 @@ fn fleet_config(
     jobs: usize,
     extra: &str,
 ) -> String {
-    let list: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let mut text = format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\nmax_clock_skew = \"2s\"\n{extra}\n\
-         [redis]\nnodes = [{}]\n",
-        list.join(", ")
-    );
-    for j in 0..jobs {
-        text.push_str(&format!(
+    let action = format!("type = \"http\"\nurl = \"{receiver}/hook\"\nbody = \"x\"");
+    let job = |j: usize| {
+        format!(
             "[[job]]\nname = \"j{j:02}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-             overlap = \"allow\"\n[job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n\
-             body = \"x\"\n"
-        ));
+             overlap = \"allow\"\n[job.action]\n{action}\n"
+        )
+    };
+    let rest: String = (1..jobs).map(job).collect();
+    FleetToml {
+        job: "j00",
+        timeout: "5s",
+        scheduler: &format!("max_clock_skew = \"2s\"\n{extra}"),
+        redis: "",
+        job_extra: "overlap = \"allow\"",
+        action: &action,
+        rest: &rest,
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    text
+    .render()
 }
 
 fn replica_name(i: usize) -> String {

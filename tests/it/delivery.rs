@@ -570,31 +570,27 @@ impl BudgetWait {
         // Once a minute, 30 s ahead: room for the fleet to start on a loaded machine, and no
         // other firing competes for the budget while the paused winner's slot is handed off.
         let seconds = (Utc::now().timestamp() + 30) % 60;
-        let job = |name: &str| {
-            format!(
-                r#"
-                [[job]]
-                name = "{name}"
-                schedule = "{seconds} * * * * *"
-                timeout = "6s"
-                [job.action]
-                type = "wecom"
-                webhook = "{}/cgi-bin/webhook/send?key={KEY}"
-                msgtype = "text"
-                content = "{name} {{{{ fence }}}}"
-                rate = "1/4s"
-                "#,
-                receiver.uri()
-            )
+        let schedule = format!("{seconds} * * * * *");
+        let action = |name: &str| {
+            wecom_action(&receiver.uri(), KEY, &format!("{name} {{{{ fence }}}}"))
+                + "\nrate = \"1/4s\""
         };
-        let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-        let text = format!(
-            "[scheduler]\nkey_prefix = \"budgetwait\"\nmax_clock_skew = \"0s\"\n\
-             [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n{}{}",
-            nodes.join(", "),
-            job("first"),
-            job("second")
+        let second = format!(
+            "[[job]]\nname = \"second\"\nschedule = \"{schedule}\"\ntimeout = \"6s\"\n\
+             [job.action]\n{}\n",
+            action("second")
         );
+        let text = FleetToml {
+            job: "first",
+            schedule: &schedule,
+            timeout: "6s",
+            scheduler: "max_clock_skew = \"0s\"",
+            redis: "node_timeout = \"250ms\"",
+            action: &action("first"),
+            rest: &second,
+            ..FleetToml::new(&cluster.urls(), &receiver.uri(), "budgetwait")
+        }
+        .render();
         let dir = tempfile::tempdir().unwrap();
         let path = write_config(dir.path(), &text);
         let fleet = ProcessFleet::start(&path, 3);
