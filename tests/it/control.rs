@@ -866,33 +866,23 @@ fn two_deployments_differing_by_an_environment_variable_are_reported() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("backups");
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        r#"
-        [scheduler]
-        key_prefix = "shared"
-        max_clock_skew = "1s"
-        destination_conflict_after = "2s"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [[job]]
-        name = "backup"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "command"
-        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]
-        [[job]]
-        name = "note"
-        schedule = "*/5 * * * * *"
-        [job.action]
-        type = "log"
-        content = "noted"
-        "#,
-        nodes = nodes.join(", "),
-        ran = ran.display(),
+    let backup = format!(
+        r#"type = "command"
+        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]"#,
+        ran = ran.display()
     );
+    let note = "[[job]]\nname = \"note\"\nschedule = \"*/5 * * * * *\"\n\
+                [job.action]\ntype = \"log\"\ncontent = \"noted\"";
+    let text = FleetToml {
+        job: "backup",
+        timeout: "3s",
+        scheduler: "max_clock_skew = \"1s\"\ndestination_conflict_after = \"2s\"",
+        redis: "node_timeout = \"250ms\"",
+        action: &backup,
+        rest: note,
+        ..FleetToml::new(&cluster.urls(), "", "shared")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let production = [("DEPLOY_ENV", "production")];
     let replicas = vec![
@@ -1104,20 +1094,29 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
 
 /// Three replicas with two jobs, `a` and `b`, every second on one prefix, posting to `receiver`.
 fn two_jobs_config(nodes: &[String], receiver: &Receiver, prefix: &str, jobs: [&str; 2]) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let job = |name: &str| {
+    let action = |name: &str| {
         format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{}\"\n",
+            "type = \"http\"\nurl = \"{}\"",
             receiver.url(&format!("/{name}"))
         )
     };
-    format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n{}{}",
-        nodes.join(", "),
-        job(jobs[0]),
-        job(jobs[1])
-    )
+    let second = format!(
+        "[[job]]\nname = \"{}\"\nschedule = \"* * * * * *\"\n[job.action]\n{}\n",
+        jobs[1],
+        action(jobs[1])
+    );
+    // The default timeout and skew, and no node timeout: as the file a user writes.
+    let timeout = format!("{}s", slotcron::unstable::config::DEFAULT_TIMEOUT.as_secs());
+    FleetToml {
+        job: jobs[0],
+        timeout: &timeout,
+        scheduler: "",
+        redis: "",
+        action: &action(jobs[0]),
+        rest: &second,
+        ..FleetToml::new(nodes, &receiver.uri(), prefix)
+    }
+    .render()
 }
 
 /// Requests per (path, slot): a slot that reached the receiver twice counts 2.
