@@ -338,10 +338,11 @@ async fn text_over_limit_after_render_fails_naming_limit_and_size() {
 }
 
 /// The generic http action: method, headers (a secret from the environment), the rendered body
-/// sent as written, the idempotency key; a 4xx final in one attempt without the secret in the
-/// error; `success_status` (a code or a range; a 2xx outside it is a final failure) and
-/// `success_json` (the field must exist and equal the value). (Merged from actions'
-/// generic_http_action and robots' generic_http_success_status_and_success_json.)
+/// sent as written, the idempotency key; a 204 without a body a success; a 4xx final in one
+/// attempt without the secret in the error; `success_status` (a code or a range; a 2xx outside
+/// it is a final failure) and `success_json` (the field must exist and equal the value).
+/// (Merged from actions' generic_http_action and robots'
+/// generic_http_success_status_and_success_json.)
 #[tokio::test]
 async fn generic_http_action_with_its_success_status_and_success_json() {
     let server = MockServer::start().await;
@@ -353,6 +354,11 @@ async fn generic_http_action_with_its_success_status_and_success_json() {
             ResponseTemplate::new(201)
                 .set_body_json(json!({"status": "ok", "data": {"items": [{"code": 0}]}})),
         )
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/empty"))
+        .respond_with(ResponseTemplate::new(204))
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
@@ -393,13 +399,17 @@ async fn generic_http_action_with_its_success_status_and_success_json() {
         )
     );
 
+    // A 2xx without a body is a success when no success_json rule asks for one.
+    let config_empty = config_with_env(&action("/empty", ""), "5s", &token);
+    assert_eq!(done(run(&config_empty).await.0).attempts, 1);
+
     let config_missing = config_with_env(&action("/missing", ""), "5s", &token);
     let (result, _) = run(&config_missing).await;
     let (error, attempts, _) = failed(result);
     assert_eq!(attempts, 1);
     assert!(error.contains("404"), "{error}");
     assert!(!error.contains("tok-abcdef"), "{error}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
 
     let http = |receiver: &Receiver, rules: &str| {
         let action = format!("type = \"http\"\nurl = \"{}/r\"\n{rules}", receiver.uri());
