@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::fleet::FleetToml;
 use common::tools::tool;
 use common::{free_port, http_get, wait_until, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
@@ -20,17 +21,20 @@ fn repo() -> PathBuf {
 /// Two jobs: `tick` runs every second; `yearly` never runs during a test, so its series show
 /// what a job looks like before its first slot.
 fn config(cluster: &RedisCluster, receiver: &Receiver, port: u16) -> String {
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        "[scheduler]\nkey_prefix = \"prom\"\n[redis]\nnodes = [{}]\n\
-         [http]\nlisten = \"127.0.0.1:{port}\"\n\
-         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-         [job.action]\ntype = \"http\"\nurl = \"{}/hook\"\n\
+    let rest = format!(
+        "[http]\nlisten = \"127.0.0.1:{port}\"\n\
          [[job]]\nname = \"yearly\"\nschedule = \"0 0 0 1 1 *\"\n\
-         [job.action]\ntype = \"log\"\ncontent = \"happy new year\"\n",
-        nodes.join(", "),
-        receiver.uri()
-    )
+         [job.action]\ntype = \"log\"\ncontent = \"happy new year\""
+    );
+    FleetToml {
+        job: "tick",
+        timeout: "5s",
+        scheduler: "",
+        redis: "",
+        rest: &rest,
+        ..FleetToml::new(&cluster.urls(), &receiver.uri(), "prom")
+    }
+    .render()
 }
 
 /// One replica of [`config`] on three Redis nodes, started, with its `[http]` port.
