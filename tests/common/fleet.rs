@@ -19,6 +19,46 @@ pub fn parse(text: &str) -> Config {
     config::parse(Path::new("jobs.toml"), text, &env).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `text` parsed as a jobs.toml at `path` (files it names are relative to its folder) with
+/// `env` as the whole environment; panics with the errors.
+pub fn parse_with_env(path: &Path, text: &str, env: &[(&str, &str)]) -> Config {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    config::parse(path, text, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One standalone job (no `[redis]`: every race is won): `name`, every second, with `job`
+/// lines (timeout, zone, …) and `action` as the lines of its `[job.action]`.
+pub fn one_job(name: &str, job: &str, action: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{job}\n[job.action]\n{action}\n"
+    )
+}
+
+/// Races the current slot of `config`'s first job as `replica` on the system clock and runs
+/// it (standalone: always won); the result and the slot.
+pub async fn run_current_slot(
+    config: &Config,
+    replica: &str,
+) -> (
+    slotcron::unstable::slot::SlotResult,
+    slotcron::unstable::time::schedule::Slot,
+) {
+    let clock: SharedClock = Arc::new(SystemClock);
+    let ctx = replica::race_context(config, replica.to_owned(), clock)
+        .await
+        .unwrap();
+    let slot = slotcron::unstable::time::schedule::Slot::at(chrono::Utc::now());
+    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+}
+
+/// The file at `path` parsed as [`parse`] does.
+pub fn parse_file(path: &Path) -> Config {
+    parse(&std::fs::read_to_string(path).unwrap())
+}
+
 /// The jobs.toml of a fleet test: one `http` job posting to `{receiver}/hook`, raced over
 /// `nodes`. The defaults are those of the fault tests; each field can be changed.
 pub struct FleetToml<'a> {
@@ -40,6 +80,10 @@ pub struct FleetToml<'a> {
     pub redis: &'a str,
     /// `[[job]]` lines beside name, schedule and timeout.
     pub job_extra: &'a str,
+    /// The lines of the job's `[job.action]`; empty: `http` to `{receiver}/hook`.
+    pub action: &'a str,
+    /// Text after the job: more `[[job]]` tables, `[http]`, `[alerts]`.
+    pub rest: &'a str,
 }
 
 impl<'a> FleetToml<'a> {
@@ -55,12 +99,20 @@ impl<'a> FleetToml<'a> {
             scheduler: "max_clock_skew = \"1s\"",
             redis: "node_timeout = \"150ms\"",
             job_extra: "",
+            action: "",
+            rest: "",
         }
     }
 
     /// The file's text.
     pub fn render(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("{n:?}")).collect();
+        let http = format!("type = \"http\"\nurl = \"{}/hook\"", self.receiver);
+        let action = if self.action.is_empty() {
+            &http
+        } else {
+            self.action
+        };
         format!(
             r#"
             [scheduler]
@@ -75,8 +127,8 @@ impl<'a> FleetToml<'a> {
             timeout = "{timeout}"
             {job_extra}
             [job.action]
-            type = "http"
-            url = "{receiver}/hook"
+            {action}
+            {rest}
             "#,
             prefix = self.prefix,
             scheduler = self.scheduler,
@@ -86,8 +138,44 @@ impl<'a> FleetToml<'a> {
             schedule = self.schedule,
             timeout = self.timeout,
             job_extra = self.job_extra,
-            receiver = self.receiver,
+            rest = self.rest,
         )
+    }
+}
+
+/// A WeCom text action to `{receiver}/cgi-bin/webhook/send?key={key}` with `content`, as the
+/// lines of a `[job.action]`.
+pub fn wecom_action(receiver: &str, key: &str, content: &str) -> String {
+    format!(
+        "type = \"wecom\"\nwebhook = \"{receiver}/cgi-bin/webhook/send?key={key}\"\n\
+         msgtype = \"text\"\ncontent = \"{content}\""
+    )
+}
+
+/// What most process-fleet tests start from: three Redis nodes, a receiver, and a config
+/// written to a temporary directory.
+pub struct Bed {
+    pub cluster: super::RedisCluster,
+    pub receiver: super::Receiver,
+    pub dir: tempfile::TempDir,
+    /// The written config.
+    pub path: std::path::PathBuf,
+}
+
+impl Bed {
+    /// Three nodes and a receiver; `toml` makes the config's text of the nodes' URLs and the
+    /// receiver's.
+    pub fn start(toml: impl FnOnce(&[String], &str) -> String) -> Bed {
+        let cluster = super::RedisCluster::start(3);
+        let receiver = super::Receiver::start();
+        let dir = tempfile::tempdir().unwrap();
+        let path = super::write_config(dir.path(), &toml(&cluster.urls(), &receiver.uri()));
+        Bed {
+            cluster,
+            receiver,
+            dir,
+            path,
+        }
     }
 }
 

@@ -78,6 +78,12 @@ pub fn write_file(dir: impl AsRef<Path>, name: &str, contents: &str) -> PathBuf 
     path
 }
 
+/// After a fleet test's observation window: room for the window's last slots to race, send
+/// and log before the receiver and the lines are read, and for a second delivery of one, were
+/// there one, to show. A race ends within its node timeout and a send to a local receiver takes
+/// milliseconds; 2 s covers a loaded machine's scheduling delays on top.
+pub const IN_FLIGHT: Duration = Duration::from_secs(2);
+
 /// Polls `f` every 10 ms until it returns `Some`, or `timeout` elapses.
 pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;

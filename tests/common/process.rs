@@ -222,6 +222,111 @@ impl Replica {
     }
 }
 
+/// How long a replica process may take to start, or to stop after SIGTERM: seconds on a
+/// loaded 2-core machine where it takes milliseconds alone, so only a hung one fails it.
+pub const REPLICA_START_STOP: Duration = Duration::from_secs(20);
+
+impl Replica {
+    /// [`Replica::run`] under libfaketime: `lib` preloaded directly (not through the `faketime`
+    /// wrapper, so signals reach slotcron itself), with `env` (`FAKETIME`, …); named `id`.
+    pub fn run_faked(config: &Path, id: &str, lib: &Path, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::run_command(config, id);
+        cmd.env("LD_PRELOAD", lib);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self::spawn_cmd(id, cmd)
+    }
+
+    /// Waits for the replica's `slotcron started` line; panics with its output without one.
+    pub fn assert_started(&self) {
+        let started =
+            self.wait_for_json(REPLICA_START_STOP, |l| l["message"] == "slotcron started");
+        assert!(
+            started.is_some(),
+            "{} did not start: {:?}",
+            self.name,
+            self.lines()
+        );
+    }
+}
+
+/// Replica processes of one config, `replica-{i}`, each seen started: the process fleet of
+/// the tests that race real binaries.
+pub struct ProcessFleet {
+    pub replicas: Vec<Replica>,
+}
+
+impl ProcessFleet {
+    /// One replica per entry of `envs` (its extra environment), `replica-{i}`.
+    pub fn start_with_env(config: &Path, envs: &[Vec<(&str, &str)>]) -> Self {
+        let replicas: Vec<Replica> = envs
+            .iter()
+            .enumerate()
+            .map(|(i, env)| Replica::run(config, &format!("replica-{i}"), env))
+            .collect();
+        for r in &replicas {
+            r.assert_started();
+        }
+        ProcessFleet { replicas }
+    }
+
+    /// `n` replicas with no extra environment.
+    pub fn start(config: &Path, n: usize) -> Self {
+        Self::start_with_env(config, &vec![Vec::new(); n])
+    }
+
+    /// SIGTERM to every replica (a paused one resumed first) and waits for each to exit;
+    /// panics if one does not. Returns their exit statuses, in order.
+    pub fn stop(&self) -> Vec<ExitStatus> {
+        stop_all(&self.replicas)
+    }
+
+    /// Every JSON line with an `outcome`, by slot, tagged with the replica's index.
+    pub fn outcomes(&self) -> BTreeMap<String, Vec<(usize, serde_json::Value)>> {
+        let mut by_slot: BTreeMap<String, Vec<(usize, serde_json::Value)>> = BTreeMap::new();
+        for (i, r) in self.replicas.iter().enumerate() {
+            for line in r.json_lines() {
+                if let (Some(slot), Some(_)) = (line["slot"].as_str(), line.get("outcome")) {
+                    by_slot.entry(slot.to_owned()).or_default().push((i, line));
+                }
+            }
+        }
+        by_slot
+    }
+}
+
+/// SIGTERM to every one of `replicas` (a paused one resumed first) and waits for each to exit;
+/// panics if one does not. Returns their exit statuses, in order.
+pub fn stop_all(replicas: &[Replica]) -> Vec<ExitStatus> {
+    for r in replicas {
+        r.resume();
+        r.terminate();
+    }
+    replicas
+        .iter()
+        .map(|r| {
+            let status = r.wait_timeout(REPLICA_START_STOP);
+            status.unwrap_or_else(|| panic!("{} did not exit on SIGTERM", r.name))
+        })
+        .collect()
+}
+
+impl<'a> IntoIterator for &'a ProcessFleet {
+    type Item = &'a Replica;
+    type IntoIter = std::slice::Iter<'a, Replica>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.replicas.iter()
+    }
+}
+
+impl std::ops::Deref for ProcessFleet {
+    type Target = [Replica];
+    fn deref(&self) -> &[Replica] {
+        &self.replicas
+    }
+}
+
 impl Drop for Replica {
     fn drop(&mut self) {
         let mut child = lock(&self.child);

@@ -1,24 +1,24 @@
 //! The actions in-process, standalone (no Redis), against real local HTTP receivers: the exact
-//! WeCom payloads, the headers every request carries, which answers are retried and which are
-//! final, the job's timeout as the bound of every retry, misbehaving receivers, the content
-//! limit after rendering, the generic http action and the log action.
+//! WeCom text and markdown payloads, the headers every request carries, which answers are
+//! retried and which are final, the job's timeout as the bound of every retry, misbehaving
+//! receivers, the content limit after rendering, the generic http action with its success
+//! rules, and the log action. WeCom's error codes and its other message types are in
+//! it/robots.rs.
 
 use crate::common;
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::Receiver;
+use common::{fleet, Receiver};
 use serde_json::{json, Value};
 use slotcron::unstable::action::rate::Budgets;
 use slotcron::unstable::action::{http_client, Delivery, SendContext};
-use slotcron::unstable::config::{self, Config};
+use slotcron::unstable::config::Config;
 use slotcron::unstable::metrics::Metrics;
-use slotcron::unstable::slot::{SlotEnv, SlotResult};
-use slotcron::unstable::time::schedule::{Fence, Slot, SystemClock};
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Fence, Slot};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -36,13 +36,14 @@ fn webhook(base: &str) -> String {
 /// One job `robot` (zone Asia/Shanghai, `timeout`) with `action` as the lines of its
 /// `[job.action]`; `${WECOM_WEBHOOK}` is `webhook_url`.
 fn config(action: &str, timeout: &str, webhook_url: &str) -> Config {
-    let text = format!(
-        "[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimezone = \"Asia/Shanghai\"\n\
-         timeout = \"{timeout}\"\n[job.action]\n{action}\n"
-    );
-    let env: HashMap<String, String> =
-        HashMap::from([("WECOM_WEBHOOK".to_owned(), webhook_url.to_owned())]);
-    config::parse(Path::new("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"))
+    config_with_env(action, timeout, &[("WECOM_WEBHOOK", webhook_url)])
+}
+
+/// [`config`] with `env` as the whole environment the file is read with.
+fn config_with_env(action: &str, timeout: &str, env: &[(&str, &str)]) -> Config {
+    let job = format!("timezone = \"Asia/Shanghai\"\ntimeout = \"{timeout}\"");
+    let text = fleet::one_job("robot", &job, action);
+    fleet::parse_with_env(Path::new("jobs.toml"), &text, env)
 }
 
 /// A WeCom action sending to `${WECOM_WEBHOOK}` with `rest` (msgtype, content, …).
@@ -50,17 +51,9 @@ fn wecom(rest: &str) -> String {
     format!("type = \"wecom\"\nwebhook = \"${{WECOM_WEBHOOK}}\"\n{rest}")
 }
 
-async fn context(config: &Config) -> Arc<SlotEnv> {
-    slotcron::unstable::replica::race_context(config, REPLICA.into(), Arc::new(SystemClock))
-        .await
-        .unwrap()
-}
-
 /// Races the current slot of the config's only job (standalone: always won) and runs it.
 async fn run(config: &Config) -> (SlotResult, Slot) {
-    let ctx = context(config).await;
-    let slot = Slot::at(Utc::now());
-    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+    fleet::run_current_slot(config, REPLICA).await
 }
 
 /// Runs the config's only job's action directly for `slot`, with a deadline of its timeout.
@@ -143,58 +136,62 @@ fn assert_reached_robot(request: &wiremock::Request) {
 /// its answer 10 s) fails it.
 const TIMEOUT_BOUND: Duration = Duration::from_secs(4);
 
+/// Each text and markdown message's exact JSON for a fixed slot (so the slot's words are
+/// literal): the slot in the job's zone and in UTC, a `date` filter, `env`, the mentions; the
+/// robot reached at its path with its key, as JSON, in one attempt. (Merged from actions'
+/// text and markdown tests and robots' text/markdown/markdown_v2 test.)
 #[tokio::test]
-async fn wecom_text_payload_is_exact() {
-    let receiver = Receiver::start();
-    let config = config(
-        &wecom(
-            "msgtype = \"text\"\ncontent = '{{ job }} at {{ slot }} ({{ slot_utc }}) by {{ replica }}'\n\
-             mentioned_list = [\"@all\"]\nmentioned_mobile_list = [\"13800000000\"]",
+async fn wecom_text_markdown_and_markdown_v2_payloads_are_exact() {
+    let text = json!({"msgtype": "text", "text": {
+        "content": "robot at 2026-11-22T17:05:45+08:00 (2026-11-22T09:05:45Z) by replica-a, 17:05 core",
+        "mentioned_list": ["wangqing", "@all"],
+        "mentioned_mobile_list": ["13800001111"],
+    }});
+    let markdown =
+        |msgtype: &str, content: &str| json!({"msgtype": msgtype, msgtype: {"content": content}});
+    let cases = [
+        (
+            "msgtype = \"text\"\ncontent = '{{ job }} at {{ slot }} ({{ slot_utc }}) by {{ replica }}, \
+             {{ slot | date(\"%H:%M\") }} {{ env.TEAM }}'\n\
+             mentioned_list = [\"wangqing\", \"@all\"]\nmentioned_mobile_list = [\"13800001111\"]",
+            text,
         ),
-        "5s",
-        &webhook(&receiver.uri()),
-    );
-    let delivery = execute(&config, fixed_slot()).await.unwrap();
-    assert_eq!(delivery.attempts, 1);
-
-    let requests = receiver.received();
-    assert_eq!(requests.len(), 1);
-    assert_reached_robot(&requests[0]);
-    assert_eq!(
-        body_json(&requests[0]),
-        json!({"msgtype": "text", "text": {
-            "content": "robot at 2026-11-22T17:05:45+08:00 (2026-11-22T09:05:45Z) by replica-a",
-            "mentioned_list": ["@all"],
-            "mentioned_mobile_list": ["13800000000"],
-        }})
-    );
-    assert_eq!(
-        header_value(&requests[0], "content-type"),
-        "application/json"
-    );
-}
-
-#[tokio::test]
-async fn wecom_markdown_payload_is_exact() {
-    let receiver = Receiver::start();
-    let config = config(
-        &wecom(
+        (
             "msgtype = \"markdown\"\ncontent = '''# {{ job }}\n> <font color=\"info\">{{ slot }}</font> on {{ replica }}'''",
+            markdown(
+                "markdown",
+                "# robot\n> <font color=\"info\">2026-11-22T17:05:45+08:00</font> on replica-a",
+            ),
         ),
-        "5s",
-        &webhook(&receiver.uri()),
-    );
-    execute(&config, fixed_slot()).await.unwrap();
+        (
+            "msgtype = \"markdown\"\ncontent = \"**bold** <@wangqing> <font color=\\\"warning\\\">{{ job }}</font>\"",
+            markdown(
+                "markdown",
+                "**bold** <@wangqing> <font color=\"warning\">robot</font>",
+            ),
+        ),
+        (
+            "msgtype = \"markdown_v2\"\ncontent = \"| a | b |\\n| :- | -: |\\n| `x` | {{ replica }} |\"",
+            markdown("markdown_v2", "| a | b |\n| :- | -: |\n| `x` | replica-a |"),
+        ),
+    ];
+    for (message, expected) in cases {
+        let receiver = Receiver::start();
+        let webhook_url = webhook(&receiver.uri());
+        let env = [("WECOM_WEBHOOK", webhook_url.as_str()), ("TEAM", "core")];
+        let config = config_with_env(&wecom(message), "5s", &env);
+        let delivery = execute(&config, fixed_slot()).await.unwrap();
+        assert_eq!(delivery.attempts, 1, "{message}");
 
-    let requests = receiver.received();
-    assert_eq!(requests.len(), 1);
-    assert_reached_robot(&requests[0]);
-    assert_eq!(
-        body_json(&requests[0]),
-        json!({"msgtype": "markdown", "markdown": {
-            "content": "# robot\n> <font color=\"info\">2026-11-22T17:05:45+08:00</font> on replica-a",
-        }})
-    );
+        let requests = receiver.received();
+        assert_eq!(requests.len(), 1, "{message}");
+        assert_reached_robot(&requests[0]);
+        assert_eq!(body_json(&requests[0]), expected, "{message}");
+        assert_eq!(
+            header_value(&requests[0], "content-type"),
+            "application/json"
+        );
+    }
 }
 
 #[tokio::test]
@@ -238,54 +235,6 @@ async fn headers_name_job_slot_replica_and_idempotency_key() {
             format!("robot/{expected_slot}")
         );
     }
-}
-
-#[tokio::test]
-async fn errcode_45009_is_retried_then_succeeds() {
-    let receiver = Receiver::start();
-    for _ in 0..2 {
-        receiver.push_response(
-            200,
-            json!({"errcode": 45009, "errmsg": "api freq out of limit"}),
-        );
-    }
-    receiver.set_response(200, json!({"errcode": 0, "errmsg": "ok"}));
-    let config = config(
-        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
-        "10s",
-        &webhook(&receiver.uri()),
-    );
-    let (result, slot) = run(&config).await;
-    assert_eq!(done(result).attempts, 3);
-    assert_eq!(receiver.count(), 3);
-    let keys = receiver.counts_by_idempotency_key();
-    assert_eq!(
-        keys.into_iter().collect::<Vec<_>>(),
-        vec![(format!("robot/{}", slot.rfc3339_utc()), 3)]
-    );
-    let bodies = receiver.received_json();
-    assert!(bodies.iter().all(|b| *b == bodies[0]), "{bodies:?}");
-}
-
-#[tokio::test]
-async fn errcode_93000_is_not_retried() {
-    let receiver = Receiver::start();
-    receiver.set_response(
-        200,
-        json!({"errcode": 93000, "errmsg": "invalid webhook url, hint: [1700000000_1_abc]"}),
-    );
-    let config = config(
-        &wecom("msgtype = \"text\"\ncontent = \"hello\""),
-        "10s",
-        &webhook(&receiver.uri()),
-    );
-    let (result, _) = run(&config).await;
-    let (error, attempts, _) = failed(result);
-    assert_eq!(attempts, 1);
-    assert_eq!(receiver.count(), 1);
-    assert!(error.contains("93000"), "{error}");
-    assert!(error.contains("full URL"), "{error}");
-    assert!(!error.contains(KEY), "{error}");
 }
 
 #[tokio::test]
@@ -388,13 +337,27 @@ async fn text_over_limit_after_render_fails_naming_limit_and_size() {
     assert_eq!(receiver.count(), 0);
 }
 
+/// The generic http action: method, headers (a secret from the environment), the rendered body
+/// sent as written, the idempotency key; a 204 without a body a success; a 4xx final in one
+/// attempt without the secret in the error; `success_status` (a code or a range; a 2xx outside
+/// it is a final failure) and `success_json` (the field must exist and equal the value).
+/// (Merged from actions' generic_http_action and robots'
+/// generic_http_success_status_and_success_json.)
 #[tokio::test]
-async fn generic_http_action() {
+async fn generic_http_action_with_its_success_status_and_success_json() {
     let server = MockServer::start().await;
     Mock::given(method("PUT"))
         .and(path("/hooks/deploy"))
-        .and(header("authorization", "Bearer x"))
+        .and(header("authorization", "Bearer tok-abcdef"))
         .and(header("content-type", "application/json"))
+        .respond_with(
+            ResponseTemplate::new(201)
+                .set_body_json(json!({"status": "ok", "data": {"items": [{"code": 0}]}})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/empty"))
         .respond_with(ResponseTemplate::new(204))
         .mount(&server)
         .await;
@@ -403,23 +366,27 @@ async fn generic_http_action() {
         .respond_with(ResponseTemplate::new(404).set_body_string("no such hook"))
         .mount(&server)
         .await;
-    let action = |path: &str| {
+    let action = |path: &str, rules: &str| {
         format!(
             "type = \"http\"\nurl = \"{}{path}\"\nmethod = \"PUT\"\n\
-             headers = {{ Authorization = \"Bearer x\", Content-Type = \"application/json\" }}\n\
-             body = '{{\"job\": \"{{{{ job }}}}\", \"slot\": \"{{{{ slot_utc }}}}\", \"by\": \"{{{{ replica }}}}\"}}'",
+             headers = {{ Authorization = \"Bearer ${{TOKEN}}\", Content-Type = \"application/json\" }}\n\
+             body = '{{\"job\": \"{{{{ job }}}}\", \"slot\": \"{{{{ slot_utc }}}}\", \"by\": \"{{{{ replica }}}}\"}}'\n\
+             {rules}",
             server.uri()
         )
     };
+    let token = [("TOKEN", "tok-abcdef")];
 
-    let config_ok = config(&action("/hooks/deploy"), "5s", "unused");
+    let rule = "success_json = { field = \"data.items.0.code\", equals = 0 }";
+    let config_ok = config_with_env(&action("/hooks/deploy", rule), "5s", &token);
     let (result, slot) = run(&config_ok).await;
     assert_eq!(done(result).attempts, 1);
     let requests = server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 1);
     let request = &requests[0];
     assert_eq!(request.method, wiremock::http::Method::PUT);
-    assert_eq!(header_value(request, "authorization"), "Bearer x");
+    assert_eq!(header_value(request, "authorization"), "Bearer tok-abcdef");
+    assert_eq!(header_value(request, "content-type"), "application/json");
     assert_eq!(
         header_value(request, "idempotency-key"),
         format!("robot/{}", slot.rfc3339_utc())
@@ -432,13 +399,55 @@ async fn generic_http_action() {
         )
     );
 
-    let config_missing = config(&action("/missing"), "5s", "unused");
+    // A 2xx without a body is a success when no success_json rule asks for one.
+    let config_empty = config_with_env(&action("/empty", ""), "5s", &token);
+    assert_eq!(done(run(&config_empty).await.0).attempts, 1);
+
+    let config_missing = config_with_env(&action("/missing", ""), "5s", &token);
     let (result, _) = run(&config_missing).await;
     let (error, attempts, _) = failed(result);
     assert_eq!(attempts, 1);
     assert!(error.contains("404"), "{error}");
-    assert!(!error.contains("Bearer x"), "{error}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+    assert!(!error.contains("tok-abcdef"), "{error}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+
+    let http = |receiver: &Receiver, rules: &str| {
+        let action = format!("type = \"http\"\nurl = \"{}/r\"\n{rules}", receiver.uri());
+        config_with_env(&action, "5s", &[])
+    };
+    // success_status: a single code, or a range; outside it a 2xx is a final failure.
+    let receiver = Receiver::start();
+    receiver.set_response(202, json!({}));
+    done(run(&http(&receiver, "success_status = \"202\"")).await.0);
+    let (error, _, _) = failed(run(&http(&receiver, "success_status = \"200\"")).await.0);
+    assert!(
+        error.contains("202") && error.contains("200-200"),
+        "{error}"
+    );
+    receiver.set_response(404, json!({}));
+    done(
+        run(&http(&receiver, "success_status = \"200-404\""))
+            .await
+            .0,
+    );
+    receiver.clear();
+    let (error, _, _) = failed(run(&http(&receiver, "")).await.0);
+    assert!(error.contains("404"), "{error}");
+    assert_eq!(receiver.count(), 1, "a 4xx is not retried");
+
+    // success_json: the field must exist and equal the value (a string here).
+    let receiver = Receiver::start_with_body(json!({"status": "queued"}));
+    let rule = "success_json = { field = \"status\", equals = \"ok\" }";
+    let (error, _, _) = failed(run(&http(&receiver, rule)).await.0);
+    assert!(
+        error.contains("status") && error.contains("queued"),
+        "{error}"
+    );
+    receiver.set_response(200, json!({"other": 1}));
+    let (error, _, _) = failed(run(&http(&receiver, rule)).await.0);
+    assert!(error.contains("no JSON field status"), "{error}");
+    receiver.set_response(200, json!({"status": "ok"}));
+    done(run(&http(&receiver, rule)).await.0);
 }
 
 /// The log action, through the real binary (`slotcron --log-format json trigger`), so the lines

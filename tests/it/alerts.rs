@@ -9,13 +9,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use common::fleet::FleetToml;
 use common::{
     free_port, http_get, slotcron_cli, wait_until, write_config, Receiver, RedisCluster, Replica,
 };
 
 /// The late job: a slot every 6 s, due `done` 1 s after it (before: a slot every 10 s, held
 /// 7 s past a 2 s deadline; scaled down to wait for fewer seconds of slots).
-const LATE_JOB: &str = "schedule = \"*/6 * * * * *\"\ntimeout = \"20s\"\ndeadline = \"1s\"";
+const LATE_JOB: [&str; 3] = ["*/6 * * * * *", "20s", "deadline = \"1s\""];
 /// The job's receiver holds each request this long: 3 s past the 1 s deadline, so a deadline
 /// look delayed by a loaded machine still finds the run going; and 2 s short of the 6 s
 /// between slots, so no slot is skipped for overlap.
@@ -39,32 +40,25 @@ struct Alert {
     sender: String,
 }
 
-/// The fleet's file: job `report` on `schedule`, delivering to `receiver`, alerting `oncall`
-/// (an http action to `alerts` whose body names the kind, job, slot, replica and reason).
-fn config(nodes: &[String], receiver: &str, alerts: &str, prefix: &str, job: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        on_failure = "oncall"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "150ms"
-        [alert.oncall]
-        type = "http"
-        url = "{alerts}/alert"
-        body = "outcome={{{{ outcome }}}}\njob={{{{ job }}}}\nslot={{{{ slot_utc }}}}\nreplica={{{{ replica }}}}\nreason={{{{ error }}}}"
-        [[job]]
-        name = "report"
-        {job}
-        [job.action]
-        type = "http"
-        url = "{receiver}/hook"
-        "#,
-        nodes = nodes.join(", "),
-    )
+/// The fleet's file: job `report` with `job`'s schedule, timeout and other lines, delivering to
+/// `receiver`, alerting `oncall` (an http action to `alerts` whose body names the kind, job,
+/// slot, replica and reason).
+fn config(nodes: &[String], receiver: &str, alerts: &str, prefix: &str, job: [&str; 3]) -> String {
+    let [schedule, timeout, job_extra] = job;
+    let alert = format!(
+        "[alert.oncall]\ntype = \"http\"\nurl = \"{alerts}/alert\"\nbody = \"outcome={{{{ outcome }}}}\\n\
+         job={{{{ job }}}}\\nslot={{{{ slot_utc }}}}\\nreplica={{{{ replica }}}}\\nreason={{{{ error }}}}\""
+    );
+    FleetToml {
+        job: "report",
+        schedule,
+        timeout,
+        job_extra,
+        scheduler: "max_clock_skew = \"1s\"\non_failure = \"oncall\"",
+        rest: &alert,
+        ..FleetToml::new(nodes, receiver, prefix)
+    }
+    .render()
 }
 
 /// Every alert the receiver got, in arrival order.
@@ -250,7 +244,7 @@ fn three_failures_then_a_success_send_one_recovery() {
         receiver.push_response(400, serde_json::json!({"error": "refused"}));
     }
     let dir = tempfile::tempdir().unwrap();
-    let job = "schedule = \"*/2 * * * * *\"\ntimeout = \"5s\"";
+    let job = ["*/2 * * * * *", "5s", ""];
     let text = config(
         &cluster.urls(),
         &receiver.uri(),
@@ -349,7 +343,7 @@ fn a_recovery_whose_sender_is_sigkilled_in_flight_is_sent_once_by_another() {
     let (receiver, alert_receiver) = (Receiver::start(), Receiver::start());
     receiver.set_response(400, serde_json::json!({"error": "refused"}));
     let dir = tempfile::tempdir().unwrap();
-    let job = "schedule = \"*/2 * * * * *\"\ntimeout = \"5s\"";
+    let job = ["*/2 * * * * *", "5s", ""];
     let text = config(
         &cluster.urls(),
         &receiver.uri(),

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::fleet::FleetToml;
 use common::{redis_query, slotcron_cli, slotcron_cli_status, write_config, RedisCluster, Replica};
 use serde_json::Value;
 use slotcron::unstable::record::audit::AuditEntry;
@@ -24,24 +25,21 @@ const STAMP_MARGIN: chrono::Duration = chrono::Duration::seconds(2);
 /// How long a replica may take to start, or to see a changed file, on a loaded machine.
 const WITHIN: Duration = Duration::from_secs(20);
 
+/// Job `report` (never due during a test: once a year) logging `content`, the default timeout
+/// and skew, 250 ms node timeout.
 fn config(nodes: &[String], prefix: &str, content: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [[job]]
-        name = "report"
-        schedule = "0 0 0 1 1 *"
-        [job.action]
-        type = "log"
-        content = "{content}"
-        "#,
-        nodes = nodes.join(", ")
-    )
+    let timeout = format!("{}s", slotcron::unstable::config::DEFAULT_TIMEOUT.as_secs());
+    let action = format!("type = \"log\"\ncontent = \"{content}\"");
+    FleetToml {
+        job: "report",
+        schedule: "0 0 0 1 1 *",
+        timeout: &timeout,
+        scheduler: "",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        ..FleetToml::new(nodes, "", prefix)
+    }
+    .render()
 }
 
 /// Replaces the file in one rename, so a watching replica never reads it half written.

@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use common::fleet::FleetToml;
 use common::{write_config, Receiver, RedisCluster, Replica};
 use proptest::prelude::*;
 use slotcron::unstable::config;
@@ -403,36 +404,39 @@ fn an_ics_calendar_with_single_multi_day_and_yearly_all_day_events() {
 /// today a holiday, one whose calendar makes it a make-up workday (an `.ics` day off that an
 /// inline workday overrides, whatever weekday today is), and one with the cron alone.
 fn fleet_config(nodes: &[String], receiver: &Receiver, today: NaiveDate) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let job = |name: &str, calendar: &str| {
-        let calendar = if calendar.is_empty() {
-            String::new()
-        } else {
-            format!("calendar = \"{calendar}\"\ndays = \"workdays\"")
-        };
+    let on = |calendar: &str| format!("calendar = \"{calendar}\"\ndays = \"workdays\"");
+    let action = |name: &str| {
         format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{calendar}\n\
-             [job.action]\ntype = \"http\"\nurl = \"{}\"\n",
+            "type = \"http\"\nurl = \"{}\"",
             receiver.url(&format!("/{name}"))
         )
     };
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "calendar-fleet"
-        [redis]
-        nodes = [{nodes}]
-        [calendar.off]
-        holidays = ["{today}"]
-        [calendar.makeup]
-        ics = "off-today.ics"
-        workdays = ["{today}"]
-        {}{}{}"#,
-        job("holiday", "off"),
-        job("makeup", "makeup"),
+    let job = |name: &str, calendar: &str| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{calendar}\n\
+             [job.action]\n{}\n",
+            action(name)
+        )
+    };
+    let rest = format!(
+        "[calendar.off]\nholidays = [\"{today}\"]\n\
+         [calendar.makeup]\nics = \"off-today.ics\"\nworkdays = [\"{today}\"]\n{}{}",
+        job("makeup", &on("makeup")),
         job("plain", ""),
-        nodes = nodes.join(", "),
-    )
+    );
+    // The default timeout and skew, and no node timeout.
+    let timeout = format!("{}s", slotcron::unstable::config::DEFAULT_TIMEOUT.as_secs());
+    FleetToml {
+        job: "holiday",
+        timeout: &timeout,
+        scheduler: "",
+        redis: "",
+        job_extra: &on("off"),
+        action: &action("holiday"),
+        rest: &rest,
+        ..FleetToml::new(nodes, &receiver.uri(), "calendar-fleet")
+    }
+    .render()
 }
 
 /// An `.ics` file whose one all-day event is `day`.
@@ -488,7 +492,11 @@ fn a_fleet_runs_nothing_on_a_holiday_and_once_on_a_make_up_workday() {
             r.lines()
         );
     }
-    std::thread::sleep(Duration::from_secs(5));
+    // The fleet runs until the plain job ran 3 slots (the check below), the make-up job's
+    // slots of the same seconds, in flight, arriving too.
+    let plain = || by_path(&receiver).get("/plain").map_or(0, BTreeMap::len);
+    common::wait_until(Duration::from_secs(60), || (plain() >= 3).then_some(()));
+    std::thread::sleep(common::IN_FLIGHT);
     for r in &mut fleet {
         r.terminate();
     }

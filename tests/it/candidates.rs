@@ -13,13 +13,35 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{redis_query, write_config, Receiver, RedisCluster, Replica};
+use common::fleet::FleetToml;
+use common::{redis_query, write_config, Receiver, RedisCluster, Replica, IN_FLIGHT};
 use serde_json::Value;
 use slotcron::unstable::fleet::membership::{self, MEMBER_TTL};
 use slotcron::unstable::time::schedule::Slot;
 
 /// The fleets of these tests would share the machine's 2 cores: one at a time, so each
 /// measures its own fleet and not the others'.
+/// The rank test's window: it wants 6 slots raced of each of its 6 jobs; 8 s holds them with
+/// 2 to spare for the edges.
+const RANK_WINDOW: Duration = Duration::from_secs(8);
+/// The kill tests' run before the kill: 4 slots won under the full view, so the ranks the dead
+/// replica held are seen in use before it dies.
+const BEFORE_THE_KILL: Duration = Duration::from_secs(4);
+/// After the dead replica's membership TTL: 4 slots won under the view without it, so the
+/// ranks after its departure are seen too.
+const AFTER_THE_TTL: Duration = Duration::from_secs(4);
+/// The lookout test's two windows: its 36 jobs a second give 3 s a hundred slots each side.
+const LOOKOUT_BEFORE_THE_KILL: Duration = Duration::from_secs(3);
+const LOOKOUT_AFTER_THE_TTL: Duration = Duration::from_secs(3);
+/// The issue's measure, scaled as it is written: the start-up look-back (each job's history
+/// read once, a job timeout after start: 5 s, with 3 s for a loaded start) left out of the
+/// counters, then 20 s with nine replicas and 10 s with eight.
+const LOOK_BACK_OVER: Duration = Duration::from_secs(8);
+const NINE_UP: Duration = Duration::from_secs(20);
+const EIGHT_UP: Duration = Duration::from_secs(10);
+/// The rollout's sample: 10 odd and 10 even seconds.
+const ROLLOUT_WINDOW: Duration = Duration::from_secs(20);
+
 static ONE_FLEET_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn one_fleet_at_a_time() -> MutexGuard<'static, ()> {
@@ -37,20 +59,25 @@ fn fleet_config(
     jobs: usize,
     extra: &str,
 ) -> String {
-    let list: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let mut text = format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\nmax_clock_skew = \"2s\"\n{extra}\n\
-         [redis]\nnodes = [{}]\n",
-        list.join(", ")
-    );
-    for j in 0..jobs {
-        text.push_str(&format!(
+    let action = format!("type = \"http\"\nurl = \"{receiver}/hook\"\nbody = \"x\"");
+    let job = |j: usize| {
+        format!(
             "[[job]]\nname = \"j{j:02}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-             overlap = \"allow\"\n[job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n\
-             body = \"x\"\n"
-        ));
+             overlap = \"allow\"\n[job.action]\n{action}\n"
+        )
+    };
+    let rest: String = (1..jobs).map(job).collect();
+    FleetToml {
+        job: "j00",
+        timeout: "5s",
+        scheduler: &format!("max_clock_skew = \"2s\"\n{extra}"),
+        redis: "",
+        job_extra: "overlap = \"allow\"",
+        action: &action,
+        rest: &rest,
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    text
+    .render()
 }
 
 fn replica_name(i: usize) -> String {
@@ -308,13 +335,11 @@ fn every_logged_rank_is_the_shared_rankings_or_above_it_never_below() {
             logged_view(r).filter(|v| v.len() == 4)
         });
     }
-    // A fixed window, not a wait: the slots of these 8 s are the sample the ranks are read from.
+    // A fixed window, not a wait: its slots are the sample the ranks are read from.
     let from = Utc::now() + chrono::Duration::seconds(1);
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(RANK_WINDOW);
     let to = Utc::now();
-    // A fixed window: the window's last slots race and log their lines (a race ends well
-    // within 2 s: its lock's wait is the node timeout).
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(IN_FLIGHT);
 
     let live: Vec<String> = (0..4).map(replica_name).collect();
     let mut racers: BTreeMap<(String, DateTime<Utc>), Vec<Racer>> = BTreeMap::new();
@@ -378,13 +403,13 @@ fn a_dead_candidates_slots_are_run_by_the_next_rank() {
         _dir,
     } = Run::start("dead", 8, "* * * * * *", 3);
     let from = Utc::now() + chrono::Duration::seconds(1);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(BEFORE_THE_KILL);
     let killed_at = Utc::now();
     replicas[0].kill();
     // Through the dead replica's TTL and past it.
-    std::thread::sleep(MEMBER_TTL + Duration::from_secs(4));
+    std::thread::sleep(MEMBER_TTL + AFTER_THE_TTL);
     let to = Utc::now();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(IN_FLIGHT);
 
     let n = assert_each_once(&receiver, &expected_slots(8, from, to));
     let live: Vec<String> = (0..3).map(replica_name).collect();
@@ -426,7 +451,7 @@ fn the_lookout_runs_the_slots_of_two_candidates_killed_at_once() {
         _dir,
     } = Run::start("lookout", jobs, "* * * * * *", 4);
     let from = Utc::now() + chrono::Duration::seconds(1);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(LOOKOUT_BEFORE_THE_KILL);
     // Mid-second, when this second's runs are long done: a kill loses no run in flight.
     let into_second = Utc::now().timestamp_subsec_millis();
     std::thread::sleep(Duration::from_millis(u64::from(
@@ -435,9 +460,9 @@ fn the_lookout_runs_the_slots_of_two_candidates_killed_at_once() {
     let killed_at = Utc::now();
     replicas[0].kill();
     replicas[1].kill();
-    std::thread::sleep(MEMBER_TTL + Duration::from_secs(3));
+    std::thread::sleep(MEMBER_TTL + LOOKOUT_AFTER_THE_TTL);
     let to = Utc::now();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(IN_FLIGHT);
 
     let n = assert_each_once(&receiver, &expected_slots(jobs, from, to));
     let live: Vec<String> = (0..4).map(replica_name).collect();
@@ -516,15 +541,15 @@ fn nine_replicas_one_killed_run_each_slot_once_at_a_bounded_redis_cost_and_sprea
         replicas,
         _dir,
     } = Run::start("nine", 50, "* * * * * *", 9);
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(LOOK_BACK_OVER);
     let before = redis_commands(&cluster);
     let from = Utc::now();
-    std::thread::sleep(Duration::from_secs(20));
+    std::thread::sleep(NINE_UP);
     replicas[4].kill();
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(EIGHT_UP);
     let to = Utc::now();
     let after = redis_commands(&cluster);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(IN_FLIGHT);
 
     let expected = expected_slots(50, from, to);
     let slots = assert_each_once(&receiver, &expected);
@@ -589,9 +614,9 @@ fn a_rollout_that_moves_a_job_runs_every_slot_of_either_schedule_once() {
     until_members(&cluster, "rollout", &(0..5).map(replica_name).collect());
     let from = Utc::now();
     // A fixed window, not a wait: its slots (10 odd, 10 even seconds) are the sample checked.
-    std::thread::sleep(Duration::from_secs(20));
+    std::thread::sleep(ROLLOUT_WINDOW);
     let to = Utc::now() - chrono::Duration::seconds(1);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(IN_FLIGHT);
     let n = assert_each_once(&receiver, &expected_slots(1, from, to));
     let noticed = replicas[4]
         .json_lines()
@@ -643,7 +668,9 @@ async fn reloads_at_the_instants() {
         shutdown.clone(),
         Some(reloads),
     ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The replica races before the reloads begin: its first slot has arrived.
+    let first = receiver.wait_for_async(1, common::REPLICA_START_STOP).await;
+    assert!(!first.is_empty(), "the replica ran no slot");
     let from = Utc::now();
     for i in 0..10 {
         // 2 ms before the next whole second: the regroup's round trips straddle the instant.
@@ -655,7 +682,7 @@ async fn reloads_at_the_instants() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let to = Utc::now() - chrono::Duration::seconds(1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(IN_FLIGHT).await;
     shutdown.cancel();
     run.await.unwrap().unwrap();
     let n = assert_each_once(&receiver, &expected_slots(1, from, to));

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 
 use std::time::Duration;
 
+use common::fleet::FleetToml;
 use common::{slotcron_cli, write_config, Receiver, RedisCluster, RedisServer, Replica};
 
 /// A fleet's file on `nodes`: a yearly job that sends to a webhook (the `webhook` line) and an
@@ -20,37 +21,23 @@ fn fleet_config(dir: &Path, nodes: &[String], webhook: &str) -> PathBuf {
 
 /// [`fleet_config`] with the robot job on `schedule`.
 fn fleet_file(dir: &Path, nodes: &[String], webhook: &str, schedule: &str) -> PathBuf {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let nodes = nodes.join(", ");
-    write_config(
-        dir,
-        &format!(
-            r#"
-            [scheduler]
-            timezone = "Asia/Shanghai"
-            key_prefix = "ops"
-            [redis]
-            nodes = [{nodes}]
-            node_timeout = "250ms"
-            [[job]]
-            name = "standup"
-            schedule = "{schedule}"
-            timeout = "5s"
-            [job.action]
-            type = "wecom"
-            {webhook}
-            msgtype = "text"
-            content = "stand-up {{{{ slot }}}}"
-            [[job]]
-            name = "demo"
-            schedule = "0 0 * * * *"
-            timeout = "5s"
-            [job.action]
-            type = "log"
-            content = "demo {{{{ slot }}}}"
-            "#
-        ),
-    )
+    let action = format!(
+        "type = \"wecom\"\n{webhook}\nmsgtype = \"text\"\ncontent = \"stand-up {{{{ slot }}}}\""
+    );
+    let demo = "[[job]]\nname = \"demo\"\nschedule = \"0 0 * * * *\"\ntimeout = \"5s\"\n\
+                [job.action]\ntype = \"log\"\ncontent = \"demo {{ slot }}\"";
+    let text = FleetToml {
+        job: "standup",
+        schedule,
+        timeout: "5s",
+        scheduler: "timezone = \"Asia/Shanghai\"",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        rest: demo,
+        ..FleetToml::new(nodes, "", "ops")
+    }
+    .render();
+    write_config(dir, &text)
 }
 
 /// The binary with none of its settings inherited from the test's environment.
@@ -394,8 +381,9 @@ fn resume_catch_up_runs_the_slot_on_a_fleet_replica() {
     let replicas = start_fleet(fleet_dir.path(), &cluster.urls(), &webhook, every_second);
     let desk = fleet_on(desk_dir.path(), &cluster.urls(), None, every_second);
     slotcron_cli(&desk, &["pause", "standup"]);
-    // Slots fall inside the pause (one a second), and none runs.
-    std::thread::sleep(Duration::from_secs(3));
+    // Slots fall inside the pause (one a second), and none runs: three of them.
+    const PAUSED_FOR: Duration = Duration::from_secs(3);
+    std::thread::sleep(PAUSED_FOR);
     let out = slotcron(&desk, &["resume", "standup", "--catch-up"])
         .output()
         .unwrap();
@@ -427,9 +415,10 @@ fn run_keeps_its_schedule_quietly_on_a_closed_pipe_and_stops_on_sigterm() {
     let config = fleet_config(dir.path(), &[redis.url()], UNUSED_WEBHOOK);
     // The log job every second instead of hourly, so a run shows soon.
     let text = std::fs::read_to_string(&config).unwrap().replace(
-        "name = \"demo\"\n            schedule = \"0 0 * * * *\"",
-        "name = \"demo\"\n            schedule = \"* * * * * *\"",
+        "name = \"demo\"\nschedule = \"0 0 * * * *\"",
+        "name = \"demo\"\nschedule = \"* * * * * *\"",
     );
+    assert!(text.contains("schedule = \"* * * * * *\""), "{text}");
     std::fs::write(&config, text).unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);

@@ -601,7 +601,9 @@ fn cluster_redis_7_a_pause_the_replica_missed_holds_through_a_failover_and_a_lat
         &cluster_toml(&cluster.seed_urls(), &receiver.uri()),
     );
     let mut replicas = start_fleet(&config);
-    std::thread::sleep(Duration::from_secs(3));
+    // The fleet's run before replication is cut: every replica connected and racing.
+    const BEFORE_THE_CUT: Duration = Duration::from_secs(3);
+    std::thread::sleep(BEFORE_THE_CUT);
     cluster.cut_replication(shard);
     let (code, said) = common::slotcron_cli_status(&config, &["pause", "c00", "--by", "ops"]);
     let heard = Utc::now() + chrono::Duration::from_std(PAUSE_HEARD_WITHIN).unwrap();

@@ -3,40 +3,27 @@
 //! truncated.
 
 use crate::common;
+use common::fleet;
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotcron::unstable::config::{self, Config};
-use slotcron::unstable::replica::Replica;
+use slotcron::unstable::config::Config;
 use slotcron::unstable::slot::SlotResult;
-use slotcron::unstable::time::schedule::{Slot, SystemClock};
+use slotcron::unstable::time::schedule::Slot;
 
 /// One job `cmd` (standalone) whose `[job.action]` is `action`, with `timeout`.
 fn job_config(dir: &Path, action: &str, timeout: &str) -> Config {
-    let text = format!(
-        "[[job]]\nname = \"cmd\"\nschedule = \"* * * * * *\"\ntimeout = \"{timeout}\"\n\
-         [job.action]\ntype = \"command\"\n{action}\n"
-    );
-    config::parse(
-        &dir.join("jobs.toml"),
-        &text,
-        &HashMap::<String, String>::new(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    let action = format!("type = \"command\"\n{action}");
+    let text = fleet::one_job("cmd", &format!("timeout = \"{timeout}\""), &action);
+    fleet::parse_with_env(&dir.join("jobs.toml"), &text, &[])
 }
 
 /// Races (standalone: always won) and runs the current slot of the config's only job.
 async fn run(config: &Config) -> (SlotResult, Slot) {
-    let ctx = Replica::connect(config, "replica-a".into(), Arc::new(SystemClock))
-        .await
-        .unwrap()
-        .context(config);
-    let slot = Slot::at(chrono::Utc::now());
-    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+    fleet::run_current_slot(config, "replica-a").await
 }
 
 /// A TOML basic string holding `text`.

@@ -125,7 +125,10 @@ fn trace_logs_written_beside_the_config_do_not_feed_the_watcher() {
         .stderr(log)
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(4));
+    // Long enough for a feedback loop to show (it wrote millions of lines in this time), and
+    // for the schedule to run the 2 slots checked.
+    const LOGGED_FOR: Duration = Duration::from_secs(4);
+    std::thread::sleep(LOGGED_FOR);
     child.kill().unwrap();
     child.wait().unwrap();
     let text = std::fs::read_to_string(&log_path).unwrap();

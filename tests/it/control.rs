@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{slotcron_cli, write_config, Receiver, RedisCluster, Replica};
+use common::fleet::{wecom_action, Bed, FleetToml};
+use common::{slotcron_cli, stop_all, write_config, ProcessFleet, Receiver, RedisCluster, Replica};
 use serde_json::Value;
 
 /// A replica of `config` connected in-process, named `name` (no timeline runs).
@@ -23,55 +24,54 @@ async fn connect(
         .unwrap()
 }
 
+/// The fleet's run before an operator acts (or before it is stopped): slots delivered first,
+/// a slot a second once the replicas are up.
+const RUNNING_FIRST: Duration = Duration::from_secs(3);
+/// A pause (or the whole fleet down) held this long: the asserts want 3 slots inside it, and
+/// a slot at each end may still race as it lands.
+const HELD: Duration = Duration::from_secs(5);
+/// After a resume: the asserts want 2 slots sent again; 4 s leaves room for the resume to
+/// reach every replica.
+const AFTER_RESUME: Duration = Duration::from_secs(4);
+/// The ledger settles a slot once its job's timeout (3 s) and start window (2 s) have passed:
+/// after this, every slot of the run is settled (a second's room).
+const SETTLED: Duration = Duration::from_secs(6);
+/// [`SETTLED`] counted from a fleet's start, which itself takes a few seconds on a loaded
+/// machine before the replicas judge the gap.
+const SETTLED_AFTER_START: Duration = Duration::from_secs(8);
+/// The failing job's run: several slots failed and alerted (the asserts read each failed slot's
+/// alert).
+const FAILING_WINDOW: Duration = Duration::from_secs(5);
+/// After an empty node restarts: the replicas resubscribe to it (1 s after a lost subscription,
+/// a 2 s bound on the subscribe) and so repair it.
+const RESUBSCRIBED: Duration = Duration::from_secs(4);
+/// The untaken-handoff test's run: several slots of the broken replica offered and untaken.
+const UNTAKEN_WINDOW: Duration = Duration::from_secs(6);
+/// No replica up after the watermark is recorded: 6 slots for the catch-up to find.
+const DOWN_FOR_CATCH_UP: Duration = Duration::from_secs(6);
+/// Past the life of the slot's key: timeout 3 s + skew 1 s + window 2 s + 5 s = 11 s, and 1 s.
+const PAST_THE_KEY: Duration = Duration::from_secs(12);
+/// The minority test's nodes: two of three hung (and one restarted empty) this long, longer
+/// than a node timeout by far, with several slots inside it.
+const NODES_HUNG: Duration = Duration::from_secs(4);
+/// After the nodes answer again: slots run again (the asserts read them), with room for the
+/// replicas to reconnect.
+const AFTER_THE_NODES: Duration = Duration::from_secs(5);
+/// The two-jobs observation period (the issue's 10 s, scaled): several slots of both jobs.
+const TWO_JOBS_WINDOW: Duration = Duration::from_secs(6);
+
+/// Job `push` every second (3 s timeout) posting its slot to a WeCom robot at `receiver`, with
+/// room in its rate for every slot; 250 ms node timeout.
 fn config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [[job]]
-        name = "push"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "wecom"
-        webhook = "{receiver}/cgi-bin/webhook/send?key=controlkey01"
-        msgtype = "text"
-        content = "{{{{ slot }}}}"
-        rate = "600/min"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-fn start(config: &Path, n: usize) -> Vec<Replica> {
-    let replicas: Vec<Replica> = (0..n)
-        .map(|i| Replica::run(config, &format!("replica-{i}"), &[]))
-        .collect();
-    for r in &replicas {
-        let started = r.wait_for_json(Duration::from_secs(20), |l| {
-            l["message"] == "slotcron started"
-        });
-        assert!(
-            started.is_some(),
-            "a replica did not start: {:?}",
-            r.lines()
-        );
+    let action = wecom_action(receiver, "controlkey01", "{{ slot }}") + "\nrate = \"600/min\"";
+    FleetToml {
+        job: "push",
+        timeout: "3s",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    replicas
-}
-
-fn stop(replicas: &[Replica]) {
-    for r in replicas {
-        r.terminate();
-    }
-    for r in replicas {
-        assert!(r.wait_timeout(Duration::from_secs(20)).is_some());
-    }
+    .render()
 }
 
 /// The ledger since `since`.
@@ -103,16 +103,15 @@ fn at(row: &Value) -> DateTime<Utc> {
 
 #[test]
 fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "pause"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "pause"));
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(RUNNING_FIRST);
 
     let out = slotcron_cli(
         &path,
@@ -120,12 +119,12 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
     );
     assert!(out.contains("paused"), "{out}");
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let resumed_at = Utc::now();
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(AFTER_RESUME);
     let stopping = Utc::now();
-    stop(&replicas);
+    stop_all(&replicas);
 
     // Within one slot of the pause nothing more was sent, until the resume.
     let slots: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
@@ -151,7 +150,7 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
         assert_eq!(paused[0]["reason"], "holidays");
     }
     // The ledger shows the slots of the pause as paused, and no gap.
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(SETTLED);
     let rows = ledger(&path, started, &[]);
     let paused_rows = rows
         .iter()
@@ -168,25 +167,24 @@ fn pause_stops_a_job_on_every_replica_within_a_slot_and_resume_starts_it_again()
 
 #[test]
 fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "ledger"),
-    );
-    let replicas = start(&path, 3);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "ledger"));
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    std::thread::sleep(RUNNING_FIRST);
+    stop_all(&replicas);
     let down_from = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let down_to = Utc::now();
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
+    stop_all(&replicas);
     // The ledger calls a slot settled once its timeout (3 s) and start window (2 s) passed.
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(SETTLED);
 
     let received: std::collections::HashSet<DateTime<Utc>> =
         receiver.received().iter().map(slot_time).collect();
@@ -225,30 +223,21 @@ fn the_ledger_lists_the_slots_when_no_replica_was_up_as_missed() {
 /// A fleet config whose job `push` posts to `target` and tells `[alert.oncall]` (an http
 /// action to `alerts`) when a slot fails or is missed.
 fn alerting_config(nodes: &[String], target: &str, alerts: &str, prefix: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        on_failure = "oncall"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [alert.oncall]
-        type = "http"
-        url = "{alerts}/alert"
-        body = "{{{{ job }}}} {{{{ slot_utc }}}} {{{{ outcome }}}}: {{{{ error }}}}"
-        [[job]]
-        name = "push"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "http"
-        url = "{target}/push"
-        "#,
-        nodes = nodes.join(", ")
-    )
+    let action = format!("type = \"http\"\nurl = \"{target}/push\"");
+    let alert = format!(
+        "[alert.oncall]\ntype = \"http\"\nurl = \"{alerts}/alert\"\n\
+         body = \"{{{{ job }}}} {{{{ slot_utc }}}} {{{{ outcome }}}}: {{{{ error }}}}\""
+    );
+    FleetToml {
+        job: "push",
+        timeout: "3s",
+        scheduler: "max_clock_skew = \"1s\"\non_failure = \"oncall\"",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        rest: &alert,
+        ..FleetToml::new(nodes, target, prefix)
+    }
+    .render()
 }
 
 /// The alerts received, by the slot they are about.
@@ -275,9 +264,9 @@ fn one_alert_per_failed_slot_reaches_the_on_call_receiver() {
         dir.path(),
         &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertfail"),
     );
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(5));
-    stop(&replicas);
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(FAILING_WINDOW);
+    stop_all(&replicas);
 
     let failed: std::collections::BTreeSet<String> = target
         .received()
@@ -312,16 +301,16 @@ fn one_alert_per_slot_missed_while_every_replica_was_down() {
         dir.path(),
         &alerting_config(&cluster.urls(), &target.uri(), &alerts.uri(), "alertmissed"),
     );
-    let replicas = start(&path, 3);
+    let replicas = ProcessFleet::start(&path, 3);
     let started = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
-    std::thread::sleep(Duration::from_secs(5));
-    let replicas = start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
+    stop_all(&replicas);
+    std::thread::sleep(HELD);
+    let replicas = ProcessFleet::start(&path, 3);
     // The replicas judge the gap once its last slots are settled (timeout 3 s + start window
     // 2 s after their start).
-    std::thread::sleep(Duration::from_secs(8));
-    stop(&replicas);
+    std::thread::sleep(SETTLED_AFTER_START);
+    stop_all(&replicas);
 
     let missed: Vec<String> = ledger(&path, started, &["--missed"])
         .iter()
@@ -380,7 +369,7 @@ fn restart_empty(node: &common::RedisServer) {
     node.kill();
     std::thread::sleep(DOWN_LONGER_THAN_ANY_KEY);
     node.restart();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(RESUBSCRIBED);
 }
 
 /// The issue's rolling empty restart, with the down time shortened by the config instead of
@@ -390,15 +379,14 @@ fn restart_empty(node: &common::RedisServer) {
 /// `paused`, not `missed`.
 #[test]
 fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "rolling"),
-    );
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "rolling"));
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
     let out = slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     assert!(out.contains("paused"), "{out}");
     let paused_at = Utc::now();
@@ -415,8 +403,8 @@ fn a_pause_holds_through_a_rolling_empty_restart_of_every_node() {
         .collect();
     let rows = ledger(&path, paused_at + one_slot, &[]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
-    std::thread::sleep(Duration::from_secs(3));
-    stop(&replicas);
+    std::thread::sleep(RUNNING_FIRST);
+    stop_all(&replicas);
 
     assert!(sent.is_empty(), "sent while paused: {sent:?}");
     let during: Vec<&Value> = rows.iter().filter(|r| at(r) < checked_at).collect();
@@ -542,28 +530,30 @@ fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>>
 /// not passed, keeps the paused ones `paused`, and lists no slot twice.
 #[test]
 fn the_ledger_calls_a_slot_missed_once_its_window_closed_unheld() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "prompt")
-        .replace(r#"timeout = "3s""#, r#"timeout = "30s""#);
-    let path = write_config(dir.path(), &text);
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    let Bed {
+        cluster: _cluster,
+        receiver: _receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        config(nodes, receiver, "prompt").replace(r#"timeout = "3s""#, r#"timeout = "30s""#)
+    });
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(2));
-    stop(&replicas);
+    std::thread::sleep(common::IN_FLIGHT);
+    stop_all(&replicas);
     let down_from = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HELD);
     let down_to = Utc::now();
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(3));
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
     let rows = ledger(&path, Utc::now() - chrono::Duration::minutes(2), &[]);
-    stop(&replicas);
+    stop_all(&replicas);
 
     let outcome_at = |t: DateTime<Utc>| -> Vec<&str> {
         rows.iter()
@@ -620,13 +610,10 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
         Replica::run(&without_job, "bystander", &[]),
     ];
     for r in &replicas {
-        let started = r.wait_for_json(Duration::from_secs(20), |l| {
-            l["message"] == "slotcron started"
-        });
-        assert!(started.is_some(), "{}: {:?}", r.name(), r.lines());
+        r.assert_started();
     }
-    std::thread::sleep(Duration::from_secs(6));
-    stop(&replicas);
+    std::thread::sleep(UNTAKEN_WINDOW);
+    stop_all(&replicas);
 
     let ended: Vec<Value> = replicas[0]
         .json_lines()
@@ -657,17 +644,20 @@ fn a_handoff_no_replica_can_take_fails_with_one_alert() {
 /// receiver): the run in flight finishes, and no further caught-up slot starts.
 #[test]
 fn catch_up_starts_no_slot_after_sigterm() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "catchstop").replace(
-        r#"timeout = "3s""#,
-        "timeout = \"3s\"\n        catch_up = \"1m\"\n        catch_up_policy = \"all\"",
-    );
-    let path = write_config(dir.path(), &text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        config(nodes, receiver, "catchstop").replace(
+            r#"timeout = "3s""#,
+            "timeout = \"3s\"\n        catch_up = \"1m\"\n        catch_up_policy = \"all\"",
+        )
+    });
     // A first start records the watermark; then 6 s with no replica up.
-    stop(&start(&path, 1));
-    std::thread::sleep(Duration::from_secs(6));
+    ProcessFleet::start(&path, 1).stop();
+    std::thread::sleep(DOWN_FOR_CATCH_UP);
     receiver.set_delay(Duration::from_secs(1));
     let replica = Replica::run(&path, "catcher", &[]);
     let caught_up = |l: &Value| l["trigger"] == "catch_up" && l["outcome"] == "won";
@@ -707,12 +697,13 @@ fn catch_up_starts_no_slot_after_sigterm() {
 /// the race alone would run it a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_catch_up_does_not_run_a_slot_that_ran() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "resumecatch");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "resumecatch"));
+    let config = common::fleet::parse_file(&path);
     let job = config.jobs[0].clone();
     let ctx = connect(&config, "early").await.context(&config);
     // The pause's newest slot is `slot`: it ends half a second after it.
@@ -726,8 +717,7 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
         matches!(ran, slotcron::unstable::slot::SlotResult::Done { .. }),
         "{ran:?}"
     );
-    // The slot's key lives 11 s (timeout 3 s + skew 1 s + window 2 s + 5 s).
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    tokio::time::sleep(PAST_THE_KEY).await;
     let out = slotcron_cli(&path, &["resume", "push", "--by", "ops", "--catch-up"]);
     assert!(out.contains("already ran"), "{out}");
     assert_eq!(receiver.count(), 1, "{out}");
@@ -738,12 +728,13 @@ async fn resume_catch_up_does_not_run_a_slot_that_ran() {
 /// replica, and nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "entrypause");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "entrypause"));
+    let config = common::fleet::parse_file(&path);
     let job = config.jobs[0].clone();
     let ctx = connect(&config, "tester").await.context(&config);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
@@ -769,12 +760,13 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
 /// what the one-job read returns for each job, a job never paused included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_start_reads_every_pause_log_at_once_as_one_by_one() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let text = config(&cluster.urls(), &receiver.uri(), "pauselogs");
-    let path = write_config(dir.path(), &text);
-    let config = common::fleet::parse(&text);
+    let Bed {
+        cluster: _cluster,
+        receiver: _receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "pauselogs"));
+    let config = common::fleet::parse_file(&path);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let replica = connect(&config, "reader").await;
@@ -850,7 +842,7 @@ fn others_reported(replicas: &[Replica], is_conflict: impl Fn(&Value) -> bool) -
             (named(r).len() >= others.len()).then_some(())
         });
     }
-    stop(replicas);
+    stop_all(replicas);
     replicas.iter().map(named).collect()
 }
 
@@ -874,33 +866,23 @@ fn two_deployments_differing_by_an_environment_variable_are_reported() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("backups");
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        r#"
-        [scheduler]
-        key_prefix = "shared"
-        max_clock_skew = "1s"
-        destination_conflict_after = "2s"
-        [redis]
-        nodes = [{nodes}]
-        node_timeout = "250ms"
-        [[job]]
-        name = "backup"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "command"
-        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]
-        [[job]]
-        name = "note"
-        schedule = "*/5 * * * * *"
-        [job.action]
-        type = "log"
-        content = "noted"
-        "#,
-        nodes = nodes.join(", "),
-        ran = ran.display(),
+    let backup = format!(
+        r#"type = "command"
+        argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]"#,
+        ran = ran.display()
     );
+    let note = "[[job]]\nname = \"note\"\nschedule = \"*/5 * * * * *\"\n\
+                [job.action]\ntype = \"log\"\ncontent = \"noted\"";
+    let text = FleetToml {
+        job: "backup",
+        timeout: "3s",
+        scheduler: "max_clock_skew = \"1s\"\ndestination_conflict_after = \"2s\"",
+        redis: "node_timeout = \"250ms\"",
+        action: &backup,
+        rest: note,
+        ..FleetToml::new(&cluster.urls(), "", "shared")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let production = [("DEPLOY_ENV", "production")];
     let replicas = vec![
@@ -943,15 +925,14 @@ const PAUSE_HEARD_WITHIN: Duration = Duration::from_secs(20);
 /// answer again (no refresh comes then: their connections never broke).
 #[test]
 fn a_pause_read_without_a_majority_keeps_the_last_state() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "minority"),
-    );
-    let replicas = start(&path, 3);
-    std::thread::sleep(Duration::from_secs(2));
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "minority"));
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(RUNNING_FIRST);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // Every replica must know the pause before the nodes go: a replica that has not heard it
     // yet has nothing to keep (on a loaded machine its pub/sub message can come after the hang).
@@ -965,12 +946,12 @@ fn a_pause_read_without_a_majority_keeps_the_last_state() {
     cluster[1].pause();
     cluster[2].pause();
     cluster[0].restart();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(NODES_HUNG);
     cluster[1].resume();
     cluster[2].resume();
     let resumed_nodes = Utc::now();
-    std::thread::sleep(Duration::from_secs(5));
-    stop(&replicas);
+    std::thread::sleep(AFTER_THE_NODES);
+    stop_all(&replicas);
 
     let sent: Vec<DateTime<Utc>> = receiver
         .received()
@@ -1024,8 +1005,8 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
     let third_dir = tempfile::tempdir().unwrap();
     let third_text = two_jobs_config(&cluster.urls()[2..], &receiver, "reread", jobs);
     let third = write_config(third_dir.path(), &third_text);
-    let replicas = start(&path, 1);
-    std::thread::sleep(Duration::from_secs(2));
+    let replicas = ProcessFleet::start(&path, 1);
+    std::thread::sleep(RUNNING_FIRST);
     cluster[0].pause();
     cluster[1].pause();
     slotcron_cli(&third, &["pause", "held", "--by", "ops"]);
@@ -1041,7 +1022,7 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
         replicas[0].lines()
     );
     std::thread::sleep(REREAD_HELD_WITHIN + Duration::from_secs(3));
-    stop(&replicas);
+    stop_all(&replicas);
     let held_from = answering + chrono::Duration::from_std(REREAD_HELD_WITHIN).unwrap();
     let after = |job: &str| {
         let path = format!("/{job}");
@@ -1074,14 +1055,13 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     let Some(lib) = common::tools::libfaketime() else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &config(&cluster.urls(), &receiver.uri(), "skewed-ops"),
-    );
-    let replicas = start(&path, 2);
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| config(nodes, receiver, "skewed-ops"));
+    let replicas = ProcessFleet::start(&path, 2);
     let out = cli_on_clock(
         &path,
         &lib,
@@ -1090,11 +1070,11 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
     );
     assert!(out.status.success(), "{out:?}");
     let paused_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(HELD);
     slotcron_cli(&path, &["resume", "push", "--by", "ops"]);
     let resumed_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(4));
-    stop(&replicas);
+    std::thread::sleep(AFTER_RESUME);
+    stop_all(&replicas);
     let sent: Vec<DateTime<Utc>> = receiver.received().iter().map(slot_time).collect();
     let one_slot = chrono::Duration::seconds(1);
     let while_paused: Vec<&DateTime<Utc>> = sent
@@ -1114,20 +1094,29 @@ fn a_resume_after_a_pause_from_a_fast_clock_still_resumes() {
 
 /// Three replicas with two jobs, `a` and `b`, every second on one prefix, posting to `receiver`.
 fn two_jobs_config(nodes: &[String], receiver: &Receiver, prefix: &str, jobs: [&str; 2]) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let job = |name: &str| {
+    let action = |name: &str| {
         format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{}\"\n",
+            "type = \"http\"\nurl = \"{}\"",
             receiver.url(&format!("/{name}"))
         )
     };
-    format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n{}{}",
-        nodes.join(", "),
-        job(jobs[0]),
-        job(jobs[1])
-    )
+    let second = format!(
+        "[[job]]\nname = \"{}\"\nschedule = \"* * * * * *\"\n[job.action]\n{}\n",
+        jobs[1],
+        action(jobs[1])
+    );
+    // The default timeout and skew, and no node timeout: as the file a user writes.
+    let timeout = format!("{}s", slotcron::unstable::config::DEFAULT_TIMEOUT.as_secs());
+    FleetToml {
+        job: jobs[0],
+        timeout: &timeout,
+        scheduler: "",
+        redis: "",
+        action: &action(jobs[0]),
+        rest: &second,
+        ..FleetToml::new(nodes, &receiver.uri(), prefix)
+    }
+    .render()
 }
 
 /// Requests per (path, slot): a slot that reached the receiver twice counts 2.
@@ -1175,10 +1164,9 @@ fn history_flags_no_duplicate_across_jobs_and_reads_a_job_no_longer_in_the_confi
         dir.path(),
         &two_jobs_config(&cluster.urls(), &receiver, prefix, ["a", "b"]),
     );
-    let replicas = start(&path, 3);
-    // The observation period (the issue's 10 s, scaled): several slots of both jobs.
-    std::thread::sleep(Duration::from_secs(6));
-    stop(&replicas);
+    let replicas = ProcessFleet::start(&path, 3);
+    std::thread::sleep(TWO_JOBS_WINDOW);
+    stop_all(&replicas);
     let delivered = deliveries(&receiver);
     assert!(delivered.len() >= 6, "the fleet hardly ran: {delivered:?}");
     assert!(
@@ -1262,7 +1250,7 @@ struct PausedFromSkewedClock {
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
     lib: std::path::PathBuf,
-    replicas: Vec<Replica>,
+    replicas: ProcessFleet,
     /// The pause is stamped between these two instants, so it surely holds from `taken + 1
     /// slot` (a slot already racing when it lands may still run) until `asked + SPAN`.
     asked: DateTime<Utc>,
@@ -1284,7 +1272,7 @@ impl PausedFromSkewedClock {
             dir.path(),
             &config(&cluster.urls(), &receiver.uri(), &prefix),
         );
-        let replicas = start(&path, 2);
+        let replicas = ProcessFleet::start(&path, 2);
         let span = format!("{span_s}s");
         let asked = Utc::now();
         let out = cli_on_clock(&path, &lib, offset, &["pause", "push", "--until", &span]);
@@ -1337,7 +1325,7 @@ fn pause_until_from_a_slow_clock_holds_for_its_duration_on_the_fleet_clock() {
         "-600s",
         &["pause", "push", "--until", &past],
     );
-    stop(&run.replicas);
+    stop_all(&run.replicas);
 
     let held = run.sent_while_held();
     assert!(
@@ -1358,7 +1346,7 @@ fn pause_until_from_a_fast_clock_ends_after_its_duration_on_the_fleet_clock() {
     let Some(run) = PausedFromSkewedClock::run("+300s", 4) else {
         return;
     };
-    stop(&run.replicas);
+    stop_all(&run.replicas);
 
     let held = run.sent_while_held();
     assert!(

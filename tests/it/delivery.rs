@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::fleet::{wecom_action, Bed, FleetToml};
 use common::raw_http::{Misbehaviour, RawReceiver};
-use common::{write_config, Receiver, RedisCluster, Replica};
+use common::{write_config, ProcessFleet, Receiver, RedisCluster, Replica, IN_FLIGHT};
 use serde_json::Value;
 use slotcron::unstable::action::DeliveryState;
 use slotcron::unstable::config::{self, Config};
@@ -22,6 +23,24 @@ use slotcron::unstable::slot::SlotResult;
 use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 const KEY: &str = "deliverykey0001";
+
+/// The reset test's window: it wants 5 slots whose first attempt the robot reset; 8 s leaves
+/// 3 for the fleet's first races and the window's edges.
+const RESET_WINDOW: Duration = Duration::from_secs(8);
+/// The refused test's window: every slot in it is run by all three replicas in turn, and its
+/// second slot is read back from the history; 6 s holds several, whole.
+const REFUSED_WINDOW: Duration = Duration::from_secs(6);
+/// The dead-proxy test's window: it wants 15 slots, a few of them won by a broken replica and
+/// handed off; 20 s holds them with room for the fleet's start.
+const DEAD_PROXY_WINDOW: Duration = Duration::from_secs(20);
+/// A bound on waiting for slots a fleet surely runs: a slot a second, and a loaded 2-core
+/// machine's delays of seconds; only a fleet that stopped running them reaches it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The budget-waiting winner's pause: past the 13 s key TTL (and so the lock's validity) by 2 s.
+const PAUSED_PAST_VALIDITY: Duration = Duration::from_secs(15);
+/// After the stalled taker resumes: it reads its queued offers at once and judges each against
+/// its deadline; 8 s covers that on a loaded machine, with slots after the resume run too.
+const JUDGED_AFTER_RESUME: Duration = Duration::from_secs(8);
 
 // ---------------------------------------------------------------------------------------------
 // The classification table, one row per test, on a standalone replica (no other replica to hand
@@ -219,83 +238,21 @@ async fn a_command_sees_its_fence_and_a_template_renders_it() {
 // ---------------------------------------------------------------------------------------------
 // The fleet: real replicas racing on real nodes.
 
-/// A fleet config: one WeCom job every second at `webhook_base`.
-fn fleet_config(nodes: &[String], webhook_base: &str, prefix: &str, extra_job: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        [redis]
-        nodes = [{nodes}]
-        # Generous for a loaded 2-core CI machine; the race itself takes well under 1 ms.
-        node_timeout = "250ms"
-        [[job]]
-        name = "push"
-        schedule = "* * * * * *"
-        timeout = "5s"
-        {extra_job}
-        [job.action]
-        type = "wecom"
-        webhook = "{webhook_base}/cgi-bin/webhook/send?key={KEY}"
-        msgtype = "text"
-        content = "{{{{ slot }}}} fence {{{{ fence }}}}"
-        # One a second, plus the places spent by attempts that never left a broken replica.
-        rate = "600/min"
-        "#,
-        nodes = nodes.join(", ")
-    )
-}
-
-struct Fleet {
-    replicas: Vec<Replica>,
-}
-
-impl Fleet {
-    /// Starts one replica per entry of `envs` (its extra environment), named `replica-{i}`.
-    fn start(config: &Path, envs: &[Vec<(&str, &str)>]) -> Self {
-        let replicas: Vec<Replica> = envs
-            .iter()
-            .enumerate()
-            .map(|(i, env)| Replica::run(config, &format!("replica-{i}"), env))
-            .collect();
-        for r in &replicas {
-            let started = r.wait_for_json(Duration::from_secs(20), |l| {
-                l["message"] == "slotcron started"
-            });
-            assert!(
-                started.is_some(),
-                "a replica did not start: {:?}",
-                r.lines()
-            );
-        }
-        Fleet { replicas }
+/// A fleet config: one WeCom job `push` every second (5 s timeout) at `webhook_base`, its
+/// content the slot and its fence; 250 ms node timeout (generous for a loaded 2-core machine;
+/// the race itself takes well under 1 ms).
+fn fleet_config(nodes: &[String], webhook_base: &str, prefix: &str) -> String {
+    // One a second, plus the places spent by attempts that never left a broken replica.
+    let action =
+        wecom_action(webhook_base, KEY, "{{ slot }} fence {{ fence }}") + "\nrate = \"600/min\"";
+    FleetToml {
+        job: "push",
+        timeout: "5s",
+        redis: "node_timeout = \"250ms\"",
+        action: &action,
+        ..FleetToml::new(nodes, webhook_base, prefix)
     }
-
-    fn stop(&self) {
-        for r in &self.replicas {
-            r.resume();
-            r.terminate();
-        }
-        for r in &self.replicas {
-            let status = r.wait_timeout(Duration::from_secs(20));
-            assert!(status.is_some(), "a replica did not exit on SIGTERM");
-        }
-    }
-
-    /// Every JSON line with an `outcome`, by slot, tagged with the replica's index.
-    fn outcomes(&self) -> BTreeMap<String, Vec<(usize, Value)>> {
-        let mut by_slot: BTreeMap<String, Vec<(usize, Value)>> = BTreeMap::new();
-        for (i, r) in self.replicas.iter().enumerate() {
-            for line in r.json_lines() {
-                if let (Some(slot), Some(_)) = (line["slot"].as_str(), line.get("outcome")) {
-                    by_slot.entry(slot.to_owned()).or_default().push((i, line));
-                }
-            }
-        }
-        by_slot
-    }
+    .render()
 }
 
 fn no_env(n: usize) -> Vec<Vec<(&'static str, &'static str)>> {
@@ -331,11 +288,11 @@ fn a_robot_that_resets_after_reading_gets_no_slot_twice_and_the_fleet_goes_on() 
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &fleet_config(&cluster.urls(), &robot.uri(), "reset", ""),
+        &fleet_config(&cluster.urls(), &robot.uri(), "reset"),
     );
-    let fleet = Fleet::start(&path, &no_env(3));
+    let fleet = ProcessFleet::start(&path, 3);
     let from = Utc::now();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(RESET_WINDOW);
     let to = Utc::now();
     fleet.stop();
 
@@ -380,14 +337,14 @@ fn a_refused_slot_is_run_once_by_each_replica_and_handed_off_no_further() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &fleet_config(&cluster.urls(), &closed, "refused", ""),
+        &fleet_config(&cluster.urls(), &closed, "refused"),
     );
-    let fleet = Fleet::start(&path, &no_env(3));
+    let fleet = ProcessFleet::start(&path, 3);
     let from = Utc::now();
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(REFUSED_WINDOW);
     let to = Utc::now();
     // Room for the last slots' takers to end before the lines are read.
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(IN_FLIGHT);
     fleet.stop();
 
     let outcomes = fleet.outcomes();
@@ -472,10 +429,13 @@ fn an_explicit_rejection_is_not_handed_off() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &fleet_config(&cluster.urls(), &receiver.uri(), "rejected", ""),
+        &fleet_config(&cluster.urls(), &receiver.uri(), "rejected"),
     );
-    let fleet = Fleet::start(&path, &no_env(3));
-    std::thread::sleep(Duration::from_secs(4));
+    let fleet = ProcessFleet::start(&path, 3);
+    // Three slots rejected, then room for a handoff or a resend of them to show.
+    let keys = || receiver.counts_by_idempotency_key().len();
+    common::wait_until(PATIENCE, || (keys() >= 3).then_some(()));
+    std::thread::sleep(IN_FLIGHT);
     fleet.stop();
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 3, "{counts:?}");
@@ -499,7 +459,7 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &fleet_config(&cluster.urls(), &receiver.uri(), "proxy", ""),
+        &fleet_config(&cluster.urls(), &receiver.uri(), "proxy"),
     );
     let broken: Vec<(&str, &str)> = vec![
         ("HTTP_PROXY", &dead_proxy),
@@ -510,9 +470,9 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     let mut envs = no_env(3);
     envs.push(broken.clone());
     envs.push(broken);
-    let fleet = Fleet::start(&path, &envs);
+    let fleet = ProcessFleet::start_with_env(&path, &envs);
     let from = Utc::now();
-    std::thread::sleep(Duration::from_secs(20));
+    std::thread::sleep(DEAD_PROXY_WINDOW);
     // The point is the broken replicas' wins: on a loaded machine the healthy ones may win
     // every race for a while, so the run goes on (20 s at most) until a broken one has won.
     let broken_won = || {
@@ -522,7 +482,7 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
     };
     common::wait_until(Duration::from_secs(20), || broken_won().then_some(()));
     let to = Utc::now();
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(IN_FLIGHT);
     fleet.stop();
 
     let received = receiver.received();
@@ -594,7 +554,7 @@ fn two_replicas_behind_a_dead_proxy_lose_no_slot() {
 struct BudgetWait {
     _cluster: RedisCluster,
     receiver: Receiver,
-    fleet: Fleet,
+    fleet: ProcessFleet,
     _dir: tempfile::TempDir,
     slot: String,
     /// The job whose winner waits on the budget.
@@ -610,34 +570,30 @@ impl BudgetWait {
         // Once a minute, 30 s ahead: room for the fleet to start on a loaded machine, and no
         // other firing competes for the budget while the paused winner's slot is handed off.
         let seconds = (Utc::now().timestamp() + 30) % 60;
-        let job = |name: &str| {
-            format!(
-                r#"
-                [[job]]
-                name = "{name}"
-                schedule = "{seconds} * * * * *"
-                timeout = "6s"
-                [job.action]
-                type = "wecom"
-                webhook = "{}/cgi-bin/webhook/send?key={KEY}"
-                msgtype = "text"
-                content = "{name} {{{{ fence }}}}"
-                rate = "1/4s"
-                "#,
-                receiver.uri()
-            )
+        let schedule = format!("{seconds} * * * * *");
+        let action = |name: &str| {
+            wecom_action(&receiver.uri(), KEY, &format!("{name} {{{{ fence }}}}"))
+                + "\nrate = \"1/4s\""
         };
-        let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-        let text = format!(
-            "[scheduler]\nkey_prefix = \"budgetwait\"\nmax_clock_skew = \"0s\"\n\
-             [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n{}{}",
-            nodes.join(", "),
-            job("first"),
-            job("second")
+        let second = format!(
+            "[[job]]\nname = \"second\"\nschedule = \"{schedule}\"\ntimeout = \"6s\"\n\
+             [job.action]\n{}\n",
+            action("second")
         );
+        let text = FleetToml {
+            job: "first",
+            schedule: &schedule,
+            timeout: "6s",
+            scheduler: "max_clock_skew = \"0s\"",
+            redis: "node_timeout = \"250ms\"",
+            action: &action("first"),
+            rest: &second,
+            ..FleetToml::new(&cluster.urls(), &receiver.uri(), "budgetwait")
+        }
+        .render();
         let dir = tempfile::tempdir().unwrap();
         let path = write_config(dir.path(), &text);
-        let fleet = Fleet::start(&path, &no_env(3));
+        let fleet = ProcessFleet::start(&path, 3);
 
         let sent = receiver.wait_for(1, Duration::from_secs(60));
         assert_eq!(sent.len(), 1, "the first send never came");
@@ -691,7 +647,7 @@ impl BudgetWait {
             (!of_slot().is_empty()).then_some(())
         });
         // Room for a second delivery, were there one.
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(IN_FLIGHT);
         let of_waiting = of_slot();
         assert_eq!(
             of_waiting.len(),
@@ -730,8 +686,7 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
     let wait = BudgetWait::start();
     let winner = &wait.fleet.replicas[wait.winner];
     winner.pause();
-    // Past the 13 s key TTL (and so the lock's validity) by 2 s.
-    std::thread::sleep(Duration::from_secs(15));
+    std::thread::sleep(PAUSED_PAST_VALIDITY);
     winner.resume();
     let handed = wait.delivered_once_by_another();
     assert!(
@@ -749,37 +704,21 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
 /// 5 + 1 + 2 + 5 = 13 s and a slot's handoff deadline is 13 + 5 = 18 s after it
 /// ([`HANDOFF_DEADLINE`]); the issue's 5 s timeout with a skew bound scaled down.
 fn handoff_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
     let job = |name: &str| {
         format!(
-            r#"
-            [[job]]
-            name = "{name}"
-            schedule = "* * * * * *"
-            timeout = "5s"
-            [job.action]
-            type = "http"
-            url = "{receiver}/hook"
-            "#
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
+             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
         )
     };
-    format!(
-        r#"
-        [scheduler]
-        key_prefix = "{prefix}"
-        max_clock_skew = "1s"
-        candidates = 3
-        [redis]
-        nodes = [{nodes}]
-        # Generous for a loaded 2-core CI machine; the race itself takes well under 1 ms.
-        node_timeout = "250ms"
-        {}{}{}
-        "#,
-        job("a"),
-        job("b"),
-        job("c"),
-        nodes = nodes.join(", ")
-    )
+    FleetToml {
+        job: "a",
+        timeout: "5s",
+        scheduler: "max_clock_skew = \"1s\"\ncandidates = 3",
+        redis: "node_timeout = \"250ms\"",
+        rest: &(job("b") + &job("c")),
+        ..FleetToml::new(nodes, receiver, prefix)
+    }
+    .render()
 }
 
 /// How long after its slot a handoff may still be delivered under [`handoff_config`].
@@ -850,13 +789,12 @@ fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
     let Some(lib) = common::tools::libfaketime() else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &handoff_config(&cluster.urls(), &receiver.uri(), "stalled-taker"),
-    );
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir,
+        path,
+    } = Bed::start(|nodes, receiver| handoff_config(nodes, receiver, "stalled-taker"));
     let dead_proxy = format!("http://127.0.0.1:{}", common::free_port());
     let broken = vec![
         ("HTTP_PROXY", dead_proxy.as_str()),
@@ -874,7 +812,7 @@ fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
         ("FAKETIME_TIMESTAMP_FILE", offset_file.as_ref()),
         ("FAKETIME_NO_CACHE", "1"),
     ];
-    let fleet = Fleet::start(&path, &[broken, frozen, Vec::new()]);
+    let fleet = ProcessFleet::start_with_env(&path, &[broken, frozen, Vec::new()]);
     let (offerer, taker) = (&fleet.replicas[0], &fleet.replicas[1]);
     let handed_off = |r: &Replica| r.json_lines().iter().any(|l| l["outcome"] == "handed_off");
     let offering = common::wait_until(Duration::from_secs(30), || {
@@ -896,8 +834,7 @@ fn a_stalled_taker_takes_no_queued_offer_twice(set_back: bool) {
     let before_resume = taker.json_lines().len();
     let resumed_at = Utc::now();
     taker.resume();
-    // Long enough for the queued offers to be read and judged, on a loaded machine.
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(JUDGED_AFTER_RESUME);
     fleet.stop();
 
     let runs = runs_by_slot(&receiver);

@@ -5,14 +5,13 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{parse, Fleet, FleetToml};
+use common::fleet::{parse, Bed, Fleet, FleetToml};
 use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
 use slotcron::unstable::replica::Replica as SlotcronReplica;
 use slotcron::unstable::slot::SlotResult;
@@ -34,13 +33,27 @@ fn fleet_config(
     .render()
 }
 
-/// Slots (by the `{job}/{slot}` key) delivered more than once.
-fn duplicates(receiver: &Receiver) -> BTreeMap<String, usize> {
-    receiver
-        .counts_by_idempotency_key()
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .collect()
+/// A bound on waiting for slots a fleet surely runs: a slot a second, and a loaded 2-core
+/// machine's delays of seconds; only a fleet that stopped running them reaches it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// A fault (a node down, hung or slow) held for three slots: each must still run once.
+const FAULT_HELD: Duration = Duration::from_secs(3);
+/// After a node restarts: the replicas reconnect to it (the pool's next request) before the
+/// next node's fault, so only one node is out at a time.
+const RECONNECTED: Duration = Duration::from_secs(2);
+/// Two of three nodes down this long: four slots that must not run.
+const OUTAGE: Duration = Duration::from_secs(4);
+/// The lossy link's connection drops: three, 700 ms apart, so they land in different slots'
+/// races.
+const DROP_EVERY: Duration = Duration::from_millis(700);
+/// The SIGSTOPped sender's pause: past its validity (about 8 s here) and the job's timeout
+/// (1 s), so the retry it was stopped before is past both when it resumes.
+const PAUSED_PAST_VALIDITY: Duration = Duration::from_secs(9);
+
+/// Waits until the fleet has delivered its first slot (at most [`PATIENCE`]).
+async fn fleet_delivers(receiver: &Receiver) {
+    let first = receiver.wait_for_async(1, PATIENCE).await;
+    assert!(!first.is_empty(), "the fleet delivered no slot");
 }
 
 /// The slot keys `fault/{second}` for every second in [from, to).
@@ -74,18 +87,18 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
         "2s",
     );
     let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet_delivers(&receiver).await;
     let from = Utc::now();
     cluster[0].kill();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     cluster[0].restart();
     // One node down at a time: give the restarted node a moment to be reconnected.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(RECONNECTED).await;
     cluster[1].pause();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     cluster[1].resume();
     let to = Utc::now() - chrono::Duration::milliseconds(500);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(common::IN_FLIGHT).await;
     fleet.stop().await;
     let keys = expected_keys(from, to);
     assert!(keys.len() >= 5);
@@ -95,27 +108,22 @@ async fn one_of_three_nodes_killed_then_paused_slots_keep_running_once() {
         "slots missed with one node down"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
 #[test]
 fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &fleet_config(
-            &cluster.urls(),
-            &receiver.uri(),
-            "two-down",
-            "* * * * * *",
-            "2s",
-        ),
-    );
+    let Bed {
+        cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| {
+        fleet_config(nodes, receiver, "two-down", "* * * * * *", "2s")
+    });
     let replicas: Vec<Replica> = ["a", "b"]
         .iter()
         .map(|name| Replica::run(&path, name, &[]))
@@ -127,7 +135,7 @@ fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
     cluster[0].kill();
     cluster[1].kill();
     let down_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(OUTAGE);
     let outage: Vec<String> =
         expected_keys(down_at + chrono::Duration::milliseconds(200), Utc::now());
     let during = receiver.counts_by_idempotency_key();
@@ -165,9 +173,9 @@ fn two_of_three_nodes_down_no_slot_runs_and_the_fleet_resumes() {
         "the fleet did not resume after the majority came back"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -283,9 +291,9 @@ fn replicas_sigkilled_mid_run_no_slot_runs_twice_and_the_fleet_goes_on() {
     });
     assert!(resumed.is_some(), "the fleet stopped after the kills");
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -310,7 +318,7 @@ fn a_replica_paused_past_its_validity_does_not_send_on_resume() {
     let first = receiver.wait_for(1, Duration::from_secs(10));
     replica.pause();
     let slot_key = common::idempotency_key(&first[0]).unwrap();
-    std::thread::sleep(Duration::from_secs(9));
+    std::thread::sleep(PAUSED_PAST_VALIDITY);
     replica.resume();
     let failed = replica.wait_for_json(Duration::from_secs(5), |l| l["outcome"] == "failed");
     assert!(
@@ -335,17 +343,17 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
     let urls = vec![proxy.redis_url(), cluster[1].url(), cluster[2].url()];
     let text = fleet_config(&urls, &receiver.uri(), "lossy", "* * * * * *", "2s");
     let fleet = Fleet::start_named(&text, &["r1", "r2", "r3"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet_delivers(&receiver).await;
     let from = Utc::now();
     proxy.set_latency(Duration::from_millis(600)); // far over the 150 ms node timeout
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(FAULT_HELD).await;
     proxy.set_latency(Duration::ZERO);
     for _ in 0..3 {
         proxy.drop_all();
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(DROP_EVERY).await;
     }
     let to = Utc::now() - chrono::Duration::milliseconds(500);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(common::IN_FLIGHT).await;
     fleet.stop().await;
     let keys = expected_keys(from, to);
     assert_eq!(
@@ -354,9 +362,9 @@ async fn a_slow_and_lossy_link_to_one_node_changes_nothing() {
         "slots missed through a bad link to one node"
     );
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
 }
 
@@ -412,9 +420,9 @@ fn a_node_answering_garbage_counts_as_failed_and_slots_still_run() {
     eprintln!("{ran} slots ran with one garbage node of three");
     assert!(ran >= 3, "slots ran with one garbage node: {ran}");
     assert!(
-        duplicates(&receiver).is_empty(),
+        receiver.duplicate_keys().is_empty(),
         "{:?}",
-        duplicates(&receiver)
+        receiver.duplicate_keys()
     );
     for (name, r) in names.iter().zip(&replicas) {
         let states: Vec<String> = r
@@ -492,14 +500,20 @@ fn a_running_lease_release_that_misses_a_majority_is_reported() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"release\"\n[redis]\nnodes = [{}]\n\
-         [[job]]\nname = \"slow\"\nschedule = \"*/5 * * * * *\"\ntimeout = \"4s\"\n\
-         [job.action]\ntype = \"command\"\nshell = \"touch '{}'; sleep 1.5\"\n",
-        nodes.join(", "),
+    let action = format!(
+        "type = \"command\"\nshell = \"touch '{}'; sleep 1.5\"",
         started.display()
     );
+    let text = FleetToml {
+        job: "slow",
+        schedule: "*/5 * * * * *",
+        timeout: "4s",
+        scheduler: "",
+        redis: "",
+        action: &action,
+        ..FleetToml::new(&cluster.urls(), "", "release")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let replica = Replica::run(&path, "solo", &[]);
     let running = wait_until(Duration::from_secs(12), || started.exists().then_some(()));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::FleetToml;
+use common::fleet::{Bed, FleetToml};
 use common::tools::{libfaketime, set_offset, valkey_server};
 use common::{write_config, FaultyProxy, FreezeTrap, Receiver, RedisCluster, RedisServer, Replica};
 
@@ -48,16 +48,41 @@ fn short_keys_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
     tick_file(nodes, receiver, prefix, "2s", "max_clock_skew = \"2s\"")
 }
 
+/// The cold-join test's forwarder refuses every connection this long after the late replicas
+/// start: they wait on an unmeasured clock, and say so, for several retries of the measurement.
+const REFUSED_AT_JOIN: Duration = Duration::from_secs(4);
+/// A bound on waiting for slots a fleet surely runs: a slot a second, and a loaded 2-core
+/// machine's delays of seconds; only a fleet that stopped running them reaches it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// How many arrivals after the join (or the resume) [`assert_on_time_once`] judges at least.
+const JUDGED_ARRIVALS: usize = 15;
+/// Two slots: a replica racing on a clock it has not measured would have sent one of them.
+const UNMEASURED_WINDOW: Duration = Duration::from_secs(2);
+/// How long the losing latency is in place before the freeze: a slot or two raced and lost.
+const LOSING_BEFORE_THE_FREEZE: Duration = Duration::from_secs(2);
+/// After a frozen replica resumes: it acts on the answer it was frozen in at once, so a stale
+/// send would come within a second or two; 8 s covers that on a loaded machine and lets the
+/// slots after it run (the asserts read them).
+const AFTER_THE_RESUME: Duration = Duration::from_secs(8);
+
+/// Waits (at most [`PATIENCE`]) until [`JUDGED_ARRIVALS`] requests arrived after `from`, then
+/// [`common::IN_FLIGHT`] for a duplicate, were there one, to show.
+fn judged_slots_arrive(receiver: &Receiver, from: DateTime<Utc>) {
+    let judged = || {
+        let (arrived, _) = arrivals(receiver);
+        arrived.iter().filter(|(_, at)| *at >= from).count()
+    };
+    common::wait_until(PATIENCE, || (judged() >= JUDGED_ARRIVALS).then_some(()));
+    std::thread::sleep(common::IN_FLIGHT);
+}
+
 /// How far the scenarios set a replica's clocks back: 5 s past [`short_keys_config`]'s 11 s
 /// key life (the margin the 35 s had over the default's 30 s).
 const PAST_THE_KEYS: Duration = Duration::from_secs(16);
 
 /// A replica process under libfaketime with `env` (the offset and which clocks it fakes).
 fn faked(lib: &Path, config: &Path, name: &str, env: &[(&str, &str)]) -> Replica {
-    let preload = lib.to_string_lossy().into_owned();
-    let mut all = vec![("LD_PRELOAD", preload.as_str())];
-    all.extend_from_slice(env);
-    Replica::run(config, name, &all)
+    Replica::run_faked(config, name, lib, env)
 }
 
 fn wait_started(replicas: &[&Replica]) {
@@ -115,7 +140,11 @@ fn assert_on_time_once(
         arrived.len(),
         judged.len()
     );
-    assert!(judged.len() >= 15, "too few slots ran: {}", judged.len());
+    assert!(
+        judged.len() >= JUDGED_ARRIVALS,
+        "too few slots ran: {}",
+        judged.len()
+    );
     for (slot, at) in arrived.iter().filter(|(_, at)| *at >= from) {
         let late = *at - *slot;
         assert!(
@@ -183,11 +212,14 @@ fn a_cold_start_with_refused_connections_and_skewed_clocks_never_fires_early_lat
         "slow-16s",
         &[("FAKETIME", back.as_str()), wall[0]],
     ));
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(REFUSED_AT_JOIN);
     for p in &proxies {
         p.set_refuse(false);
     }
-    std::thread::sleep(Duration::from_secs(18));
+    judged_slots_arrive(&receiver, joined_at);
+    // And each late replica has raced once measured (asserted below).
+    let all_raced = || replicas[2..].iter().all(|r| raced(r) > 0);
+    common::wait_until(PATIENCE, || all_raced().then_some(()));
     stop(&mut replicas);
     let (arrived, duplicates) = arrivals(&receiver);
     assert_on_time_once(
@@ -214,13 +246,12 @@ fn a_replica_frozen_16s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
     let Some(lib) = libfaketime() else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &short_keys_config(&cluster.urls(), &receiver.uri(), "freeze"),
-    );
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir,
+        path,
+    } = Bed::start(|nodes, receiver| short_keys_config(nodes, receiver, "freeze"));
     let offset = dir.path().join("frozen.offset");
     set_offset(&offset, "+0");
     let offset_file = offset.to_string_lossy().into_owned();
@@ -235,14 +266,18 @@ fn a_replica_frozen_16s_with_both_clocks_set_back_never_runs_a_slot_twice_or_sta
         faked(&lib, &path, "frozen", &env),
     ];
     wait_started(&replicas.iter().collect::<Vec<_>>());
-    std::thread::sleep(Duration::from_secs(6));
+    // The replica to freeze races before it is frozen: it has logged a race.
+    let raced_once = replicas[2].wait_for_json(PATIENCE, |l| {
+        l["outcome"] == "won" || l["outcome"] == "lost"
+    });
+    assert!(raced_once.is_some(), "{:?}", replicas[2].lines());
     replicas[2].pause();
     std::thread::sleep(PAST_THE_KEYS);
     // Resumed as a restored VM is: its clocks read as when it stopped.
     set_offset(&offset, &format!("-{}s", PAST_THE_KEYS.as_secs()));
     replicas[2].resume();
     let resumed_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(22));
+    judged_slots_arrive(&receiver, resumed_at);
     stop(&mut replicas);
     let (arrived, duplicates) = arrivals(&receiver);
     assert_on_time_once(
@@ -292,7 +327,7 @@ fn readyz_is_not_ready_until_the_fleet_clock_is_measured() {
         "{}",
         unready.body
     );
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(UNMEASURED_WINDOW);
     assert_eq!(
         receiver.count(),
         0,
@@ -416,7 +451,7 @@ fn one_node_40s_slow_is_named_not_followed_every_slot_once_and_lateness_logged_a
     let until = Utc::now();
     let metrics = common::http_get(port, "/metrics").map(|r| r.body);
     // The slots of the window's last seconds finish their send before the stop.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(common::IN_FLIGHT);
     stop(&mut replicas);
 
     let (arrived, duplicates) = arrivals(&receiver);
@@ -714,9 +749,11 @@ fn a_freeze_as_the_pre_race_time_answer_arrives_runs_no_slot_twice_or_stale() {
     for p in &frozen.proxies {
         p.set_latency(LOSING_LATENCY);
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // Races lost under the latency before the freeze (a slot or two), so the `TIME` it is frozen
+    // in is one before a race.
+    std::thread::sleep(LOSING_BEFORE_THE_FREEZE);
     frozen.freeze_and_resume();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(AFTER_THE_RESUME);
     let mut replicas = [awake, frozen.replica];
     stop(&mut replicas);
     assert_once_inside_the_key_life(&receiver);
@@ -743,7 +780,7 @@ fn a_freeze_as_the_won_set_answer_arrives_sends_nothing_past_the_lock() {
         &["$3\r\nSET\r\n", ":tick:"],
     );
     frozen.freeze_and_resume();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(AFTER_THE_RESUME);
     stop(std::slice::from_mut(&mut frozen.replica));
     assert_once_inside_the_key_life(&receiver);
     assert_lateness_as_measured(&frozen.replica, &receiver);

@@ -385,20 +385,25 @@ fn burst_file(
     jobs: usize,
     at: DateTime<Utc>,
 ) -> String {
-    let nodes: Vec<String> = urls.iter().map(|n| format!("{n:?}")).collect();
-    let mut text = format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\nmax_clock_skew = \"2s\"\n\
-         [redis]\nnodes = [{}]\nnode_timeout = \"500ms\"\n",
-        nodes.join(", ")
-    );
     let cron = format!("{} {} {} * * *", at.second(), at.minute(), at.hour());
-    for i in 0..jobs {
-        text.push_str(&format!(
+    let job = |i: usize| {
+        format!(
             "[[job]]\nname = \"burst-{i}\"\nschedule = \"{cron}\"\ntimeout = \"5s\"\n\
              jitter = \"60s\"\n[job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
-        ));
+        )
+    };
+    let rest: String = (1..jobs).map(job).collect();
+    FleetToml {
+        job: "burst-0",
+        schedule: &cron,
+        timeout: "5s",
+        scheduler: "max_clock_skew = \"2s\"",
+        redis: "node_timeout = \"500ms\"",
+        job_extra: "jitter = \"60s\"",
+        rest: &rest,
+        ..FleetToml::new(urls, receiver, prefix)
     }
-    text
+    .render()
 }
 
 /// The sends of each second after `at`: how many arrived in it.

@@ -696,7 +696,8 @@ async fn a_jobspecs_deadline_alerts_a_slow_slot_then_its_recovery() {
                 .on_failure("ops"),
             // Past the deadline by far more than a loaded machine delays its look.
             |_| async {
-                tokio::time::sleep(Duration::from_secs(6)).await;
+                const PAST_THE_DEADLINE: Duration = Duration::from_secs(6);
+                tokio::time::sleep(PAST_THE_DEADLINE).await;
                 Ok::<(), String>(())
             },
         )

@@ -10,7 +10,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::tools::libfaketime;
@@ -23,16 +22,6 @@ fn config(port: u16, schedule: &str) -> String {
          [[job]]\nname = \"tick\"\nschedule = \"{schedule}\"\n\
          [job.action]\ntype = \"log\"\ncontent = \"tick\"\n"
     )
-}
-
-fn started(r: &Replica) {
-    assert!(
-        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
-            == "slotcron started")
-            .is_some(),
-        "{:?}",
-        r.lines()
-    );
 }
 
 fn status(port: u16, path: &str) -> (u16, String) {
@@ -49,7 +38,7 @@ fn healthz_answers_200_and_reports_each_wake_while_the_timeline_runs() {
         "live",
         &[],
     );
-    started(&r);
+    r.assert_started();
     let woke = wait_until(Duration::from_secs(5), || {
         let (code, body) = status(port, "/healthz");
         assert_eq!(code, 200, "{body}");
@@ -81,7 +70,7 @@ fn a_wedged_timeline_fails_healthz_within_one_missed_slot_while_http_answers() {
     let path = write_config(dir.path(), &config(port, "*/5 * * * * *"));
     let spawned = Instant::now();
     let r = frozen_replica(&lib, &path, "wedged");
-    started(&r);
+    r.assert_started();
     let (code, body) = status(port, "/healthz");
     assert_eq!(code, 200, "healthy before the first slot is due: {body}");
     let failed = wait_until(Duration::from_secs(15), || {
@@ -109,18 +98,9 @@ fn a_wedged_timeline_fails_healthz_within_one_missed_slot_while_http_answers() {
 /// A replica whose wall clock stands still at a whole minute (libfaketime's absolute time
 /// without `@`); tokio's timers keep the real monotonic clock.
 fn frozen_replica(lib: &Path, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME", "2026-01-01 00:00:00")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    let env = [
+        ("FAKETIME", "2026-01-01 00:00:00"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    Replica::run_faked(config, name, lib, &env)
 }

@@ -22,6 +22,9 @@ use common::{redis_get, write_config, FaultyProxy, Receiver, RedisCluster, Repli
 const REPLICAS: usize = 5;
 /// How long the node stays hung, dead or slow.
 const FAULT: Duration = Duration::from_secs(14);
+/// The healthy runs before the fault and after it: five slots each, measured as the baseline
+/// and as the recovery.
+const HEALTHY_BEFORE_AND_AFTER: Duration = Duration::from_secs(5);
 /// Slots this long after the fault starts are measured: the first timeouts teach the replicas.
 const SETTLE: Duration = Duration::from_secs(2);
 /// The behaviour, not a speed: the median lateness during the fault stays below the median
@@ -259,13 +262,13 @@ fn a_broken_node_costs_one_timeout_once(fault: Fault) {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let fleet = Fleet::start(fault);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HEALTHY_BEFORE_AND_AFTER);
     let began = SystemTime::now();
     fleet.begin(fault);
     std::thread::sleep(FAULT);
     let ended = SystemTime::now();
     fleet.end(fault);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(HEALTHY_BEFORE_AND_AFTER);
     let stopped = SystemTime::now();
     fleet.stop();
 

@@ -15,6 +15,16 @@ use common::{free_port, wait_until, write_config, Receiver, RedisCluster, Replic
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
+/// The overlap test's run: several slots counted across the three replicas.
+const COUNTED_WINDOW: Duration = Duration::from_secs(6);
+/// The catch-up test's whole fleet down: about 3 slots missed (7 s less the replica's start and
+/// stop, each a second or two on a loaded machine).
+const FLEET_DOWN: Duration = Duration::from_secs(7);
+/// After the replica is back: the missed slots are caught up at start, a job's send each.
+const CATCH_UP_RUNS: Duration = Duration::from_secs(2);
+/// Each run of the repeated solo replica, and the gap between runs: two slots each.
+const SOLO_RUN: Duration = Duration::from_secs(2);
+
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_slotcron")
 }
@@ -33,16 +43,6 @@ fn http_job(name: &str, schedule: &str, receiver: &Receiver, extra: &str) -> Str
 
 fn replica(config: &Path, id: &str) -> Replica {
     Replica::run(config, id, &[])
-}
-
-fn started(r: &Replica) {
-    assert!(
-        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
-            == "slotcron started")
-            .is_some(),
-        "{:?}",
-        r.lines()
-    );
 }
 
 fn stop(r: Replica) {
@@ -95,8 +95,8 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
     );
     let path = write_config(dir.path(), &text);
     let (a, b) = (replica(&path, "alpha"), replica(&path, "beta"));
-    started(&a);
-    started(&b);
+    a.assert_started();
+    b.assert_started();
     receiver.wait_for(4, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(500));
     let winners: HashMap<String, String> = [&a, &b]
@@ -244,7 +244,7 @@ fn history_records_a_short_run_once_a_slow_run_at_its_start_and_catch_up_runs_tw
     );
     let path = write_config(dir.path(), &text);
     let r = replica(&path, "solo");
-    started(&r);
+    r.assert_started();
     let url = cluster[1].url();
     // The slow run shows as running while it goes on (its start is recorded after 1 s).
     let won = r
@@ -354,9 +354,9 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
         let path = write_config(dir.path(), &text);
         let replicas: Vec<Replica> = (0..3).map(|i| replica(&path, &format!("r{i}"))).collect();
         for r in &replicas {
-            started(r);
+            r.assert_started();
         }
-        std::thread::sleep(Duration::from_secs(6));
+        std::thread::sleep(COUNTED_WINDOW);
         // Every count after every replica has exited: a slot won between a look at the logs and
         // the SIGTERM still runs (the run in flight is finished), so counting the logs before
         // the stop and the receiver after it could see a run without its `won` line.
@@ -422,16 +422,16 @@ fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
         );
         let path = write_config(dir.path(), &text);
         let first = replica(&path, "first");
-        started(&first);
+        first.assert_started();
         receiver.wait_for(1, Duration::from_secs(5));
         stop(first);
         let stopped = chrono::Utc::now();
-        std::thread::sleep(Duration::from_secs(7)); // the whole fleet is down for ~3 slots
+        std::thread::sleep(FLEET_DOWN);
         let second = replica(&path, "second");
-        started(&second);
+        second.assert_started();
         // Slots before the replica is up (its process was still starting) were missed too.
         let restarted = chrono::Utc::now();
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(CATCH_UP_RUNS);
         let caught: Vec<Value> = second
             .json_lines()
             .into_iter()
@@ -496,8 +496,8 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
     let mut runs: Vec<Replica> = Vec::new();
     for run in 0..4 {
         let r = replica(&path, "solo");
-        started(&r);
-        std::thread::sleep(Duration::from_secs(2));
+        r.assert_started();
+        std::thread::sleep(SOLO_RUN);
         r.terminate();
         let exited = r.wait_timeout(Duration::from_secs(15));
         assert!(exited.is_some_and(|s| s.success()), "{:?}", r.lines());
@@ -530,7 +530,7 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
         // Kept to the end: a failing test prints every run's log.
         runs.push(r);
         if run < 3 {
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(SOLO_RUN);
         }
     }
     // Every caught-up slot reached the receiver once; no slot ran twice or before the start.
@@ -580,7 +580,7 @@ fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catch
     );
     let spawned_at = chrono::Utc::now();
     let r = replica(&path, "reloader");
-    started(&r);
+    r.assert_started();
     let key = "marked:later:first_seen";
     // Every job's first start is recorded, catch_up or not: the fleet scheduled it from then.
     let first = wait_until(Duration::from_secs(5), || {
@@ -645,11 +645,11 @@ fn a_rollout_that_moves_a_jobs_schedule_catches_up_none_of_the_slots_the_old_sch
     let old_path = write_config(&old_dir, &format!("{head}{}", job("*/2 * * * * *")));
     let new_path = write_config(&new_dir, &format!("{head}{}", job("* * * * * *")));
     let old = replica(&old_path, "old");
-    started(&old);
+    old.assert_started();
     // The old version runs a few even seconds (and records the job's watermark) first.
     receiver.wait_for(3, Duration::from_secs(30));
     let new = replica(&new_path, "new");
-    started(&new);
+    new.assert_started();
     let new_start = time_of(&said(&new, "slotcron started")[0], "timestamp");
     // The missed-slot report waits out the job's timeout (5 s) and the start window (the
     // default skew's 5 s) first: an odd second run 15 s after the new start comes after it.
@@ -712,7 +712,7 @@ fn health_readiness_and_metrics_endpoints() {
     );
     let path = write_config(dir.path(), &text);
     let r = replica(&path, "observed");
-    started(&r);
+    r.assert_started();
     receiver.wait_for(2, Duration::from_secs(10));
     assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
     let (status, body) = http_get(port, "/readyz").unwrap();
@@ -758,7 +758,7 @@ fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
     let path = write_config(dir.path(), &one);
     // Without the file watch: the reloads here come from SIGHUP alone.
     let r = Replica::run(&path, "reloader", &[("SLOTCRON_NO_WATCH", "true")]);
-    started(&r);
+    r.assert_started();
     std::fs::write(
         &path,
         format!("{one}{}", http_job("second", "* * * * * *", &receiver, "")),
@@ -820,8 +820,8 @@ fn http_listen_overrides_the_files_address_for_run_and_health_across_a_reload() 
         .env("SLOTCRON_NO_WATCH", "true");
     let by_flag = Replica::spawn_cmd("by-flag", cmd);
     let by_env = Replica::run(&path, "by-env", &[("SLOTCRON_HTTP_LISTEN", &env_addr)]);
-    started(&by_flag);
-    started(&by_env);
+    by_flag.assert_started();
+    by_env.assert_started();
     assert_eq!(http_get(flag_port, "/healthz").map(|r| r.0), Some(200));
     assert_eq!(http_get(env_port, "/healthz").map(|r| r.0), Some(200));
     assert_eq!(

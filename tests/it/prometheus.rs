@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::fleet::FleetToml;
 use common::tools::tool;
 use common::{free_port, http_get, wait_until, write_config, Receiver, RedisCluster, Replica};
 use serde_json::Value;
@@ -20,27 +21,20 @@ fn repo() -> PathBuf {
 /// Two jobs: `tick` runs every second; `yearly` never runs during a test, so its series show
 /// what a job looks like before its first slot.
 fn config(cluster: &RedisCluster, receiver: &Receiver, port: u16) -> String {
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        "[scheduler]\nkey_prefix = \"prom\"\n[redis]\nnodes = [{}]\n\
-         [http]\nlisten = \"127.0.0.1:{port}\"\n\
-         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-         [job.action]\ntype = \"http\"\nurl = \"{}/hook\"\n\
+    let rest = format!(
+        "[http]\nlisten = \"127.0.0.1:{port}\"\n\
          [[job]]\nname = \"yearly\"\nschedule = \"0 0 0 1 1 *\"\n\
-         [job.action]\ntype = \"log\"\ncontent = \"happy new year\"\n",
-        nodes.join(", "),
-        receiver.uri()
-    )
-}
-
-fn started(r: &Replica) {
-    assert!(
-        r.wait_for_json(Duration::from_secs(15), |l| l["message"]
-            == "slotcron started")
-            .is_some(),
-        "{:?}",
-        r.lines()
+         [job.action]\ntype = \"log\"\ncontent = \"happy new year\""
     );
+    FleetToml {
+        job: "tick",
+        timeout: "5s",
+        scheduler: "",
+        redis: "",
+        rest: &rest,
+        ..FleetToml::new(&cluster.urls(), &receiver.uri(), "prom")
+    }
+    .render()
 }
 
 /// One replica of [`config`] on three Redis nodes, started, with its `[http]` port.
@@ -61,7 +55,7 @@ impl LiveReplica {
         let port = free_port();
         let config = write_config(dir.path(), &config(&cluster, &receiver, port));
         let replica = Replica::run(config, name, &[]);
-        started(&replica);
+        replica.assert_started();
         LiveReplica {
             port,
             receiver,
@@ -222,7 +216,7 @@ fn a_real_prometheus_scrapes_two_replicas_and_queries_by_slotcron_job() {
             Replica::run(path, &format!("prom-{i}"), &[])
         })
         .collect();
-    replicas.iter().for_each(started);
+    replicas.iter().for_each(Replica::assert_started);
     let (server, prom_port) = start_prometheus(&prometheus, dir.path(), &ports);
 
     // Both replicas race every slot of `tick`: each has its own series, labelled

@@ -91,16 +91,20 @@ fn fleet(
     robot: &StampingRobot,
     rate: &str,
 ) -> Vec<common::Replica> {
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\nmax_clock_skew = \"1s\"\n\
-         [redis]\nnodes = [{}]\n\
-         [[job]]\nname = \"chatty\"\nschedule = \"* * * * * *\"\ntimeout = \"3s\"\noverlap = \"allow\"\n\
-         [job.action]\ntype = \"wecom\"\nwebhook = \"{}\"\nmsgtype = \"text\"\ncontent = \"{{{{ slot }}}}\"\n\
-         rate = \"{rate}\"\n",
-        nodes.join(", "),
+    let action = format!(
+        "type = \"wecom\"\nwebhook = \"{}\"\nmsgtype = \"text\"\n\
+         content = \"{{{{ slot }}}}\"\nrate = \"{rate}\"",
         robot.webhook()
     );
+    let text = common::fleet::FleetToml {
+        job: "chatty",
+        timeout: "3s",
+        redis: "",
+        job_extra: "overlap = \"allow\"",
+        action: &action,
+        ..common::fleet::FleetToml::new(&cluster.urls(), "", prefix)
+    }
+    .render();
     let path = common::write_config(dir, &text);
     (0..3)
         .map(|i| common::Replica::run(&path, &format!("r{i}"), &[]))

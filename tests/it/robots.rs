@@ -1,13 +1,15 @@
 //! Every robot against a real local HTTP receiver: the exact JSON of each WeCom message type
-//! (image base64 and MD5, news, file and voice through `upload_media`, template cards), DingTalk
-//! and Feishu messages with their signatures recomputed from the documented algorithms, Slack's
-//! answers, the generic http success rules, WeCom's error codes; secrets from files, defaults and
-//! the environment, none of them in any log line, error or `check` output; templates (`env`,
-//! `date`, `content_file`) and template errors that name the job and the line.
+//! beyond text and markdown (image base64 and MD5, news, file and voice through
+//! `upload_media`, template cards), DingTalk and Feishu messages with their signatures
+//! recomputed from the documented algorithms, Slack's answers, WeCom's error codes; secrets
+//! from files, defaults and the environment, none of them in any log line, error or `check`
+//! output; templates (`env`, `date`, `content_file`) and template errors that name the job and
+//! the line.
 //!
-//! The core WeCom text/markdown/http behaviour (headers, retries to the timeout, misbehaving
-//! receivers) is in it/actions.rs; command actions in it/command.rs; the fleet-wide rate
-//! budget in it/rate_budget.rs.
+//! The WeCom text and markdown payloads and the core behaviour (headers, retries to the
+//! timeout, misbehaving receivers), and the generic http action with its success rules, are in
+//! it/actions.rs; command actions in it/command.rs; the fleet-wide rate budget in
+//! it/rate_budget.rs.
 
 use crate::common;
 
@@ -17,15 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::Receiver;
+use common::{fleet, Receiver};
 use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use slotcron::unstable::config;
 use slotcron::unstable::replica::Replica;
-use slotcron::unstable::slot::{SlotEnv, SlotResult};
-use slotcron::unstable::time::schedule::{SharedClock, Slot, SystemClock};
+use slotcron::unstable::slot::SlotResult;
+use slotcron::unstable::time::schedule::{Slot, SystemClock};
 
 /// Runs one slot of the only job (`robot`, Asia/Shanghai, 5 s) whose `[job.action]` is `action`;
 /// jobs.toml is taken to be in `dir` (files it names are relative to it).
@@ -35,20 +37,10 @@ async fn run_action(dir: &Path, action: &str, env: &[(&str, &str)]) -> (SlotResu
 }
 
 async fn run_action_inner(dir: &Path, action: &str, env: &[(&str, &str)]) -> (SlotResult, Slot) {
-    let text = format!("[[job]]\nname = \"robot\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\ntimezone = \"Asia/Shanghai\"\n[job.action]\n{action}\n");
-    let env: HashMap<String, String> = env
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    let config =
-        config::parse(&dir.join("jobs.toml"), &text, &env).unwrap_or_else(|e| panic!("{e}"));
-    let clock: SharedClock = Arc::new(SystemClock);
-    let ctx: Arc<SlotEnv> = Replica::connect(&config, "replica-a".into(), clock)
-        .await
-        .unwrap()
-        .context(&config);
-    let slot = Slot::at(chrono::Utc::now());
-    (ctx.run_slot(&config.jobs[0], slot).await, slot)
+    let job = "timeout = \"5s\"\ntimezone = \"Asia/Shanghai\"";
+    let text = fleet::one_job("robot", job, action);
+    let config = fleet::parse_with_env(&dir.join("jobs.toml"), &text, env);
+    fleet::run_current_slot(&config, "replica-a").await
 }
 
 fn body(r: &wiremock::Request) -> Value {
@@ -88,52 +80,6 @@ fn wecom(receiver: &Receiver, rest: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // WeCom
 // ---------------------------------------------------------------------------------------------
-
-#[tokio::test]
-async fn wecom_text_markdown_and_markdown_v2_payloads() {
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (result, slot) = run_action(
-        dir.path(),
-        &wecom(&receiver, "msgtype = \"text\"\ncontent = \"{{ job }} {{ slot | date(\\\"%H:%M\\\") }} {{ env.TEAM }}\"\nmentioned_list = [\"wangqing\", \"@all\"]\nmentioned_mobile_list = [\"13800001111\"]"),
-        &[("TEAM", "core")],
-    )
-    .await;
-    assert_done(&result);
-    assert_eq!(
-        body(&receiver.received()[0]),
-        json!({"msgtype": "text", "text": {"content": format!("robot {} core", local(slot, "%H:%M")), "mentioned_list": ["wangqing", "@all"], "mentioned_mobile_list": ["13800001111"]}})
-    );
-    let markdown = [
-        (
-            "markdown",
-            "**bold** <@wangqing> <font color=\\\"warning\\\">{{ job }}</font>",
-            "**bold** <@wangqing> <font color=\"warning\">robot</font>",
-        ),
-        (
-            "markdown_v2",
-            "| a | b |\\n| :- | -: |\\n| `x` | {{ replica }} |",
-            "| a | b |\n| :- | -: |\n| `x` | replica-a |",
-        ),
-    ];
-    for (msgtype, source, sent) in markdown {
-        let receiver = Receiver::start();
-        let (result, _) = run_action(
-            dir.path(),
-            &wecom(
-                &receiver,
-                &format!("msgtype = \"{msgtype}\"\ncontent = \"{source}\""),
-            ),
-            &[],
-        )
-        .await;
-        assert_done(&result);
-        assert_eq!(
-            body(&receiver.received()[0]),
-            json!({"msgtype": msgtype, msgtype: {"content": sent}})
-        );
-    }
-}
 
 #[tokio::test]
 async fn wecom_image_from_a_file_and_from_a_url_is_base64_with_the_md5_of_the_raw_bytes() {
@@ -354,7 +300,11 @@ async fn wecom_errcodes_45009_and_5xx_retried_with_backoff_93000_final_one_idemp
         .map(|r| common::idempotency_key(r).unwrap())
         .collect();
     assert_eq!(keys, vec![format!("robot/{}", slot.rfc3339_utc()); 3]);
+    // Every attempt sends the same message (merged from it::actions::errcode_45009_is_retried_then_succeeds).
+    let bodies = receiver.received_json();
+    assert!(bodies.iter().all(|b| *b == bodies[0]), "{bodies:?}");
 
+    // Also it::actions::errcode_93000_is_not_retried's checks, all of them (merged here).
     let receiver =
         Receiver::start_with_body(json!({"errcode": 93000, "errmsg": "invalid webhook url"}));
     let (result, _) = run_action(dir.path(), &wecom(&receiver, text), &[]).await;
@@ -715,91 +665,6 @@ async fn slack_text_and_blocks_ok_not_ok_and_429_retry_after() {
     let error = failed_error(result);
     assert!(error.contains("invalid_payload"), "{error}");
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
-}
-
-#[tokio::test]
-async fn generic_http_success_status_and_success_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = wiremock::MockServer::start().await;
-    wiremock::Mock::given(wiremock::matchers::method("PUT"))
-        .respond_with(
-            wiremock::ResponseTemplate::new(201)
-                .set_body_json(json!({"status": "ok", "data": {"items": [{"code": 0}]}})),
-        )
-        .mount(&server)
-        .await;
-    let action = format!(
-        "type = \"http\"\nurl = \"{}/report\"\nmethod = \"PUT\"\nheaders = {{ Authorization = \"Bearer ${{TOKEN}}\", Content-Type = \"application/json\" }}\nbody = '{{\"job\": \"{{{{ job }}}}\", \"slot\": \"{{{{ slot_utc }}}}\"}}'\nsuccess_json = {{ field = \"data.items.0.code\", equals = 0 }}",
-        server.uri()
-    );
-    let (result, slot) = run_action(dir.path(), &action, &[("TOKEN", "tok-abcdef")]).await;
-    assert_done(&result);
-    let requests = server.received_requests().await.unwrap();
-    let request = &requests[0];
-    assert_eq!(request.method.as_str(), "PUT");
-    assert_eq!(
-        request.headers.get("authorization").unwrap(),
-        "Bearer tok-abcdef"
-    );
-    assert_eq!(
-        request.headers.get("content-type").unwrap(),
-        "application/json"
-    );
-    assert_eq!(
-        body(request),
-        json!({"job": "robot", "slot": slot.rfc3339_utc()})
-    );
-
-    let http = |receiver: &Receiver, rules: &str| {
-        format!("type = \"http\"\nurl = \"{}/r\"\n{rules}", receiver.uri())
-    };
-    // success_status: a single code, or a range; outside it a 2xx is a final failure.
-    let receiver = Receiver::start();
-    receiver.set_response(202, json!({}));
-    let (result, _) = run_action(
-        dir.path(),
-        &http(&receiver, "success_status = \"202\""),
-        &[],
-    )
-    .await;
-    assert_done(&result);
-    let (result, _) = run_action(
-        dir.path(),
-        &http(&receiver, "success_status = \"200\""),
-        &[],
-    )
-    .await;
-    let error = failed_error(result);
-    assert!(
-        error.contains("202") && error.contains("200-200"),
-        "{error}"
-    );
-    receiver.set_response(404, json!({}));
-    let (result, _) = run_action(
-        dir.path(),
-        &http(&receiver, "success_status = \"200-404\""),
-        &[],
-    )
-    .await;
-    assert_done(&result);
-    receiver.clear();
-    let (result, _) = run_action(dir.path(), &http(&receiver, ""), &[]).await;
-    assert!(failed_error(result).contains("404"));
-    assert_eq!(receiver.count(), 1, "a 4xx is not retried");
-
-    // success_json: the field must exist and equal the value (a string here).
-    let receiver = Receiver::start_with_body(json!({"status": "queued"}));
-    let rule = "success_json = { field = \"status\", equals = \"ok\" }";
-    let error = failed_error(run_action(dir.path(), &http(&receiver, rule), &[]).await.0);
-    assert!(
-        error.contains("status") && error.contains("queued"),
-        "{error}"
-    );
-    receiver.set_response(200, json!({"other": 1}));
-    let error = failed_error(run_action(dir.path(), &http(&receiver, rule), &[]).await.0);
-    assert!(error.contains("no JSON field status"), "{error}");
-    receiver.set_response(200, json!({"status": "ok"}));
-    assert_done(&run_action(dir.path(), &http(&receiver, rule), &[]).await.0);
 }
 
 // ---------------------------------------------------------------------------------------------

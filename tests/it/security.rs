@@ -326,7 +326,8 @@ fn refused_and_raced_nothing(replica: &Replica, cause: &str) {
     });
     assert!(waiting.is_some(), "{:?}", replica.lines());
     // Two slots' time: still nothing raced.
-    std::thread::sleep(Duration::from_secs(2));
+    const TWO_SLOTS: Duration = Duration::from_secs(2);
+    std::thread::sleep(TWO_SLOTS);
     let raced = replica
         .json_lines()
         .iter()

@@ -24,6 +24,17 @@ const UNREPLICATED: &str = "the slot's lock reached fewer replicas";
 const REPLICAS: usize = 3;
 /// How long the fleet runs before the primary is killed.
 const BEFORE_KILL: Duration = Duration::from_secs(6);
+/// The killed primary stays down this long: past [`PAUSED_RECOVERY_BOUND`], so Sentinel's
+/// promotion and the replicas' following it land while it is down.
+const DOWN_BEFORE_RESTART: Duration = Duration::from_secs(10);
+/// After the old primary is back (as a replica): a few slots judged on the new primary.
+const AFTER_RESTART: Duration = Duration::from_secs(5);
+/// The planned failover's run before the command: slots measured before the switch.
+const BEFORE_FAILOVER: Duration = Duration::from_secs(4);
+/// And after it: the 4 s the cost allows for the switch, and 5 slots judged after it.
+const AFTER_FAILOVER: Duration = Duration::from_secs(9);
+/// The fleet's run before replication is cut: every replica connected and racing.
+const BEFORE_THE_CUT: Duration = Duration::from_secs(3);
 /// From the kill, the time after which every slot must run once (the bound).
 const RECOVERY_BOUND: i64 = 6;
 /// The same when the replica was paused just before: Sentinel saw it down too, and waits for
@@ -359,14 +370,14 @@ fn primary_killed(set: &SentinelSet, server: &str) {
     assert!(page.contains(&header), "no {header:?} on the status page");
     let killed = Utc::now();
     set.primary.kill();
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(DOWN_BEFORE_RESTART);
     let (readyz, _) = fleet.readyz_and_page();
     assert!(
         readyz.starts_with("ready") && readyz.contains(&at(&set.replica)),
         "{readyz}"
     );
     set.primary.restart();
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(AFTER_RESTART);
     let end = Utc::now() - chrono::Duration::seconds(1);
     let promoted = set.primary_port();
     let cost = cost(&fleet, start, killed, end, RECOVERY_BOUND);
@@ -473,10 +484,10 @@ fn redis_7_sentinel_planned_failover_is_followed_and_slots_after_the_switch_run_
     let set = SentinelSet::start();
     let fleet = Fleet::start(&set, false);
     let start = Utc::now();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(BEFORE_FAILOVER);
     let failover = Utc::now();
     common::redis_cmd(&set.urls()[0], &["SENTINEL", "FAILOVER", MASTER]).unwrap();
-    std::thread::sleep(Duration::from_secs(9));
+    std::thread::sleep(AFTER_FAILOVER);
     let end = Utc::now() - chrono::Duration::seconds(1);
     let cost = cost(&fleet, start, failover, end, 4);
     let switch = fleet
@@ -545,7 +556,7 @@ fn redis_7_sentinel_a_pause_the_replica_missed_holds_through_a_failover_and_its_
 {
     let set = SentinelSet::start();
     let fleet = Fleet::start(&set, false);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(BEFORE_THE_CUT);
     set.cut_replication();
     let (code, said) =
         common::slotcron_cli_status(&fleet.config, &["pause", "job-0", "--by", "ops"]);

@@ -279,8 +279,10 @@ fn a_flood_of_status_page_loads_costs_no_slot() {
         .map(|(r, before)| format!("{:.1}", cpu_seconds(r.pid()) - before))
         .collect();
     let loads: usize = loaders.into_iter().map(|l| l.join().unwrap()).sum();
-    // Slots of the flood's last second arrive within their race and the action: 2 s of margin.
-    std::thread::sleep(Duration::from_secs(3));
+    // Slots of the flood's last second arrive within their race and the action: a second,
+    // and 2 s of margin.
+    const LAST_SLOTS_ARRIVE: Duration = Duration::from_secs(3);
+    std::thread::sleep(LAST_SLOTS_ARRIVE);
     let (quiet_missed, quiet_late) = slots_between(&receiver, JOBS, quiet_from, quiet_to);
     let (missed, late) = slots_between(&receiver, JOBS, flood_from, flood_to);
     eprintln!(

@@ -5,12 +5,11 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{parse, Fleet, FleetToml};
+use common::fleet::{parse, Bed, Fleet, FleetToml};
 use common::tools::{libfaketime, set_offset};
 use common::{write_config, Receiver, RedisCluster, Replica};
 use slotcron::unstable::replica::Replica as SlotcronReplica;
@@ -68,6 +67,25 @@ async fn no_drift_a_simulated_day_of_a_job_every_second_gives_86400_slots() {
     assert_eq!(slots_counted(&text, "tick", "skipped"), 0);
 }
 
+/// A bound on waiting for slots a fleet surely runs: a slot a second, and a loaded 2-core
+/// machine's delays of seconds; only a fleet that stopped running them reaches it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The in-process stepped replica's run before its wall clock steps: it measures the fleet
+/// clock at start and races a slot or two; the step lands mid-second.
+const BEFORE_THE_WALL_STEP: Duration = Duration::from_millis(2_500);
+/// And after the step: two slots that run on time on the fleet clock (`redis`), or that would
+/// run 90 s late on the stepped wall clock (`local`), with a second's room.
+const AFTER_THE_WALL_STEP: Duration = Duration::from_secs(3);
+/// The libfaketime test's window: the replica 7 s behind reaches slots the others ran from 7 s
+/// in, so 10 s give it three to run twice, were the lock not fleet-wide; and 6 slots to count.
+const SHIFTED_WINDOW: Duration = Duration::from_secs(10);
+/// The step scenario's run before the step: the five replicas measure the fleet clock and race
+/// on it first.
+const BEFORE_THE_STEP: Duration = Duration::from_secs(6);
+/// And after it: the checks want 20 slots, every one of them from the step on run, and the
+/// stepped replicas race 90 s off for all of it.
+const AFTER_THE_STEP: Duration = Duration::from_secs(24);
+
 /// The time tests' fleet: job `skew` every second with `clock`, 10 s allowed skew. Skewed
 /// replicas run different slots at the same real instant; these tests are about the slot lock
 /// alone, not the job's running lease, so runs may overlap.
@@ -99,18 +117,33 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
     ];
     // The lagging replica races slot S at S + 8 s, after the others ran it. (A leading replica
     // does not win S at S - 8 s: the race holds a slot until its instant on the fleet clock, so
-    // it races with the on-time one.) In 20 s the lagging one reaches a dozen slots others ran.
+    // it races with the on-time one.) The fleet runs until the lagging one has reached 5 slots
+    // the others ran.
     let fleet = Fleet::start(&text, clocks).await;
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    // The lagging clock's reading as the fleet stops, less 1 s for a race under way.
-    let reached = Utc::now() - chrono::Duration::seconds(8 + 1);
+    // The lagging clock's reading, less 1 s for a race under way.
+    let lagging_reached = || Utc::now() - chrono::Duration::seconds(8 + 1);
+    common::wait_until_async(PATIENCE, || {
+        (contested(&receiver, lagging_reached()).len() >= 5).then_some(())
+    })
+    .await;
+    let reached = lagging_reached();
     fleet.stop().await;
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 8, "too few slots ran: {counts:?}");
     let duplicated: BTreeMap<_, _> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(duplicated.is_empty(), "slots run twice: {duplicated:?}");
     // Every slot another replica ran up to the lagging clock's reading was raced by both.
-    let contested: Vec<(String, DateTime<Utc>)> = receiver
+    let contested = contested(&receiver, reached);
+    assert!(
+        contested.len() >= 5,
+        "the lagging replica reached too few slots the others ran: {contested:?} (reached {reached})"
+    );
+}
+
+/// The slots another replica than `lagging` ran, up to `reached`: by the time the lagging
+/// clock reads `reached`, it has raced each of them too.
+fn contested(receiver: &Receiver, reached: DateTime<Utc>) -> Vec<(String, DateTime<Utc>)> {
+    receiver
         .received()
         .iter()
         .map(|r| {
@@ -118,11 +151,7 @@ async fn clock_skew_of_8s_either_way_never_runs_a_slot_twice() {
             (header(r, "x-slotcron-replica"), slot)
         })
         .filter(|(winner, slot)| winner != "lagging" && *slot <= reached)
-        .collect();
-    assert!(
-        contested.len() >= 5,
-        "the lagging replica reached too few slots the others ran: {contested:?} (reached {reached})"
-    );
+        .collect()
 }
 
 /// A request's header as text (empty when absent).
@@ -221,10 +250,10 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
             shutdown.clone(),
             None,
         ));
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        tokio::time::sleep(BEFORE_THE_WALL_STEP).await;
         wall.0.store(step, std::sync::atomic::Ordering::Relaxed);
         let stepped_at = Utc::now();
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(AFTER_THE_WALL_STEP).await;
         shutdown.cancel();
         run.await.unwrap().unwrap();
         let text = metrics.encode();
@@ -266,21 +295,9 @@ async fn a_wall_clock_step_is_counted_with_its_size_and_changes_nothing_on_the_f
 /// A replica process whose wall clock is shifted by libfaketime (`offset` like "+8s"), preloaded
 /// directly (not through the `faketime` wrapper) so signals reach slotcron itself.
 fn faked_replica(lib: &Path, offset: &str, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME", offset)
-        // Only the wall clock moves: tokio's timers keep the real monotonic clock.
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    // Only the wall clock moves: tokio's timers keep the real monotonic clock.
+    let env = [("FAKETIME", offset), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")];
+    Replica::run_faked(config, name, lib, &env)
 }
 
 fn plain_replica(config: &Path, name: &str) -> Replica {
@@ -292,13 +309,12 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
     let Some(lib) = libfaketime() else {
         return;
     };
-    let cluster = RedisCluster::start(3);
-    let receiver = Receiver::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
-        dir.path(),
-        &fleet_config(&cluster.urls(), &receiver.uri(), "faketime", "local"),
-    );
+    let Bed {
+        cluster: _cluster,
+        receiver,
+        dir: _dir,
+        path,
+    } = Bed::start(|nodes, receiver| fleet_config(nodes, receiver, "faketime", "local"));
     let mut replicas = vec![
         faked_replica(&lib, "+7s", &path, "ahead"),
         faked_replica(&lib, "-7s", &path, "behind"),
@@ -313,7 +329,7 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
             r.lines()
         );
     }
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(SHIFTED_WINDOW);
     for r in &mut replicas {
         r.terminate();
         assert!(r
@@ -339,21 +355,12 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
 /// A replica process whose wall clock libfaketime reads from `offset_file` on every call, so the
 /// test can step it while it runs ([`set_offset`]); the monotonic clock is left alone.
 fn stepped_replica(lib: &Path, offset_file: &Path, config: &Path, name: &str) -> Replica {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotcron"));
-    cmd.env("LD_PRELOAD", lib)
-        .env("FAKETIME_TIMESTAMP_FILE", offset_file)
-        .env("FAKETIME_NO_CACHE", "1")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .args([
-            "run",
-            "--log-format",
-            "json",
-            "--replica-id",
-            name,
-            "--config",
-        ])
-        .arg(config);
-    Replica::spawn_cmd(name, cmd)
+    let env = [
+        ("FAKETIME_TIMESTAMP_FILE", offset_file.to_str().unwrap()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    Replica::run_faked(config, name, lib, &env)
 }
 
 /// What a step scenario saw: each request's slot and arrival (true time), when the clocks
@@ -392,11 +399,11 @@ fn step_scenario(lib: &Path, clock: &str) -> StepRun {
         let up = r.wait_for_line(Duration::from_secs(15), |l| l.contains("slotcron started"));
         assert!(up.is_some(), "{} did not start: {:?}", r.name(), r.lines());
     }
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(BEFORE_THE_STEP);
     set_offset(&ahead, "+90s");
     set_offset(&behind, "-90s");
     let stepped_at = Utc::now();
-    std::thread::sleep(Duration::from_secs(24));
+    std::thread::sleep(AFTER_THE_STEP);
     let ended_at = Utc::now();
     for r in &mut replicas {
         r.terminate();

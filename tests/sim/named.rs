@@ -392,23 +392,7 @@ fn a_one_way_partition_of_one_replica_from_two_nodes() {
 /// the fleet's other slots judged.
 #[test]
 fn node_clocks_running_fast_and_a_send_at_the_end_of_a_long_lock() {
-    let mut faults: Vec<Timed> = (0..3)
-        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 9_500 }))
-        .collect();
-    let busy = Fault::ReceiversBusy {
-        retry_after_s: 1198.5,
-        for_s: 1.0,
-    };
-    faults.push(at(29.5, busy));
-    let plan = Plan {
-        horizon_s: 1260,
-        job_specs: vec![
-            job("long", "30 0 0 * * *", 1200),
-            job("j0", "*/10 * * * * *", 5),
-        ],
-        ..plan("long_lock_fast_nodes", true, faults)
-    };
-    cases::check(&plan.name, &plan);
+    fast_nodes_and_a_send_at_the_end_of_a_long_lock("long_lock_fast_nodes", 9_500, 1198.5);
 }
 
 /// A rolling update, one replica every 20 s (stopped as a deployment stops it, back 2 s later),
@@ -480,11 +464,19 @@ fn split_votes_on_every_slot_are_given_back_and_decided() {
 /// every node (`never_stale`, read on the nodes).
 #[test]
 fn node_clocks_fast_by_the_whole_drift_allowance_and_a_send_in_its_last_milliseconds() {
+    fast_nodes_and_a_send_at_the_end_of_a_long_lock("drift_allowance_edge", 10_102, 1196.910);
+}
+
+/// The two drift cases' shared plan: every node's clock `ppm` fast from the start, the job
+/// `long` (its 20 min timeout makes its key live 1209 s) whose first send at 29.5 s gets a 429
+/// asking for a pause of `retry_after_s`, and `j0` every 10 s to keep the fleet's other slots
+/// judged; 1260 s simulated, to past the long job's key.
+fn fast_nodes_and_a_send_at_the_end_of_a_long_lock(name: &str, ppm: i64, retry_after_s: f64) {
     let mut faults: Vec<Timed> = (0..3)
-        .map(|node| at(0.0, Fault::NodeDrift { node, ppm: 10_102 }))
+        .map(|node| at(0.0, Fault::NodeDrift { node, ppm }))
         .collect();
     let busy = Fault::ReceiversBusy {
-        retry_after_s: 1196.910,
+        retry_after_s,
         for_s: 1.0,
     };
     faults.push(at(29.5, busy));
@@ -494,7 +486,7 @@ fn node_clocks_fast_by_the_whole_drift_allowance_and_a_send_in_its_last_millisec
             job("long", "30 0 0 * * *", 1200),
             job("j0", "*/10 * * * * *", 5),
         ],
-        ..plan("drift_allowance_edge", true, faults)
+        ..plan(name, true, faults)
     };
     cases::check(&plan.name, &plan);
 }
