@@ -107,8 +107,7 @@ pub async fn wait_until_async<T>(timeout: Duration, mut f: impl FnMut() -> Optio
 }
 
 /// The few tests that keep the cores busy themselves (the 09:00 burst, the status page
-/// flood, the model differential) hold this guard while they run, and each Chromium run of the
-/// status page tests while it renders. The one test
+/// flood, Chromium, the model differential) hold this guard while they run. The one test
 /// binary runs more threads than the machine has cores so that tests waiting on real time
 /// overlap; two CPU-bound tests overlapping would instead starve each other's replicas, so
 /// they take turns, while the waiting ones run beside them.

@@ -185,6 +185,7 @@ fn delivering_and_unreachable(receiver: &Receiver, closed: u16, failing: &str) -
 
 #[test]
 fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
+    let _heavy = common::heavy();
     let fleet = two_replicas("timezone = \"Asia/Shanghai\"\n", |receiver, closed| {
         delivering_and_unreachable(receiver, closed, "flaky-push")
     });
@@ -301,11 +302,8 @@ fn have_chromium() -> bool {
 }
 
 /// Headless chromium on `url` with a throwaway profile, doing `what` (`--dump-dom`,
-/// `--screenshot=…`); its output lines once it exited 0 within 60 s. Chromium is what keeps the
-/// cores busy here, so each run takes the [`common::heavy`] turn; the fleets the pages come from
-/// only wait on their slots, like any other test's.
+/// `--screenshot=…`); its output lines once it exited 0 within 60 s.
 fn chromium(url: &str, what: &[String]) -> Vec<String> {
-    let _heavy = common::heavy();
     let profile = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(CHROMIUM);
     cmd.args([
@@ -453,6 +451,7 @@ const FLEET_JOBS: [&str; 12] = [
 
 #[test]
 fn status_page_of_twelve_jobs_one_failing_one_paused_shows_overview_charts_and_strips() {
+    let _heavy = common::heavy();
     let cluster = RedisCluster::start(3);
     let ok = Receiver::start();
     ok.set_delay(Duration::from_millis(30));
@@ -678,6 +677,7 @@ fn check_filter(port: u16) {
 /// started; the screenshot is kept as target/status-page-glance.png.
 #[test]
 fn status_page_at_a_glance_fleet_line_who_ran_each_last_slot_and_the_failure_in_words() {
+    let _heavy = common::heavy();
     let fleet = two_replicas("", |receiver, closed| {
         delivering_and_unreachable(receiver, closed, "robot-push")
             + &http_job("cli-report", "0 0 0 1 1 *", "3s", &receiver.url("/report"))
