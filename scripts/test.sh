@@ -129,12 +129,15 @@ fi
 # sim`, an optimised build of its own (see BENCHMARKS.md for its build and run times). That
 # second run prints the `sim: seeds=… slots=… faults=… violations=… slots_per_cpu_s=…` line.
 # Test threads: most integration tests wait on real time (fleets of replica processes and
-# redis-servers racing on slots), not on the CPU, so the one binary (tests/it) runs more of them
-# at once than the machine has cores; the few CPU-bound ones take turns (tests/common's
-# `heavy()`). The default is 4: 16 was faster but not green on a loaded 2-core machine (four
-# tests failed across five runs: BENCHMARKS.md, "The suite's wall time"). SLOTCRON_TEST_THREADS overrides it;
-# RUST_TEST_THREADS, libtest's own, wins over both.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-4}}"
+# redis-servers racing on slots), not on the CPU (a whole run of the one binary, tests/it, costs
+# about 150 CPU-seconds), so it runs more of them at once than the machine has cores; the few
+# CPU-bound ones take turns (tests/common's `heavy()`), and so do the fleets within
+# candidates::, cluster:: and node_health::, whose tests sort next to each other: a test waiting
+# for its turn holds a thread and runs nothing. The default is 6: on a 2-core machine loaded by
+# other work 4, 6 and 8 threads were green (721, 505, 401 s), 6 also beside `stress-ng --cpu 2`;
+# 16 was not green (four tests failed across five runs). BENCHMARKS.md, "The suite's wall time".
+# SLOTCRON_TEST_THREADS overrides it; RUST_TEST_THREADS, libtest's own, wins over both.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SLOTCRON_TEST_THREADS:-6}}"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
 cargo test "${locked[@]}" --all-features --no-fail-fast "$@"

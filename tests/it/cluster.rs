@@ -19,10 +19,13 @@ use slotcron::unstable::slot::RUNNING_LEASE_TTL;
 use slotcron::unstable::time::schedule::Slot;
 
 /// Held by each test that runs a cluster and a fleet on a clock: one at a time, so two of them
-/// do not share the machine's two cores while their lateness is measured.
+/// do not share the machine's two cores while their lateness is measured. Taken once the
+/// test's cluster has formed: forming one (six nodes meeting, the replicas' first sync) takes
+/// seconds of waiting and little CPU, and an idle formed cluster costs the holder nothing, so the
+/// next test's cluster forms while the holder's fleet runs instead of after it.
 static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Waits for the other cluster tests to end.
+/// Waits for the other cluster tests' turns to end.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_CLUSTER_AT_A_TIME
         .lock()
@@ -293,9 +296,9 @@ impl Failover {
 
 /// The done-when scenario on a cluster of `bin` started with `extra` arguments.
 fn a_primary_killed(bin: &Path, extra: &[String], server: &str) {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start_bin(bin, 3, 1, 1000, extra);
     let receiver = Receiver::start();
+    let _alone = one_at_a_time();
     let failover = kill_slotcrons_primary(&cluster, &receiver, None);
     failover.report(server);
     failover.check();
@@ -318,9 +321,9 @@ fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_
 
 #[test]
 fn cluster_redis_7_replica_paused_so_won_keys_are_not_replicated_then_the_primary_killed() {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let receiver = Receiver::start();
+    let _alone = one_at_a_time();
     let failover = kill_slotcrons_primary(&cluster, &receiver, Some(Duration::from_secs(3)));
     failover.report("redis 7.0, replica paused 3 s before the kill");
     failover.check();
@@ -338,9 +341,9 @@ fn readyz_with(port: u16, wanted: &str, within: Duration) -> String {
 
 #[test]
 fn readyz_shows_the_shards_and_a_promoted_replica_and_a_pause_is_heard_after_the_failover() {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let _alone = one_at_a_time();
     let port = common::free_port();
     let text = cluster_toml(&cluster.seed_urls(), &receiver.uri());
     let text = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{text}");
@@ -493,8 +496,8 @@ fn a_mode_missing_its_keys_or_unknown_is_refused_naming_the_field() {
 
 #[test]
 fn a_cluster_down_at_start_is_used_once_it_is_up() {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 0, 1000, &[]);
+    let _alone = one_at_a_time();
     cluster.nodes().iter().for_each(common::RedisServer::kill);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let text = cluster_toml(&cluster.seed_urls(), &receiver.uri());
@@ -535,9 +538,9 @@ const AFTER_MIGRATION: Duration = Duration::from_secs(5);
 /// each redirected command of a pipeline) and `TRYAGAIN`, then `MOVED`: every slot once.
 #[test]
 fn cluster_redis_7_a_slot_migration_is_followed_and_every_slot_runs_once() {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let _alone = one_at_a_time();
     let slot = cluster.key_slot("{slotcron}");
     let from = cluster.shard_of("{slotcron}");
     let to = (from + 1) % 3;
@@ -592,9 +595,9 @@ const LATE_REPLICA_RUNS: Duration = Duration::from_secs(4);
 #[test]
 fn cluster_redis_7_a_pause_the_replica_missed_holds_through_a_failover_and_a_later_replica_finds_it(
 ) {
-    let _alone = one_at_a_time();
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
+    let _alone = one_at_a_time();
     let shard = cluster.shard_of("{slotcron}");
     let config = write_config(
         dir.path(),
