@@ -84,6 +84,13 @@ pub fn write_file(dir: impl AsRef<Path>, name: &str, contents: &str) -> PathBuf 
 /// milliseconds; 2 s covers a loaded machine's scheduling delays on top.
 pub const IN_FLIGHT: Duration = Duration::from_secs(2);
 
+/// Sleeps until the wall clock is `millis` into a second (the next such moment).
+pub fn sleep_until_millis_into_a_second(millis: u32) {
+    let now = chrono::Utc::now().timestamp_subsec_millis();
+    let wait = (millis + 1000 - now) % 1000;
+    std::thread::sleep(Duration::from_millis(u64::from(wait)));
+}
+
 /// Polls `f` every 10 ms until it returns `Some`, or `timeout` elapses.
 pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;

@@ -453,10 +453,7 @@ fn the_lookout_runs_the_slots_of_two_candidates_killed_at_once() {
     let from = Utc::now() + chrono::Duration::seconds(1);
     std::thread::sleep(LOOKOUT_BEFORE_THE_KILL);
     // Mid-second, when this second's runs are long done: a kill loses no run in flight.
-    let into_second = Utc::now().timestamp_subsec_millis();
-    std::thread::sleep(Duration::from_millis(u64::from(
-        (1500 - into_second) % 1000,
-    )));
+    common::sleep_until_millis_into_a_second(500);
     let killed_at = Utc::now();
     replicas[0].kill();
     replicas[1].kill();

@@ -300,10 +300,7 @@ fn two_triggers_started_together_run_the_job_once_and_an_unknown_job_exits_2() {
     let path = write_config(dir.path(), &text);
     let path = path.to_str().unwrap();
     // Start both right after a second boundary so they race for the same slot.
-    let now = chrono::Utc::now();
-    std::thread::sleep(Duration::from_millis(
-        u64::from(1000 - now.timestamp_subsec_millis()) + 50,
-    ));
+    common::sleep_until_millis_into_a_second(50);
     let spawn = |id: &str| {
         Command::new(bin())
             .args([

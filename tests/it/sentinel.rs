@@ -423,13 +423,6 @@ fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_sl
     primary_killed(&SentinelSet::start_bin(&valkey, true), "valkey 9");
 }
 
-/// Sleeps until the wall clock is `millis` into a second.
-fn sleep_until_millis_into_a_second(millis: u32) {
-    let now = Utc::now().timestamp_subsec_millis();
-    let wait = (millis + 1000 - now) % 1000;
-    std::thread::sleep(Duration::from_millis(u64::from(wait)));
-}
-
 /// The replica paused (SIGSTOP) so that the slots won meanwhile are not replicated (WAIT
 /// says so: their runs are counted unreplicated), then the primary killed and the replica let
 /// go, to be promoted without those keys.
@@ -440,7 +433,7 @@ fn unreplicated_then_killed(set: &SentinelSet, server: &str) {
     // Paused 0.6 s into a second and killed 1.5 s later, 0.1 s into the second after next: the
     // next slot is raced and its WAIT over while the replica is stopped, and it is before the
     // kill's second, whatever the phase the fleet started at.
-    sleep_until_millis_into_a_second(600);
+    common::sleep_until_millis_into_a_second(600);
     set.replica.pause();
     std::thread::sleep(Duration::from_millis(1500));
     let killed = Utc::now();
