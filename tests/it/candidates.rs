@@ -305,7 +305,7 @@ fn assert_each_once(receiver: &Receiver, expected: &BTreeSet<(String, String)>) 
         .iter()
         .filter(|k| !counts.contains_key(*k))
         .collect();
-    let doubled: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
+    let doubled: Vec<_> = counts.iter().filter(|&(_, &n)| n > 1).collect();
     assert!(
         missed.is_empty(),
         "{} slots missed, e.g. {:?}",
