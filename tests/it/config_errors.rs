@@ -96,6 +96,9 @@ fn case(
     }
 }
 
+// One case a line, a table to scan down: rustfmt's 2024 style would set each field on a line of
+// its own.
+#[rustfmt::skip]
 fn cases() -> Vec<Case> {
     let j = Some("j");
     vec![

@@ -337,6 +337,8 @@ async fn wecom_message_limits_name_the_job_the_field_and_the_limit() {
     let article = "[[job.action.articles]]\ntitle = \"t\"\nurl = \"https://e.com\"\n";
     let card =
         |fields: &str| format!("msgtype = \"template_card\"\n[job.action.template_card]\n{fields}");
+    // One case a line, as in config_errors.rs.
+    #[rustfmt::skip]
     let cases = [
         ("nine-articles", format!("msgtype = \"news\"\n{}", article.repeat(9)), "action.articles", "9 article(s); news takes 1 to 8"),
         ("gif", "msgtype = \"image\"\nimage_path = \"anim.gif\"".to_owned(), "action.image_path", "neither JPG nor PNG"),
