@@ -44,7 +44,7 @@ async fn main() -> Result<(), slotcron::Error> {
 
 /// SIGTERM (what Kubernetes and Docker send to stop a container) or Ctrl-C.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => {}

@@ -49,7 +49,7 @@ async fn beat(ctx: SlotContext, replica: String) -> Result<(), std::io::Error> {
 
 /// Resolves at SIGTERM or Ctrl-C: the caller's signal handling, as a service would have it.
 async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return std::future::pending().await;
     };

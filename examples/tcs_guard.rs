@@ -12,8 +12,8 @@
 
 use chrono::SecondsFormat;
 use clap::Parser;
-use slotcron::api::tcs::current_slot;
 use slotcron::Fleet;
+use slotcron::api::tcs::current_slot;
 use tokio_cron_scheduler::JobScheduler;
 
 /// The example's arguments.
@@ -64,7 +64,7 @@ fn beat(replica: &str) {
 
 /// Resolves at SIGTERM or Ctrl-C.
 async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         return std::future::pending().await;
     };

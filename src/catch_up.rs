@@ -11,7 +11,7 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 
 use crate::config::{CatchUpPolicy, Job, MAX_CATCH_UP_ALL};
-use crate::fleet::control::{covered, paused_intervals, PausedSpan};
+use crate::fleet::control::{PausedSpan, covered, paused_intervals};
 use crate::record::history::RunRecord;
 use crate::record::watermark;
 use crate::slot::{SlotEnv, Trigger};

@@ -13,8 +13,8 @@
 mod process;
 mod register;
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 pub use crate::outcome::{ALERT_OUTCOMES, RACE_OUTCOMES, RUN_OUTCOMES};
@@ -22,7 +22,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::outcome::{Outcome, Series};
@@ -527,7 +527,9 @@ mod tests {
         assert!(
             text.contains(r#"slotcron_races_total{slotcron_job="standup",outcome="skipped"} 1"#)
         );
-        assert!(text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="skipped"} 1"#));
+        assert!(
+            text.contains(r#"slotcron_runs_total{slotcron_job="standup",outcome="skipped"} 1"#)
+        );
         let success = text
             .lines()
             .find_map(|l| {

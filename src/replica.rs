@@ -41,9 +41,9 @@ use crate::ops::status;
 use crate::record::audit::{Audit, AuditAction, AuditEntry};
 use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
-use crate::redis::{independence, Connector, Nodes};
+use crate::redis::{Connector, Nodes, independence};
 use crate::scheduler;
-use crate::slot::{Books, Contenders, Outbox, Race, SlotEnv, Trigger, MIN_START_WINDOW};
+use crate::slot::{Books, Contenders, MIN_START_WINDOW, Outbox, Race, SlotEnv, Trigger};
 use crate::time::fleet_clock::{self, FleetClock};
 use crate::time::schedule::SharedClock;
 
@@ -634,7 +634,9 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
         || (old.scheduler.candidates == Candidates::All)
             != (new.scheduler.candidates == Candidates::All)
     {
-        tracing::warn!("changes to [http] and between candidates = \"all\" and a count take effect at the next restart");
+        tracing::warn!(
+            "changes to [http] and between candidates = \"all\" and a count take effect at the next restart"
+        );
     }
 }
 

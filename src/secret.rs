@@ -181,9 +181,11 @@ mod tests {
             shown.contains("hooks.slack.com/services/T000/B000/***"),
             "{shown}"
         );
-        assert!(SecretUrl::new(url)
-            .secret_parts()
-            .contains(&"hunter22".to_owned()));
+        assert!(
+            SecretUrl::new(url)
+                .secret_parts()
+                .contains(&"hunter22".to_owned())
+        );
     }
 
     #[test]

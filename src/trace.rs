@@ -23,7 +23,7 @@ pub struct RunIds<'a> {
 }
 
 #[cfg(feature = "otel")]
-pub use otel::{attempt_span, install, run_span, shutdown, AttemptSpan, RunSpan};
+pub use otel::{AttemptSpan, RunSpan, attempt_span, install, run_span, shutdown};
 
 #[cfg(not(feature = "otel"))]
 mod off {
@@ -69,4 +69,4 @@ mod off {
 }
 
 #[cfg(not(feature = "otel"))]
-pub use off::{attempt_span, install, run_span, shutdown, AttemptSpan, RunSpan};
+pub use off::{AttemptSpan, RunSpan, attempt_span, install, run_span, shutdown};

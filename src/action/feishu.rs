@@ -3,9 +3,9 @@
 //! JSON body). `code` 0 is success.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
+use super::deliver::{self, Answer, OnUncertain, Verdict, snippet};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 use crate::action::check::Check;

@@ -1,7 +1,7 @@
 //! A generic HTTP request: any method, URL, headers and a templated body. 2xx is success.
 
-use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
+use reqwest::header::{HeaderName, HeaderValue};
 
 use super::deliver;
 use super::template::Content;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
+use super::deliver::{self, Answer, OnUncertain, Verdict, snippet};
 use super::rate::Budget;
 use super::{ActionError, Delivery, SendContext};
 use crate::action::check::Check;

@@ -279,9 +279,10 @@ mod tests {
             .add("a".into(), "{{ slot | date(\"%Y-%m-%d %H:%M\") }}".into())
             .unwrap();
         assert_eq!(t.render(&c, &ctx()).unwrap(), "2026-11-23 09:30");
-        assert!(t
-            .add("b".into(), "{{ slot | date(\"%Q\") }}".into())
-            .is_err());
+        assert!(
+            t.add("b".into(), "{{ slot | date(\"%Q\") }}".into())
+                .is_err()
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! from a file; each job's and alert's action is its function.
 
 use super::job::JobSpec;
-use crate::action::function::{FnAction, JobFn};
 use crate::action::Action;
+use crate::action::function::{FnAction, JobFn};
 use crate::config::raw::{RawHttpServer, RawRedis, RawScheduler, RawTelemetry};
 use crate::config::{self, Built, Config, ConfigError, ConfigErrors, Location, Section};
 

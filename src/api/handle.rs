@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{joined, Error, Outcome, RunRecord};
+use super::{Error, Outcome, RunRecord, joined};
 use crate::config::Job;
 use crate::fleet::control::{PauseOrder, Until};
 use crate::record::audit::{Audit, AuditAction, AuditEntry};

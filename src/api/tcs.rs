@@ -31,17 +31,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use croner::parser::{CronParser, Seconds};
 use croner::Cron;
+use croner::parser::{CronParser, Seconds};
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::build::{Parts, BUILT_IN_CODE};
+use super::build::{BUILT_IN_CODE, Parts};
 use super::{Error, FleetHandle, JobSpec, SlotContext};
-use crate::action::function::{FnAction, JobFn};
 use crate::action::Action;
+use crate::action::function::{FnAction, JobFn};
 use crate::config::{self, ConfigError, ConfigErrors, Overlap, Section};
 use crate::slot::{self, SlotEnv, Trigger};
 use crate::time::schedule::{Schedule, Slot};

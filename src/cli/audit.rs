@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::out::{errln, outln};
 use super::shared::{
-    connect, load_unsent_or_exit, local_time, operator, runtime, time_or_offset_back, ConfigArg,
-    EXIT_CONFIG, EXIT_UNAVAILABLE,
+    ConfigArg, EXIT_CONFIG, EXIT_UNAVAILABLE, connect, load_unsent_or_exit, local_time, operator,
+    runtime, time_or_offset_back,
 };
 use crate::record::audit::{Audit, AuditAction, AuditEntry, AuditQuery, AuditUnrecorded};
 
@@ -100,7 +100,9 @@ fn print_entries(entries: &[AuditEntry], zone: Tz, json: bool) {
         }
         return;
     }
-    outln!("AT                         ACTION           JOB              ACTOR                STATUS     REASON / DETAIL");
+    outln!(
+        "AT                         ACTION           JOB              ACTOR                STATUS     REASON / DETAIL"
+    );
     for e in entries {
         let words: Vec<&str> = [e.reason.as_deref(), e.detail.as_deref()]
             .into_iter()

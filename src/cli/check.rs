@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
-use super::shared::{load_or_exit, ConfigArg};
+use super::shared::{ConfigArg, load_or_exit};
 use crate::config::{Config, Job, RedisMode};
 use crate::time::calendar::{Day, DayFilter, Days};
 use crate::time::jitter;

@@ -7,18 +7,18 @@ use anyhow::Context;
 use chrono_tz::Tz;
 use clap::Args;
 
-use super::audit::{unrecorded, Intent};
+use super::audit::{Intent, unrecorded};
 use super::out::{errln, outln};
 use super::shared::{
-    connect, default_replica_id, exit_code_of, load_or_exit, load_unsent_or_exit, local_time,
-    operator, runtime, time_or_span, unknown_job, BadTime, ConfigArg, Logs, Offset, TimeOrSpan,
-    EXIT_CONFIG, EXIT_UNAVAILABLE,
+    BadTime, ConfigArg, EXIT_CONFIG, EXIT_UNAVAILABLE, Logs, Offset, TimeOrSpan, connect,
+    default_replica_id, exit_code_of, load_or_exit, load_unsent_or_exit, local_time, operator,
+    runtime, time_or_span, unknown_job,
 };
-use super::trigger::{ask_the_fleet, report_asked, report_trigger, Asked};
+use super::trigger::{Asked, ask_the_fleet, report_asked, report_trigger};
 use crate::config::{Config, Job};
 use crate::fleet::control::{Control, Existing, Pause, PauseError, PauseOrder, Taken, Until};
 use crate::record::audit::{Audit, AuditAction};
-use crate::record::history::{History, HISTORY_CAP};
+use crate::record::history::{HISTORY_CAP, History};
 use crate::redis::Nodes;
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};

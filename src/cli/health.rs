@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::shared::{load_or_exit, runtime, ConfigArg, EXIT_RUNTIME};
+use super::shared::{ConfigArg, EXIT_RUNTIME, load_or_exit, runtime};
 
 #[derive(Debug, Args)]
 /// `slotcron health`.

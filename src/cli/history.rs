@@ -12,15 +12,15 @@ use clap::Args;
 use serde::Serialize;
 
 use super::shared::{
-    connect, exit_code_of, load_unsent_or_exit, local_time, runtime, time_or_offset_back,
-    unknown_job, BadTime, ConfigArg, UnknownJob, EXIT_CONFIG,
+    BadTime, ConfigArg, EXIT_CONFIG, UnknownJob, connect, exit_code_of, load_unsent_or_exit,
+    local_time, runtime, time_or_offset_back, unknown_job,
 };
 use crate::config::{Config, Job};
-use crate::fleet::control::{paused_intervals, Control};
+use crate::fleet::control::{Control, paused_intervals};
 use crate::lock::SlotKey;
-use crate::ops::ledger::{ledger, mark_alerts, Entry, Fate, Now, Row as LedgerRow, RowFate};
-use crate::record::alerts::{AlertKind, ALERT_LOG_CAP};
-use crate::record::history::{duplicates, History, RunRecord, HISTORY_CAP};
+use crate::ops::ledger::{Entry, Fate, Now, Row as LedgerRow, RowFate, ledger, mark_alerts};
+use crate::record::alerts::{ALERT_LOG_CAP, AlertKind};
+use crate::record::history::{HISTORY_CAP, History, RunRecord, duplicates};
 use crate::redis::Replies;
 use crate::time::jitter;
 use crate::time::schedule::Slot;

@@ -22,7 +22,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::ops::telemetry::LogFormat;
 
 pub use audit::AuditArgs;
-pub use check::{render_check, render_check_in, CheckArgs};
+pub use check::{CheckArgs, render_check, render_check_in};
 pub use control::{PauseArgs, ResumeArgs};
 pub use docs::{CompletionsArgs, ManArgs};
 pub use health::HealthArgs;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::shared::{default_replica_id, load_or_exit_as, runtime, ConfigArg, EXIT_RUNTIME};
+use super::shared::{ConfigArg, EXIT_RUNTIME, default_replica_id, load_or_exit_as, runtime};
 use crate::api::Fleet;
 use crate::ops::telemetry::{self, LogFormat};
 
@@ -85,7 +85,7 @@ fn watch_reloads(
     watch: Option<&std::path::Path>,
     shutdown: &CancellationToken,
 ) -> Option<tokio::sync::mpsc::Receiver<()>> {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).ok()?;
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     if let Some(config) = watch {
@@ -106,7 +106,7 @@ fn watch_reloads(
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {

@@ -12,18 +12,17 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::audit::{unrecorded, Intent};
+use super::audit::{Intent, unrecorded};
 use super::out::{errln, outln};
 use super::shared::{
-    connect, default_replica_id, load_or_exit_as, load_unsent_or_exit_as, operator, runtime,
-    unknown_job, ConfigArg, Logs, EXIT_CONFIG, EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED,
-    EXIT_UNAVAILABLE,
+    ConfigArg, EXIT_CONFIG, EXIT_LOST, EXIT_RUNTIME, EXIT_SKIPPED, EXIT_UNAVAILABLE, Logs, connect,
+    default_replica_id, load_or_exit_as, load_unsent_or_exit_as, operator, runtime, unknown_job,
 };
 use crate::config::{Config, Job};
 use crate::fleet::triggers::{self, Ending, TriggerReply, TriggerRequest};
 use crate::record::audit::{Audit, AuditAction};
-use crate::redis::pubsub::{self, Heard};
 use crate::redis::Nodes;
+use crate::redis::pubsub::{self, Heard};
 use crate::replica::Replica;
 use crate::slot::{SlotResult, Trigger};
 use crate::time::fleet_clock::{FleetClock, Measurement};

@@ -13,7 +13,7 @@ use super::{ConfigError, Loader, Section};
 use crate::action::check::Check;
 use crate::action::rate::{Budget, Rate};
 use crate::action::template::Content;
-use crate::action::{command, http, log, slack, Action};
+use crate::action::{Action, command, http, log, slack};
 #[cfg(feature = "robots")]
 use crate::action::{dingtalk, feishu, wecom};
 use crate::secret::SecretUrl;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use toml::Value;
 
+use super::Loader;
 use super::actions::{self, ActionCheck};
 use super::error::{ConfigError, Section};
 use super::raw::RawAction;
-use super::Loader;
 use crate::action::Action;
 
 /// The checked alerts by name, and the names whose section had errors (so a job naming one is

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::calendars::CalendarDays;
-use super::jobs::{keep_job, JobNames};
+use super::jobs::{JobNames, keep_job};
 use super::raw::{RawHttpServer, RawJob, RawRedis, RawScheduler, RawTelemetry};
 use super::{Config, ConfigErrors, HttpConfig, Job, Loader, RedisConfig, SchedulerConfig, Section};
 use crate::action::Action;

@@ -12,7 +12,7 @@ use super::raw::{RawCalendar, RawDays};
 use super::{ConfigError, Loader, Section};
 #[cfg(feature = "ics")]
 use crate::time::calendar::ics;
-use crate::time::calendar::{cn, Calendar, DayFilter, Days, Reason};
+use crate::time::calendar::{Calendar, DayFilter, Days, Reason, cn};
 use crate::time::schedule::Schedule;
 
 /// A calendar's sources as typed values: a file's `[calendar.NAME]` once its dates are read,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::raw::RawCatchUpPolicy;
-use super::{durations, CatchUp, CatchUpPolicy, ConfigError, Loader, Section, MAX_CATCH_UP_ALL};
+use super::{CatchUp, CatchUpPolicy, ConfigError, Loader, MAX_CATCH_UP_ALL, Section, durations};
 use crate::time::schedule::Schedule;
 
 impl Loader<'_> {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{durations, ConfigError, Loader, Section};
+use super::{ConfigError, Loader, Section, durations};
 use crate::time::schedule::Schedule;
 
 impl Loader<'_> {

@@ -8,7 +8,7 @@ use toml::Value;
 
 use super::durations;
 use super::raw::{RawHttpServer, RawRedis};
-use super::{read_error, ConfigError, Loader, Section};
+use super::{ConfigError, Loader, Section, read_error};
 use crate::lock::LockConfig;
 use crate::redis::PrimaryAuth;
 use crate::redis::{Connector, NodeUrl, Topology};
@@ -427,8 +427,7 @@ mod compiled_out {
 
     #[test]
     fn http_and_an_ics_calendar_in_a_build_without_them_name_the_feature_to_enable() {
-        let text =
-            "[http]\nlisten = \"127.0.0.1:9090\"\n\n[calendar.office]\nics = \"office.ics\"\n\n\
+        let text = "[http]\nlisten = \"127.0.0.1:9090\"\n\n[calendar.office]\nics = \"office.ics\"\n\n\
             [[job]]\nname = \"j\"\nschedule = \"* * * * *\"\ncalendar = \"office\"\n\
             [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
         let no_env = HashMap::<String, String>::new();

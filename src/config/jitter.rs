@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::raw::RawJob;
-use super::{durations, ConfigError, Loader, SchedulerConfig, Section, DEFAULT_MAX_CLOCK_SKEW};
+use super::{ConfigError, DEFAULT_MAX_CLOCK_SKEW, Loader, SchedulerConfig, Section, durations};
 use crate::time::jitter::smallest_gap;
 use crate::time::schedule::{Clock, Schedule, SystemClock};
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use toml::Value;
 
 use super::raw::{self, RawJob, RawOverlap};
+use super::{ConfigError, DEFAULT_TIMEOUT, Job, Loader, Overlap, SchedulerConfig, Section};
 use super::{actions, durations};
-use super::{ConfigError, Job, Loader, Overlap, SchedulerConfig, Section, DEFAULT_TIMEOUT};
-use crate::action::function::FnAction;
 use crate::action::Action;
+use crate::action::function::FnAction;
 use crate::time::schedule::Schedule;
 
 /// Longest job name: it is part of every Redis key.

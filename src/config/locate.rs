@@ -6,8 +6,8 @@
 
 use std::ops::Range;
 
-use toml::de::{DeTable, DeValue};
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 use super::error::{ConfigError, Location, Section, SourceLine};
 use crate::secret::Scrubber;

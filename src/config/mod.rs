@@ -37,20 +37,21 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use toml::{Table, Value};
 
-use crate::action::template::Templates;
 use crate::action::Action;
+use crate::action::template::Templates;
 use crate::secret::Scrubber;
 use crate::time::schedule::Schedule;
 use crate::time::words;
-pub(crate) use built::{check_built, Built};
+pub(crate) use built::{Built, check_built};
 pub(crate) use calendars::CalendarDays;
 use durations::DurationRange;
 pub use endpoints::{HttpConfig, RedisConfig, RedisMode, SERVER_COMPILED_OUT};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
 pub use scheduler::{
-    Candidates, ClockMode, SchedulerConfig, DEFAULT_CANDIDATES, DEFAULT_CANDIDATE_STAGGER,
+    Candidates, ClockMode, DEFAULT_CANDIDATE_STAGGER, DEFAULT_CANDIDATES,
     DEFAULT_DESTINATION_CONFLICT_AFTER, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CLOCK_SKEW,
+    SchedulerConfig,
 };
 
 /// Default job `timeout`.

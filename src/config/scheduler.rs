@@ -166,7 +166,7 @@ impl Loader<'_> {
         };
         let error = match super::env::expand(&raw, self.env) {
             Ok(name) if !name.text.trim().is_empty() => {
-                return Some(Deployment::of(Some(name.text), text, self.env))
+                return Some(Deployment::of(Some(name.text), text, self.env));
             }
             Ok(_) => {
                 "must be non-empty (leave it out to derive the deployment from the environment)"

@@ -4,7 +4,7 @@
 //! fails when the two drift apart.
 
 use schemars::generate::SchemaSettings;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::raw::RawFile;
 

@@ -6,7 +6,7 @@
 use serde::de::DeserializeOwned;
 use toml::Value;
 
-use super::{suggest, ConfigError, Loader, Section};
+use super::{ConfigError, Loader, Section, suggest};
 
 impl Loader<'_> {
     /// Deserializes a section, naming the field on error. serde stops at the first problem, so

@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::deployment::Deployment;
 use crate::config::Config;
+use crate::config::deployment::Deployment;
 use crate::redis::{Nodes, Replies};
 use crate::time::schedule::SharedClock;
 

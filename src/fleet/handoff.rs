@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::redis::pubsub::{self, Heard};
 use crate::redis::Nodes;
+use crate::redis::pubsub::{self, Heard};
 use crate::time::schedule::{Fence, Slot};
 
 /// Bound on one node's `PUBLISH`: an offer is made once, off the race path.

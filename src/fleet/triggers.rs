@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::redis::pubsub;
 use crate::redis::Nodes;
+use crate::redis::pubsub;
 use crate::time::schedule::Slot;
 
 /// Bound on one node's `PUBLISH`.

@@ -16,9 +16,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::fleet::control::{covered, PausedSpan};
+use crate::fleet::control::{PausedSpan, covered};
 use crate::record::alerts::{AlertKind, AlertRecord};
-use crate::record::history::{duplicates, RunRecord};
+use crate::record::history::{RunRecord, duplicates};
 use crate::time::schedule::Slot;
 
 /// What became of one slot.

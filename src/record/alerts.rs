@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::history::{read_majority, History, HistoryUnavailable};
+use super::history::{History, HistoryUnavailable, read_majority};
 use crate::outcome::Outcome;
 use crate::redis::{Nodes, Replies};
 use crate::time::schedule::Slot;

@@ -25,7 +25,7 @@ use rand::Rng;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::record::history::{stream_fields, Fields};
+use crate::record::history::{Fields, stream_fields};
 use crate::redis::{NodeError, Nodes, Replies};
 use crate::time::fleet_clock::{FleetClock, Measurement};
 use crate::time::schedule::{Clock, SystemClock};

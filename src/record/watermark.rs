@@ -24,15 +24,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::record::history::History;
-use crate::redis::{quorum, Replies};
 use crate::redis::{Node, NodeError};
+use crate::redis::{Replies, quorum};
 
 /// Bound on one node's answer (at start, not on the race path).
 const WATERMARK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Sets each watermark (`KEYS`) the node has none of to `ARGV[1]`, and returns them all.
-const FIRST_SEEN_SCRIPT: &str =
-    "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'NX') end \
+const FIRST_SEEN_SCRIPT: &str = "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'NX') end \
     return redis.call('MGET', unpack(KEYS))";
 /// Most keys one script sets: Lua's `unpack` takes a few thousand values at most.
 const SCRIPT_KEYS: usize = 500;

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::node_url::{client, NodeUrl};
+use super::node_url::{NodeUrl, client};
 
 /// How long keyed requests keep going through this path after the last `ASK` or `TRYAGAIN`:
 /// `redis-cli --cluster reshard` moves a slot in seconds; past it, redis-rs follows the final

@@ -16,13 +16,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::Value;
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 
 use super::asking::Asking;
 use super::conn::{Cluster, Conn, Waits};
 use super::node::Node;
-use super::node_url::{client, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
+use super::node_url::{CONNECT_TIMEOUT, NodeSetupError, NodeUrl, client};
 
 /// Attempts of one request within the cluster client (its redirections, and its retries while
 /// a failover moves a shard); the caller's wait bounds them anyway.

@@ -3,8 +3,8 @@
 //! ([`super::connector`]); and a cluster's connections kept for `WAIT`. Below the node, which
 //! holds one, and the cluster mode, which builds one.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;

@@ -71,7 +71,7 @@ pub use connector::{Connector, Dial};
 pub use layout::{PrimaryAuth, Topology};
 pub use node::{Node, NodeError, NodeErrorKind};
 pub use node_url::{BadNodeUrl, NodeSetupError, NodeUrl};
-pub use pool::{quorum, NodeState, Nodes, Replies};
+pub use pool::{NodeState, Nodes, Replies, quorum};
 pub use replication::Replication;
 pub use scripts::{Claim, NodeReply, Token};
 pub use topology::OpenError;

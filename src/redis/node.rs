@@ -3,8 +3,8 @@
 //! pool ([`super::Nodes`]) fans calls out to the nodes and keeps their health.
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
@@ -13,7 +13,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::conn::{Conn, Waits};
 use super::connector::{Dial, Dialed};
-use super::node_url::{client, NodeSetupError, NodeUrl, CONNECT_TIMEOUT};
+use super::node_url::{CONNECT_TIMEOUT, NodeSetupError, NodeUrl, client};
 
 /// Retries of a failed (re)connection attempt: none. A failed attempt fails the calls waiting on
 /// it at once, and the call that sees the failure starts a new attempt in the background, which

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::io::tcp::TcpSettings;
 use redis::IntoConnectionInfo;
+use redis::io::tcp::TcpSettings;
 use url::Url;
 
 /// How long a (re)connection attempt may take; requests never wait for it beyond the node timeout.
@@ -137,10 +137,12 @@ mod tests {
     fn node_urls() {
         assert!(NodeUrl::parse("redis://127.0.0.1:6379").is_ok());
         assert!(NodeUrl::parse("rediss://:pw@redis.example:6380/0").is_ok());
-        assert!(NodeUrl::parse("http://127.0.0.1:6379")
-            .unwrap_err()
-            .to_string()
-            .contains("not a Redis URL"));
+        assert!(
+            NodeUrl::parse("http://127.0.0.1:6379")
+                .unwrap_err()
+                .to_string()
+                .contains("not a Redis URL")
+        );
         assert!(NodeUrl::parse("localhost:6379").is_err());
         let url = NodeUrl::parse("redis://user:hunter22@10.0.0.1:6379").unwrap();
         assert!(!url.to_string().contains("hunter22"));

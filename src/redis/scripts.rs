@@ -3,8 +3,8 @@
 //! token they compare. Keys are plain strings here: what a key names (a slot, a handoff, a
 //! running lease) is the lock's business (`crate::lock::SlotKey`), not Redis's.
 
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rand::Rng;

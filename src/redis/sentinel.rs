@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use super::layout::{Follower, PrimaryAuth};
 use super::node::{Node, NodeError};
-use super::node_url::{NodeSetupError, NodeUrl, FIRST_CONNECTION_WAIT};
+use super::node_url::{FIRST_CONNECTION_WAIT, NodeSetupError, NodeUrl};
 use super::pool::{Current, Nodes, Replies};
 use super::pubsub::{self, Heard};
 

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::layout::{Layout, Topology};
 use super::node::Node;
-use super::node_url::{NodeSetupError, NodeUrl, FIRST_CONNECTION_WAIT};
+use super::node_url::{FIRST_CONNECTION_WAIT, NodeSetupError, NodeUrl};
 use super::pool::{Current, Health, Member, Nodes};
 use super::replication::{self, Replication};
 use super::sentinel::{self, NoPrimary, Sentinels};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{Books, Contenders, Race, SlotResult, Trigger, MIN_START_WINDOW};
+use super::{Books, Contenders, MIN_START_WINDOW, Race, SlotResult, Trigger};
 use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
 use crate::fleet::membership;

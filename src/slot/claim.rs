@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::record;
 use super::report::SlotLine;
-use super::{Books, Race, SlotResult, Trigger, RUNNING_LEASE_TTL};
+use super::{Books, RUNNING_LEASE_TTL, Race, SlotResult, Trigger};
 use crate::config::{Job, Overlap};
 use crate::lock::redlock::validity;
 use crate::lock::{Acquire, Lease, SlotKey};

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::claim::Raced;
 use super::guard::{self, AfterWin, Outside};
-use super::{run, Books, Race, Trigger, Won};
+use super::{Books, Race, Trigger, Won, run};
 
 /// A scheduled slot is stale past its start window by more than this, by the nodes' time: the
 /// guard admitted it on the fleet clock a race and a round trip earlier (milliseconds; a loaded

@@ -17,8 +17,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::alerts::{self, Alert, OnLoss};
 use super::SlotEnv;
+use super::alerts::{self, Alert, OnLoss};
 use crate::config::Job;
 use crate::lock::SlotKey;
 use crate::outcome::Outcome;

@@ -11,11 +11,11 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Trigger, KEY_MARGIN, MIN_START_WINDOW};
+use super::{KEY_MARGIN, MIN_START_WINDOW, Trigger};
+use crate::action::Action;
 use crate::action::egress::Http;
 use crate::action::rate::Budgets;
 use crate::action::template::Templates;
-use crate::action::Action;
 use crate::config::{Candidates, Config, Job, SchedulerConfig};
 use crate::fleet::control::Control;
 use crate::fleet::handoff::Handoffs;

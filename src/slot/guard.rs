@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::report::SlotLine;
-use super::{Books, Race, SlotResult, Trigger, KEY_MARGIN};
+use super::{Books, KEY_MARGIN, Race, SlotResult, Trigger};
 use crate::config::Job;
 use crate::fleet::handoff::HandoffRequest;
 use crate::outcome::Outcome;
@@ -220,7 +220,10 @@ pub(super) fn skip(
     let (reason, message, result) = match outside {
         Outside::Late(late) => (
             "late",
-            format!("woke {} ms after the slot, past the start window: not racing", late.as_millis()),
+            format!(
+                "woke {} ms after the slot, past the start window: not racing",
+                late.as_millis()
+            ),
             SlotResult::Late { late },
         ),
         Outside::Early(early) => (
@@ -233,12 +236,16 @@ pub(super) fn skip(
         ),
         Outside::PastDeadline(late) => (
             "deadline",
-            format!("the handoff offer came {} ms past the slot's deadline: not taken", late.as_millis()),
+            format!(
+                "the handoff offer came {} ms past the slot's deadline: not taken",
+                late.as_millis()
+            ),
             SlotResult::Late { late },
         ),
         Outside::Unmeasured => (
             "unmeasured",
-            "the fleet clock is not measured yet (no Redis node answered TIME): not racing".to_owned(),
+            "the fleet clock is not measured yet (no Redis node answered TIME): not racing"
+                .to_owned(),
             SlotResult::Unmeasured,
         ),
         Outside::AfterWin(refused) => refused.described(),

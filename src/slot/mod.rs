@@ -46,7 +46,7 @@ mod run;
 mod told;
 
 pub use alerts::{ALERT_LEASE, ALERT_TIMEOUT, MISSED_KEY_TTL};
-pub use candidates::{stagger_warning, LOOKOUT_AFTER};
+pub use candidates::{LOOKOUT_AFTER, stagger_warning};
 pub use claim::Won;
 pub use env::{Books, Contenders, Outbox, Race, SlotEnv};
 pub use guard::EARLY_WAIT;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Books, SlotResult, Won};
 use crate::action::DeliveryState;
-use crate::record::history::{other_run, RunRecord, RunState};
+use crate::record::history::{RunRecord, RunState, other_run};
 
 /// History entries a winner looks through beside its own record (on the node, which returns
 /// only those under its fence), for another run of its slot: a late run of a slot is within

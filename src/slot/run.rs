@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Books, Outbox, Race, Trigger, Won, RUNNING_LEASE_TTL};
+use super::{Books, Outbox, RUNNING_LEASE_TTL, Race, Trigger, Won};
 use crate::action::{ActionError, Delivery, DeliveryState, SendContext};
 use crate::lock::Lease;
 use crate::record::history::RunRecord;

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone, Utc};
 use chrono_tz::Tz;
-use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
 
 use crate::time::calendar::DayFilter;
 

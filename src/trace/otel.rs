@@ -1,8 +1,8 @@
 //! The OpenTelemetry side of [`super`]: one tracer provider per process, installed by the first
 //! replica whose configuration names an endpoint.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::context::FutureExt as _;

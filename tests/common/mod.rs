@@ -49,7 +49,7 @@ pub use self::sentinel::*;
 #[allow(unused_imports)]
 pub use self::usage::*;
 
-use nix::sys::signal::{kill as send_signal, Signal};
+use nix::sys::signal::{Signal, kill as send_signal};
 use nix::unistd::Pid;
 
 /// Path of the redis-server binary (override with `REDIS_SERVER_BIN`).

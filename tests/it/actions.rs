@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::{fleet, Receiver};
-use serde_json::{json, Value};
+use common::{Receiver, fleet};
+use serde_json::{Value, json};
 use slotcron::unstable::action::rate::Budgets;
-use slotcron::unstable::action::{http_client, Delivery, SendContext};
+use slotcron::unstable::action::{Delivery, SendContext, http_client};
 use slotcron::unstable::config::Config;
 use slotcron::unstable::metrics::Metrics;
 use slotcron::unstable::slot::SlotResult;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::fleet::FleetToml;
 use common::{
-    free_port, http_get, slotcron_cli, wait_until, write_config, Receiver, RedisCluster, Replica,
+    Receiver, RedisCluster, Replica, free_port, http_get, slotcron_cli, wait_until, write_config,
 };
 
 /// The late job: a slot every 6 s, due `done` 1 s after it (before: a slot every 10 s, held

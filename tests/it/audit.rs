@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::fleet::FleetToml;
-use common::{redis_query, slotcron_cli, slotcron_cli_status, write_config, RedisCluster, Replica};
+use common::{RedisCluster, Replica, redis_query, slotcron_cli, slotcron_cli_status, write_config};
 use serde_json::Value;
 use slotcron::unstable::record::audit::AuditEntry;
 

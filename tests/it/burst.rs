@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
-use common::{write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+use common::{FaultyProxy, Receiver, RedisCluster, Replica, write_config};
 use serde_json::Value;
 
 /// How long a replica may take to log "slotcron started" on a loaded machine: it reads each

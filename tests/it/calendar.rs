@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use common::fleet::FleetToml;
-use common::{write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, write_config};
 use proptest::prelude::*;
 use slotcron::unstable::config;
-use slotcron::unstable::time::calendar::{cn, Calendar, Day, DayFilter, Days, Reason};
+use slotcron::unstable::time::calendar::{Calendar, Day, DayFilter, Days, Reason, cn};
 use slotcron::unstable::time::schedule::Schedule;
 
 const ANSWERS: &str = include_str!("../data/cn_package_answers.txt");

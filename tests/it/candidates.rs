@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::fleet::FleetToml;
-use common::{redis_query, write_config, Receiver, RedisCluster, Replica, IN_FLIGHT};
+use common::{IN_FLIGHT, Receiver, RedisCluster, Replica, redis_query, write_config};
 use serde_json::Value;
 use slotcron::unstable::fleet::membership::{self, MEMBER_TTL};
 use slotcron::unstable::time::schedule::Slot;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, Offset, TimeZone};
 use chrono_tz::Tz;
-use common::{write_config, Replica};
+use common::{Replica, write_config};
 
 const WEBHOOK: &str = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=SECRETKEY123";
 const KEY: &str = "SECRETKEY123";

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::fleet::FleetToml;
-use common::{slotcron_cli, write_config, Receiver, RedisCluster, RedisServer, Replica};
+use common::{Receiver, RedisCluster, RedisServer, Replica, slotcron_cli, write_config};
 
 /// A fleet's file on `nodes`: a yearly job that sends to a webhook (the `webhook` line) and an
 /// hourly log job, in a zone other than UTC so a time printed in UTC shows.

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::cluster::{cluster_acl_args, ShardedCluster};
-use common::{tools, write_config, Receiver, Replica};
+use common::cluster::{ShardedCluster, cluster_acl_args};
+use common::{Receiver, Replica, tools, write_config};
 use slotcron::unstable::slot::RUNNING_LEASE_TTL;
 use slotcron::unstable::time::schedule::Slot;
 
@@ -313,8 +313,8 @@ fn cluster_redis_7_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_o
 }
 
 #[test]
-fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once(
-) {
+fn cluster_valkey_9_under_the_acl_line_a_primary_killed_no_slot_twice_and_every_slot_from_6s_after_once()
+ {
     let Some(valkey) = tools::valkey_server() else {
         return;
     };
@@ -596,8 +596,8 @@ const LATE_REPLICA_RUNS: Duration = Duration::from_secs(4);
 /// asks the fleet to read every pause again, and a replica that knew the pause writes it back),
 /// and the ledger calls the paused slots `paused`, not `missed`.
 #[test]
-fn cluster_redis_7_a_pause_the_replica_missed_holds_through_a_failover_and_a_later_replica_finds_it(
-) {
+fn cluster_redis_7_a_pause_the_replica_missed_holds_through_a_failover_and_a_later_replica_finds_it()
+ {
     let cluster = ShardedCluster::start(3, 1, 1000, &[]);
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let _alone = one_at_a_time();

@@ -271,7 +271,9 @@ fn output_is_captured_into_the_log_truncated() {
         "stdout is kept up to 4 KiB, with the count of what was cut"
     );
     assert_eq!(output["stderr"].as_str().map(str::trim), Some("to-stderr"));
-    assert!(lines
-        .iter()
-        .any(|l| l["outcome"] == "done" && l["job"] == "chatty"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["outcome"] == "done" && l["job"] == "chatty")
+    );
 }

@@ -327,7 +327,13 @@ fn all_errors_of_a_file_are_reported_at_once() {
 fn defaults_and_secrets_in_a_valid_config() {
     let text = format!(
         "[redis]\nnodes = [\"redis://:hunter2pw@10.0.0.1:6379\", \"rediss://u:hunter2pw@10.0.0.2:6380\", \"redis://10.0.0.3\"]\n{}",
-        job("", &WECOM.replace("${WECOM_WEBHOOK}", "${HOOK:-https://example.com/send?key=defaultkey}"))
+        job(
+            "",
+            &WECOM.replace(
+                "${WECOM_WEBHOOK}",
+                "${HOOK:-https://example.com/send?key=defaultkey}"
+            )
+        )
     );
     let config = parse(&text).unwrap();
     assert_eq!(config.redis.as_ref().unwrap().nodes.len(), 3);
@@ -1268,13 +1274,29 @@ fn a_mistake_is_reported_once_not_with_the_errors_that_follow_from_it() {
 fn a_secret_on_the_line_shown_is_masked() {
     let texts = [
         // A literal key in a webhook of the wrong scheme: the URL is shown without it.
-        job("", &WECOM.replace("${WECOM_WEBHOOK}", &format!("ftp://x.example/send?key={WEBHOOK_KEY}"))),
+        job(
+            "",
+            &WECOM.replace(
+                "${WECOM_WEBHOOK}",
+                &format!("ftp://x.example/send?key={WEBHOOK_KEY}"),
+            ),
+        ),
         // A key alone where the URL belongs: not shown at all.
-        job("", &WECOM.replace("${WECOM_WEBHOOK}", &format!("{WEBHOOK_KEY}-7aoc-4bc4-97a0"))),
+        job(
+            "",
+            &WECOM.replace("${WECOM_WEBHOOK}", &format!("{WEBHOOK_KEY}-7aoc-4bc4-97a0")),
+        ),
         // A header value on the line of a bad header name.
-        job("", &format!("type = \"http\"\nurl = \"https://x.example/h\"\nheaders = {{ \"Bad Header\" = \"{WEBHOOK_KEY}\" }}")),
+        job(
+            "",
+            &format!(
+                "type = \"http\"\nurl = \"https://x.example/h\"\nheaders = {{ \"Bad Header\" = \"{WEBHOOK_KEY}\" }}"
+            ),
+        ),
         // Passwords in the other URLs of the line of a duplicate node.
-        format!("[redis]\nnodes = [\"redis://:{WEBHOOK_KEY}@a:6379\", \"redis://:{WEBHOOK_KEY}@a\"]\n{GOOD_JOB}"),
+        format!(
+            "[redis]\nnodes = [\"redis://:{WEBHOOK_KEY}@a:6379\", \"redis://:{WEBHOOK_KEY}@a\"]\n{GOOD_JOB}"
+        ),
     ];
     for text in &texts {
         let errors = parse(text).expect_err(text);

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{wecom_action, Bed, FleetToml};
-use common::{slotcron_cli, stop_all, write_config, ProcessFleet, Receiver, RedisCluster, Replica};
+use common::fleet::{Bed, FleetToml, wecom_action};
+use common::{ProcessFleet, Receiver, RedisCluster, Replica, slotcron_cli, stop_all, write_config};
 use serde_json::Value;
 
 /// A replica of `config` connected in-process, named `name` (no timeline runs).
@@ -1011,7 +1011,8 @@ fn a_pause_announced_while_no_majority_answers_holds_once_the_nodes_answer_again
     cluster[1].pause();
     slotcron_cli(&third, &["pause", "held", "--by", "ops"]);
     let unread = replicas[0].wait_for_json(PAUSE_HEARD_WITHIN, |l| {
-        l["message"] == "pause state not read from a majority of Redis nodes: keeping the last known state"
+        l["message"]
+            == "pause state not read from a majority of Redis nodes: keeping the last known state"
     });
     cluster[0].resume();
     cluster[1].resume();

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{wecom_action, Bed, FleetToml};
+use common::fleet::{Bed, FleetToml, wecom_action};
 use common::raw_http::{Misbehaviour, RawReceiver};
-use common::{write_config, ProcessFleet, Receiver, RedisCluster, Replica, IN_FLIGHT};
+use common::{IN_FLIGHT, ProcessFleet, Receiver, RedisCluster, Replica, write_config};
 use serde_json::Value;
 use slotcron::unstable::action::DeliveryState;
 use slotcron::unstable::config::{self, Config};

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{wecom_action, FleetToml};
-use common::{write_config, ProcessFleet, Receiver, RedisCluster};
+use common::fleet::{FleetToml, wecom_action};
+use common::{ProcessFleet, Receiver, RedisCluster, write_config};
 use serde_json::Value;
 
 const REPLICAS: usize = 5;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{parse, Bed, Fleet, FleetToml};
-use common::{wait_until, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+use common::fleet::{Bed, Fleet, FleetToml, parse};
+use common::{FaultyProxy, Receiver, RedisCluster, Replica, wait_until, write_config};
 use slotcron::unstable::replica::Replica as SlotcronReplica;
 use slotcron::unstable::slot::SlotResult;
 use slotcron::unstable::time::schedule::{Slot, SystemClock};

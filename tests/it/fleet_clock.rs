@@ -14,7 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::fleet::{Bed, FleetToml};
 use common::tools::{libfaketime, set_offset, valkey_server};
-use common::{write_config, FaultyProxy, FreezeTrap, Receiver, RedisCluster, RedisServer, Replica};
+use common::{FaultyProxy, FreezeTrap, Receiver, RedisCluster, RedisServer, Replica, write_config};
 
 /// Job `tick` every second, `timeout = "5s"`, the default `[scheduler]` (`max_clock_skew` 10 s,
 /// `clock = "redis"`, two candidates), a node timeout with headroom for a loaded machine.

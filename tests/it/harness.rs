@@ -248,9 +248,10 @@ fn replica_captures_lines_and_signals() {
         .wait_for_json(Duration::from_secs(3), |v| v["event"] == "ready")
         .expect("ready line");
     assert_eq!(ready["n"], 1);
-    assert!(r
-        .wait_for_line(Duration::from_secs(3), |l| l == "err bar")
-        .is_some());
+    assert!(
+        r.wait_for_line(Duration::from_secs(3), |l| l == "err bar")
+            .is_some()
+    );
     assert!(r.lines().iter().any(|l| l == "plain"));
     assert!(r.is_running());
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Timelike, Utc};
 use common::fleet::FleetToml;
 use common::tools::libfaketime;
-use common::{slotcron_cli_status, write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, slotcron_cli_status, write_config};
 use slotcron::unstable::time::jitter::{delay, delayed};
 use slotcron::unstable::time::schedule::Slot;
 

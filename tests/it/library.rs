@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use common::tools::libfaketime;
-use common::{slotcron_cli, wait_until, write_config, RedisCluster, Replica};
+use common::{RedisCluster, Replica, slotcron_cli, wait_until, write_config};
 use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
 
 /// The examples, built once per test run (`cargo build --examples --all-features`: the debug

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::tools::libfaketime;
-use common::{free_port, http_get, wait_until, write_config, Replica};
+use common::{Replica, free_port, http_get, wait_until, write_config};
 
 /// A standalone replica's config: one log job on `schedule`, the HTTP endpoints on `port`.
 fn config(port: u16, schedule: &str) -> String {

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use common::{redis_get, write_config, FaultyProxy, Receiver, RedisCluster, Replica};
+use common::{FaultyProxy, Receiver, RedisCluster, Replica, redis_get, write_config};
 
 const REPLICAS: usize = 5;
 /// How long the node stays hung, dead or slow.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, wait_until, write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, free_port, wait_until, write_config};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 

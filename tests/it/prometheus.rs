@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::fleet::FleetToml;
 use common::tools::tool;
-use common::{free_port, http_get, wait_until, write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, free_port, http_get, wait_until, write_config};
 use serde_json::Value;
 
 fn repo() -> PathBuf {

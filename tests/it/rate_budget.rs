@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use slotcron::unstable::action::rate::Rate;
 use slotcron::unstable::action::Action;
+use slotcron::unstable::action::rate::Rate;
 use slotcron::unstable::config;
 
 /// A robot that records when each request arrived and its `Idempotency-Key`, and answers OK.
@@ -373,13 +373,31 @@ fn a_short_window_slides_and_a_winner_waits_for_a_place_within_its_timeout() {
 fn each_robot_has_its_documented_default_rate() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("type = \"wecom\"\nwebhook = \"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=K\"\nmsgtype = \"text\"\ncontent = \"x\"", Some("20/min")),
-        ("type = \"dingtalk\"\nwebhook = \"https://oapi.dingtalk.com/robot/send?access_token=T\"\nmsgtype = \"text\"\ncontent = \"x\"", Some("20/min")),
-        ("type = \"feishu\"\nwebhook = \"https://open.feishu.cn/open-apis/bot/v2/hook/H\"\nmsg_type = \"text\"\ntext = \"x\"", Some("100/min")),
-        ("type = \"slack\"\nwebhook = \"https://hooks.slack.com/services/T/B/X\"\ntext = \"x\"", Some("1/s")),
+        (
+            "type = \"wecom\"\nwebhook = \"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=K\"\nmsgtype = \"text\"\ncontent = \"x\"",
+            Some("20/min"),
+        ),
+        (
+            "type = \"dingtalk\"\nwebhook = \"https://oapi.dingtalk.com/robot/send?access_token=T\"\nmsgtype = \"text\"\ncontent = \"x\"",
+            Some("20/min"),
+        ),
+        (
+            "type = \"feishu\"\nwebhook = \"https://open.feishu.cn/open-apis/bot/v2/hook/H\"\nmsg_type = \"text\"\ntext = \"x\"",
+            Some("100/min"),
+        ),
+        (
+            "type = \"slack\"\nwebhook = \"https://hooks.slack.com/services/T/B/X\"\ntext = \"x\"",
+            Some("1/s"),
+        ),
         ("type = \"http\"\nurl = \"https://example.com/hook\"", None),
-        ("type = \"http\"\nurl = \"https://example.com/hook\"\nrate = \"5/10s\"", Some("5/10s")),
-        ("type = \"wecom\"\nwebhook = \"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=K\"\nmsgtype = \"text\"\ncontent = \"x\"\nrate = \"100/10m\"", Some("100/10m")),
+        (
+            "type = \"http\"\nurl = \"https://example.com/hook\"\nrate = \"5/10s\"",
+            Some("5/10s"),
+        ),
+        (
+            "type = \"wecom\"\nwebhook = \"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=K\"\nmsgtype = \"text\"\ncontent = \"x\"\nrate = \"100/10m\"",
+            Some("100/10m"),
+        ),
     ];
     for (action, expected) in cases {
         let text =

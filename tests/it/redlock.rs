@@ -5,11 +5,11 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async, RedisCluster};
+use common::{RedisCluster, redis_cmd, redis_get, redis_pttl, redis_query, wait_until_async};
 use slotcron::unstable::lock::{
     Acquire, Lease, LockConfig, Redlock, SlotKey, Token, UnavailableReason,
 };
-use slotcron::unstable::redis::{quorum, NodeUrl};
+use slotcron::unstable::redis::{NodeUrl, quorum};
 use slotcron::unstable::time::schedule::Slot;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -154,9 +154,11 @@ async fn release_removes_only_the_own_token() {
     };
     // The race stops at the first majority, so the third node may never have been asked.
     assert!(a.release(&lease).await >= quorum(3));
-    assert!(cluster
-        .iter()
-        .all(|n| redis_get(&n.url(), k.as_str()).is_none()));
+    assert!(
+        cluster
+            .iter()
+            .all(|n| redis_get(&n.url(), k.as_str()).is_none())
+    );
 
     let Acquire::Won(b_lease) = b.acquire(&k, TTL).await else {
         panic!("b must win the released key")

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{fleet, Receiver};
+use common::{Receiver, fleet};
 use hmac::{Hmac, Mac};
 use md5::{Digest, Md5};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use sha2::Sha256;
 use slotcron::unstable::config;
 use slotcron::unstable::replica::Replica;
@@ -511,7 +511,10 @@ async fn dingtalk_every_msgtype_signed_and_unsigned() {
     // 130101 (sending too fast) is retried; any other errcode is final.
     let receiver = Receiver::start();
     receiver.push_response(200, json!({"errcode": 130101, "errmsg": "send too fast"}));
-    let action = format!("type = \"dingtalk\"\nwebhook = \"{}/robot/send?access_token=T\"\nmsgtype = \"text\"\ncontent = \"x\"", receiver.uri());
+    let action = format!(
+        "type = \"dingtalk\"\nwebhook = \"{}/robot/send?access_token=T\"\nmsgtype = \"text\"\ncontent = \"x\"",
+        receiver.uri()
+    );
     let (result, _) = run_action(dir.path(), &action, &[]).await;
     assert!(
         matches!(result, SlotResult::Done { delivery, .. } if delivery.attempts == 2),
@@ -638,7 +641,10 @@ async fn slack_text_and_blocks_ok_not_ok_and_429_retry_after() {
         T::new(200).set_body_string("ok"),
     ])
     .await;
-    let action = format!("type = \"slack\"\nwebhook = \"{}/services/T0/B0/XXXXXXXXXXXXXXXXXXXXXXXX\"\ntext = \"hi\"\n[[job.action.blocks]]\ntype = \"section\"\ntext = {{ type = \"mrkdwn\", text = \"*{{{{ job }}}}*\" }}", server.uri());
+    let action = format!(
+        "type = \"slack\"\nwebhook = \"{}/services/T0/B0/XXXXXXXXXXXXXXXXXXXXXXXX\"\ntext = \"hi\"\n[[job.action.blocks]]\ntype = \"section\"\ntext = {{ type = \"mrkdwn\", text = \"*{{{{ job }}}}*\" }}",
+        server.uri()
+    );
     let (result, slot) = run_action(dir.path(), &action, &[]).await;
     let SlotResult::Done { delivery, duration } = result else {
         panic!("{result:?}")
@@ -798,7 +804,9 @@ fn no_secret_in_any_log_line_error_or_check_output() {
     )
     .unwrap();
     let job = |name: &str, action: String| {
-        format!("[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n[job.action]\n{action}\n")
+        format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n[job.action]\n{action}\n"
+        )
     };
     let text = [
         format!("[redis]\nnodes = [\"redis://:${{REDIS_PASSWORD}}@127.0.0.1:{}\"]\n", redis.port()),

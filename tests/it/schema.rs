@@ -206,7 +206,9 @@ fn ten_mistakes() -> Vec<Mistake> {
         ),
         mistake(
             "a bad days",
-            format!("[calendar.cn]\nbuiltin = \"cn\"\n{JOB}calendar = \"cn\"\ndays = \"weekdays\"\n{ACTION}"),
+            format!(
+                "[calendar.cn]\nbuiltin = \"cn\"\n{JOB}calendar = \"cn\"\ndays = \"weekdays\"\n{ACTION}"
+            ),
             "\"weekdays\" is not one of",
             "days",
         ),

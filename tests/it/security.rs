@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{free_port, wait_until, write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, free_port, wait_until, write_config};
 
 const PASSWORD: &str = "s3cret-redis-pw";
 const ACL_PASSWORD: &str = "alice-acl-pw-42";
@@ -36,9 +36,11 @@ fn run_replica(config: &Path) -> Vec<String> {
     let done = replica.wait_for_json(Duration::from_secs(10), |l| l["outcome"] == "done");
     assert!(done.is_some(), "no slot ran: {:?}", replica.lines());
     replica.terminate();
-    assert!(replica
-        .wait_timeout(Duration::from_secs(10))
-        .is_some_and(|s| s.success()));
+    assert!(
+        replica
+            .wait_timeout(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
     replica.lines()
 }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use common::{write_config, Receiver, Replica, SentinelSet, ACL_PASSWORD, ACL_USER, MASTER};
+use common::{ACL_PASSWORD, ACL_USER, MASTER, Receiver, Replica, SentinelSet, write_config};
 use slotcron::unstable::config;
 use slotcron::unstable::slot::RUNNING_LEASE_TTL;
 
@@ -381,7 +381,10 @@ fn primary_killed(set: &SentinelSet, server: &str) {
     let end = Utc::now() - chrono::Duration::seconds(1);
     let promoted = set.primary_port();
     let cost = cost(&fleet, start, killed, end, RECOVERY_BOUND);
-    eprintln!("measured ({server}, primary SIGKILLed): {cost}, sentinels name :{promoted:?}, replica was :{}", set.replica.port());
+    eprintln!(
+        "measured ({server}, primary SIGKILLed): {cost}, sentinels name :{promoted:?}, replica was :{}",
+        set.replica.port()
+    );
     assert_eq!(
         promoted,
         Some(set.replica.port()),
@@ -408,15 +411,15 @@ fn primary_killed(set: &SentinelSet, server: &str) {
 }
 
 #[test]
-fn redis_7_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill(
-) {
+fn redis_7_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill()
+ {
     let redis = std::path::PathBuf::from(common::redis_server_bin());
     primary_killed(&SentinelSet::start_bin(&redis, true), "redis 7.0");
 }
 
 #[test]
-fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill(
-) {
+fn valkey_9_sentinel_under_the_acl_line_failover_runs_no_slot_twice_and_every_slot_from_6s_after_the_kill()
+ {
     let Some(valkey) = common::tools::valkey_server() else {
         return;
     };
@@ -486,7 +489,10 @@ fn redis_7_sentinel_planned_failover_is_followed_and_slots_after_the_switch_run_
     let switch = fleet
         .first_switch()
         .expect("a replica followed the new primary");
-    eprintln!("measured (redis 7.0, SENTINEL FAILOVER): {cost}; the first replica switched {} ms after the command", (switch - failover).num_milliseconds());
+    eprintln!(
+        "measured (redis 7.0, SENTINEL FAILOVER): {cost}; the first replica switched {} ms after the command",
+        (switch - failover).num_milliseconds()
+    );
     assert_eq!(
         set.primary_port(),
         Some(set.replica.port()),

@@ -20,7 +20,7 @@ use model::{ConnId, Node, Persistence};
 use redis::Value;
 
 use differential::Differential;
-use generate::{Generator, CONNS};
+use generate::{CONNS, Generator};
 use src_texts::Scripts;
 use wire::Real;
 
@@ -61,7 +61,9 @@ fn differential_against(bin: &Path, name: &str) {
                 step += 1;
                 let op = generator.next_op();
                 if let Err(why) = run.step(&op) {
-                    panic!("{name}, persistence {mode:?}, seed {seed}, step {step}: the model differs:\n{why}");
+                    panic!(
+                        "{name}, persistence {mode:?}, seed {seed}, step {step}: the model differs:\n{why}"
+                    );
                 }
             }
             (real, coverage) = (run.real, run.coverage);

@@ -209,10 +209,11 @@ fn status_page_lists_jobs_next_slots_and_winners_in_html_and_a_browser() {
     // Both jobs' tables of last runs open, as their "show the last runs" links leave them.
     let page = http_get(port, "/?runs=standup-demo,flaky-push").expect("the status page answers");
     assert_eq!(page.status, 200);
-    assert!(page
-        .header("content-type")
-        .unwrap_or("")
-        .starts_with("text/html"));
+    assert!(
+        page.header("content-type")
+            .unwrap_or("")
+            .starts_with("text/html")
+    );
     let html = &page.body;
     assert!(
         html.contains("page-a"),

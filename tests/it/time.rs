@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{parse, Bed, Fleet, FleetToml};
+use common::fleet::{Bed, Fleet, FleetToml, parse};
 use common::tools::{libfaketime, set_offset};
-use common::{write_config, Receiver, RedisCluster, Replica};
+use common::{Receiver, RedisCluster, Replica, write_config};
 use slotcron::unstable::replica::Replica as SlotcronReplica;
 use slotcron::unstable::time::schedule::{SharedClock, SkewedClock, Slot, SystemClock, TokioClock};
 use tokio_util::sync::CancellationToken;
@@ -332,9 +332,10 @@ fn libfaketime_shifted_replica_processes_never_run_a_slot_twice() {
     std::thread::sleep(SHIFTED_WINDOW);
     for r in &mut replicas {
         r.terminate();
-        assert!(r
-            .wait_timeout(Duration::from_secs(10))
-            .is_some_and(|s| s.success()));
+        assert!(
+            r.wait_timeout(Duration::from_secs(10))
+                .is_some_and(|s| s.success())
+        );
     }
     let counts = receiver.counts_by_idempotency_key();
     assert!(counts.len() >= 6, "too few slots ran: {counts:?}");

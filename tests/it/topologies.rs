@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{redis_cmd, write_config, FaultyProxy, Receiver, RedisCluster, RedisServer, Replica};
+use common::{FaultyProxy, Receiver, RedisCluster, RedisServer, Replica, redis_cmd, write_config};
 use serde_json::Value;
 
 /// `run` must give up this fast on a node set it refuses.

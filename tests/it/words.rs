@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Receiver;
-use slotcron::unstable::time::calendar::{cn, Calendar, DayFilter, Days};
+use slotcron::unstable::time::calendar::{Calendar, DayFilter, Days, cn};
 use slotcron::unstable::time::schedule::Schedule;
-use slotcron::unstable::time::words::{describe, Lang};
+use slotcron::unstable::time::words::{Lang, describe};
 
 /// The cron, its zone, its calendar (`cn:workdays`: a calendar named `cn`, built-in data if
 /// there is such a built-in, and the days kept; "" for none), and the sentence in English and

@@ -62,11 +62,13 @@ pub fn on_threads<T: Send>(
     let results = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&seed) = seeds.get(i) else { return };
-                let out = work(seed);
-                results.lock().unwrap().push((i, out));
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(i) else { return };
+                    let out = work(seed);
+                    results.lock().unwrap().push((i, out));
+                }
             });
         }
     });

@@ -3,8 +3,8 @@
 //! wall clock the world's true time plus its own offset, and its jobs' `http` actions sent
 //! through the HTTP seam to the simulation's receivers (`receivers.rs`).
 
-use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 
 use serde::{Deserialize, Serialize};
 use slotcron::unstable::redis::Connector;

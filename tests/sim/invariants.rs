@@ -10,7 +10,7 @@ use chrono::DateTime;
 use slotcron::unstable::record::history::RunRecord;
 
 use crate::fleet::{JobSpec, Shape};
-use crate::world::{Effect, World, EPOCH_US};
+use crate::world::{EPOCH_US, Effect, World};
 
 /// Liveness looks at slots at least this far from any fault (µs): a slot whose window saw a
 /// fault may be lost or handed off; one in calm water must be delivered.

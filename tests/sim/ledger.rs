@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use chrono::DateTime;
 use slotcron::unstable::ops::ledger::{self, Entry, Fate, Now};
-use slotcron::unstable::record::history::{History, RunRecord, RunState, HISTORY_CAP};
+use slotcron::unstable::record::history::{HISTORY_CAP, History, RunRecord, RunState};
 use slotcron::unstable::time::schedule::Slot;
 
 use crate::fleet::Shape;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fleet::{self, JobSpec, Shape};
 use crate::invariants::{Violation, Violations};
-use crate::nemesis::{self, Target, Timed, PROFILES};
+use crate::nemesis::{self, PROFILES, Target, Timed};
 use crate::world::Shared;
 
 /// Start-up: slots before this (s) are not judged for liveness (the fleet clock is measured,

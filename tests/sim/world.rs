@@ -7,7 +7,7 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use xxhash_rust::xxh3::Xxh3Default;
 

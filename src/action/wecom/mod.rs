@@ -12,16 +12,16 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use md5::{Digest, Md5};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use url::Url;
 
-use super::deliver::{self, snippet, Answer, OnUncertain, Verdict};
+use super::deliver::{self, Answer, OnUncertain, Verdict, snippet};
 use super::rate::Budget;
 use super::template::Content;
 use super::{ActionError, Delivery, SendContext};
 use crate::secret::SecretUrl;
 
-pub(crate) use parse::{parse, RawWecom};
+pub(crate) use parse::{RawWecom, parse};
 
 /// Most bytes of UTF-8 in a text message's content.
 pub const TEXT_LIMIT: usize = 2048;

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    check_image, check_media_size, check_size, content_limit, Article, ImageSource, Message,
-    MsgType, WecomAction, MAX_ARTICLES,
+    Article, ImageSource, MAX_ARTICLES, Message, MsgType, WecomAction, check_image,
+    check_media_size, check_size, content_limit,
 };
 use crate::action::check::Check;
 use crate::action::template::Content;

@@ -17,11 +17,11 @@ mod words;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::State as AxumState;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 

@@ -12,14 +12,14 @@ use std::time::Duration;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use minijinja::{context, Environment};
+use minijinja::{Environment, context};
 use serde::Deserialize;
 
-use super::fleet::fleet;
-use super::snapshot::{Rendered, Snapshot, AUDIT_SHOWN};
-use super::view::{job_view, moment, ActionText, Frame, JobView, Reads, RUNS_READ, STRIP_SLOTS};
-use super::words::{meaning, place};
 use super::Sources;
+use super::fleet::fleet;
+use super::snapshot::{AUDIT_SHOWN, Rendered, Snapshot};
+use super::view::{ActionText, Frame, JobView, RUNS_READ, Reads, STRIP_SLOTS, job_view, moment};
+use super::words::{meaning, place};
 use crate::config::{Config, Job, RedisMode};
 use crate::record::audit::{AuditEntry, AuditUnavailable};
 

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Request, State};
-use axum::middleware::{from_fn_with_state, Next};
-use axum::response::Response;
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::Response;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;

@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::view::{Frame, Reads, RUNS_READ};
-use super::{probe, shards, Sources};
+use super::view::{Frame, RUNS_READ, Reads};
+use super::{Sources, probe, shards};
 use crate::config::{Config, Job};
 use crate::fleet::control::paused_intervals;
 use crate::record::audit::{AuditEntry, AuditQuery, AuditUnavailable};

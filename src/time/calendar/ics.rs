@@ -160,8 +160,8 @@ fn length_in_days(event: &Event, start: NaiveDate) -> Result<u64, EventProblem> 
                 duration,
                 days_of(duration).ok_or_else(|| {
                     EventProblem(format!(
-                    "DURATION {duration:?} is not a whole number of days or weeks (such as P3D)"
-                ))
+                        "DURATION {duration:?} is not a whole number of days or weeks (such as P3D)"
+                    ))
                 })?,
             ),
             None => return Ok(1),
@@ -288,7 +288,9 @@ mod tests {
 
     #[test]
     fn a_duration_and_an_exdate() {
-        let text = ics("BEGIN:VEVENT\r\nUID:a\r\nSUMMARY:Offsite\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:P2D\r\nRRULE:FREQ=YEARLY;COUNT=3\r\nEXDATE;VALUE=DATE:20270105\r\nEND:VEVENT\r\n");
+        let text = ics(
+            "BEGIN:VEVENT\r\nUID:a\r\nSUMMARY:Offsite\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:P2D\r\nRRULE:FREQ=YEARLY;COUNT=3\r\nEXDATE;VALUE=DATE:20270105\r\nEND:VEVENT\r\n",
+        );
         assert_eq!(
             dates(&text),
             ["2026-01-05", "2026-01-06", "2028-01-05", "2028-01-06"]
@@ -297,13 +299,17 @@ mod tests {
 
     #[test]
     fn rdates_without_a_rule_add_days() {
-        let text = ics("BEGIN:VEVENT\r\nUID:r\r\nSUMMARY:Audit\r\nDTSTART;VALUE=DATE:20260105\r\nRDATE;VALUE=DATE:20260302,20260601\r\nEND:VEVENT\r\n");
+        let text = ics(
+            "BEGIN:VEVENT\r\nUID:r\r\nSUMMARY:Audit\r\nDTSTART;VALUE=DATE:20260105\r\nRDATE;VALUE=DATE:20260302,20260601\r\nEND:VEVENT\r\n",
+        );
         assert_eq!(dates(&text), ["2026-01-05", "2026-03-02", "2026-06-01"]);
     }
 
     #[test]
     fn a_timed_or_cancelled_event_is_no_day_off() {
-        let text = ics("BEGIN:VEVENT\r\nUID:m\r\nSUMMARY:Meeting\r\nDTSTART:20260105T090000Z\r\nDTEND:20260105T100000Z\r\nEND:VEVENT\r\nBEGIN:VEVENT\r\nUID:c\r\nSTATUS:CANCELLED\r\nDTSTART;VALUE=DATE:20260106\r\nEND:VEVENT\r\n");
+        let text = ics(
+            "BEGIN:VEVENT\r\nUID:m\r\nSUMMARY:Meeting\r\nDTSTART:20260105T090000Z\r\nDTEND:20260105T100000Z\r\nEND:VEVENT\r\nBEGIN:VEVENT\r\nUID:c\r\nSTATUS:CANCELLED\r\nDTSTART;VALUE=DATE:20260106\r\nEND:VEVENT\r\n",
+        );
         assert!(dates(&text).is_empty());
     }
 
@@ -314,7 +320,9 @@ mod tests {
     #[test]
     fn an_event_longer_than_the_limit_is_refused_by_name_before_it_is_expanded() {
         for duration in ["P100000000W", "P5000000W", "P9999999999999999999W"] {
-            let text = ics(&format!("BEGIN:VEVENT\r\nUID:o\r\nSUMMARY:Offsite\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:{duration}\r\nEND:VEVENT\r\n"));
+            let text = ics(&format!(
+                "BEGIN:VEVENT\r\nUID:o\r\nSUMMARY:Offsite\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:{duration}\r\nEND:VEVENT\r\n"
+            ));
             let error = refusal(&text);
             assert!(
                 error.starts_with(&format!(
@@ -323,14 +331,20 @@ mod tests {
                 "{error}"
             );
         }
-        let text = ics("BEGIN:VEVENT\r\nUID:e\r\nSUMMARY:Forever\r\nDTSTART;VALUE=DATE:20260105\r\nDTEND;VALUE=DATE:99991231\r\nEND:VEVENT\r\n");
-        assert!(refusal(&text).starts_with("event \"Forever\": DTEND \"99991231\" makes the event"));
+        let text = ics(
+            "BEGIN:VEVENT\r\nUID:e\r\nSUMMARY:Forever\r\nDTSTART;VALUE=DATE:20260105\r\nDTEND;VALUE=DATE:99991231\r\nEND:VEVENT\r\n",
+        );
+        assert!(
+            refusal(&text).starts_with("event \"Forever\": DTEND \"99991231\" makes the event")
+        );
     }
 
     #[test]
     fn occurrences_times_length_past_what_is_left_is_refused() {
         // 74 yearly occurrences of 2000 days: 148,000 days, each occurrence well under the limit.
-        let text = ics("BEGIN:VEVENT\r\nUID:y\r\nSUMMARY:Sabbatical\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:P2000D\r\nRRULE:FREQ=YEARLY\r\nEND:VEVENT\r\n");
+        let text = ics(
+            "BEGIN:VEVENT\r\nUID:y\r\nSUMMARY:Sabbatical\r\nDTSTART;VALUE=DATE:20260105\r\nDURATION:P2000D\r\nRRULE:FREQ=YEARLY\r\nEND:VEVENT\r\n",
+        );
         let error = refusal(&text);
         assert!(
             error.starts_with("event \"Sabbatical\": 74 occurrence(s) of 2000 days"),

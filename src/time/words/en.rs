@@ -5,7 +5,7 @@ use chrono_tz::Tz;
 
 use super::cron::{Cron, Field, Part};
 use super::{
-    clock, every_day, may_fire_on_weekends, ordinal, unit, wall_times, CalendarWords, Hours, Unit,
+    CalendarWords, Hours, Unit, clock, every_day, may_fire_on_weekends, ordinal, unit, wall_times,
 };
 use crate::time::calendar::Days;
 

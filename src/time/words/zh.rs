@@ -6,7 +6,7 @@
 use chrono_tz::Tz;
 
 use super::cron::{Cron, Field, Part};
-use super::{clock, every_day, may_fire_on_weekends, unit, wall_times, CalendarWords, Hours, Unit};
+use super::{CalendarWords, Hours, Unit, clock, every_day, may_fire_on_weekends, unit, wall_times};
 use crate::time::calendar::Days;
 
 const WEEKDAYS: [&str; 7] = ["日", "一", "二", "三", "四", "五", "六"];

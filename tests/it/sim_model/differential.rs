@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use super::generate::{Op, CONNS, RECENT_ID, RECENT_MS};
+use super::generate::{CONNS, Op, RECENT_ID, RECENT_MS};
 use super::model::{ConnId, Node, Persistence};
-use super::wire::{time_of, Real};
+use super::wire::{Real, time_of};
 
 /// A state the model may be in, with the pushes each connection has been sent and not yet
 /// read.

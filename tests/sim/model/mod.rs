@@ -31,9 +31,9 @@ use std::collections::BTreeMap;
 use keyspace::Keyspace;
 // What the simulator uses; a test binary that compiles the model uses some of it only.
 #[allow(unused_imports)]
-pub use resp::{parse_request, Reply};
+pub use resp::{Reply, parse_request};
 #[allow(unused_imports)]
-pub use scripts::{recognise as recognise_script, KNOWN as KNOWN_SCRIPTS};
+pub use scripts::{KNOWN as KNOWN_SCRIPTS, recognise as recognise_script};
 
 /// What a node keeps across a restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

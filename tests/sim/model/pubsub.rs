@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::resp::Reply;
 use super::ConnId;
+use super::resp::Reply;
 
 /// Who listens on each channel, in the order they subscribed (redis-server delivers a
 /// `PUBLISH` in that order).

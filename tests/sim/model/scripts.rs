@@ -153,7 +153,7 @@ pub fn eval(
 ) -> Reply {
     let numkeys = match args::int(&argv[2]) {
         Ok(n) if n > (argv.len() - 3) as i64 => {
-            return Reply::error("ERR Number of keys can't be greater than number of args")
+            return Reply::error("ERR Number of keys can't be greater than number of args");
         }
         Ok(n) if n < 0 => return Reply::error("ERR Number of keys can't be negative"),
         Ok(n) => n as usize,

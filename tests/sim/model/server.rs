@@ -1,7 +1,7 @@
 //! The connection's and the server's own commands: `PING`, `HELLO`, `TIME`, `WAIT`, `CLIENT`,
 //! `SELECT`, `AUTH`, and what a standalone node answers to the cluster's and Sentinel's.
 
-use super::args::{self, is, SYNTAX};
+use super::args::{self, SYNTAX, is};
 use super::resp::Reply;
 use super::{Call, Node};
 
@@ -32,7 +32,7 @@ pub fn hello(node: &mut Node, call: &mut Call) -> Reply {
         Some(Ok(v @ 2..=3)) => v as u8,
         Some(Ok(_)) => return Reply::error("NOPROTO unsupported protocol version"),
         Some(Err(_)) => {
-            return Reply::error("ERR Protocol version is not an integer or out of range")
+            return Reply::error("ERR Protocol version is not an integer or out of range");
         }
     };
     let mut i = 2;

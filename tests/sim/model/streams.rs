@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::args::{self, is, INVALID_STREAM_ID, SYNTAX};
+use super::args::{self, INVALID_STREAM_ID, SYNTAX, is};
 use super::keyspace::{Keyspace, Value};
 use super::resp::Reply;
 

@@ -1,7 +1,7 @@
 //! Strings and their expiry: `SET` (with `NX`, `PX`, `GET`, as the lock's claim sends it),
 //! `GET`, `MGET`, `DEL`, `PEXPIRE`.
 
-use super::args::{self, is, SYNTAX};
+use super::args::{self, SYNTAX, is};
 use super::keyspace::{Keyspace, Value};
 use super::resp::Reply;
 

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::args::{self, is, MIN_MAX_NOT_FLOAT, NOT_FLOAT, SYNTAX};
+use super::args::{self, MIN_MAX_NOT_FLOAT, NOT_FLOAT, SYNTAX, is};
 use super::keyspace::{Keyspace, Value};
 use super::resp::Reply;
 

@@ -5,11 +5,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 
-use super::chart::{self, format_ms, Chart, Sample};
+use super::chart::{self, Chart, Sample, format_ms};
 use super::words::{failure_sentence, from_cli, meaning, ran_by};
 use crate::config::Job;
 use crate::fleet::control::{Pause, PausedSpan};
-use crate::ops::ledger::{ledger, Entry, Fate};
+use crate::ops::ledger::{Entry, Fate, ledger};
 use crate::record::alerts::AlertRecord;
 use crate::record::history::{HistoryUnavailable, RunRecord, RunState};
 use crate::time::jitter;
