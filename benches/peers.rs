@@ -521,13 +521,13 @@ async fn serve(mut stream: tokio::net::TcpStream, arrivals: Arc<Mutex<Arrivals>>
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         }
-        if let (Some(key), Some(slot)) = (header("idempotency-key"), header("x-slotcron-slot")) {
-            if let Ok(slot) = slot.parse::<DateTime<Utc>>() {
-                let mut arrivals = arrivals.lock().unwrap();
-                arrivals.seen.push((key, slot, arrived));
-                let sender = header("x-slotcron-replica").unwrap_or_default();
-                arrivals.senders.push((slot, sender));
-            }
+        if let (Some(key), Some(slot)) = (header("idempotency-key"), header("x-slotcron-slot"))
+            && let Ok(slot) = slot.parse::<DateTime<Utc>>()
+        {
+            let mut arrivals = arrivals.lock().unwrap();
+            arrivals.seen.push((key, slot, arrived));
+            let sender = header("x-slotcron-replica").unwrap_or_default();
+            arrivals.senders.push((slot, sender));
         }
         buf.drain(..end + 4 + length);
         let body = br#"{"errcode":0,"errmsg":"ok"}"#;

@@ -185,10 +185,10 @@ async fn armed_from(
     shutdown: &CancellationToken,
     handover: Option<oneshot::Receiver<DateTime<Utc>>>,
 ) -> Option<DateTime<Utc>> {
-    if let Some(fleet) = fleet {
-        if !fleet.until_measured(shutdown).await {
-            return None;
-        }
+    if let Some(fleet) = fleet
+        && !fleet.until_measured(shutdown).await
+    {
+        return None;
     }
     let pending = match handover {
         Some(handover) => handover.await.ok(),

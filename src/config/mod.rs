@@ -398,10 +398,10 @@ impl<'e> Loader<'e> {
             false => all.iter().map(|e| syntax_error(text, e)).collect(),
         };
         for error in errors {
-            if let Location::Line { line, .. } = error.location {
-                if lines.insert(line) {
-                    self.errors.push(error);
-                }
+            if let Location::Line { line, .. } = error.location
+                && lines.insert(line)
+            {
+                self.errors.push(error);
             }
         }
     }

@@ -1026,10 +1026,10 @@ fn merge_log(nodes: Vec<LogEntries>) -> Vec<PauseEvent> {
             let Some((_, text)) = fields.into_iter().find(|(k, _)| k == "event") else {
                 continue;
             };
-            if let Ok(event) = serde_json::from_str::<PauseEvent>(&text) {
-                if !events.contains(&event) {
-                    events.push(event);
-                }
+            if let Ok(event) = serde_json::from_str::<PauseEvent>(&text)
+                && !events.contains(&event)
+            {
+                events.push(event);
             }
         }
     }

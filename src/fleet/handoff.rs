@@ -137,10 +137,10 @@ impl OffersSeen {
             return false;
         }
         self.order.push_back(key);
-        if self.order.len() > SEEN_CAP {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
+        if self.order.len() > SEEN_CAP
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
         }
         true
     }

@@ -334,10 +334,10 @@ async fn listen_for_leaves(
     shutdown: CancellationToken,
 ) {
     while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
-        if let Heard::Message(payload) = message {
-            if let Some(member) = payload.strip_prefix(LEFT) {
-                lock(&fleet.view).remove(member);
-            }
+        if let Heard::Message(payload) = message
+            && let Some(member) = payload.strip_prefix(LEFT)
+        {
+            lock(&fleet.view).remove(member);
         }
     }
 }
@@ -473,11 +473,10 @@ impl Fleet {
             .nodes
             .query::<Option<String>>(cmd, MEMBERSHIP_TIMEOUT, Replies::settled)
             .await;
-        let card = replies
+        replies
             .values()
             .flatten()
-            .find_map(|json| serde_json::from_str(json).ok());
-        card
+            .find_map(|json| serde_json::from_str(json).ok())
     }
 
     /// One heartbeat on every node (the pool's rule: a suspect node is not waited for):

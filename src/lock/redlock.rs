@@ -190,17 +190,17 @@ impl Race {
     /// Reads one attempt's tally: ours on a majority inside the validity, another's on a
     /// majority, or still open.
     fn decide(&mut self, tally: Tally, quorum: usize, elapsed: Duration) {
-        if tally.own >= quorum {
-            if let Some(validity) = validity(self.claim.ttl, elapsed) {
-                self.state = RaceState::Decided(Acquire::Won(Lease {
-                    key: self.key.clone(),
-                    token: self.claim.token.clone(),
-                    validity,
-                    valid_until: Instant::now() + validity,
-                    contested: !tally.others.is_empty(),
-                }));
-                return;
-            }
+        if tally.own >= quorum
+            && let Some(validity) = validity(self.claim.ttl, elapsed)
+        {
+            self.state = RaceState::Decided(Acquire::Won(Lease {
+                key: self.key.clone(),
+                token: self.claim.token.clone(),
+                validity,
+                valid_until: Instant::now() + validity,
+                contested: !tally.others.is_empty(),
+            }));
+            return;
         }
         self.state = match tally.majority_holder(quorum) {
             Some(holder) => RaceState::Decided(Acquire::Lost {

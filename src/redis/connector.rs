@@ -103,10 +103,10 @@ impl Dialed {
 
     /// Forgets the connection after an error that broke it, so the next call dials again.
     async fn after<T>(&self, result: RedisResult<T>) -> RedisResult<T> {
-        if let Err(e) = &result {
-            if e.is_unrecoverable_error() {
-                self.current.lock().await.take();
-            }
+        if let Err(e) = &result
+            && e.is_unrecoverable_error()
+        {
+            self.current.lock().await.take();
         }
         result
     }

@@ -43,10 +43,10 @@ pub async fn watch(
     if jobs.is_empty() {
         return;
     }
-    if let Some(fleet) = &fleet {
-        if !fleet.until_measured(&shutdown).await {
-            return;
-        }
+    if let Some(fleet) = &fleet
+        && !fleet.until_measured(&shutdown).await
+    {
+        return;
     }
     let mut due = Deadlines::new(jobs, ctx.race().clock().now());
     while let Some((at, slot, job)) = due.next() {

@@ -149,15 +149,15 @@ impl Replica {
             return *exit;
         }
         let mut child = lock(&self.child);
-        if let Some(c) = child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                *exit = Some(status);
-                *child = None;
-                drop(child);
-                drop(exit);
-                self.wait_readers(Duration::from_secs(1));
-                return Some(status);
-            }
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            *exit = Some(status);
+            *child = None;
+            drop(child);
+            drop(exit);
+            self.wait_readers(Duration::from_secs(1));
+            return Some(status);
         }
         *exit
     }

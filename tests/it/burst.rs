@@ -141,10 +141,10 @@ impl Fleet {
                 value.to_str().ok().map(str::to_owned)
             };
             let slot = header("x-slotcron-slot").and_then(|s| s.parse::<DateTime<Utc>>().ok());
-            if let (Some(key), Some(slot)) = (header("idempotency-key"), slot) {
-                if slot == self.slot {
-                    by_key.entry(key).or_default().push(at);
-                }
+            if let (Some(key), Some(slot)) = (header("idempotency-key"), slot)
+                && slot == self.slot
+            {
+                by_key.entry(key).or_default().push(at);
             }
         }
         by_key

@@ -237,10 +237,10 @@ fn check_case(c: &Case, errors: &ConfigErrors) -> Result<(), String> {
     let Some(first) = matching.first() else {
         return Err(format!("no error names job {:?}", c.job));
     };
-    if let Some(job) = c.job {
-        if !shown.contains(&format!("job {job:?}")) {
-            return Err(format!("the text does not name job {job:?}"));
-        }
+    if let Some(job) = c.job
+        && !shown.contains(&format!("job {job:?}"))
+    {
+        return Err(format!("the text does not name job {job:?}"));
     }
     if let Some(line) = c.field.strip_prefix("line ") {
         let line: usize = line.parse().unwrap();

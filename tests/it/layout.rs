@@ -809,10 +809,10 @@ fn a_folders_layout_lists_its_files_and_imports_point_down_it() {
             let Some((a, b)) = siblings(&import) else {
                 continue;
             };
-            if let (Some(pa), Some(pb)) = (place(&a), place(&b)) {
-                if pb < pa {
-                    found.push(format!("{}: imports {b}, listed above {a}", import.at));
-                }
+            if let (Some(pa), Some(pb)) = (place(&a), place(&b))
+                && pb < pa
+            {
+                found.push(format!("{}: imports {b}, listed above {a}", import.at));
             }
         }
     }

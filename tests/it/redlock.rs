@@ -334,11 +334,11 @@ async fn a_restarted_node_is_used_again_after_reconnecting() {
     let mut on_all = false;
     for attempt in 0..50 {
         let k = key(&format!("after-restart-{attempt}"));
-        if let Acquire::Won(lease) = l.acquire(&k, TTL).await {
-            if redis_get(&cluster[0].url(), k.as_str()).as_deref() == Some(lease.token.as_str()) {
-                on_all = true;
-                break;
-            }
+        if let Acquire::Won(lease) = l.acquire(&k, TTL).await
+            && redis_get(&cluster[0].url(), k.as_str()).as_deref() == Some(lease.token.as_str())
+        {
+            on_all = true;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -125,16 +125,16 @@ fn wecom_text(check: &mut impl Check, raw: &RawWecom, what: &str) -> Option<Mess
     let source = check.required(what, "content", raw.content.clone())?;
     let name = raw.msgtype.name();
     let content = check.content("content", source)?;
-    if let Content::Static(text) = &content {
-        if let Err(e) = check_size(name, content_limit(name), text) {
-            check.error(
-                "content",
-                e.to_string()
-                    .trim_start_matches("field content: ")
-                    .to_owned(),
-            );
-            return None;
-        }
+    if let Content::Static(text) = &content
+        && let Err(e) = check_size(name, content_limit(name), text)
+    {
+        check.error(
+            "content",
+            e.to_string()
+                .trim_start_matches("field content: ")
+                .to_owned(),
+        );
+        return None;
     }
     Some(match raw.msgtype {
         MsgType::Text => Message::Text {

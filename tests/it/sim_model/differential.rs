@@ -192,13 +192,13 @@ impl Differential {
         kept.truncate(MAX_HYPOTHESES);
         self.hypotheses = kept;
         self.count_command(argv, &got);
-        if let ([name, key, ..], [Value::BulkString(added)]) = (argv, &got[..]) {
-            if name.eq_ignore_ascii_case(b"XADD") {
-                let ids = self.recent.entry(key.clone()).or_default();
-                ids.push(String::from_utf8_lossy(added).into_owned());
-                if ids.len() > 400 {
-                    ids.remove(0);
-                }
+        if let ([name, key, ..], [Value::BulkString(added)]) = (argv, &got[..])
+            && name.eq_ignore_ascii_case(b"XADD")
+        {
+            let ids = self.recent.entry(key.clone()).or_default();
+            ids.push(String::from_utf8_lossy(added).into_owned());
+            if ids.len() > 400 {
+                ids.remove(0);
             }
         }
         Ok(format!("conn {conn}: {shown} -> {got:?}"))
@@ -233,10 +233,10 @@ impl Differential {
             if let (true, Some(Value::Int(n))) = (confirmation, items.last()) {
                 self.channels[conn] = *n;
             }
-            if let Some(at) = items.iter().position(|v| text(v) == "proto") {
-                if let (Some(Value::Int(p)), true) = (items.get(at + 1), kind == "server") {
-                    self.protos[conn] = *p as u8;
-                }
+            if let Some(at) = items.iter().position(|v| text(v) == "proto")
+                && let (Some(Value::Int(p)), true) = (items.get(at + 1), kind == "server")
+            {
+                self.protos[conn] = *p as u8;
             }
         }
     }
