@@ -19,7 +19,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), slotcron::Error> {
 //!     let sigterm = async {
-//!         use tokio::signal::unix::{signal, SignalKind};
+//!         use tokio::signal::unix::{SignalKind, signal};
 //!         signal(SignalKind::terminate()).expect("SIGTERM handler").recv().await;
 //!     };
 //!     Fleet::new(std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into()))
