@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use slotcron::unstable::config::durations::{self, DurationRange};
 use slotcron::unstable::config::Config;
+use slotcron::unstable::config::durations::{self, DurationRange};
 
 const JOB: &str = "[[job]]\nname = \"j\"\nschedule = \"* * * * *\"\n";
 const ACTION: &str = "[job.action]\ntype = \"log\"\ncontent = \"x\"\n";
@@ -20,16 +20,30 @@ const NODE: &str = "[redis]\nnodes = [\"redis://127.0.0.1:6379\"]\n";
 fn place(which: u8, value: &str) -> (String, Option<DurationRange>) {
     let job = |line: String| format!("{JOB}{line}\n{ACTION}");
     match which % 6 {
-        0 => (job(format!("timeout = \"{value}\"")), Some(durations::TIMEOUT)),
-        1 => (job(format!("catch_up = \"{value}\"")), Some(durations::CATCH_UP)),
+        0 => (
+            job(format!("timeout = \"{value}\"")),
+            Some(durations::TIMEOUT),
+        ),
+        1 => (
+            job(format!("catch_up = \"{value}\"")),
+            Some(durations::CATCH_UP),
+        ),
         2 => (
             format!("[scheduler]\nmax_clock_skew = \"{value}\"\n{JOB}{ACTION}"),
             Some(durations::MAX_CLOCK_SKEW),
         ),
-        3 => (format!("{NODE}node_timeout = \"{value}\"\n{JOB}{ACTION}"), Some(durations::NODE_TIMEOUT)),
-        4 => (format!("{NODE}retry_delay = \"{value}\"\n{JOB}{ACTION}"), Some(durations::RETRY_DELAY)),
+        3 => (
+            format!("{NODE}node_timeout = \"{value}\"\n{JOB}{ACTION}"),
+            Some(durations::NODE_TIMEOUT),
+        ),
+        4 => (
+            format!("{NODE}retry_delay = \"{value}\"\n{JOB}{ACTION}"),
+            Some(durations::RETRY_DELAY),
+        ),
         _ => (
-            format!("{JOB}[job.action]\ntype = \"http\"\nurl = \"https://x.example/h\"\nrate = \"1/{value}\"\n"),
+            format!(
+                "{JOB}[job.action]\ntype = \"http\"\nurl = \"https://x.example/h\"\nrate = \"1/{value}\"\n"
+            ),
             None,
         ),
     }

@@ -7,7 +7,12 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let env: HashMap<String, String> = HashMap::from([("WECOM_WEBHOOK".to_owned(), "https://x/send?key=k".to_owned())]);
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let env: HashMap<String, String> = HashMap::from([(
+        "WECOM_WEBHOOK".to_owned(),
+        "https://x/send?key=k".to_owned(),
+    )]);
     let _ = slotcron::unstable::config::parse(Path::new("fuzz.toml"), text, &env);
 });
