@@ -432,19 +432,12 @@ impl Redlock {
     /// Releases `lease` on every node (each bounded by [`LEASE_TIMEOUT`]); the number of nodes
     /// it was removed from, waiting for a suspect node only while that is short of a majority.
     /// slotcron never releases a won slot (the key must outlive the run); it releases a job's
-    /// running lease.
-    pub async fn release(&self, lease: &Lease) -> usize {
-        let mut tries = ReleaseTries::new(self.node_count());
-        self.release_into(lease, &mut tries).await;
-        tries.removed()
-    }
-
-    /// [`Self::release`], asked again while fewer than a majority removed it and some node's
+    /// running lease. Asked again while fewer than a majority removed it and some node's
     /// release failed (no answer, `READONLY`): a Sentinel failover moves the primary, the new
     /// one holds the lease as replicated, and the pool follows it within a resolution. Without
     /// this the lease stays until its TTL and the job's next slots are skipped as overlapping.
     /// Each try after a doubling pause, none starting after `within` (the lease's TTL, past
-    /// which it is gone anyway).
+    /// which it is gone anyway; `Duration::ZERO`: one try).
     pub async fn release_retrying(&self, lease: &Lease, within: Duration) -> usize {
         let deadline = Instant::now() + within;
         let mut tries = ReleaseTries::new(self.node_count());
