@@ -510,3 +510,27 @@ fn a_run_that_outlasts_its_running_lease_keeps_the_next_slots_off() {
     };
     cases::check(&plan.name, &plan);
 }
+
+/// One node down and another's clock ahead: n0 killed for 40 s, n1's clock stepped 1.5 s
+/// ahead (inside the 2 s skew allowed) at the same moment. The replicas measure the fleet's
+/// time on the two that answer, and the lower of the two middle samples keeps the fleet clock
+/// on n2's time: late rather than early (`never_early`, on the lower median of every node's
+/// clock). With the median's index computed wrong (`(n - 1) % 2` or `n / 2`: the higher of two)
+/// the fleet follows n1 and sends 1.5 s early.
+#[test]
+fn one_node_down_and_another_nodes_clock_ahead() {
+    let down = Fault::NodeKill {
+        node: 0,
+        down_s: 40.0,
+        empty: false,
+    };
+    let ahead = Fault::NodeClock {
+        node: 1,
+        step_ms: 1_500,
+    };
+    case(
+        "down_and_ahead",
+        true,
+        vec![at(30.0, down), at(30.0, ahead)],
+    );
+}
