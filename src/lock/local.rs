@@ -100,4 +100,74 @@ mod tests {
         };
         assert_eq!(holder, lease.token);
     }
+
+    const TTL: Duration = Duration::from_secs(5);
+
+    fn won(lock: &LocalLock, key: &SlotKey) -> Lease {
+        let Acquire::Won(lease) = lock.acquire(key, TTL) else {
+            panic!("{key} must be free")
+        };
+        lease
+    }
+
+    /// A key is held for its TTL and free from its end on: the instant itself is past it.
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_held_until_its_ttl_ends_and_free_after() {
+        let lock = LocalLock::new("me");
+        let key = SlotKey::running("p", "j");
+        let lease = won(&lock, &key);
+        assert_eq!(lease.valid_until, Instant::now() + TTL);
+        tokio::time::advance(TTL - Duration::from_millis(1)).await;
+        assert!(matches!(lock.acquire(&key, TTL), Acquire::Lost { .. }));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        won(&lock, &key);
+    }
+
+    /// A release removes the key only under its own token, and says how many keys went.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_removes_only_its_own_token() {
+        let lock = LocalLock::new("me");
+        let key = SlotKey::running("p", "j");
+        let lease = won(&lock, &key);
+        let impostor = Lease {
+            token: Token::new("other"),
+            ..lease.clone()
+        };
+        assert_eq!(
+            lock.release(&impostor),
+            0,
+            "another token must not release it"
+        );
+        assert!(matches!(lock.acquire(&key, TTL), Acquire::Lost { .. }));
+        assert_eq!(lock.release(&lease), 1);
+        assert_eq!(lock.release(&lease), 0, "released once");
+        won(&lock, &key);
+    }
+
+    /// An extension under the own token moves the key's end to `ttl` from now; another token's
+    /// does nothing.
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_moves_the_end_under_its_own_token_only() {
+        let lock = LocalLock::new("me");
+        let key = SlotKey::running("p", "j");
+        let lease = won(&lock, &key);
+        let impostor = Lease {
+            token: Token::new("other"),
+            ..lease.clone()
+        };
+        tokio::time::advance(TTL / 2).await;
+        assert!(
+            !lock.extend(&impostor, TTL),
+            "another token must not extend it"
+        );
+        assert!(lock.extend(&lease, TTL));
+        tokio::time::advance(TTL - Duration::from_millis(1)).await;
+        assert!(
+            matches!(lock.acquire(&key, TTL), Acquire::Lost { .. }),
+            "extended"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        won(&lock, &key);
+        assert!(!lock.extend(&lease, TTL), "a lapsed lease is not extended");
+    }
 }
