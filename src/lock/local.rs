@@ -110,6 +110,18 @@ mod tests {
         lease
     }
 
+    /// A lock holding a key under `lease`, and the same lease under another replica's token.
+    fn held_with_an_impostor() -> (LocalLock, SlotKey, Lease, Lease) {
+        let lock = LocalLock::new("me");
+        let key = SlotKey::running("p", "j");
+        let lease = won(&lock, &key);
+        let impostor = Lease {
+            token: Token::new("other"),
+            ..lease.clone()
+        };
+        (lock, key, lease, impostor)
+    }
+
     /// A key is held for its TTL and free from its end on: the instant itself is past it.
     #[tokio::test(start_paused = true)]
     async fn a_key_is_held_until_its_ttl_ends_and_free_after() {
@@ -126,13 +138,7 @@ mod tests {
     /// A release removes the key only under its own token, and says how many keys went.
     #[tokio::test(start_paused = true)]
     async fn a_release_removes_only_its_own_token() {
-        let lock = LocalLock::new("me");
-        let key = SlotKey::running("p", "j");
-        let lease = won(&lock, &key);
-        let impostor = Lease {
-            token: Token::new("other"),
-            ..lease.clone()
-        };
+        let (lock, key, lease, impostor) = held_with_an_impostor();
         assert_eq!(
             lock.release(&impostor),
             0,
@@ -148,13 +154,7 @@ mod tests {
     /// does nothing.
     #[tokio::test(start_paused = true)]
     async fn an_extension_moves_the_end_under_its_own_token_only() {
-        let lock = LocalLock::new("me");
-        let key = SlotKey::running("p", "j");
-        let lease = won(&lock, &key);
-        let impostor = Lease {
-            token: Token::new("other"),
-            ..lease.clone()
-        };
+        let (lock, key, lease, impostor) = held_with_an_impostor();
         tokio::time::advance(TTL / 2).await;
         assert!(
             !lock.extend(&impostor, TTL),
