@@ -60,7 +60,8 @@ pub fn parse_file(path: &Path) -> Config {
 }
 
 /// The jobs.toml of a fleet test: one `http` job posting to `{receiver}/hook`, raced over
-/// `nodes`. The defaults are those of the fault tests; each field can be changed.
+/// `nodes`. The defaults are those of the fault tests; each field can be changed, and an empty
+/// `job` or `timeout` renders no job or no timeout line.
 pub struct FleetToml<'a> {
     /// The Redis nodes' URLs.
     pub nodes: &'a [String],
@@ -68,11 +69,11 @@ pub struct FleetToml<'a> {
     pub receiver: &'a str,
     /// `key_prefix`: a fresh one per test keeps their slots apart.
     pub prefix: &'a str,
-    /// The job's name.
+    /// The job's name; empty: no job of its own (every job is in `rest`).
     pub job: &'a str,
     /// The job's cron expression.
     pub schedule: &'a str,
-    /// The job's timeout.
+    /// The job's timeout; empty: no `timeout` line (slotcron's default).
     pub timeout: &'a str,
     /// `[scheduler]` lines beside `key_prefix`.
     pub scheduler: &'a str,
@@ -107,11 +108,29 @@ impl<'a> FleetToml<'a> {
     /// The file's text.
     pub fn render(&self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("{n:?}")).collect();
-        let http = format!("type = \"http\"\nurl = \"{}/hook\"", self.receiver);
+        let http = http_action(&format!("{}/hook", self.receiver));
         let action = if self.action.is_empty() {
             &http
         } else {
             self.action
+        };
+        let job = if self.job.is_empty() {
+            String::new()
+        } else {
+            format!(
+                r#"
+            [[job]]
+            name = "{job}"
+            schedule = "{schedule}"
+            {timeout}
+            {job_extra}
+            [job.action]
+            {action}"#,
+                job = self.job,
+                schedule = self.schedule,
+                timeout = timeout_line(self.timeout),
+                job_extra = self.job_extra,
+            )
         };
         format!(
             r#"
@@ -120,27 +139,56 @@ impl<'a> FleetToml<'a> {
             {scheduler}
             [redis]
             nodes = [{nodes}]
-            {redis}
-            [[job]]
-            name = "{job}"
-            schedule = "{schedule}"
-            timeout = "{timeout}"
-            {job_extra}
-            [job.action]
-            {action}
+            {redis}{job}
             {rest}
             "#,
             prefix = self.prefix,
             scheduler = self.scheduler,
             nodes = nodes.join(", "),
             redis = self.redis,
-            job = self.job,
-            schedule = self.schedule,
-            timeout = self.timeout,
-            job_extra = self.job_extra,
             rest = self.rest,
         )
     }
+}
+
+/// `timeout = "{timeout}"`, or nothing when `timeout` is empty.
+fn timeout_line(timeout: &str) -> String {
+    if timeout.is_empty() {
+        String::new()
+    } else {
+        format!("timeout = \"{timeout}\"")
+    }
+}
+
+/// An `http` action posting to `url`, as the lines of a `[job.action]`.
+pub fn http_action(url: &str) -> String {
+    format!("type = \"http\"\nurl = \"{url}\"")
+}
+
+/// One more `[[job]]` table, for a [`FleetToml`]'s `rest`: `name` on `schedule` with `timeout`
+/// (no line if empty) and `extra` lines, and `action` as the lines of its `[job.action]`.
+pub fn job_table(name: &str, schedule: &str, timeout: &str, extra: &str, action: &str) -> String {
+    let timeout = timeout_line(timeout);
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n{timeout}\n{extra}\n\
+         [job.action]\n{action}\n"
+    )
+}
+
+/// One more `[[job]]` table, for a [`FleetToml`]'s `rest`: an `http` job posting to `url`, as
+/// [`job_table`] renders it.
+pub fn http_job(name: &str, schedule: &str, timeout: &str, url: &str, extra: &str) -> String {
+    job_table(name, schedule, timeout, extra, &http_action(url))
+}
+
+/// `[[job]]` tables for a [`FleetToml`]'s `rest`: for each of `names`, an `http` job every second
+/// posting to `{receiver}/hook`, with `timeout` (no line if empty).
+pub fn hook_jobs(names: impl IntoIterator<Item = String>, timeout: &str, receiver: &str) -> String {
+    let hook = format!("{receiver}/hook");
+    names
+        .into_iter()
+        .map(|name| http_job(&name, "* * * * * *", timeout, &hook, ""))
+        .collect()
 }
 
 /// A WeCom text action to `{receiver}/cgi-bin/webhook/send?key={key}` with `content`, as the

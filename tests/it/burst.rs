@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use chrono::{DateTime, Timelike, Utc};
+use common::fleet::{FleetToml, http_action, job_table};
 use common::{FaultyProxy, Receiver, RedisCluster, Replica, write_config};
 use serde_json::Value;
 
@@ -68,20 +69,19 @@ impl Burst {
 
     /// jobs.toml: `jobs` http jobs named `b0000`, … due at `cron`, posting to `receiver`.
     fn config(&self, nodes: &[String], receiver: &str, prefix: &str, cron: &str) -> String {
-        let list: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-        let mut text = format!(
-            "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n{}\n",
-            list.join(", "),
-            self.redis
-        );
         let jitter = (self.jitter.as_ref()).map_or(String::new(), |j| format!("jitter = {j:?}\n"));
-        for j in 0..self.jobs {
-            text.push_str(&format!(
-                "[[job]]\nname = \"b{j:04}\"\nschedule = \"{cron}\"\n{jitter}\
-                 [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\nbody = \"x\"\n"
-            ));
+        let action = http_action(&format!("{receiver}/hook")) + "\nbody = \"x\"";
+        let jobs: String = (0..self.jobs)
+            .map(|j| job_table(&format!("b{j:04}"), cron, "", &jitter, &action))
+            .collect();
+        FleetToml {
+            job: "",
+            scheduler: "",
+            redis: self.redis,
+            rest: &jobs,
+            ..FleetToml::new(nodes, receiver, prefix)
         }
-        text
+        .render()
     }
 
     /// The benchmark row's name.

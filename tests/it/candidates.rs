@@ -80,6 +80,21 @@ fn fleet_config(
     .render()
 }
 
+/// Job `idle` (never due during a test: once a year) logging, with the defaults of slotcron
+/// (no timeout, skew or node timeout set).
+fn idle_config(nodes: &[String], prefix: &str) -> String {
+    FleetToml {
+        job: "idle",
+        schedule: "0 0 0 1 1 *",
+        timeout: "",
+        scheduler: "",
+        redis: "",
+        action: "type = \"log\"\ncontent = \"x\"",
+        ..FleetToml::new(nodes, "", prefix)
+    }
+    .render()
+}
+
 fn replica_name(i: usize) -> String {
     format!("replica-{i}")
 }
@@ -724,14 +739,8 @@ fn two_live_replicas_under_one_id_both_warn_naming_it() {
     let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().unwrap();
-    let list: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
     // A job that never fires in the test: only the membership is looked at.
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"names\"\n[redis]\nnodes = [{}]\n\
-         [[job]]\nname = \"idle\"\nschedule = \"0 0 0 1 1 *\"\n\
-         [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
-        list.join(", ")
-    );
+    let text = idle_config(&cluster.urls(), "names");
     let path = write_config(dir.path(), &text);
     let log = [("RUST_LOG", "info")];
     let solo = Replica::run(&path, "solo", &log);
@@ -832,12 +841,7 @@ fn the_readmes_one_host_recipe_gives_each_replica_its_own_id_and_port() {
     let _fleet = one_fleet_at_a_time();
     let cluster = RedisCluster::start(1);
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"recipe\"\n[redis]\nnodes = [{:?}]\n\
-         [[job]]\nname = \"idle\"\nschedule = \"0 0 0 1 1 *\"\n\
-         [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
-        cluster.urls()[0]
-    );
+    let text = idle_config(&cluster.urls(), "recipe");
     let path = write_config(dir.path(), &text);
     let replicas: Vec<Replica> = ids
         .iter()

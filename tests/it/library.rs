@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use common::fleet::FleetToml;
 use common::tools::libfaketime;
 use common::{RedisCluster, Replica, slotcron_cli, wait_until, write_config};
 use slotcron::{Fleet, JobSpec, Outcome, Overlap, SlotContext, Trigger};
@@ -182,16 +183,16 @@ fn ten_singletons_with_clocks_skewed_two_seconds_print_every_slot_once() {
 /// record (job, slot, outcome, error, trigger, fence, ...).
 fn history(nodes: &[String], prefix: &str, job: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let config = write_config(
-        dir.path(),
-        &format!(
-            "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n\
-             [[job]]\nname = \"{job}\"\nschedule = \"* * * * * *\"\n\
-             [job.action]\ntype = \"log\"\ncontent = \"x\"\n",
-            nodes.join(", ")
-        ),
-    );
+    let text = FleetToml {
+        job,
+        timeout: "",
+        scheduler: "",
+        redis: "",
+        action: "type = \"log\"\ncontent = \"x\"",
+        ..FleetToml::new(nodes, "", prefix)
+    }
+    .render();
+    let config = write_config(dir.path(), &text);
     let out = slotcron_cli(
         &config,
         &["history", "--json", "--job", job, "--limit", "100"],

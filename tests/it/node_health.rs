@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
+use common::fleet::{FleetToml, wecom_action};
 use common::{FaultyProxy, Receiver, RedisCluster, Replica, redis_get, write_config};
 
 const REPLICAS: usize = 5;
@@ -62,28 +63,16 @@ enum Fault {
 }
 
 fn config(nodes: &[String], receiver: &Receiver) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    format!(
-        r#"
-[scheduler]
-key_prefix = "health"
-max_clock_skew = "1s"
-[redis]
-nodes = [{nodes}]
-[[job]]
-name = "tick"
-schedule = "* * * * * *"
-timeout = "5s"
-[job.action]
-type = "wecom"
-webhook = "{webhook}"
-msgtype = "text"
-content = "tick {{{{ slot }}}}"
-rate = "300/min"
-"#,
-        nodes = nodes.join(", "),
-        webhook = receiver.url("/cgi-bin/webhook/send?key=ROBOTKEY123456"),
-    )
+    let action =
+        wecom_action(&receiver.uri(), "ROBOTKEY123456", "tick {{ slot }}") + "\nrate = \"300/min\"";
+    FleetToml {
+        job: "tick",
+        timeout: "5s",
+        redis: "",
+        action: &action,
+        ..FleetToml::new(nodes, &receiver.uri(), "health")
+    }
+    .render()
 }
 
 /// A fleet of replica processes and what the test needs to break and read it.

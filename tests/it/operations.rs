@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::fleet::{FleetToml, http_job, job_table};
 use common::{Receiver, RedisCluster, Replica, free_port, wait_until, write_config};
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -29,16 +30,15 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_slotcron")
 }
 
-fn redis_section(cluster: &RedisCluster) -> String {
-    let nodes: Vec<String> = cluster.urls().iter().map(|n| format!("{n:?}")).collect();
-    format!("[redis]\nnodes = [{}]\n", nodes.join(", "))
-}
-
-fn http_job(name: &str, schedule: &str, receiver: &Receiver, extra: &str) -> String {
-    format!(
-        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ntimeout = \"5s\"\n{extra}\n[job.action]\ntype = \"http\"\nurl = \"{}/hook\"\n",
-        receiver.uri()
-    )
+/// The jobs.toml of these tests: job `fault` every second posting to `{receiver}/hook` with a
+/// 5 s timeout, and neither the allowed skew nor the node timeout set.
+fn fleet_toml<'a>(nodes: &'a [String], receiver: &'a str, prefix: &'a str) -> FleetToml<'a> {
+    FleetToml {
+        timeout: "5s",
+        scheduler: "",
+        redis: "",
+        ..FleetToml::new(nodes, receiver, prefix)
+    }
 }
 
 fn replica(config: &Path, id: &str) -> Replica {
@@ -88,11 +88,11 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"hist\"\n{}{}",
-        redis_section(&cluster),
-        http_job("report", "* * * * * *", &receiver, "")
-    );
+    let text = FleetToml {
+        job: "report",
+        ..fleet_toml(&cluster.urls(), &receiver.uri(), "hist")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let (a, b) = (replica(&path, "alpha"), replica(&path, "beta"));
     a.assert_started();
@@ -173,7 +173,7 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
 
     let standalone = write_config(
         dir.path(),
-        &http_job("report", "* * * * * *", &receiver, ""),
+        &http_job("report", "* * * * * *", "5s", &receiver.url("/hook"), ""),
     );
     let (code, _, stderr) = slotcron(&["history", "--config", standalone.to_str().unwrap()]);
     assert_eq!(code, 2);
@@ -234,14 +234,26 @@ fn history_records_a_short_run_once_a_slow_run_at_its_start_and_catch_up_runs_tw
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"records\"\n{}{}{}\
-         [[job]]\nname = \"slow\"\nschedule = \"*/10 * * * * *\"\ntimeout = \"8s\"\n\
-         [job.action]\ntype = \"command\"\nshell = \"sleep 3\"\n",
-        redis_section(&cluster),
-        http_job("quick", "* * * * * *", &receiver, ""),
-        http_job("caught", "* * * * * *", &receiver, "catch_up = \"1m\""),
+    let caught = http_job(
+        "caught",
+        "* * * * * *",
+        "5s",
+        &receiver.url("/hook"),
+        "catch_up = \"1m\"",
     );
+    let slow = job_table(
+        "slow",
+        "*/10 * * * * *",
+        "8s",
+        "",
+        "type = \"command\"\nshell = \"sleep 3\"",
+    );
+    let text = FleetToml {
+        job: "quick",
+        rest: &format!("{caught}{slow}"),
+        ..fleet_toml(&cluster.urls(), &receiver.uri(), "records")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let r = replica(&path, "solo");
     r.assert_started();
@@ -292,11 +304,12 @@ fn two_triggers_started_together_run_the_job_once_and_an_unknown_job_exits_2() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     // A schedule that never comes during the test: only the triggers run it.
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"trig\"\n{}{}",
-        redis_section(&cluster),
-        http_job("deploy", "0 0 3 1 1 *", &receiver, "")
-    );
+    let text = FleetToml {
+        job: "deploy",
+        schedule: "0 0 3 1 1 *",
+        ..fleet_toml(&cluster.urls(), &receiver.uri(), "trig")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let path = path.to_str().unwrap();
     // Start both right after a second boundary so they race for the same slot.
@@ -338,16 +351,16 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
         let receiver = Receiver::start();
         receiver.set_delay(Duration::from_millis(2500));
         let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            "[scheduler]\nkey_prefix = \"overlap-{overlap}\"\n{}{}",
-            redis_section(&cluster),
-            http_job(
-                "slow",
-                "* * * * * *",
-                &receiver,
-                &format!("overlap = \"{overlap}\"")
+        let text = FleetToml {
+            job: "slow",
+            job_extra: &format!("overlap = \"{overlap}\""),
+            ..fleet_toml(
+                &cluster.urls(),
+                &receiver.uri(),
+                &format!("overlap-{overlap}"),
             )
-        );
+        }
+        .render();
         let path = write_config(dir.path(), &text);
         let replicas: Vec<Replica> = (0..3).map(|i| replica(&path, &format!("r{i}"))).collect();
         for r in &replicas {
@@ -407,16 +420,18 @@ fn catch_up_runs_missed_slots_once_after_a_fleet_outage() {
         let cluster = RedisCluster::start(3);
         let receiver = Receiver::start();
         let dir = tempfile::tempdir().unwrap();
-        let text = format!(
-            "[scheduler]\nkey_prefix = \"catchup-{policy}\"\nmax_clock_skew = \"1s\"\n{}{}",
-            redis_section(&cluster),
-            http_job(
-                "nightly",
-                "*/2 * * * * *",
-                &receiver,
-                &format!("catch_up = \"1m\"\ncatch_up_policy = \"{policy}\"")
+        let text = FleetToml {
+            job: "nightly",
+            schedule: "*/2 * * * * *",
+            scheduler: "max_clock_skew = \"1s\"",
+            job_extra: &format!("catch_up = \"1m\"\ncatch_up_policy = \"{policy}\""),
+            ..fleet_toml(
+                &cluster.urls(),
+                &receiver.uri(),
+                &format!("catchup-{policy}"),
             )
-        );
+        }
+        .render();
         let path = write_config(dir.path(), &text);
         let first = replica(&path, "first");
         first.assert_started();
@@ -480,12 +495,14 @@ fn catch_up_on_restarts_runs_the_newest_slot_of_each_downtime_and_nothing_before
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
+    let text = FleetToml {
+        job: "tick",
         // A node timeout with headroom: this test is about catch-up, not a loaded machine.
-        "[scheduler]\nkey_prefix = \"restarts\"\n{}node_timeout = \"500ms\"\n{}",
-        redis_section(&cluster),
-        http_job("tick", "* * * * * *", &receiver, "catch_up = \"1h\"")
-    );
+        redis: "node_timeout = \"500ms\"",
+        job_extra: "catch_up = \"1h\"",
+        ..fleet_toml(&cluster.urls(), &receiver.uri(), "restarts")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let first_spawn = chrono::Utc::now();
     let mut caught = Vec::new();
@@ -567,14 +584,16 @@ fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catch
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let head = format!(
-        "[scheduler]\nkey_prefix = \"marked\"\n{}",
-        redis_section(&cluster)
-    );
-    let path = write_config(
-        dir.path(),
-        &format!("{head}{}", http_job("later", "* * * * * *", &receiver, "")),
-    );
+    let (urls, uri) = (cluster.urls(), receiver.uri());
+    let config = |job_extra: &str| {
+        FleetToml {
+            job: "later",
+            job_extra,
+            ..fleet_toml(&urls, &uri, "marked")
+        }
+        .render()
+    };
+    let path = write_config(dir.path(), &config(""));
     let spawned_at = chrono::Utc::now();
     let r = replica(&path, "reloader");
     r.assert_started();
@@ -585,13 +604,8 @@ fn a_reload_that_gives_a_job_catch_up_keeps_the_first_starts_watermark_and_catch
     })
     .unwrap_or_else(|| panic!("no watermark after the start: {:?}", r.lines()));
     let reloaded_at = chrono::Utc::now();
-    let with_catch_up = http_job(
-        "later",
-        "* * * * * *",
-        &receiver,
-        "catch_up = \"10m\"\ncatch_up_policy = \"all\"",
-    );
-    std::fs::write(&path, format!("{head}{with_catch_up}")).unwrap();
+    let with_catch_up = config("catch_up = \"10m\"\ncatch_up_policy = \"all\"");
+    std::fs::write(&path, with_catch_up).unwrap();
     assert!(r.send_signal(Signal::SIGHUP));
     let marked = wait_until(Duration::from_secs(5), || {
         let all: Option<Vec<String>> = cluster
@@ -629,18 +643,23 @@ fn a_rollout_that_moves_a_jobs_schedule_catches_up_none_of_the_slots_the_old_sch
     let cluster = RedisCluster::start(3);
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let head = format!(
-        "[scheduler]\nkey_prefix = \"moved\"\n{}",
-        redis_section(&cluster)
-    );
+    let (urls, uri) = (cluster.urls(), receiver.uri());
     let extra = "catch_up = \"10m\"\ncatch_up_policy = \"all\"";
-    let job = |schedule: &str| http_job("tick", schedule, &receiver, extra);
+    let config = |schedule: &str| {
+        FleetToml {
+            job: "tick",
+            schedule,
+            job_extra: extra,
+            ..fleet_toml(&urls, &uri, "moved")
+        }
+        .render()
+    };
     let old_dir = dir.path().join("old");
     let new_dir = dir.path().join("new");
     std::fs::create_dir_all(&old_dir).unwrap();
     std::fs::create_dir_all(&new_dir).unwrap();
-    let old_path = write_config(&old_dir, &format!("{head}{}", job("*/2 * * * * *")));
-    let new_path = write_config(&new_dir, &format!("{head}{}", job("* * * * * *")));
+    let old_path = write_config(&old_dir, &config("*/2 * * * * *"));
+    let new_path = write_config(&new_dir, &config("* * * * * *"));
     let old = replica(&old_path, "old");
     old.assert_started();
     // The old version runs a few even seconds (and records the job's watermark) first.
@@ -702,11 +721,12 @@ fn health_readiness_and_metrics_endpoints() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let text = format!(
-        "[scheduler]\nkey_prefix = \"health\"\n{}[http]\nlisten = \"127.0.0.1:{port}\"\n{}",
-        redis_section(&cluster),
-        http_job("ping", "* * * * * *", &receiver, "")
-    );
+    let text = FleetToml {
+        job: "ping",
+        rest: &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+        ..fleet_toml(&cluster.urls(), &receiver.uri(), "health")
+    }
+    .render();
     let path = write_config(dir.path(), &text);
     let r = replica(&path, "observed");
     r.assert_started();
@@ -751,14 +771,18 @@ fn health_readiness_and_metrics_endpoints() {
 fn sighup_reloads_a_valid_file_and_rejects_an_invalid_one() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
-    let one = http_job("first", "* * * * * *", &receiver, "");
+    let hook = receiver.url("/hook");
+    let one = http_job("first", "* * * * * *", "5s", &hook, "");
     let path = write_config(dir.path(), &one);
     // Without the file watch: the reloads here come from SIGHUP alone.
     let r = Replica::run(&path, "reloader", &[("SLOTCRON_NO_WATCH", "true")]);
     r.assert_started();
     std::fs::write(
         &path,
-        format!("{one}{}", http_job("second", "* * * * * *", &receiver, "")),
+        format!(
+            "{one}{}",
+            http_job("second", "* * * * * *", "5s", &hook, "")
+        ),
     )
     .unwrap();
     assert!(r.send_signal(Signal::SIGHUP));

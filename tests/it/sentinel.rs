@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use common::fleet::{FleetToml, hook_jobs};
 use common::{ACL_PASSWORD, ACL_USER, MASTER, Receiver, Replica, SentinelSet, write_config};
 use slotcron::unstable::config;
 use slotcron::unstable::slot::RUNNING_LEASE_TTL;
@@ -237,25 +238,23 @@ impl Fleet {
 /// The fleet's file; `acl`: the primary as the book's least-privilege user (the sentinels
 /// without a password: the credentials differ), under the ACL line's key prefix.
 fn fleet_toml(sentinels: &[String], receiver: &str, acl: bool) -> String {
-    let nodes: Vec<String> = sentinels.iter().map(|n| format!("{n:?}")).collect();
     let auth = match acl {
         true => {
             format!("primary_username = \"{ACL_USER}\"\nprimary_password = \"{ACL_PASSWORD}\"\n")
         }
         false => String::new(),
     };
-    let mut text = format!(
-        "[scheduler]\nkey_prefix = \"slotcron\"\nmax_clock_skew = \"2s\"\n\
-         [redis]\nmode = \"sentinel\"\nmaster = \"{MASTER}\"\nnodes = [{}]\nnode_timeout = \"250ms\"\n{auth}",
-        nodes.join(", ")
-    );
-    for i in 0..JOBS {
-        text.push_str(&format!(
-            "[[job]]\nname = \"job-{i}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
-        ));
+    let jobs = hook_jobs((0..JOBS).map(|i| format!("job-{i}")), "2s", receiver);
+    FleetToml {
+        job: "",
+        scheduler: "max_clock_skew = \"2s\"",
+        redis: &format!(
+            "mode = \"sentinel\"\nmaster = \"{MASTER}\"\nnode_timeout = \"250ms\"\n{auth}"
+        ),
+        rest: &jobs,
+        ..FleetToml::new(sentinels, receiver, "slotcron")
     }
-    text
+    .render()
 }
 
 fn second(t: DateTime<Utc>) -> String {

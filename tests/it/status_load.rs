@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::fleet::{FleetToml, hook_jobs};
 use common::*;
 
 /// The promise of case 5: a SIGTERMed replica exits 0 within this long, whatever its HTTP
@@ -136,19 +137,15 @@ fn sigterm_exits_0_promptly_with_half_open_and_unread_http_connections() {
 /// The fleet of case 4: jobs `j00`.. each every second, posting to `receiver`, raced over
 /// `nodes`; the replica's endpoints on `port`.
 fn flood_config(nodes: &[String], receiver: &str, prefix: &str, port: u16, jobs: usize) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let mut text = format!(
-        "[scheduler]\nkey_prefix = \"{prefix}\"\n[redis]\nnodes = [{}]\n\
-         [http]\nlisten = \"127.0.0.1:{port}\"\n",
-        nodes.join(", ")
-    );
-    for i in 0..jobs {
-        text.push_str(&format!(
-            "[[job]]\nname = \"j{i:02}\"\nschedule = \"* * * * * *\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
-        ));
+    let jobs = hook_jobs((0..jobs).map(|i| format!("j{i:02}")), "", receiver);
+    FleetToml {
+        job: "",
+        scheduler: "",
+        redis: "",
+        rest: &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{jobs}"),
+        ..FleetToml::new(nodes, receiver, prefix)
     }
-    text
+    .render()
 }
 
 /// A keep-alive client sending `HEAD /` as fast as it is answered, until `stop`.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, FixedOffset, Utc};
 use serde_json::Value;
 
+use common::fleet::{FleetToml, http_job};
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_slotcron");
@@ -138,13 +139,14 @@ fn two_replicas(scheduler: &str, jobs: impl FnOnce(&Receiver, u16) -> String) ->
         Utc::now().timestamp_micros()
     );
     let (port, closed) = (free_port(), free_port());
-    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
-    let body = format!(
-        "[scheduler]\n{scheduler}key_prefix = {prefix:?}\n\n\
-         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n\n{}",
-        nodes.join(", "),
-        jobs(&receiver, closed),
-    );
+    let body = FleetToml {
+        job: "",
+        scheduler,
+        redis: "node_timeout = \"250ms\"",
+        rest: &jobs(&receiver, closed),
+        ..FleetToml::new(&cluster.urls(), &receiver.uri(), &prefix)
+    }
+    .render();
     // Two replicas race; only the first serves [http] (they would share the port otherwise).
     let with_http = write_file(
         dir.path(),
@@ -164,14 +166,6 @@ fn two_replicas(scheduler: &str, jobs: impl FnOnce(&Receiver, u16) -> String) ->
     }
 }
 
-/// An `http` job on `schedule`, to `url`.
-fn http_job(name: &str, schedule: &str, timeout: &str, url: &str) -> String {
-    format!(
-        "[[job]]\nname = {name:?}\nschedule = {schedule:?}\ntimeout = {timeout:?}\n\
-         [job.action]\ntype = \"http\"\nurl = {url:?}\n\n"
-    )
-}
-
 /// `standup-demo` every second to `receiver`, and `failing` every 2 s to the `closed` port.
 fn delivering_and_unreachable(receiver: &Receiver, closed: u16, failing: &str) -> String {
     let unreachable = format!("http://127.0.0.1:{closed}/nobody-listens");
@@ -180,7 +174,8 @@ fn delivering_and_unreachable(receiver: &Receiver, closed: u16, failing: &str) -
         "* * * * * *",
         "3s",
         &receiver.url("/standup"),
-    ) + &http_job(failing, "*/2 * * * * *", "1s", &unreachable)
+        "",
+    ) + &http_job(failing, "*/2 * * * * *", "1s", &unreachable, "")
 }
 
 #[test]
@@ -416,22 +411,19 @@ fn check_colours(png_bytes: &[u8]) -> (u32, u32) {
 /// Twelve jobs every second on one replica: ten deliver, `broken-push` gets a 500 and
 /// `paused-report` is paused with `slotcron pause`.
 fn fleet_config(nodes: &[String], ok: &str, broken: &str, prefix: &str, port: u16) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|u| format!("{u:?}")).collect();
-    let mut text = format!(
-        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n\
-         [scheduler]\ntimezone = \"Asia/Shanghai\"\nkey_prefix = {prefix:?}\nmax_clock_skew = \"1s\"\n\n\
-         [redis]\nnodes = [{}]\nnode_timeout = \"250ms\"\n",
-        nodes.join(", ")
-    );
-    for name in FLEET_JOBS {
+    let job = |name: &str| {
         let url = if name == "broken-push" { broken } else { ok };
-        text.push_str(&format!(
-            "\n[[job]]\nname = {name:?}\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n\
-             [job.action]\ntype = \"http\"\nurl = {:?}\n",
-            format!("{url}/{name}")
-        ));
+        http_job(name, "* * * * * *", "2s", &format!("{url}/{name}"), "")
+    };
+    let jobs = FLEET_JOBS.map(job).concat();
+    FleetToml {
+        job: "",
+        scheduler: "timezone = \"Asia/Shanghai\"\nmax_clock_skew = \"1s\"",
+        redis: "node_timeout = \"250ms\"",
+        rest: &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{jobs}"),
+        ..FleetToml::new(nodes, ok, prefix)
     }
-    text
+    .render()
 }
 
 /// In file order: the failing and the paused jobs are in the middle, the page puts them first.
@@ -681,7 +673,13 @@ fn status_page_at_a_glance_fleet_line_who_ran_each_last_slot_and_the_failure_in_
     let _heavy = common::heavy();
     let fleet = two_replicas("", |receiver, closed| {
         delivering_and_unreachable(receiver, closed, "robot-push")
-            + &http_job("cli-report", "0 0 0 1 1 *", "3s", &receiver.url("/report"))
+            + &http_job(
+                "cli-report",
+                "0 0 0 1 1 *",
+                "3s",
+                &receiver.url("/report"),
+                "",
+            )
     });
     let (a, b, port, closed) = (&fleet.a, &fleet.b, fleet.port, fleet.closed);
     let failed = |job: &str| -> usize { [a, b].iter().map(|r| count(r, job, "failed")).sum() };
