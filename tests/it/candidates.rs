@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::fleet::FleetToml;
+use common::fleet::{FleetToml, http_action, job_table};
 use common::{IN_FLIGHT, Receiver, RedisCluster, Replica, redis_query, write_config};
 use serde_json::Value;
 use slotcron::unstable::fleet::membership::{self, MEMBER_TTL};
@@ -59,12 +59,10 @@ fn fleet_config(
     jobs: usize,
     extra: &str,
 ) -> String {
-    let action = format!("type = \"http\"\nurl = \"{receiver}/hook\"\nbody = \"x\"");
+    let action = http_action(&format!("{receiver}/hook")) + "\nbody = \"x\"";
     let job = |j: usize| {
-        format!(
-            "[[job]]\nname = \"j{j:02}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-             overlap = \"allow\"\n[job.action]\n{action}\n"
-        )
+        let name = format!("j{j:02}");
+        job_table(&name, "* * * * * *", "5s", "overlap = \"allow\"", &action)
     };
     let rest: String = (1..jobs).map(job).collect();
     FleetToml {
@@ -662,8 +660,13 @@ async fn reloads_at_the_instants() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let one = fleet_config(&cluster.urls(), &receiver.uri(), "handover", 1, "");
-    let spare = "[[job]]\nname = \"spare\"\nschedule = \"0 0 0 1 1 *\"\n\
-                 [job.action]\ntype = \"log\"\ncontent = \"x\"\n";
+    let spare = job_table(
+        "spare",
+        "0 0 0 1 1 *",
+        "",
+        "",
+        "type = \"log\"\ncontent = \"x\"",
+    );
     let two = format!("{one}{spare}");
     let path = write_config(dir.path(), &one);
     let config = slotcron::unstable::config::load(&path).unwrap();

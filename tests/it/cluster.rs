@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::cluster::{ShardedCluster, cluster_acl_args};
+use common::fleet::{FleetToml, hook_jobs};
 use common::{Receiver, Replica, tools, write_config};
 use slotcron::unstable::slot::RUNNING_LEASE_TTL;
 use slotcron::unstable::time::schedule::Slot;
@@ -51,19 +52,13 @@ const REFUSED_WITHIN: Duration = Duration::from_secs(15);
 
 /// jobs.toml: [`JOBS`] jobs every second, raced on the cluster whose seeds are `seeds`.
 fn cluster_toml(seeds: &[String], receiver: &str) -> String {
-    let seeds: Vec<String> = seeds.iter().map(|s| format!("{s:?}")).collect();
-    let mut text = format!(
-        "[scheduler]\nmax_clock_skew = \"1s\"\n[redis]\nmode = \"cluster\"\nnodes = [{}]\n\
-         node_timeout = \"300ms\"\n",
-        seeds.join(", ")
-    );
-    for j in 0..JOBS {
-        text.push_str(&format!(
-            "[[job]]\nname = \"c{j:02}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
-        ));
+    FleetToml {
+        job: "",
+        redis: "mode = \"cluster\"\nnode_timeout = \"300ms\"",
+        rest: &hook_jobs((0..JOBS).map(|j| format!("c{j:02}")), "2s", receiver),
+        ..FleetToml::new(seeds, receiver, "slotcron")
     }
-    text
+    .render()
 }
 
 /// Every job's idempotency key (`{job}/{slot}`) for each second in (from, to).
@@ -424,7 +419,7 @@ fn refuses_a_cluster_node(bin: &Path) {
     let node = &cluster.seed_urls()[0];
     let (receiver, dir) = (Receiver::start(), tempfile::tempdir().unwrap());
     let uri = receiver.uri();
-    let text = common::fleet::FleetToml::new(std::slice::from_ref(node), &uri, "slotcron");
+    let text = FleetToml::new(std::slice::from_ref(node), &uri, "slotcron");
     let replica = Replica::run(write_config(dir.path(), &text.render()), "r1", &[]);
     let status = replica.wait_timeout(REFUSED_WITHIN);
     let output = replica.lines().join("\n");

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{Bed, FleetToml, wecom_action};
+use common::fleet::{Bed, FleetToml, job_table, wecom_action};
 use common::{ProcessFleet, Receiver, RedisCluster, Replica, slotcron_cli, stop_all, write_config};
 use serde_json::Value;
 
@@ -871,15 +871,20 @@ fn two_deployments_differing_by_an_environment_variable_are_reported() {
         argv = ["sh", "-c", "echo \"$DEPLOY_ENV $SLOTCRON_SLOT\" >> {ran}"]"#,
         ran = ran.display()
     );
-    let note = "[[job]]\nname = \"note\"\nschedule = \"*/5 * * * * *\"\n\
-                [job.action]\ntype = \"log\"\ncontent = \"noted\"";
+    let note = job_table(
+        "note",
+        "*/5 * * * * *",
+        "",
+        "",
+        "type = \"log\"\ncontent = \"noted\"",
+    );
     let text = FleetToml {
         job: "backup",
         timeout: "3s",
         scheduler: "max_clock_skew = \"1s\"\ndestination_conflict_after = \"2s\"",
         redis: "node_timeout = \"250ms\"",
         action: &backup,
-        rest: note,
+        rest: &note,
         ..FleetToml::new(&cluster.urls(), "", "shared")
     }
     .render();
@@ -1101,11 +1106,7 @@ fn two_jobs_config(nodes: &[String], receiver: &Receiver, prefix: &str, jobs: [&
             receiver.url(&format!("/{name}"))
         )
     };
-    let second = format!(
-        "[[job]]\nname = \"{}\"\nschedule = \"* * * * * *\"\n[job.action]\n{}\n",
-        jobs[1],
-        action(jobs[1])
-    );
+    let second = job_table(jobs[1], "* * * * * *", "", "", &action(jobs[1]));
     // The default timeout and skew, and no node timeout: as the file a user writes.
     let timeout = format!("{}s", slotcron::unstable::config::DEFAULT_TIMEOUT.as_secs());
     FleetToml {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::fleet::{Bed, FleetToml, wecom_action};
+use common::fleet::{Bed, FleetToml, hook_jobs, job_table, wecom_action};
 use common::raw_http::{Misbehaviour, RawReceiver};
 use common::{IN_FLIGHT, ProcessFleet, Receiver, RedisCluster, Replica, write_config};
 use serde_json::Value;
@@ -575,11 +575,7 @@ impl BudgetWait {
             wecom_action(&receiver.uri(), KEY, &format!("{name} {{{{ fence }}}}"))
                 + "\nrate = \"1/4s\""
         };
-        let second = format!(
-            "[[job]]\nname = \"second\"\nschedule = \"{schedule}\"\ntimeout = \"6s\"\n\
-             [job.action]\n{}\n",
-            action("second")
-        );
+        let second = job_table("second", &schedule, "6s", "", &action("second"));
         let text = FleetToml {
             job: "first",
             schedule: &schedule,
@@ -704,18 +700,12 @@ fn a_winner_paused_past_its_validity_does_not_send_and_another_replica_does() {
 /// 5 + 1 + 2 + 5 = 13 s and a slot's handoff deadline is 13 + 5 = 18 s after it
 /// ([`HANDOFF_DEADLINE`]); the issue's 5 s timeout with a skew bound scaled down.
 fn handoff_config(nodes: &[String], receiver: &str, prefix: &str) -> String {
-    let job = |name: &str| {
-        format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n\
-             [job.action]\ntype = \"http\"\nurl = \"{receiver}/hook\"\n"
-        )
-    };
     FleetToml {
         job: "a",
         timeout: "5s",
         scheduler: "max_clock_skew = \"1s\"\ncandidates = 3",
         redis: "node_timeout = \"250ms\"",
-        rest: &(job("b") + &job("c")),
+        rest: &hook_jobs(["b", "c"].map(String::from), "5s", receiver),
         ..FleetToml::new(nodes, receiver, prefix)
     }
     .render()

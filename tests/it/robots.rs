@@ -803,13 +803,8 @@ fn no_secret_in_any_log_line_error_or_check_output() {
         format!("{}/services/T0/B0/{SLACK_TOKEN}", slack.uri()),
     )
     .unwrap();
-    let job = |name: &str, action: String| {
-        format!(
-            "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ntimeout = \"2s\"\n[job.action]\n{action}\n"
-        )
-    };
-    let text = [
-        format!("[redis]\nnodes = [\"redis://:${{REDIS_PASSWORD}}@127.0.0.1:{}\"]\n", redis.port()),
+    let job = |name: &str, action: String| fleet::job_table(name, "* * * * * *", "2s", "", &action);
+    let jobs = [
         job("wecom", "type = \"wecom\"\nwebhook_file = \"secrets/wecom\"\nmsgtype = \"text\"\ncontent = \"x\"".into()),
         job("ding", format!("type = \"dingtalk\"\nwebhook = \"{}/robot/send?access_token=${{DING_TOKEN}}\"\nsecret_file = \"secrets/ding\"\nmsgtype = \"text\"\ncontent = \"x\"", ding.uri())),
         job("feishu", format!("type = \"feishu\"\nwebhook = \"{}/open-apis/bot/v2/hook/${{FEISHU_HOOK}}\"\nsecret = \"${{FEISHU_SECRET}}\"\nmsg_type = \"text\"\ntext = \"x\"", feishu.uri())),
@@ -818,6 +813,15 @@ fn no_secret_in_any_log_line_error_or_check_output() {
         job("cmd", "type = \"command\"\nargv = [\"sh\", \"-c\", \"exit 4\", \"${CMD_TOKEN}\"]".into()),
     ]
     .concat();
+    let node = format!("redis://:${{REDIS_PASSWORD}}@127.0.0.1:{}", redis.port());
+    let text = fleet::FleetToml {
+        job: "",
+        scheduler: "",
+        redis: "",
+        rest: &jobs,
+        ..fleet::FleetToml::new(&[node], "", "slotcron")
+    }
+    .render();
     let path = common::write_config(dir.path(), &text);
     let env = [
         ("DING_TOKEN", DING_TOKEN),

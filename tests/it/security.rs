@@ -8,26 +8,26 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::fleet::{FleetToml, wecom_action};
 use common::{Receiver, RedisCluster, Replica, free_port, wait_until, write_config};
 
 const PASSWORD: &str = "s3cret-redis-pw";
 const ACL_PASSWORD: &str = "alice-acl-pw-42";
 const WEBHOOK_KEY: &str = "WEBHOOKKEY-0123456789abcdef";
 
-fn job(receiver: &str) -> String {
-    format!(
-        r#"
-        [[job]]
-        name = "secure"
-        schedule = "* * * * * *"
-        timeout = "3s"
-        [job.action]
-        type = "wecom"
-        webhook = "{receiver}/cgi-bin/webhook/send?key=${{WECOM_KEY}}"
-        msgtype = "text"
-        content = "{{{{ slot }}}}"
-        "#
-    )
+/// The config of one replica racing on `nodes` (slotcron's default prefix, no `[scheduler]`
+/// lines), `[redis]` lines `redis` beside them: job `secure` every second sends a WeCom text
+/// whose webhook key comes from `WECOM_KEY`.
+fn config(nodes: &[String], receiver: &str, redis: &str) -> String {
+    FleetToml {
+        job: "secure",
+        timeout: "3s",
+        scheduler: "",
+        redis,
+        action: &wecom_action(receiver, "${WECOM_KEY}", "{{ slot }}"),
+        ..FleetToml::new(nodes, receiver, "slotcron")
+    }
+    .render()
 }
 
 /// Runs one replica for ~3 s with `config`, returns all its output lines.
@@ -99,7 +99,7 @@ fn redis_auth_with_password_and_acl_user_and_no_secret_in_any_line() {
         ),
         format!("redis://default:{PASSWORD}@127.0.0.1:{}", cluster[2].port()),
     ];
-    let text = format!("[redis]\nnodes = {nodes:?}\n{}", job(&receiver.uri()));
+    let text = config(&nodes, &receiver.uri(), "");
     let path = write_config(dir.path(), &text);
     let lines = run_replica(&path);
     assert!(lines.iter().any(|l| l.contains("\"outcome\":\"won\"")));
@@ -121,11 +121,8 @@ fn a_wrong_redis_password_is_reported_without_the_password() {
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let wrong = "not-the-password-999";
-    let text = format!(
-        "[redis]\nnodes = [\"redis://:{wrong}@127.0.0.1:{}\"]\n{}",
-        cluster[0].port(),
-        job(&receiver.uri())
-    );
+    let node = format!("redis://:{wrong}@127.0.0.1:{}", cluster[0].port());
+    let text = config(&[node], &receiver.uri(), "");
     let path = write_config(dir.path(), &text);
     let replica = Replica::spawn(
         env!("CARGO_BIN_EXE_slotcron"),
@@ -277,10 +274,8 @@ fn tls_rediss_with_a_ca_file_and_password() {
         .iter()
         .map(|s| format!("rediss://:{PASSWORD}@127.0.0.1:{}", s.port))
         .collect();
-    let text = format!(
-        "[redis]\nnodes = {nodes:?}\nca_file = \"ca.crt\"\nnode_timeout = \"200ms\"\n{}",
-        job(&receiver.uri())
-    );
+    let tls = "ca_file = \"ca.crt\"\nnode_timeout = \"200ms\"";
+    let text = config(&nodes, &receiver.uri(), tls);
     let path = write_config(dir.path(), &text);
     let lines = run_replica(&path);
     assert!(
