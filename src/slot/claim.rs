@@ -9,7 +9,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use super::record;
 use super::report::SlotLine;
 use super::{Books, RUNNING_LEASE_TTL, Race, SlotResult, Trigger};
 use crate::config::{Job, Overlap};
@@ -132,8 +131,11 @@ pub(super) enum Raced {
     /// Won: the run is still to do (boxed: a win carries its lease, its check and its offer,
     /// several times the size of a settled result).
     Won(Box<Won>),
-    /// Nothing to run here: lost, unavailable, or the job's previous run is still going
-    /// (already logged and counted).
+    /// Won, but not to run: the job's previous run still holds its running lease, or whether
+    /// it does cannot be told (`overlap = "skip"`; logged and counted). The slot's life records
+    /// it, so the ledger shows why the slot did not run; the claim writes no record.
+    Skipped(Box<Won>, SlotResult),
+    /// Nothing to run here: lost or unavailable (already logged and counted).
     Settled(SlotResult),
 }
 
@@ -235,8 +237,7 @@ fn settle(
 
 /// Takes the running lease of every win in `claims` whose job skips overlapping runs, in one
 /// batch; a win whose job's previous run still holds it (or whose lease cannot be decided)
-/// becomes `skipped`, and the winner records the skip, so the ledger shows why the slot did
-/// not run.
+/// becomes [`Raced::Skipped`].
 async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
     let mut waiting: Vec<&mut Raced> = claims
         .iter_mut()
@@ -249,7 +250,7 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
         .iter()
         .filter_map(|claim| match claim {
             Raced::Won(won) => Some(SlotKey::running(race.key_prefix(), &won.job.name)),
-            Raced::Settled(_) => None,
+            Raced::Skipped(..) | Raced::Settled(_) => None,
         })
         .map(|key| (key, RUNNING_LEASE_TTL))
         .collect();
@@ -258,11 +259,16 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
         let Raced::Won(won) = claim else { continue };
         match running_lease(books, &won.job, won.slot, acquired) {
             Ok(running) => won.running = Some(running),
-            Err(skipped) => {
-                record::not_run(books, won, &skipped, race.clock().now()).await;
-                **claim = Raced::Settled(skipped);
-            }
+            Err(skipped) => skip(claim, skipped),
         }
+    }
+}
+
+/// Turns the win `claim` into [`Raced::Skipped`] with `result`.
+fn skip(claim: &mut Raced, result: SlotResult) {
+    let placeholder = Raced::Settled(SlotResult::Standby);
+    if let Raced::Won(won) = std::mem::replace(claim, placeholder) {
+        *claim = Raced::Skipped(won, result);
     }
 }
 

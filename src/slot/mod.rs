@@ -15,7 +15,8 @@
 //!    its window.
 //! 6. `run` (the winner only): the action inside the lock's validity.
 //! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
-//! 8. `record`: the run's history record (and the check for a second run of the slot).
+//! 8. `record`: the run's history record (and the check for a second run of the slot); a win
+//!    the running lease kept from running is recorded right after the claim, with why.
 //! 9. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
 //!    reported once across the fleet; a `done` run after a failed, missed or deadline alert
 //!    sends one `recovered` for the fleet.
@@ -193,6 +194,7 @@ async fn race_place(
     // Read through the race's clock (the seam every wall-clock read goes through).
     let raced_at = SystemTime::from(race.clock().now());
     let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
+    record::skipped(books, &claims, race.clock()).await;
     // The race's span ends with the claim: the check after the win belongs to the run.
     let race_span = (raced_at, SystemTime::from(race.clock().now()));
     confirm::confirm(race, books, &mut claims).await;
@@ -200,7 +202,7 @@ async fn race_place(
     for raced in claims {
         match raced {
             Raced::Won(won) => drop(runs.spawn(run_won(ctx.clone(), *won, race_span))),
-            Raced::Settled(result) => ended.push(result),
+            Raced::Skipped(_, result) | Raced::Settled(result) => ended.push(result),
         }
     }
     ended.extend(runs.join_all().await);

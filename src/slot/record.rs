@@ -1,12 +1,15 @@
 //! The run's history record: the record the win started ([`Won::start_record`]) finished with
 //! how the slot ended, and written; a win some node refused reads back the records beside its
-//! own, so a second run of the slot is found and reported.
+//! own, so a second run of the slot is found and reported. A win the job's previous run kept
+//! from running (`overlap = "skip"`) is recorded here too: the claim step writes no record.
 
 use chrono::{DateTime, Utc};
 
+use super::claim::Raced;
 use super::{Books, SlotResult, Won};
 use crate::action::DeliveryState;
 use crate::record::history::{RunRecord, RunState, other_run};
+use crate::time::schedule::SharedClock;
 
 /// History entries a winner looks through beside its own record (on the node, which returns
 /// only those under its fence), for another run of its slot: a late run of a slot is within
@@ -44,8 +47,18 @@ pub(super) struct Twice {
     pub(super) other: RunRecord,
 }
 
-/// Records a win that did not run (`overlap = "skip"`): the ledger shows why.
-pub(super) async fn not_run(books: &Books, won: &Won, result: &SlotResult, now: DateTime<Utc>) {
+/// Records each win of `claims` that did not run (`overlap = "skip"`), each at its write's time
+/// on `clock`: the ledger shows why the slot did not run.
+pub(super) async fn skipped(books: &Books, claims: &[Raced], clock: &SharedClock) {
+    for claim in claims {
+        if let Raced::Skipped(won, result) = claim {
+            not_run(books, won, result, clock.now()).await;
+        }
+    }
+}
+
+/// Records a win that did not run, at `now`.
+async fn not_run(books: &Books, won: &Won, result: &SlotResult, now: DateTime<Utc>) {
     let mut record = won.start_record(books.replica(), now);
     ended(&mut record, result, now);
     books.history().record(&record).await;

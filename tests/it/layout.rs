@@ -685,12 +685,6 @@ fn circles(edges: &BTreeMap<String, Vec<String>>) -> Vec<Vec<String>> {
     state.found
 }
 
-/// Circles known and owned elsewhere, each with who removes it; the check fails once one is gone
-/// too, so the list only shrinks. `slot::claim` calls `record::not_run` and `slot::record` takes
-/// claim's `Won`: issue 31 item 5's `src/slot/` part ("the claim step does not write records"),
-/// outside this branch's task (the simulation's seams live in `src/slot/`).
-const KNOWN_CIRCLES: [&[&str]; 1] = [&["slot::claim", "slot::record"]];
-
 #[test]
 fn no_import_circle_at_any_level() {
     let imports = module_imports();
@@ -699,19 +693,7 @@ fn no_import_circle_at_any_level() {
         edges.entry(a).or_default().push(b);
     }
     let mut found = Vec::new();
-    let circles = circles(&edges);
-    for known in KNOWN_CIRCLES
-        .iter()
-        .filter(|k| !circles.iter().any(|c| c == *k))
-    {
-        found.push(format!(
-            "{known:?} is no circle any more: take it off KNOWN_CIRCLES"
-        ));
-    }
-    for circle in circles
-        .into_iter()
-        .filter(|c| !KNOWN_CIRCLES.iter().any(|k| c == k))
-    {
+    for circle in circles(&edges) {
         let lines = imports.iter().filter(|i| {
             siblings(i).is_some_and(|(a, b)| circle.contains(&a) && circle.contains(&b))
         });

@@ -182,6 +182,23 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
 
 /// Each ended run of `job` in the history streams of every node, as (started_ms, finished_ms)
 /// by slot, sorted by start.
+/// The error of each slot of `job` the history holds as `skipped` (by `slot_ms`), on any node.
+fn skip_records(cluster: &RedisCluster, prefix: &str, job: &str) -> BTreeMap<String, String> {
+    let stream = format!("{prefix}:history:{job}");
+    let mut skips = BTreeMap::new();
+    for url in cluster.urls() {
+        let entries: Vec<(String, HashMap<String, String>)> =
+            common::redis_query(&url, &["XRANGE", &stream, "-", "+"]).unwrap();
+        for (_, mut fields) in entries {
+            if fields["outcome"] == "skipped" {
+                let error = fields.remove("error").unwrap_or_default();
+                skips.insert(fields["slot_ms"].clone(), error);
+            }
+        }
+    }
+    skips
+}
+
 fn run_intervals(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<(i64, i64)> {
     let stream = format!("{prefix}:history:{job}");
     let mut runs: BTreeMap<String, (i64, i64)> = BTreeMap::new();
@@ -410,6 +427,11 @@ fn overlap_skip_never_runs_two_at_once_and_allow_does() {
                 skipped >= 2 && won >= runs + skipped,
                 "skipped {skipped}, won {won}"
             );
+            // Each skipped slot's winner recorded it, with why: the ledger shows it.
+            let skips = skip_records(&cluster, "overlap-skip", "slow");
+            assert_eq!(skips.len(), skipped, "skip records: {skips:?}");
+            let why = "overlap: the previous run is still going on r";
+            assert!(skips.values().all(|e| e.starts_with(why)), "{skips:?}");
         }
     }
 }
