@@ -101,8 +101,9 @@ pub mod unstable {
     //! - [`replica`]: start-up and lifetime: connect the node pool, measure the fleet clock, join
     //!   the membership, serve the status endpoints, listen to the fleet, run one generation of the
     //!   schedule per configuration (reloads), shut down.
-    //! - [`scheduler`]: the timeline that sleeps until the next due instant (a slot's instant plus
-    //!   its jitter's delay) and hands the due jobs to their slot's life (`slot::due`), as one batch.
+    //! - [`scheduler`]: the timer that sleeps until the timeline's next due instant (a slot's
+    //!   instant plus its jitter's delay, `time::timeline`) and hands the due jobs to their slot's
+    //!   life (`slot::due`), as one batch.
     //! - [`catch_up`]: the look-back at start: missed slots caught up (`catch_up`) or reported.
     //! - [`slot`]: one slot's life on one replica, in order, from one entry (`slot::due`) that the
     //!   timeline, catch-up, `trigger`, handoff offers and tests all go through: paused? ->
@@ -138,7 +139,8 @@ pub mod unstable {
     //!   it; never trusted before it is measured; wall-clock steps and jumps seen and reported),
     //!   `schedule` (slots from cron + IANA zone; the wall-clock seam), `calendar` (workdays and
     //!   days off: built-in `cn`, .ics files, inline dates), `jitter` (a slot's delay, the same on
-    //!   every replica) and `words` (a schedule said in Chinese or English).
+    //!   every replica), `timeline` (each job's next due slot, earliest first: what the
+    //!   scheduler's timer sleeps towards) and `words` (a schedule said in Chinese or English).
     //! - [`metrics`]: Prometheus metrics.
     //! - [`outcome`]: how a slot ended, as its log line and its counter name it.
     //! - [`redis`]: everything that talks to Redis: the node pool (fan-out, quorum, its one view of

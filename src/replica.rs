@@ -43,7 +43,7 @@ use crate::record::history::History;
 use crate::redis::pubsub::{self, Heard};
 use crate::redis::{Connector, Nodes, independence};
 use crate::scheduler;
-use crate::slot::{Books, Contenders, MIN_START_WINDOW, Outbox, Race, SlotEnv, Trigger};
+use crate::slot::{Books, Contenders, Outbox, Race, SlotEnv, Trigger};
 use crate::time::fleet_clock::{self, FleetClock};
 use crate::time::schedule::SharedClock;
 
@@ -222,7 +222,7 @@ async fn join_the_fleet(
     if config.scheduler.candidates == Candidates::All {
         return Membership::Off;
     }
-    let start_window = config.scheduler.max_clock_skew.max(MIN_START_WINDOW);
+    let start_window = config.scheduler.start_window();
     let membership = Membership::redis(
         nodes.clone(),
         &config.scheduler.key_prefix,

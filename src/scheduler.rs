@@ -1,9 +1,8 @@
-//! The timeline: one timer that sleeps until the next instant a job is due and hands the jobs
-//! due then to their slot's life ([`crate::slot::due`]), as one batch. With
+//! The timeline's timer: it sleeps until the next instant a job is due (the queue of
+//! [`crate::time::timeline`]) and hands the jobs due then to their slot's life
+//! ([`crate::slot::due`]), as one batch. With
 //! `clock = "local"` a step of the wall clock rebuilds the timeline from the stepped time.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,87 +15,8 @@ use crate::config::Job;
 use crate::ops::liveness::{Liveness, Raced};
 use crate::slot::{SlotEnv, SlotResult, Trigger};
 use crate::time::fleet_clock::{FleetClock, JUMP_BOUND};
-use crate::time::jitter;
 use crate::time::schedule::Slot;
-
-/// When a slot is due: its nominal instant plus its jitter's delay (`at`), and the slot. The
-/// timeline wakes once per distinct pair: jobs whose delays differ are separate batches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Due {
-    /// The instant the slot is raced: ordered first, so the timeline sleeps towards it.
-    at: DateTime<Utc>,
-    /// The nominal slot: its keys and records.
-    slot: Slot,
-}
-
-/// The jobs' next slots, earliest due first: what the timeline sleeps towards.
-struct Timeline {
-    jobs: Vec<Arc<Job>>,
-    /// `[scheduler] key_prefix`: part of every slot's delay.
-    prefix: String,
-    /// (next due slot, index into `jobs`); jobs whose schedule has ended are not in it.
-    due: BinaryHeap<Reverse<(Due, usize)>>,
-}
-
-impl Timeline {
-    /// Queues each job's first slot due after `now`.
-    fn new(jobs: Vec<Arc<Job>>, now: DateTime<Utc>, prefix: &str, replica: &str) -> Self {
-        let mut timeline = Timeline {
-            jobs,
-            prefix: prefix.to_owned(),
-            due: BinaryHeap::new(),
-        };
-        for i in 0..timeline.jobs.len() {
-            timeline.schedule(i, now, replica);
-        }
-        timeline
-    }
-
-    /// Queues job `i`'s first slot due after `after`: a slot whose nominal instant passed may
-    /// still be due (its delay has not), so the walk starts one jitter back. A jitter is never
-    /// larger than the job's interval (checked at load), so due instants keep the slots' order.
-    fn schedule(&mut self, i: usize, after: DateTime<Utc>, replica: &str) {
-        let job = &self.jobs[i];
-        let back = chrono::Duration::from_std(job.jitter).unwrap_or_default();
-        let due_of = |slot: Slot| {
-            let delay = jitter::delay(&self.prefix, &job.name, slot, job.jitter);
-            Due {
-                at: jitter::delayed(slot, delay),
-                slot,
-            }
-        };
-        let mut next = job.schedule.next_after(after - back).map(due_of);
-        while let Some(due) = next.filter(|due| due.at <= after) {
-            next = job.schedule.next_after(due.slot.instant()).map(due_of);
-        }
-        match next {
-            Some(due) => self.due.push(Reverse((due, i))),
-            None => tracing::warn!(job = %job.name, replica = %replica,
-                "the schedule has no further slot"),
-        }
-    }
-
-    /// The earliest slot queued: the instant the timeline sleeps towards.
-    fn next(&self) -> Option<Due> {
-        self.due.peek().map(|Reverse((due, _))| *due)
-    }
-
-    /// Takes the jobs due at `due`; each is queued again at its first slot due after `after`.
-    fn take_due(&mut self, due: Due, after: DateTime<Utc>, replica: &str) -> Vec<Arc<Job>> {
-        let mut taken = Vec::new();
-        while let Some(&Reverse((next, i))) = self.due.peek() {
-            if next != due {
-                break;
-            }
-            self.due.pop();
-            taken.push(i);
-        }
-        for &i in &taken {
-            self.schedule(i, after, replica);
-        }
-        taken.into_iter().map(|i| self.jobs[i].clone()).collect()
-    }
-}
+use crate::time::timeline::{Due, Timeline};
 
 /// Sleeps until the next instant any job is due and starts one race for every job due then,
 /// until shutdown. One timer for the whole schedule, and one batch per instant: a thousand
@@ -215,7 +135,7 @@ fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::I
 fn race_due(
     ctx: &Arc<SlotEnv>,
     liveness: &Arc<Liveness>,
-    timeline: &mut Timeline,
+    timeline: &mut Timeline<Job>,
     due: Due,
     tracker: &TaskTracker,
 ) {
@@ -330,10 +250,13 @@ fn raced(results: &[SlotResult]) -> Option<Raced> {
     no_majority.then_some(Raced::NoMajority)
 }
 
+// The timeline's queue (`time::timeline`) is tested here, with jobs parsed as the replica's:
+// building a `Job` needs `config`, which sits above `time`.
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::log_jobs as jobs;
+    use crate::time::jitter;
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -381,7 +304,7 @@ mod tests {
         let nominal = Slot::at(at("2026-01-01T10:01:00Z"));
         let delayed = jitter::delayed(nominal, jitter::delay("p", "spread", nominal, jitter));
         assert!(delayed > nominal.instant(), "this slot's delay is not zero");
-        let mut timeline = Timeline::new(jobs, at("2026-01-01T10:00:30Z"), "p", "r");
+        let mut timeline = Timeline::new(jobs.clone(), at("2026-01-01T10:00:30Z"), "p", "r");
         let first = timeline.next().unwrap();
         assert_eq!((first.at, first.slot), (nominal.instant(), nominal));
         assert_eq!(names(&timeline.take_due(first, first.at, "r")), ["plain"]);
@@ -393,7 +316,6 @@ mod tests {
         );
         // Armed between the nominal and the delayed instant, the slot is still due.
         let mid = nominal.instant() + chrono::Duration::milliseconds(1);
-        let jobs = timeline.jobs.clone();
         let rearmed = Timeline::new(
             jobs,
             mid.min(delayed - chrono::Duration::milliseconds(1)),

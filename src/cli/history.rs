@@ -199,7 +199,7 @@ fn print_ledger(
         .iter()
         .filter(|j| jobs.iter().any(|(n, _)| *n == j.name))
     {
-        let window = config.scheduler.max_clock_skew.max(Duration::from_secs(2));
+        let window = config.scheduler.start_window();
         match runtime.block_on(job_ledger(job, since, window, history, control)) {
             Ok(entries) => lines.extend(entries.into_iter().map(|e| (job.clone(), e))),
             Err(e) => {

@@ -13,6 +13,7 @@ use super::{actions, durations};
 use crate::action::Action;
 use crate::action::function::FnAction;
 use crate::time::schedule::Schedule;
+use crate::time::timeline::Timed;
 
 /// Longest job name: it is part of every Redis key.
 const MAX_JOB_NAME: usize = 100;
@@ -298,5 +299,20 @@ fn overlap(raw: Option<RawOverlap>) -> Overlap {
     match raw {
         Some(RawOverlap::Allow) => Overlap::Allow,
         Some(RawOverlap::Skip) | None => Overlap::Skip,
+    }
+}
+
+/// The timeline queues a job's slots by these.
+impl Timed for Job {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    fn jitter(&self) -> Duration {
+        self.jitter
     }
 }

@@ -51,7 +51,7 @@ pub use error::{ConfigError, ConfigErrors, Location, Section};
 pub use scheduler::{
     Candidates, ClockMode, DEFAULT_CANDIDATE_STAGGER, DEFAULT_CANDIDATES,
     DEFAULT_DESTINATION_CONFLICT_AFTER, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CLOCK_SKEW,
-    SchedulerConfig,
+    MIN_START_WINDOW, SchedulerConfig, start_window,
 };
 
 /// Default job `timeout`.

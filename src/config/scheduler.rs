@@ -67,6 +67,23 @@ pub struct SchedulerConfig {
     pub dst_gap: Option<DstGap>,
 }
 
+/// A replica still races a slot this long after it, even with `max_clock_skew = 0`.
+pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
+
+/// How long after its slot a replica (by its own clock) still races for it, with
+/// `max_clock_skew`: the larger of the two. The one place the start window is computed; the
+/// race's guard, the slot keys' TTL, the membership and the lookout's warning all take it.
+pub fn start_window(max_clock_skew: Duration) -> Duration {
+    max_clock_skew.max(MIN_START_WINDOW)
+}
+
+impl SchedulerConfig {
+    /// This configuration's [`start_window`].
+    pub fn start_window(&self) -> Duration {
+        start_window(self.max_clock_skew)
+    }
+}
+
 /// `[scheduler] clock`: the replica's own clock, or corrected to the Redis nodes' `TIME`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClockMode {

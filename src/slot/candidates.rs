@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::SlotLine;
-use super::{Books, Contenders, MIN_START_WINDOW, Race, SlotResult, Trigger};
+use super::{Books, Contenders, Race, SlotResult, Trigger};
 use crate::config::Candidates;
 use crate::config::{Job, SchedulerConfig};
 use crate::fleet::membership;
@@ -158,7 +158,7 @@ pub fn stagger_warning(scheduler: &SchedulerConfig) -> Option<String> {
     let Candidates::Top(k) = scheduler.candidates else {
         return None;
     };
-    let window = scheduler.max_clock_skew.max(MIN_START_WINDOW);
+    let window = scheduler.start_window();
     let lookout = stagger(
         scheduler.candidates,
         scheduler.candidate_stagger,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
-use super::{KEY_MARGIN, MIN_START_WINDOW, Trigger};
+use super::{KEY_MARGIN, Trigger};
 use crate::action::Action;
 use crate::action::egress::Http;
 use crate::action::rate::Budgets;
@@ -238,7 +238,7 @@ impl Race {
 
     /// How long after its slot a replica (by its own clock) still races for it.
     pub fn start_window(&self) -> Duration {
-        self.max_clock_skew.max(MIN_START_WINDOW)
+        crate::config::start_window(self.max_clock_skew)
     }
 
     /// The delay of `job`'s `slot` (its `jitter`; zero without): the same on every replica.

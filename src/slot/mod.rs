@@ -72,8 +72,6 @@ use guard::Verdict;
 
 /// Slot keys outlive the latest legitimate racer by this much.
 pub const KEY_MARGIN: Duration = Duration::from_secs(5);
-/// A replica still races a slot this long after it, even with `max_clock_skew = 0`.
-pub const MIN_START_WINDOW: Duration = Duration::from_secs(2);
 /// TTL of a job's running lease; the winner extends it every third of this while it runs, so
 /// a winner that dies frees the job within this time.
 pub const RUNNING_LEASE_TTL: Duration = Duration::from_secs(6);

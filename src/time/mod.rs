@@ -4,12 +4,14 @@
 //! words (`words`), and a slot's jitter (`jitter`: the delay every replica computes alike).
 //! Within the folder, `fleet_clock`, `jitter` and `words` use `schedule`, which uses
 //! `calendar`.
+//! `timeline` queues each job's next due slot, earliest first.
 //!
-//! The timeline that sleeps until the next slot (`crate::scheduler`) is not here: it hands the
-//! due jobs to the race, which sits above everything in this folder.
+//! The timer that sleeps towards the timeline's next slot (`crate::scheduler`) is not here: it
+//! hands the due jobs to the race, which sits above everything in this folder.
 
 pub mod calendar;
 pub mod fleet_clock;
 pub mod jitter;
 pub mod schedule;
+pub mod timeline;
 pub mod words;

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -34,8 +33,6 @@ pub(super) const OUTCOMES: [&str; 8] = [
     "running",
     "pending",
 ];
-/// Least time a slot may go unrecorded before it counts as missed (as `history --since`).
-const MIN_SETTLING: Duration = Duration::from_secs(2);
 
 /// The page's parameters: `job`, a job's name or part of one (case-insensitive), and `runs`,
 /// the jobs whose table of last runs is open (comma-separated names). Both live in the
@@ -133,7 +130,8 @@ fn select(jobs: &[Arc<Job>], wanted: Option<&str>) -> Vec<Arc<Job>> {
 /// The jobs' views in the overview's order: failing, then paused, then the rest, each in the
 /// file's order.
 fn views(config: &Config, jobs: &[Arc<Job>], reads: &[&Reads], frame: &Frame) -> Vec<JobView> {
-    let skew = config.scheduler.max_clock_skew.max(MIN_SETTLING);
+    // A slot unrecorded past its start window counts as missed (as `history --since`).
+    let skew = config.scheduler.start_window();
     let mut views: Vec<JobView> = jobs
         .iter()
         .zip(reads)
