@@ -556,11 +556,13 @@ async fn reload(replica: &Replica, old: &Config, tracker: &TaskTracker) -> Optio
     let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::Reload);
     match config::reload(old).await {
         Ok(new) => {
-            warn_about_restart_only_changes(old, &new);
+            for warning in config::restart_only_changes(old, &new) {
+                tracing::warn!(replica = %replica.name, "{warning}");
+            }
             replica.metrics.config_reload(ReloadResult::Applied);
             tracing::info!(replica = %replica.name, config = %new.path.display(),
                 jobs = new.jobs.len(), config_hash = %new.hash, "reloaded");
-            let entry = entry.detail(hash_change(&old.hash, &new.hash));
+            let entry = entry.detail(config::hash_change(&old.hash, &new.hash));
             tracker.spawn(record_reload(
                 replica.clone(),
                 entry,
@@ -592,15 +594,6 @@ async fn record_reload(replica: Replica, entry: AuditEntry, now_running: Option<
     }
 }
 
-/// A config hash change as the audit trail words it.
-fn hash_change(old: &str, new: &str) -> String {
-    if old == new {
-        format!("config hash {new} unchanged")
-    } else {
-        format!("config hash {old} -> {new}")
-    }
-}
-
 /// At start: records in the audit trail that this replica now runs a configuration other
 /// than the one it last ran (a deploy, an edit applied by a restart). Nothing on a first start.
 async fn audit_start(replica: Replica, hash: String) {
@@ -610,34 +603,8 @@ async fn audit_start(replica: Replica, hash: String) {
     let entry = AuditEntry::new(replica.clock.now(), &replica.name, AuditAction::ConfigHash);
     replica
         .audit
-        .note(&entry.detail(hash_change(&previous, &hash)))
+        .note(&entry.detail(config::hash_change(&previous, &hash)))
         .await;
-}
-
-/// Warns about the changes a reload does not apply: they would split the fleet mid-flight.
-fn warn_about_restart_only_changes(old: &Config, new: &Config) {
-    let nodes = |c: &Config| {
-        let nodes = |r: &config::RedisConfig| -> Vec<String> {
-            r.nodes.iter().map(ToString::to_string).collect()
-        };
-        c.redis.as_ref().map(|r| (nodes(r), r.topology()))
-    };
-    if nodes(old) != nodes(new) || old.scheduler.key_prefix != new.scheduler.key_prefix {
-        tracing::warn!(
-            "[redis] nodes, mode or key_prefix changed: this takes effect at the next restart, and \
-            while a rollout restarts replicas one by one, the replicas on the old nodes or prefix \
-            and those on the new one race apart, so every slot runs twice until the rollout \
-            ends; to avoid it, stop every replica, then start them all with the new file"
-        );
-    }
-    if old.http != new.http
-        || (old.scheduler.candidates == Candidates::All)
-            != (new.scheduler.candidates == Candidates::All)
-    {
-        tracing::warn!(
-            "changes to [http] and between candidates = \"all\" and a count take effect at the next restart"
-        );
-    }
 }
 
 /// Opens each node's connection and logs which answer; a node that is down is not fatal (it

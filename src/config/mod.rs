@@ -24,6 +24,7 @@ mod jitter;
 mod jobs;
 mod locate;
 pub(crate) mod raw;
+mod reload;
 mod scheduler;
 pub mod schema;
 mod suggest;
@@ -48,6 +49,7 @@ use durations::DurationRange;
 pub use endpoints::{HttpConfig, RedisConfig, RedisMode, SERVER_COMPILED_OUT};
 pub use env::{Env, ProcessEnv};
 pub use error::{ConfigError, ConfigErrors, Location, Section};
+pub use reload::{hash_change, reload, restart_only_changes};
 pub use scheduler::{
     Candidates, ClockMode, DEFAULT_CANDIDATE_STAGGER, DEFAULT_CANDIDATES,
     DEFAULT_DESTINATION_CONFLICT_AFTER, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CLOCK_SKEW,
@@ -188,13 +190,6 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// running schedule kept instead of the replica lost with it.
 pub async fn load_guarded(path: &Path) -> Result<Config, ConfigErrors> {
     guard::guarded(path, load).await
-}
-
-/// A running replica's reload of `old`'s file ([`load_guarded`]), keeping the command line's
-/// overrides of `old` (`run --http-listen`): the file's `[http]` does not replace them.
-pub async fn reload(old: &Config) -> Result<Config, ConfigErrors> {
-    let new = load_guarded(&old.path).await?;
-    Ok(new.with_overrides_of(old))
 }
 
 /// [`load`] for a command that never sends (`history`, `pause`, `resume`, a `trigger` the fleet
