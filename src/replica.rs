@@ -30,7 +30,7 @@ use crate::config::SERVER_COMPILED_OUT;
 use crate::config::{self, ClockMode, Config, Job};
 use crate::fleet::control::Control;
 use crate::fleet::destinations;
-use crate::fleet::handoff::{HandoffRequest, Handoffs, OffersSeen};
+use crate::fleet::handoff::{HandoffRequest, Handoffs, Intake};
 use crate::fleet::membership::{Group, Membership};
 use crate::fleet::triggers::{self, TriggerReply, TriggerRequest};
 use crate::lock::{LocalLock, Redlock, SlotLock};
@@ -633,22 +633,12 @@ async fn report_nodes(nodes: &Nodes, replica: &str) {
 async fn take_handoffs(
     replica: Replica,
     current: Arc<RwLock<Arc<Config>>>,
-    mut heard: mpsc::Receiver<Heard>,
+    heard: mpsc::Receiver<Heard>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
-    let mut seen = OffersSeen::default();
-    while let Some(message) = pubsub::next(&mut heard, &shutdown).await {
-        let Heard::Message(payload) = message else {
-            continue;
-        };
-        let Ok(offer) = serde_json::from_str::<HandoffRequest>(&payload) else {
-            tracing::debug!(replica = %replica.name, "ignoring a malformed handoff offer");
-            continue;
-        };
-        if !seen.first_time(&offer) {
-            continue;
-        }
+    let mut offers = Intake::new(heard);
+    while let Some(offer) = offers.next(&shutdown, &replica.name).await {
         let config = read(&current);
         let Some(job) = config.jobs.iter().find(|j| j.name == offer.job).cloned() else {
             tracing::debug!(job = %offer.job, replica = %replica.name, "handoff offer for a job this replica does not run");

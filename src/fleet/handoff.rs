@@ -122,6 +122,47 @@ impl Handoffs {
     }
 }
 
+/// The intake of the fleet's offers on this replica: each decoded, and taken once however
+/// many nodes deliver it.
+pub struct Intake {
+    /// The offers as [`Handoffs::listen`] hears them, one copy per node.
+    heard: mpsc::Receiver<Heard>,
+    /// The offers already taken.
+    seen: OffersSeen,
+}
+
+impl Intake {
+    /// The intake of the offers `heard` brings.
+    pub fn new(heard: mpsc::Receiver<Heard>) -> Self {
+        Intake {
+            heard,
+            seen: OffersSeen::default(),
+        }
+    }
+
+    /// The next offer not taken before; `None` once `shutdown` comes or the subscriptions end.
+    /// A message that is no offer is skipped (logged for `replica` at debug).
+    pub async fn next(
+        &mut self,
+        shutdown: &CancellationToken,
+        replica: &str,
+    ) -> Option<HandoffRequest> {
+        while let Some(message) = pubsub::next(&mut self.heard, shutdown).await {
+            let Heard::Message(payload) = message else {
+                continue;
+            };
+            let Ok(offer) = serde_json::from_str::<HandoffRequest>(&payload) else {
+                tracing::debug!(replica = %replica, "ignoring a malformed handoff offer");
+                continue;
+            };
+            if self.seen.first_time(&offer) {
+                return Some(offer);
+            }
+        }
+        None
+    }
+}
+
 /// The offers already taken: each arrives once per node.
 #[derive(Debug, Default)]
 pub struct OffersSeen {
@@ -159,6 +200,27 @@ mod tests {
             excluded: vec!["r0".into(), "r1".into()],
             reason: "connection refused".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn the_intake_takes_each_offer_once_and_skips_what_is_no_offer() {
+        let (tx, rx) = mpsc::channel(8);
+        let json = serde_json::to_string(&offer("a", 1000)).unwrap();
+        let other = serde_json::to_string(&offer("b", 1000)).unwrap();
+        for heard in [
+            Heard::Message(json.clone()),
+            Heard::Subscribed { again: true },
+            Heard::Message("{not an offer".into()),
+            Heard::Message(json),
+            Heard::Message(other),
+        ] {
+            tx.send(heard).await.unwrap();
+        }
+        drop(tx);
+        let (mut intake, shutdown) = (Intake::new(rx), CancellationToken::new());
+        assert_eq!(intake.next(&shutdown, "r2").await, Some(offer("a", 1000)));
+        assert_eq!(intake.next(&shutdown, "r2").await, Some(offer("b", 1000)));
+        assert_eq!(intake.next(&shutdown, "r2").await, None);
     }
 
     #[test]
