@@ -14,7 +14,8 @@
 //!    measured again; by the nodes' time the lock has not run out and the slot is still inside
 //!    its window.
 //! 6. `run` (the winner only): the action inside the lock's validity.
-//! 7. `offer`: a run where nothing left this replica is handed off to the fleet.
+//! 7. `conclude`: how the run ended: delivered, failed, or (nothing left this replica)
+//!    handed off to the fleet.
 //! 8. `record`: the run's history record (and the check for a second run of the slot); a win
 //!    the running lease kept from running is recorded right after the claim, with why.
 //! 9. `alerts`: a failed slot alerts the job's `on_failure`; missed and duplicated slots are
@@ -35,11 +36,11 @@
 mod alerts;
 mod candidates;
 mod claim;
+mod conclude;
 mod confirm;
 pub mod deadline;
 mod env;
 mod guard;
-mod offer;
 mod paused;
 mod record;
 mod report;
@@ -49,9 +50,9 @@ mod told;
 pub use alerts::{ALERT_LEASE, ALERT_TIMEOUT, MISSED_KEY_TTL};
 pub use candidates::{LOOKOUT_AFTER, stagger_warning};
 pub use claim::Won;
+pub use conclude::HANDOFF_CLAIM_WAIT;
 pub use env::{Books, Contenders, Outbox, Race, SlotEnv};
 pub use guard::EARLY_WAIT;
-pub use offer::HANDOFF_CLAIM_WAIT;
 pub use run::START_RECORD_DELAY;
 
 use std::sync::Arc;
@@ -214,7 +215,7 @@ async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime
     let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
     let span = trace::run_span(&won.trace_ids(books.replica()), race_span);
     let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
-    let result = offer::conclude(&ctx, &won, ran).await;
+    let result = conclude::conclude(&ctx, &won, ran).await;
     let ending = (&result, race.clock().now());
     if let Some(twice) = record::finish(books, &won, record, ending).await {
         alerts::duplicate(&ctx, &won.job, &twice).await;
