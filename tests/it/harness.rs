@@ -51,10 +51,9 @@ fn cluster_ping_pause_resume_kill_restart() {
     let r = redis_cmd_timeout(node.url().as_str(), &["PING"], Duration::from_millis(100));
     let elapsed = t.elapsed();
     assert!(r.is_err(), "PING to a paused node must fail, got {r:?}");
-    assert!(
-        elapsed < Duration::from_millis(200),
-        "timed out in {elapsed:?}"
-    );
+    // Its 100 ms timeout against a hang (the node stays paused until resumed): 5 s tells them
+    // apart on any machine.
+    assert!(elapsed < Duration::from_secs(5), "timed out in {elapsed:?}");
     node.resume();
     assert!(!node.is_paused());
     assert!(ping_ok(&node.url()));
@@ -270,5 +269,6 @@ fn replica_captures_lines_and_signals() {
     let t = Instant::now();
     let st = r2.kill().expect("killed");
     assert!(st.code().is_none());
-    assert!(t.elapsed() < Duration::from_secs(2));
+    // Killed, not waited out: well under the 30 s the process would sleep.
+    assert!(t.elapsed() < Duration::from_secs(15));
 }
