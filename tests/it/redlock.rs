@@ -323,8 +323,11 @@ async fn many_racers_on_healthy_nodes_have_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_delays_a_race_by_no_more_than_its_timeout() {
+    // Long beside a local race (milliseconds, tens on a loaded machine): the bound below, the
+    // issue's promise, then holds with a margin a loaded machine cannot eat.
+    const NODE_TIMEOUT: Duration = Duration::from_secs(1);
     let cluster = RedisCluster::start(3);
-    let l = lock(&cluster.urls(), "r", 0);
+    let l = lock_timing_out(&cluster.urls(), "r", 0, NODE_TIMEOUT);
     for node in l.nodes().iter() {
         node.ping().await.unwrap();
     }
@@ -334,8 +337,8 @@ async fn a_paused_node_delays_a_race_by_no_more_than_its_timeout() {
     let elapsed = started.elapsed();
     cluster[0].resume();
     assert!(matches!(result, Acquire::Won(_)), "{result:?}");
-    // The one bounded time the issue asks for: the node timeout (100 ms) plus a generous margin.
-    assert!(elapsed < Duration::from_millis(100 + 400), "{elapsed:?}");
+    // The one bounded time the issue asks for: the node timeout, plus as much again.
+    assert!(elapsed < NODE_TIMEOUT * 2, "{elapsed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
