@@ -40,7 +40,7 @@ pub(crate) async fn look_back(ctx: Arc<SlotEnv>, jobs: Vec<Arc<Job>>) {
     // A slot a job was paused at was not missed. The logs only grow, and a change made after
     // this read covers no slot before it: read once, for both passes.
     let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
-    let logs = ctx.contenders().control().logs(&names).await;
+    let logs = ctx.contenders.control.logs(&names).await;
     let paused: Vec<Vec<PausedSpan>> = logs.iter().map(|log| paused_intervals(log)).collect();
     let turns = Semaphore::new(LOOK_BACKS_AT_ONCE);
     let catching = jobs
@@ -72,14 +72,14 @@ async fn watermarks(ctx: &SlotEnv, jobs: &[Arc<Job>]) -> Vec<Option<DateTime<Utc
         .zip(&definitions)
         .map(|(job, definition)| (job.name.as_str(), definition.as_str()))
         .collect();
-    let now = ctx.race().clock().fleet_now();
-    let read = watermark::first_seen(ctx.books().history(), &names, now).await;
+    let now = ctx.race.clock.fleet_now();
+    let read = watermark::first_seen(&ctx.books.history, &names, now).await;
     jobs.iter()
         .zip(read)
         .map(|(job, watermark)| {
             watermark
                 .inspect_err(|e| {
-                    tracing::warn!(job = %job.name, replica = %ctx.books().replica(), error = %e,
+                    tracing::warn!(job = %job.name, replica = %ctx.books.replica, error = %e,
                         "the fleet's watermark cannot be read: missed slots cannot be told apart, \
                         so none is caught up or reported; the next start records it");
                 })
@@ -97,15 +97,10 @@ async fn read_runs(
     doing: &str,
 ) -> Option<Vec<RunRecord>> {
     let _turn = turns.acquire().await.ok()?;
-    match ctx
-        .books()
-        .history()
-        .read(&job.name, MAX_CATCH_UP_ALL)
-        .await
-    {
+    match ctx.books.history.read(&job.name, MAX_CATCH_UP_ALL).await {
         Ok(runs) => Some(runs),
         Err(e) => {
-            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), error = %e,
+            tracing::warn!(job = %job.name, replica = %ctx.books.replica, error = %e,
                 "{doing} skipped: the run history cannot be read, so missed slots cannot be told apart");
             None
         }
@@ -125,7 +120,7 @@ async fn report_missed(
     paused: &[Vec<PausedSpan>],
     turns: &Semaphore,
 ) {
-    let started = ctx.race().clock().fleet_now();
+    let started = ctx.race.clock.fleet_now();
     // The slots just before the start may still be running elsewhere (a run is recorded when it
     // ends): judge them once their timeout and start window are over. Later slots are this
     // replica's to race.
@@ -137,8 +132,8 @@ async fn report_missed(
         .unwrap_or_default();
     tokio::select! {
         biased;
-        _ = ctx.shutdown().cancelled() => return,
-        _ = tokio::time::sleep(longest + ctx.race().start_window()) => {}
+        _ = ctx.shutdown.cancelled() => return,
+        _ = tokio::time::sleep(longest + ctx.race.start_window()) => {}
     }
     let lookback = chrono::Duration::from_std(MISSED_LOOKBACK).unwrap_or_default();
     let owed = jobs.iter().zip(watermarks).zip(paused);
@@ -174,7 +169,7 @@ impl Missed<'_> {
         let (all, paused) = (CatchUpPolicy::All, self.paused);
         let mut missed = missed_slots(&job.schedule, self.started, self.floor, &runs, paused, all);
         if missed.len() > MAX_MISSED_ALERTS {
-            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), missed = missed.len(),
+            tracing::warn!(job = %job.name, replica = %ctx.books.replica, missed = missed.len(),
                 "{} older missed slots are not reported one by one (see `slotcron history --missed`)",
                 missed.len() - MAX_MISSED_ALERTS);
             missed.drain(..missed.len() - MAX_MISSED_ALERTS);
@@ -198,7 +193,7 @@ async fn catch_up(
     turns: &Semaphore,
 ) {
     let Some(catch_up) = job.catch_up else { return };
-    let now = opened_by(job, ctx.race().key_prefix(), ctx.race().clock().fleet_now());
+    let now = opened_by(job, &ctx.race.key_prefix, ctx.race.clock.fleet_now());
     let window = chrono::Duration::from_std(catch_up.window).unwrap_or_default();
     let floor = (now - window).max(watermark);
     if job
@@ -216,12 +211,12 @@ async fn catch_up(
     let total = missed.len();
     for (started, slot) in missed.into_iter().enumerate() {
         // No new slot starts after SIGTERM, caught-up ones included.
-        if ctx.shutdown().is_cancelled() {
-            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), left = total - started,
+        if ctx.shutdown.is_cancelled() {
+            tracing::warn!(job = %job.name, replica = %ctx.books.replica, left = total - started,
                 "catch-up stopped at shutdown: the slots left are not started");
             return;
         }
-        tracing::info!(job = %job.name, %slot, replica = %ctx.books().replica(), "catching up a missed slot");
+        tracing::info!(job = %job.name, %slot, replica = %ctx.books.replica, "catching up a missed slot");
         crate::slot::once(ctx, Trigger::CatchUp, job.clone(), slot).await;
     }
 }

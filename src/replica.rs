@@ -489,11 +489,11 @@ fn start_generation(
     let ctx = replica.context(config);
     // Once per process: a reload says `reloaded` instead (wait_for_reload).
     if first {
-        tracing::info!(replica = %ctx.books().replica(), jobs = config.jobs.len(), lock = %ctx.race().lock().describe(),
+        tracing::info!(replica = %ctx.books.replica, jobs = config.jobs.len(), lock = %ctx.race.lock.describe(),
             config = %config.path.display(), "slotcron started");
     }
     for name in &config.disabled {
-        tracing::info!(replica = %ctx.books().replica(), job = %name, "job disabled (enabled = false)");
+        tracing::info!(replica = %ctx.books.replica, job = %name, "job disabled (enabled = false)");
     }
     if first {
         tracker.spawn(catch_up::look_back(ctx.clone(), config.jobs.clone()));

@@ -49,8 +49,8 @@ pub(crate) async fn timeline(
         return;
     };
     let mut rearms = fleet.as_ref().map(|f| f.rearms());
-    let (clock, replica) = (ctx.race().clock(), ctx.books().replica());
-    let prefix = ctx.race().key_prefix();
+    let (clock, replica) = (&ctx.race.clock, &ctx.books.replica);
+    let prefix = &ctx.race.key_prefix;
     let mut timeline = Timeline::new(jobs.clone(), from, prefix, replica);
     while let Some(due) = timeline.next() {
         let wait = (due.at - clock.now()).to_std().unwrap_or_default();
@@ -75,7 +75,7 @@ pub(crate) async fn timeline(
         if let Some(rearms) = rearms.as_mut().filter(rearm) {
             // The stepped clock may now be off the fleet clock past the start window: the
             // replica leaves the candidates at once, before the others count on it again.
-            tracker.spawn(ctx.contenders().membership().clone().withdraw_if_off());
+            tracker.spawn(ctx.contenders.membership.clone().withdraw_if_off());
             rearms.borrow_and_update();
             timeline = Timeline::new(jobs.clone(), clock.now(), prefix, replica);
         }
@@ -114,7 +114,7 @@ async fn armed_from(
         Some(handover) => handover.await.ok(),
         None => None,
     };
-    let now = ctx.race().clock().now();
+    let now = ctx.race.clock.now();
     Some(pending.map_or(now, |pending| pending.min(now)))
 }
 
@@ -122,7 +122,7 @@ async fn armed_from(
 /// [`JUMP_BOUND`] after `deadline` (the process or its VM stood still) has the fleet clock
 /// measured again at once.
 fn look_for_a_freeze(fleet: &FleetClock, ctx: &SlotEnv, deadline: tokio::time::Instant) {
-    fleet.report_step(ctx.books().metrics(), ctx.books().replica());
+    fleet.report_step(&ctx.books.metrics, &ctx.books.replica);
     if tokio::time::Instant::now().saturating_duration_since(deadline) > JUMP_BOUND {
         fleet.suspect();
     }
@@ -139,9 +139,9 @@ fn race_due(
     due: Due,
     tracker: &TaskTracker,
 ) {
-    let window = chrono::Duration::from_std(ctx.race().start_window()).unwrap_or_default();
-    let after = due.at.max(ctx.race().clock().now() - window);
-    let jobs = timeline.take_due(due, after, ctx.books().replica());
+    let window = chrono::Duration::from_std(ctx.race.start_window()).unwrap_or_default();
+    let after = due.at.max(ctx.race.clock.now() - window);
+    let jobs = timeline.take_due(due, after, &ctx.books.replica);
     tracker.spawn(race_instant(ctx.clone(), liveness.clone(), jobs, due.slot));
 }
 
@@ -197,7 +197,7 @@ async fn wait_until_due(
         }
         // Between two timers, a step moves a wall-clock timeline's deadline.
         if fleet.is_some_and(|f| {
-            f.report_step(ctx.books().metrics(), ctx.books().replica()) && f.schedules_on_wall()
+            f.report_step(&ctx.books.metrics, &ctx.books.replica) && f.schedules_on_wall()
         }) {
             return Wake::Rearm;
         }
@@ -210,13 +210,13 @@ async fn wait_until_due(
 /// waiting longer would hold up every later slot.
 fn until_due(ctx: &SlotEnv, at: DateTime<Utc>) -> Duration {
     let left = |now: DateTime<Utc>| (at - now).to_std().unwrap_or_default();
-    let fleet = left(ctx.race().clock().fleet_now());
-    let fleet = if fleet <= ctx.race().start_window() {
+    let fleet = left(ctx.race.clock.fleet_now());
+    let fleet = if fleet <= ctx.race.start_window() {
         fleet
     } else {
         Duration::ZERO
     };
-    left(ctx.race().clock().now()).max(fleet)
+    left(ctx.race.clock.now()).max(fleet)
 }
 
 /// Takes the jobs due at `slot` through their slot's life, as one batch ([`crate::slot::due`]):

@@ -74,7 +74,7 @@ impl FleetHandle {
     pub async fn trigger(&self, job: &str) -> Result<Triggered, Error> {
         let job = self.job(job)?;
         self.audited(AuditAction::Trigger, &job.name, None).await?;
-        let slot = Slot::at(self.race.race().clock().fleet_now());
+        let slot = Slot::at(self.race.race.clock.fleet_now());
         let result = crate::slot::once(&self.race, Trigger::Manual, job, slot).await;
         let result = result.ok_or(Error::NoResult)?;
         Ok(Triggered {
@@ -105,12 +105,12 @@ impl FleetHandle {
     ) -> Result<(), Error> {
         self.job(job)?;
         let order = PauseOrder {
-            by: self.race.books().replica().to_owned(),
+            by: self.race.books.replica.clone(),
             until: until.map(Until::At),
             reason: reason.map(str::to_owned),
         };
         let entry = self.audited(AuditAction::Pause, job, reason).await?;
-        let control = self.race.contenders().control();
+        let control = &self.race.contenders.control;
         if let Err(e) = control.pause(job, &order).await {
             self.audit.not_taken(&entry, &e.to_string()).await;
             return Err(not_done(job, "not paused", e));
@@ -124,8 +124,8 @@ impl FleetHandle {
     pub async fn resume(&self, job: &str) -> Result<bool, Error> {
         self.job(job)?;
         let entry = self.audited(AuditAction::Resume, job, None).await?;
-        let by = self.race.books().replica();
-        let control = self.race.contenders().control();
+        let by = &self.race.books.replica;
+        let control = &self.race.contenders.control;
         let taken = match control.resume(job, by).await {
             Ok(taken) => taken,
             Err(e) => {
@@ -141,7 +141,7 @@ impl FleetHandle {
     /// history` shows).
     pub async fn history(&self, job: &str, limit: usize) -> Result<Vec<RunRecord>, Error> {
         self.job(job)?;
-        let read = self.race.books().history().read(job, limit).await;
+        let read = self.race.books.history.read(job, limit).await;
         read.map_err(|e| Error::History {
             job: job.to_owned(),
             source: e.into(),
@@ -156,8 +156,8 @@ impl FleetHandle {
         job: &str,
         reason: Option<&str>,
     ) -> Result<AuditEntry, Error> {
-        let at = self.race.race().clock().fleet_now();
-        let entry = AuditEntry::new(at, self.race.books().replica(), action)
+        let at = self.race.race.clock.fleet_now();
+        let entry = AuditEntry::new(at, &self.race.books.replica, action)
             .job(job)
             .reason(reason);
         match self.audit.record(&entry).await {

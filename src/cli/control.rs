@@ -373,8 +373,8 @@ async fn catch_up_by_fleet(
 async fn catch_up_here(config: &Config, job: &Arc<Job>, pause: &Pause) -> anyhow::Result<Caught> {
     let replica = Replica::connect(config, default_replica_id(), Arc::new(SystemClock)).await?;
     let ctx = replica.context(config);
-    let now = ctx.race().clock().fleet_now();
-    let slot = match newest_inside(job, pause, now, ctx.books().history()).await? {
+    let now = ctx.race.clock.fleet_now();
+    let slot = match newest_inside(job, pause, now, &ctx.books.history).await? {
         Inside::Due(slot) => slot,
         Inside::Settled(caught) => return Ok(caught),
     };

@@ -334,7 +334,7 @@ pub(super) fn race_once(
     let result = runtime.block_on(async {
         let replica = Replica::connect(config, replica, Arc::new(SystemClock)).await?;
         let ctx = replica.context(config);
-        let slot = slot.unwrap_or_else(|| Slot::at(ctx.race().clock().fleet_now()));
+        let slot = slot.unwrap_or_else(|| Slot::at(ctx.race.clock.fleet_now()));
         let result = crate::slot::once(&ctx, trigger, job.clone(), slot).await;
         result.context("the trigger ended without a result")
     });

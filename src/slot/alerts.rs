@@ -68,8 +68,8 @@ async fn log_and_send(ctx: &SlotEnv, alert: &Alert<'_>, fence: Fence) {
     if alert.job.on_failure.is_none() {
         return;
     }
-    let books = ctx.books();
-    let send = ctx.outbox().alert(
+    let books = &ctx.books;
+    let send = ctx.outbox.alert(
         books,
         alert.job,
         alert.slot,
@@ -95,11 +95,11 @@ async fn keep_in_log(ctx: &SlotEnv, alert: &Alert<'_>) {
         job: alert.job.name.clone(),
         kind,
         slot: alert.slot,
-        replica: ctx.books().replica().to_owned(),
-        at: ctx.race().clock().now(),
+        replica: ctx.books.replica.clone(),
+        at: ctx.race.clock.now(),
         reason: alert.reason.clone(),
     };
-    alert_log::record(ctx.books().history(), &record).await;
+    alert_log::record(&ctx.books.history, &record).await;
 }
 
 /// A `done` run ends a run of alerts: when the job's last alert was `failed`, `missed` or
@@ -119,7 +119,7 @@ pub(super) async fn recovered(ctx: &SlotEnv, job: &Job, slot: Slot, on_loss: OnL
         last.slot.rfc3339_in(job.zone()),
         last.reason
     );
-    let key = SlotKey::recovered(ctx.race().key_prefix(), &job.name, last.slot);
+    let key = SlotKey::recovered(&ctx.race.key_prefix, &job.name, last.slot);
     let alert = Alert::new(job, slot, Outcome::Recovered, reason);
     send_once(ctx, &alert, &key, on_loss).await;
 }
@@ -135,10 +135,10 @@ pub(super) enum OnLoss {
 
 /// The job's last alert when a `done` run answers it (`failed`, `missed`, `deadline`).
 async fn last_unrecovered(ctx: &SlotEnv, job: &Job) -> Option<AlertRecord> {
-    match alert_log::last(ctx.books().history(), &job.name).await {
+    match alert_log::last(&ctx.books.history, &job.name).await {
         Ok(last) => last.filter(|a| a.kind.wants_recovery()),
         Err(e) => {
-            tracing::warn!(job = %job.name, replica = %ctx.books().replica(), error = %e,
+            tracing::warn!(job = %job.name, replica = %ctx.books.replica, error = %e,
                 "the job's last alert could not be read: no recovery judged");
             None
         }
@@ -150,7 +150,7 @@ async fn last_unrecovered(ctx: &SlotEnv, job: &Job) -> Option<AlertRecord> {
 /// watched until it lapses (its sender died: this replica takes it) or is kept past the
 /// longest send (it went out).
 pub(super) async fn send_once(ctx: &SlotEnv, alert: &Alert<'_>, key: &SlotKey, on_loss: OnLoss) {
-    let (lock, shutdown) = (ctx.race().lock(), ctx.shutdown());
+    let (lock, shutdown) = (&ctx.race.lock, &ctx.shutdown);
     let mut watched: Option<(Token, Instant)> = None;
     loop {
         match lock.acquire(key, ALERT_LEASE).await {
@@ -180,7 +180,7 @@ pub(super) async fn send_once(ctx: &SlotEnv, alert: &Alert<'_>, key: &SlotKey, o
                 }
             }
             Acquire::Unavailable(e) => {
-                tracing::warn!(job = %alert.job.name, slot = %alert.slot, replica = %ctx.books().replica(),
+                tracing::warn!(job = %alert.job.name, slot = %alert.slot, replica = %ctx.books.replica,
                     outcome = %alert.outcome, reason = %alert.reason, error = %e,
                     "the alert could not be raced: no majority of Redis nodes");
                 return;
@@ -197,7 +197,7 @@ async fn recovered_meanwhile(ctx: &SlotEnv, job: &Job) -> bool {
 
 /// Logs, counts, keeps and sends a won raced alert, its lease kept alive until it is sent.
 async fn send_holding(ctx: &SlotEnv, alert: &Alert<'_>, lock: &SlotLock, lease: &Lease) {
-    ctx.books().report(SlotLine {
+    ctx.books.report(SlotLine {
         reason: Some(&alert.reason),
         ..SlotLine::new(alert.job, alert.slot, alert.outcome, message(alert.outcome))
     });
@@ -235,9 +235,9 @@ impl SlotEnv {
     /// `missed` key, and the winner counts it and tells the job's alert, so it is reported once
     /// across the fleet. The key outlives the look-back of a replica starting later.
     pub async fn report_missed(&self, job: &Job, slot: Slot) {
-        let (race, books) = (self.race(), self.books());
-        let key = SlotKey::missed(race.key_prefix(), &job.name, slot);
-        let Acquire::Won(_) = race.lock().acquire(&key, MISSED_KEY_TTL).await else {
+        let (race, books) = (&self.race, &self.books);
+        let key = SlotKey::missed(&race.key_prefix, &job.name, slot);
+        let Acquire::Won(_) = race.lock.acquire(&key, MISSED_KEY_TTL).await else {
             return;
         };
         books.report(SlotLine::new(
@@ -256,10 +256,10 @@ impl SlotEnv {
 /// beside it): the runs that find it race for its `duplicate` key, and the winner logs
 /// `outcome = duplicate`, counts it and tells the job's alert, once across the fleet.
 pub(super) async fn duplicate(ctx: &SlotEnv, job: &Job, twice: &Twice) {
-    let (race, books) = (ctx.race(), ctx.books());
+    let (race, books) = (&ctx.race, &ctx.books);
     let Twice { run, other } = twice;
-    let key = SlotKey::duplicate(race.key_prefix(), &job.name, run.slot);
-    let Acquire::Won(_) = race.lock().acquire(&key, MISSED_KEY_TTL).await else {
+    let key = SlotKey::duplicate(&race.key_prefix, &job.name, run.slot);
+    let Acquire::Won(_) = race.lock.acquire(&key, MISSED_KEY_TTL).await else {
         return;
     };
     let why = format!(
@@ -292,7 +292,7 @@ impl Outbox {
         error: &str,
     ) {
         let Some(name) = &job.on_failure else { return };
-        let Some(action) = self.alerts().get(name) else {
+        let Some(action) = self.alerts.get(name) else {
             return;
         };
         let deadline = Instant::now() + ALERT_TIMEOUT;
@@ -300,26 +300,26 @@ impl Outbox {
             job: &job.name,
             slot,
             zone: job.zone(),
-            replica: books.replica(),
+            replica: &books.replica,
             fence,
             trigger: None,
             deadline,
             valid_until: deadline,
             about: Some((outcome.as_str(), error)),
             schedule_words: &job.schedule_words(),
-            client: self.client(),
-            templates: self.templates(),
-            budgets: self.budgets(),
-            metrics: books.metrics(),
+            client: &self.client,
+            templates: &self.templates,
+            budgets: &self.budgets,
+            metrics: &books.metrics,
         };
         match action.execute(&ctx).await {
             Ok(_) => {
-                tracing::info!(job = %job.name, %slot, replica = %books.replica(), alert = %name,
+                tracing::info!(job = %job.name, %slot, replica = %books.replica, alert = %name,
                 about = %outcome, reason = %error, "alert sent")
             }
             Err(e) => {
-                tracing::error!(job = %job.name, %slot, replica = %books.replica(), alert = %name,
-                about = %outcome, reason = %error, error = %self.scrubber().scrub(&e.to_string()), "the alert could not be sent")
+                tracing::error!(job = %job.name, %slot, replica = %books.replica, alert = %name,
+                about = %outcome, reason = %error, error = %self.scrubber.scrub(&e.to_string()), "the alert could not be sent")
             }
         }
     }

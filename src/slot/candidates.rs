@@ -42,15 +42,15 @@ pub(super) fn places(
     slot: Slot,
     ended: &mut Vec<SlotResult>,
 ) -> Vec<(Option<usize>, Vec<Arc<Job>>)> {
-    let (Candidates::Top(k), Trigger::Schedule) = (contenders.candidates(), trigger) else {
+    let (Candidates::Top(k), Trigger::Schedule) = (contenders.candidates, trigger) else {
         return vec![(None, jobs)];
     };
-    let live = contenders.membership().live(books.replica());
-    let late = contenders.membership().late(books.replica());
-    books.metrics().fleet_replicas(live.len());
+    let live = contenders.membership.live(&books.replica);
+    let late = contenders.membership.late(&books.replica);
+    books.metrics.fleet_replicas(live.len());
     let mut groups: BTreeMap<usize, Vec<Arc<Job>>> = BTreeMap::new();
     for job in jobs {
-        let rank = membership::rank(&live, books.replica(), &job.name, slot);
+        let rank = membership::rank(&live, &books.replica, &job.name, slot);
         let covering = late
             .iter()
             .filter(|l| membership::rank(&live, l, &job.name, slot) < rank)
@@ -82,7 +82,7 @@ pub(super) async fn wait_for_place(
     shutdown: &CancellationToken,
     rank: Option<usize>,
 ) -> bool {
-    let stagger = stagger(contenders.candidates(), contenders.stagger(), rank);
+    let stagger = stagger(contenders.candidates, contenders.stagger, rank);
     if stagger.is_zero() {
         return true;
     }
@@ -111,9 +111,9 @@ pub(super) async fn unheld(
     }
     let keys: Vec<SlotKey> = jobs
         .iter()
-        .map(|job| SlotKey::new(race.key_prefix(), &job.name, slot))
+        .map(|job| SlotKey::new(&race.key_prefix, &job.name, slot))
         .collect();
-    let Some(holders) = race.lock().look(&keys).await else {
+    let Some(holders) = race.lock.look(&keys).await else {
         return jobs;
     };
     let mut free = Vec::with_capacity(jobs.len());
@@ -136,7 +136,7 @@ fn report_held(
     rank: Option<usize>,
     holder: Token,
 ) -> SlotResult {
-    if !is_lookout(contenders.candidates(), rank) {
+    if !is_lookout(contenders.candidates, rank) {
         books.report_lost(job, slot, &Trigger::Schedule, rank, &holder);
         return SlotResult::Lost { holder };
     }

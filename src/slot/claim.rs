@@ -65,9 +65,9 @@ impl Won {
     /// The time now: the fleet clock (the nodes' time, measured again after the win), or the
     /// race's clock standalone.
     pub(super) fn now(&self, race: &Race) -> DateTime<Utc> {
-        match race.fleet() {
-            Some(_) => race.clock().fleet_now(),
-            None => race.clock().now(),
+        match race.fleet {
+            Some(_) => race.clock.fleet_now(),
+            None => race.clock.now(),
         }
     }
 
@@ -144,11 +144,11 @@ pub(super) enum Raced {
 fn key(race: &Race, trigger: &Trigger, job: &Job, slot: Slot) -> (SlotKey, Duration) {
     match trigger.offer() {
         Some(offer) => (
-            SlotKey::handoff(race.key_prefix(), &job.name, slot, offer.handoff),
+            SlotKey::handoff(&race.key_prefix, &job.name, slot, offer.handoff),
             race.handoff_key_ttl(job),
         ),
         None => (
-            SlotKey::new(race.key_prefix(), &job.name, slot),
+            SlotKey::new(&race.key_prefix, &job.name, slot),
             race.key_ttl(job),
         ),
     }
@@ -168,8 +168,8 @@ pub(super) async fn claim(
         .iter()
         .map(|job| key(race, trigger, job, slot))
         .collect();
-    let (raced_at, began) = (Instant::now(), race.clock().fleet_now());
-    let acquired = race.lock().acquire_many(&keys).await;
+    let (raced_at, began) = (Instant::now(), race.clock.fleet_now());
+    let acquired = race.lock.acquire_many(&keys).await;
     let elapsed = raced_at.elapsed();
     let mut claims: Vec<Raced> = jobs
         .iter()
@@ -202,7 +202,7 @@ fn settle(
     (acquired, lock_ends): (Acquire, DateTime<Utc>),
     lock_time: Duration,
 ) -> Raced {
-    books.metrics().lock_latency(lock_time);
+    books.metrics.lock_latency(lock_time);
     let line = |outcome: Outcome, message: Cow<'static, str>| SlotLine {
         trigger: Some(trigger),
         rank,
@@ -249,12 +249,12 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
     let keys: Vec<(SlotKey, Duration)> = waiting
         .iter()
         .filter_map(|claim| match claim {
-            Raced::Won(won) => Some(SlotKey::running(race.key_prefix(), &won.job.name)),
+            Raced::Won(won) => Some(SlotKey::running(&race.key_prefix, &won.job.name)),
             Raced::Skipped(..) | Raced::Settled(_) => None,
         })
         .map(|key| (key, RUNNING_LEASE_TTL))
         .collect();
-    let leases = race.lock().acquire_many(&keys).await;
+    let leases = race.lock.acquire_many(&keys).await;
     for (claim, acquired) in waiting.iter_mut().zip(leases) {
         let Raced::Won(won) = claim else { continue };
         match running_lease(books, &won.job, won.slot, acquired) {

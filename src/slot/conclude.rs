@@ -36,7 +36,7 @@ enum Unclaimed {
 /// the whole env: an offer is judged on the race's clock, sent through the outbox's handoffs,
 /// told whether this replica still listens (shutdown), and logged in the books.
 pub(super) async fn conclude(env: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
-    let books = env.books();
+    let books = &env.books;
     let failure = match ran.sent {
         Ok(delivery) => {
             books.report(SlotLine {
@@ -51,7 +51,7 @@ pub(super) async fn conclude(env: &SlotEnv, won: &Won, ran: Ran) -> SlotResult {
         }
         Err(failure) => failure,
     };
-    let failure = match offerable(env.race(), won, failure) {
+    let failure = match offerable(&env.race, won, failure) {
         Ok(reason) => match hand_off(env, won, reason, ran.duration).await {
             Ok(handed_off) => return handed_off,
             Err(failure) => failure,
@@ -92,9 +92,9 @@ async fn hand_off(
     failure: SendFailure,
     duration: Duration,
 ) -> Result<SlotResult, SendFailure> {
-    let offer = offer_of(env.books(), won, &failure);
-    let listening = !env.shutdown().is_cancelled();
-    let heard = env.outbox().handoffs().offer(&offer, listening).await;
+    let offer = offer_of(&env.books, won, &failure);
+    let listening = !env.shutdown.is_cancelled();
+    let heard = env.outbox.handoffs.offer(&offer, listening).await;
     let unclaimed = |why: Unclaimed| SendFailure {
         error: format!("{}; {why}", failure.error),
         ..failure.clone()
@@ -102,10 +102,10 @@ async fn hand_off(
     if heard == 0 {
         return Err(unclaimed(Unclaimed::NobodyHeard));
     }
-    let taker = claimed_by(env.race(), won, &offer)
+    let taker = claimed_by(&env.race, won, &offer)
         .await
         .map_err(unclaimed)?;
-    env.books().report(SlotLine {
+    env.books.report(SlotLine {
         attempts: Some(failure.attempts),
         reason: Some(&failure.error),
         winner: Some(&taker),
@@ -129,12 +129,12 @@ fn offer_of(books: &Books, won: &Won, failure: &SendFailure) -> HandoffRequest {
         .offer()
         .map(|o| o.excluded.clone())
         .unwrap_or_default();
-    excluded.push(books.replica().to_owned());
+    excluded.push(books.replica.clone());
     HandoffRequest {
         job: won.job.name.clone(),
         slot_ms: won.slot.epoch_ms(),
         handoff: won.fence.handoff() + 1,
-        previous_winner: books.replica().to_owned(),
+        previous_winner: books.replica.clone(),
         excluded,
         reason: failure.error.clone(),
     }
@@ -148,9 +148,9 @@ async fn claimed_by(race: &Race, won: &Won, offer: &HandoffRequest) -> Result<St
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(HANDOFF_CLAIM_WAIT.min(left)).await;
-    let key = SlotKey::handoff(race.key_prefix(), &won.job.name, won.slot, offer.handoff);
+    let key = SlotKey::handoff(&race.key_prefix, &won.job.name, won.slot, offer.handoff);
     match race
-        .lock()
+        .lock
         .acquire(&key, race.handoff_key_ttl(&won.job))
         .await
     {

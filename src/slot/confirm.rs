@@ -36,14 +36,14 @@ const STALE_TOLERANCE: Duration = Duration::from_secs(1);
 /// process.
 pub(super) async fn confirm(race: &Race, books: &Books, claims: &mut [Raced]) {
     let won = |claim: &Raced| matches!(claim, Raced::Won(_));
-    let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) else {
+    let (Some(fleet), Some(nodes)) = (race.fleet.as_ref(), race.lock.nodes()) else {
         return;
     };
     if !claims.iter().any(won) {
         return;
     }
-    fleet.verify(nodes, books.metrics(), books.replica()).await;
-    let (at, now) = (Instant::now(), race.clock().fleet_now());
+    fleet.verify(nodes, &books.metrics, &books.replica).await;
+    let (at, now) = (Instant::now(), race.clock.fleet_now());
     for claim in claims.iter_mut() {
         let Raced::Won(won) = claim else { continue };
         match outside(race, won, now) {

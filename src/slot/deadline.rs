@@ -48,7 +48,7 @@ pub async fn watch(
     {
         return;
     }
-    let mut due = Deadlines::new(jobs, ctx.race().clock().now());
+    let mut due = Deadlines::new(jobs, ctx.race.clock.now());
     while let Some((at, slot, job)) = due.next() {
         if !sleep_until(&ctx, at, &shutdown).await {
             return;
@@ -61,7 +61,7 @@ pub async fn watch(
 /// meanwhile moves it); false on shutdown.
 async fn sleep_until(ctx: &SlotEnv, at: DateTime<Utc>, shutdown: &CancellationToken) -> bool {
     loop {
-        let wait = (at - ctx.race().clock().now()).to_std().unwrap_or_default();
+        let wait = (at - ctx.race.clock.now()).to_std().unwrap_or_default();
         if wait.is_zero() {
             return !shutdown.is_cancelled();
         }
@@ -120,15 +120,15 @@ fn deadline_of(job: &Job) -> chrono::Duration {
 /// At `slot`'s deadline: its fate read on a majority, then its deadline alert or the job's
 /// recovery raced.
 async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
-    let runs = match ctx.books().history().read(&job.name, FATE_LOOK).await {
+    let runs = match ctx.books.history.read(&job.name, FATE_LOOK).await {
         Ok(runs) => runs,
         Err(e) => {
-            tracing::warn!(job = %job.name, %slot, replica = %ctx.books().replica(), error = %e,
+            tracing::warn!(job = %job.name, %slot, replica = %ctx.books.replica, error = %e,
                 "the slot's fate could not be read at its deadline: no deadline alert judged");
             return;
         }
     };
-    let paused = ctx.contenders().control().paused(&job.name, slot.instant());
+    let paused = ctx.contenders.control.paused(&job.name, slot.instant());
     let of_slot: Vec<&RunRecord> = runs.iter().filter(|r| r.slot == slot).collect();
     let holder = match of_slot.is_empty() {
         true => holder(&ctx, &job, slot).await,
@@ -138,7 +138,7 @@ async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
         AtDeadline::Done => alerts::recovered(&ctx, &job, slot, OnLoss::Watch).await,
         AtDeadline::Failed | AtDeadline::Paused => {}
         AtDeadline::Late(reason) => {
-            let key = SlotKey::deadline(ctx.race().key_prefix(), &job.name, slot);
+            let key = SlotKey::deadline(&ctx.race.key_prefix, &job.name, slot);
             let alert = Alert::new(&job, slot, Outcome::Deadline, reason);
             alerts::send_once(&ctx, &alert, &key, OnLoss::Watch).await;
         }
@@ -148,8 +148,8 @@ async fn check(ctx: Arc<SlotEnv>, job: Arc<Job>, slot: Slot) {
 /// The replica holding `slot`'s key, by one node's account: a run younger than its first
 /// record ([`super::START_RECORD_DELAY`]) is known only by its key.
 async fn holder(ctx: &SlotEnv, job: &Job, slot: Slot) -> Option<String> {
-    let key = SlotKey::new(ctx.race().key_prefix(), &job.name, slot);
-    let held = ctx.race().lock().look(&[key]).await?;
+    let key = SlotKey::new(&ctx.race.key_prefix, &job.name, slot);
+    let held = ctx.race.lock.look(&[key]).await?;
     held.into_iter()
         .next()
         .flatten()

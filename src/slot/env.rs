@@ -33,73 +33,77 @@ use crate::time::schedule::{SharedClock, Slot};
 /// under a slot already racing or running. The spine ([`super::due`]) hands each step the
 /// parts it uses.
 pub struct SlotEnv {
-    books: Books,
-    race: Race,
-    contenders: Contenders,
-    outbox: Outbox,
+    /// Where a slot's ending is written.
+    pub books: Books,
+    /// What a slot is raced on.
+    pub race: Race,
+    /// Who races a slot.
+    pub contenders: Contenders,
+    /// Where a slot's message goes.
+    pub outbox: Outbox,
     /// The replica's shutdown (not a reload's): ends the wait before reporting missed slots,
     /// and tells a handoff offer made while shutting down that this replica no longer listens.
-    shutdown: CancellationToken,
+    pub shutdown: CancellationToken,
 }
 
 /// Where a slot's ending is written: its log line (as this replica), its counter, and its
 /// run's history record.
 pub struct Books {
     /// This replica's id: the lock's token names it, so the losers' lines say who won.
-    replica: String,
+    pub replica: String,
     /// Counts every slot's outcome (where its line is logged) and the races' and runs' timings.
-    metrics: Arc<Metrics>,
+    pub metrics: Arc<Metrics>,
     /// Where each run is recorded: the ledger, catch-up and `slotcron history` read it.
-    history: History,
+    pub history: History,
     /// `[scheduler] key_prefix`: part of each slot's jitter (the lines' `jitter_ms`).
-    key_prefix: String,
+    pub key_prefix: String,
 }
 
 /// What a slot is raced on: the lock, the clocks its window is judged on, the keys' prefix,
 /// and the skew bound the window and the keys' life derive from.
 pub struct Race {
     /// The Redlock over the nodes (or the in-process lock standalone) the slots are raced on.
-    lock: SlotLock,
+    pub lock: SlotLock,
     /// The timeline's clock and the fleet clock the window guard judges slots on.
-    clock: SharedClock,
+    pub clock: SharedClock,
     /// The fleet clock behind `clock` with `[redis]`: measured again before each race, so a
     /// freeze since the last measurement is seen before a stale slot is raced.
-    fleet: Option<Arc<FleetClock>>,
+    pub fleet: Option<Arc<FleetClock>>,
     /// Prefixes every Redis key, so fleets (or tests) sharing nodes never race each other.
-    key_prefix: String,
+    pub key_prefix: String,
     /// `[scheduler] max_clock_skew`: widens the start window and the slot keys' TTL, so a
     /// replica whose clock lags still finds the slot taken.
-    max_clock_skew: Duration,
+    pub max_clock_skew: Duration,
 }
 
 /// Who races a slot: not a job paused fleet-wide, and (with `candidates`) the replicas ranked
 /// first among the live ones, each further rank later by the stagger.
 pub struct Contenders {
     /// The fleet-wide pauses: a paused job's slots are not raced.
-    control: Control,
+    pub control: Control,
     /// The live replicas a slot's candidates are ranked among.
-    membership: Membership,
+    pub membership: Membership,
     /// `[scheduler] candidates`: how many replicas race each scheduled slot.
-    candidates: Candidates,
+    pub candidates: Candidates,
     /// `[scheduler] candidate_stagger`: each further rank waits this much longer to race.
-    stagger: Duration,
+    pub stagger: Duration,
 }
 
 /// Where a slot's message goes: the receiver (through the shared client, the templates and
 /// the fleet's rate budgets), the fleet (a handoff offer), or the job's alert.
 pub struct Outbox {
     /// One HTTP client for every action: its connection pool outlives the slots.
-    client: Http,
+    pub client: Http,
     /// The configuration's message templates, compiled once at load.
-    templates: Arc<Templates>,
+    pub templates: Arc<Templates>,
     /// Removes the configuration's secrets from error texts before they are logged or recorded.
-    scrubber: Arc<Scrubber>,
+    pub scrubber: Arc<Scrubber>,
     /// The fleet-wide rate budgets the actions draw on (a robot's 20 messages a minute).
-    budgets: Budgets,
+    pub budgets: Budgets,
     /// `[alert.NAME]`: told when a slot of a job with `on_failure` fails or is found missed.
-    alerts: Arc<BTreeMap<String, Arc<Action>>>,
+    pub alerts: Arc<BTreeMap<String, Arc<Action>>>,
     /// Where a slot this replica could not deliver is offered to the fleet.
-    handoffs: Handoffs,
+    pub handoffs: Handoffs,
 }
 
 impl SlotEnv {
@@ -118,31 +122,6 @@ impl SlotEnv {
             outbox,
             shutdown,
         }
-    }
-
-    /// Where a slot's ending is written.
-    pub fn books(&self) -> &Books {
-        &self.books
-    }
-
-    /// What a slot is raced on.
-    pub fn race(&self) -> &Race {
-        &self.race
-    }
-
-    /// Who races a slot.
-    pub fn contenders(&self) -> &Contenders {
-        &self.contenders
-    }
-
-    /// Where a slot's message goes.
-    pub fn outbox(&self) -> &Outbox {
-        &self.outbox
-    }
-
-    /// The replica's shutdown (not a reload's).
-    pub fn shutdown(&self) -> &CancellationToken {
-        &self.shutdown
     }
 
     /// Waits until the fleet clock has been measured once (at once without `[redis]`); false
@@ -176,26 +155,6 @@ impl Books {
             key_prefix,
         }
     }
-
-    /// The fleet's key prefix.
-    pub fn key_prefix(&self) -> &str {
-        &self.key_prefix
-    }
-
-    /// This replica's id.
-    pub fn replica(&self) -> &str {
-        &self.replica
-    }
-
-    /// The replica's counters.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// Where each run is recorded.
-    pub fn history(&self) -> &History {
-        &self.history
-    }
 }
 
 impl Race {
@@ -214,26 +173,6 @@ impl Race {
             key_prefix,
             max_clock_skew,
         }
-    }
-
-    /// The lock the slots are raced on.
-    pub fn lock(&self) -> &SlotLock {
-        &self.lock
-    }
-
-    /// The timeline's clock and the fleet clock.
-    pub fn clock(&self) -> &SharedClock {
-        &self.clock
-    }
-
-    /// The fleet clock behind [`Race::clock`], with `[redis]`.
-    pub fn fleet(&self) -> Option<&Arc<FleetClock>> {
-        self.fleet.as_ref()
-    }
-
-    /// The prefix of every Redis key.
-    pub fn key_prefix(&self) -> &str {
-        &self.key_prefix
     }
 
     /// How long after its slot a replica (by its own clock) still races for it.
@@ -303,26 +242,6 @@ impl Contenders {
             stagger: scheduler.candidate_stagger,
         }
     }
-
-    /// The fleet-wide pauses.
-    pub fn control(&self) -> &Control {
-        &self.control
-    }
-
-    /// The live replicas.
-    pub fn membership(&self) -> &Membership {
-        &self.membership
-    }
-
-    /// How many replicas race each scheduled slot.
-    pub fn candidates(&self) -> Candidates {
-        self.candidates
-    }
-
-    /// How much longer each further rank waits to race.
-    pub fn stagger(&self) -> Duration {
-        self.stagger
-    }
 }
 
 impl Outbox {
@@ -337,35 +256,5 @@ impl Outbox {
             alerts: Arc::new(config.alerts.clone()),
             handoffs,
         }
-    }
-
-    /// The HTTP client every action sends with.
-    pub fn client(&self) -> &Http {
-        &self.client
-    }
-
-    /// The configuration's message templates.
-    pub fn templates(&self) -> &Arc<Templates> {
-        &self.templates
-    }
-
-    /// Removes the configuration's secrets from error texts.
-    pub fn scrubber(&self) -> &Arc<Scrubber> {
-        &self.scrubber
-    }
-
-    /// The fleet-wide rate budgets.
-    pub fn budgets(&self) -> &Budgets {
-        &self.budgets
-    }
-
-    /// The `[alert.NAME]` actions.
-    pub fn alerts(&self) -> &BTreeMap<String, Arc<Action>> {
-        &self.alerts
-    }
-
-    /// Where undelivered slots are offered to the fleet.
-    pub fn handoffs(&self) -> &Handoffs {
-        &self.handoffs
     }
 }

@@ -135,16 +135,16 @@ async fn judge_offer(
     job: &Job,
     slot: Slot,
 ) -> Verdict {
-    if offer.excludes(books.replica()) {
+    if offer.excludes(&books.replica) {
         return Verdict::NotOurs;
     }
-    if !race.clock().measured() {
-        tracing::debug!(job = %job.name, replica = %books.replica(),
+    if !race.clock.measured() {
+        tracing::debug!(job = %job.name, replica = %books.replica,
             "handoff offer not taken: the fleet clock is not measured yet");
         return Verdict::NotOurs;
     }
     remeasure(race, books).await;
-    let now = race.clock().fleet_now();
+    let now = race.clock.fleet_now();
     let opens = jitter::delayed(slot, race.delay(job, slot));
     if let Ok(early) = (opens - now).to_std() {
         // An offer follows a win of its slot: one ahead of the fleet clock is judged on a
@@ -161,8 +161,8 @@ async fn judge_offer(
 
 /// Measures the fleet clock again (`FleetClock::verify`), with `[redis]`.
 async fn remeasure(race: &Race, books: &Books) {
-    if let (Some(fleet), Some(nodes)) = (race.fleet(), race.lock().nodes()) {
-        fleet.verify(nodes, books.metrics(), books.replica()).await;
+    if let (Some(fleet), Some(nodes)) = (race.fleet.as_ref(), race.lock.nodes()) {
+        fleet.verify(nodes, &books.metrics, &books.replica).await;
     }
 }
 
@@ -189,20 +189,20 @@ async fn window(
     ttl: Duration,
 ) -> Option<Outside> {
     remeasure(race, books).await;
-    if !race.clock().measured() {
+    if !race.clock.measured() {
         return Some(Outside::Unmeasured);
     }
     let ahead = |now: DateTime<Utc>| (opens - now).to_std().ok().filter(|d| !d.is_zero());
-    if let Some(early) = ahead(race.clock().fleet_now()) {
+    if let Some(early) = ahead(race.clock.fleet_now()) {
         if early > EARLY_WAIT {
             return Some(Outside::Early(early));
         }
         tokio::time::sleep(early).await;
-        if let Some(early) = ahead(race.clock().fleet_now()) {
+        if let Some(early) = ahead(race.clock.fleet_now()) {
             return Some(Outside::Early(early));
         }
     }
-    let late = (race.clock().fleet_now() - opens)
+    let late = (race.clock.fleet_now() - opens)
         .to_std()
         .unwrap_or_default();
     (matches!(trigger, Trigger::Schedule) && late > latest_start(race, ttl))

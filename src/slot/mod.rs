@@ -131,15 +131,8 @@ pub async fn due(
     slot: Slot,
 ) -> Vec<SlotResult> {
     let mut ended = Vec::new();
-    let (contenders, books) = (ctx.contenders(), ctx.books());
-    let jobs = paused::unpaused(
-        contenders.control(),
-        books,
-        &trigger,
-        jobs,
-        slot,
-        &mut ended,
-    );
+    let (contenders, books) = (&ctx.contenders, &ctx.books);
+    let jobs = paused::unpaused(&contenders.control, books, &trigger, jobs, slot, &mut ended);
     let places = candidates::places(contenders, books, &trigger, jobs, slot, &mut ended);
     let races = places
         .into_iter()
@@ -173,8 +166,8 @@ async fn race_place(
     rank: Option<usize>,
 ) -> Vec<SlotResult> {
     let mut ended = Vec::new();
-    let (race, contenders, books) = (ctx.race(), ctx.contenders(), ctx.books());
-    if !candidates::wait_for_place(contenders, ctx.shutdown(), rank).await {
+    let (race, contenders, books) = (&ctx.race, &ctx.contenders, &ctx.books);
+    if !candidates::wait_for_place(contenders, &ctx.shutdown, rank).await {
         return ended;
     }
     let jobs = candidates::unheld(race, contenders, books, jobs, slot, rank, &mut ended).await;
@@ -191,11 +184,11 @@ async fn race_place(
         Verdict::NotOurs => return ended,
     }
     // Read through the race's clock (the seam every wall-clock read goes through).
-    let raced_at = SystemTime::from(race.clock().now());
+    let raced_at = SystemTime::from(race.clock.now());
     let mut claims = claim::claim(race, books, trigger, &jobs, slot, rank).await;
-    record::skipped(books, &claims, race.clock()).await;
+    record::skipped(books, &claims, &race.clock).await;
     // The race's span ends with the claim: the check after the win belongs to the run.
-    let race_span = (raced_at, SystemTime::from(race.clock().now()));
+    let race_span = (raced_at, SystemTime::from(race.clock.now()));
     confirm::confirm(race, books, &mut claims).await;
     let mut runs = JoinSet::new();
     for raced in claims {
@@ -212,11 +205,11 @@ async fn race_place(
 /// fleet; the record (and the report of a second run found beside it); the alert of a failure.
 /// With traces on, the run is a new trace, `race_span` its race's start and end.
 async fn run_won(ctx: Arc<SlotEnv>, won: Won, race_span: (SystemTime, SystemTime)) -> SlotResult {
-    let (race, outbox, books) = (ctx.race(), ctx.outbox(), ctx.books());
-    let span = trace::run_span(&won.trace_ids(books.replica()), race_span);
+    let (race, outbox, books) = (&ctx.race, &ctx.outbox, &ctx.books);
+    let span = trace::run_span(&won.trace_ids(&books.replica), race_span);
     let (ran, record) = span.within(run::run(race, outbox, books, &won)).await;
     let result = conclude::conclude(&ctx, &won, ran).await;
-    let ending = (&result, race.clock().now());
+    let ending = (&result, race.clock.now());
     if let Some(twice) = record::finish(books, &won, record, ending).await {
         alerts::duplicate(&ctx, &won.job, &twice).await;
     }

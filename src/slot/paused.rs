@@ -27,7 +27,7 @@ pub(super) fn unpaused(
     jobs.into_iter()
         .filter(|job| {
             let pause = control.paused(&job.name, slot.instant());
-            books.metrics().paused(&job.name, pause.is_some());
+            books.metrics.paused(&job.name, pause.is_some());
             let Some(pause) = pause else { return true };
             books.report(SlotLine {
                 paused_by: Some(&pause.by),

@@ -28,13 +28,10 @@ pub(super) async fn finish(
 ) -> Option<Twice> {
     ended(&mut record, result, now);
     if !won.lease.contested {
-        books.history().record(&record).await;
+        books.history.record(&record).await;
         return None;
     }
-    let recent = books
-        .history()
-        .record_and_read(&record, DUPLICATE_LOOK)
-        .await;
+    let recent = books.history.record_and_read(&record, DUPLICATE_LOOK).await;
     let other = other_run(&record, &recent).cloned();
     other.map(|other| Twice { run: record, other })
 }
@@ -59,9 +56,9 @@ pub(super) async fn skipped(books: &Books, claims: &[Raced], clock: &SharedClock
 
 /// Records a win that did not run, at `now`.
 async fn not_run(books: &Books, won: &Won, result: &SlotResult, now: DateTime<Utc>) {
-    let mut record = won.start_record(books.replica(), now);
+    let mut record = won.start_record(&books.replica, now);
     ended(&mut record, result, now);
-    books.history().record(&record).await;
+    books.history.record(&record).await;
 }
 
 /// The run's final record: its ending (`now`, on the replica's clock), attempts, error and

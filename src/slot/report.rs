@@ -150,8 +150,8 @@ impl Books {
     /// Logs `line` as this replica and counts its outcome: every outcome of a slot on this
     /// replica goes through here, once.
     pub(super) fn report(&self, line: SlotLine<'_>) {
-        line.emit(self.replica(), self.key_prefix());
-        self.metrics().slot(line.job, line.outcome);
+        line.emit(&self.replica, &self.key_prefix);
+        self.metrics.slot(line.job, line.outcome);
     }
 
     /// Logs `job`'s slot as lost to `holder`: after a race, or after a look that found the

@@ -43,7 +43,7 @@ pub(super) async fn run(
     books: &Books,
     won: &Won,
 ) -> (Ran, RunRecord) {
-    let record = won.start_record(books.replica(), race.clock().now());
+    let record = won.start_record(&books.replica, race.clock.now());
     confirm_replicated(race, books, won).await;
     let ran = execute(race, outbox, books, won, &record).await;
     release_running(race, books, won).await;
@@ -54,12 +54,12 @@ pub(super) async fn run(
 /// slot still runs (a new primary has no replica yet, and a slot not run is a loss too),
 /// logged and counted, since a failover now could run it twice.
 async fn confirm_replicated(race: &Race, books: &Books, won: &Won) {
-    let Some(replication) = race.lock().replicated(&won.lease).await else {
+    let Some(replication) = race.lock.replicated(&won.lease).await else {
         return;
     };
     if replication.is_short() {
-        books.metrics().unreplicated_run(&won.job.name);
-        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica(),
+        books.metrics.unreplicated_run(&won.job.name);
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica,
             acked = replication.acked, wanted = replication.wanted,
             "the slot's lock reached fewer replicas than wait_replicas: running it anyway \
             (a failover now could run it twice)");
@@ -70,10 +70,10 @@ async fn confirm_replicated(race: &Race, books: &Books, won: &Won) {
 /// that failed on a node (a failover moving the primary) is tried again within the lease's TTL.
 pub(super) async fn release_running(race: &Race, books: &Books, won: &Won) {
     let Some(running) = &won.running else { return };
-    let lock = race.lock();
+    let lock = &race.lock;
     let released = lock.release_retrying(running, RUNNING_LEASE_TTL).await;
     if released < lock.quorum() {
-        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica(), nodes = released,
+        tracing::warn!(job = %won.job.name, slot = %won.slot, replica = %books.replica, nodes = released,
             "the running lease was released on {released} node(s), fewer than a majority: \
             the job's slots are skipped as overlapping until it expires (at most {} s)",
             RUNNING_LEASE_TTL.as_secs());
@@ -93,20 +93,20 @@ async fn execute(
     let started = Instant::now();
     let run = async {
         let lateness = won.lateness(race);
-        books.metrics().lateness(&won.job.name, lateness);
+        books.metrics.lateness(&won.job.name, lateness);
         let action = send(race, outbox, books, won);
         let sent = match &won.running {
             Some(running) => with_watchdog(race, books, action, running).await,
             None => action.await,
         };
         let duration = started.elapsed();
-        books.metrics().action_duration(&won.job.name, duration);
+        books.metrics.action_duration(&won.job.name, duration);
         (sent, duration, lateness)
     };
     let (sent, duration, lateness) = if won.job.catch_up.is_some() {
         // Recorded at once: a slot whose winner dies mid-run must not look missed to the
         // catch-up of a replica starting later.
-        tokio::join!(books.history().record(record), run).1
+        tokio::join!(books.history.record(record), run).1
     } else {
         record_start_if_slow(books, record, run).await
     };
@@ -131,7 +131,7 @@ async fn record_start_if_slow<T>(
         outcome = &mut run => return outcome,
         () = tokio::time::sleep(START_RECORD_DELAY) => {}
     }
-    tokio::join!(books.history().record(record), run).1
+    tokio::join!(books.history.record(record), run).1
 }
 
 /// Runs the job's action for `won`: the deadline is the job's timeout, cut short by the lock's
@@ -153,24 +153,24 @@ async fn send(
         job: &job.name,
         slot: won.slot,
         zone: job.zone(),
-        replica: books.replica(),
+        replica: &books.replica,
         fence: won.fence,
         trigger: Some(won.trigger.kind()),
         deadline,
         valid_until: won.lease.valid_until,
         about: None,
         schedule_words: &job.schedule_words(),
-        client: outbox.client(),
-        templates: outbox.templates(),
-        budgets: outbox.budgets(),
-        metrics: books.metrics(),
+        client: &outbox.client,
+        templates: &outbox.templates,
+        budgets: &outbox.budgets,
+        metrics: &books.metrics,
     };
     let sent = match send.check_validity(1, false) {
         Ok(()) => job.action.execute(&send).await,
         Err(expired) => Err(expired),
     };
     sent.map_err(|e: ActionError| SendFailure {
-        error: outbox.scrubber().scrub(&e.to_string()),
+        error: outbox.scrubber.scrub(&e.to_string()),
         attempts: e.attempts(),
         delivery: e.delivery(),
         local: e.is_local(),
@@ -190,8 +190,8 @@ async fn with_watchdog<T>(
             biased;
             result = &mut action => return result,
             _ = tokio::time::sleep(RUNNING_LEASE_TTL / 3) => {
-                if !race.lock().extend(running, RUNNING_LEASE_TTL).await {
-                    tracing::warn!(key = %running.key, replica = %books.replica(),
+                if !race.lock.extend(running, RUNNING_LEASE_TTL).await {
+                    tracing::warn!(key = %running.key, replica = %books.replica,
                         "could not extend the running lease on a majority; another slot may start");
                 }
             }

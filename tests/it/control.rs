@@ -499,7 +499,7 @@ async fn a_slot_run_twice_is_listed_twice_counted_and_alerted() {
     let counted = [&winner, &late]
         .iter()
         .map(|r| {
-            let text = r.books().metrics().encode();
+            let text = r.books.metrics.encode();
             text.lines()
                 .find_map(|l| {
                     l.strip_prefix(r#"slotcron_duplicate_runs_total{slotcron_job="push"} "#)
@@ -739,8 +739,8 @@ async fn the_tests_entry_is_the_timelines_and_leaves_a_paused_job() {
     let ctx = connect(&config, "tester").await.context(&config);
     slotcron_cli(&path, &["pause", "push", "--by", "ops"]);
     // What a running replica learns from the pause's announcement.
-    ctx.contenders()
-        .control()
+    ctx.contenders
+        .control
         .refresh(std::slice::from_ref(&job.name))
         .await;
     // The first whole second after the pause: a pause holds from its instant on.
@@ -1385,7 +1385,7 @@ async fn a_history_repair_copies_runs_only_onto_a_node_that_has_none() {
     let cluster = RedisCluster::start(3);
     let config = common::fleet::parse(&config(&cluster.urls(), "http://127.0.0.1:9", "mend"));
     let ctx = connect(&config, "r0").await.context(&config);
-    let history = ctx.books().history();
+    let history = &ctx.books.history;
     for s in 0..5 {
         let slot = Slot::at(DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap());
         let record = RunRecord {
