@@ -264,7 +264,8 @@ async fn take_running_leases(race: &Race, books: &Books, claims: &mut [Raced]) {
     }
 }
 
-/// Turns the win `claim` into [`Raced::Skipped`] with `result`.
+/// Turns the win `claim` into [`Raced::Skipped`] with `result`. The boxed win moves out of
+/// the claim it sits in; the placeholder holds its place only until the line below.
 fn skip(claim: &mut Raced, result: SlotResult) {
     let placeholder = Raced::Settled(SlotResult::Standby);
     if let Raced::Won(won) = std::mem::replace(claim, placeholder) {
