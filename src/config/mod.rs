@@ -53,7 +53,7 @@ pub use reload::{hash_change, reload, restart_only_changes};
 pub use scheduler::{
     Candidates, ClockMode, DEFAULT_CANDIDATE_STAGGER, DEFAULT_CANDIDATES,
     DEFAULT_DESTINATION_CONFLICT_AFTER, DEFAULT_KEY_PREFIX, DEFAULT_MAX_CLOCK_SKEW,
-    MIN_START_WINDOW, SchedulerConfig, start_window,
+    SchedulerConfig, start_window,
 };
 
 /// Default job `timeout`.

@@ -5,7 +5,7 @@
 //! The offer is a Redis pub/sub message on every node (`PUBLISH {key_prefix}:handoff`, see
 //! [`crate::redis::pubsub`]): an offer reaches every replica in one hop and a fleet where all is well
 //! sends and reads nothing: no loser polls for the winner's fate. An offer that arrives from
-//! several nodes is taken once (see [`OffersSeen`]).
+//! several nodes is taken once (see [`Intake`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -106,8 +106,8 @@ impl Handoffs {
     }
 
     /// Subscribes to the offers on every node (see [`pubsub`]). The offers arrive on the
-    /// returned channel, duplicates included (one per node): the taker drops them with
-    /// [`OffersSeen`]. `None` in standalone mode.
+    /// returned channel, duplicates included (one per node): the taker's [`Intake`] drops
+    /// them. `None` in standalone mode.
     pub fn listen(
         &self,
         tracker: &TaskTracker,
@@ -165,14 +165,14 @@ impl Intake {
 
 /// The offers already taken: each arrives once per node.
 #[derive(Debug, Default)]
-pub struct OffersSeen {
+struct OffersSeen {
     set: HashSet<(String, i64, u8)>,
     order: VecDeque<(String, i64, u8)>,
 }
 
 impl OffersSeen {
     /// True the first time `request` is seen (the oldest are forgotten past `SEEN_CAP`).
-    pub fn first_time(&mut self, request: &HandoffRequest) -> bool {
+    fn first_time(&mut self, request: &HandoffRequest) -> bool {
         let key = (request.job.clone(), request.slot_ms, request.handoff);
         if !self.set.insert(key.clone()) {
             return false;

@@ -180,16 +180,19 @@ fn history_shows_who_won_newest_first_merged_across_nodes() {
     assert!(stderr.contains("no [redis] section"), "{stderr}");
 }
 
-/// Each ended run of `job` in the history streams of every node, as (started_ms, finished_ms)
-/// by slot, sorted by start.
+/// The entries of `job`'s history stream on the node at `url`, oldest first.
+fn history_entries(url: &str, prefix: &str, job: &str) -> Vec<HashMap<String, String>> {
+    let stream = format!("{prefix}:history:{job}");
+    let entries: Vec<(String, HashMap<String, String>)> =
+        common::redis_query(url, &["XRANGE", &stream, "-", "+"]).unwrap();
+    entries.into_iter().map(|(_, fields)| fields).collect()
+}
+
 /// The error of each slot of `job` the history holds as `skipped` (by `slot_ms`), on any node.
 fn skip_records(cluster: &RedisCluster, prefix: &str, job: &str) -> BTreeMap<String, String> {
-    let stream = format!("{prefix}:history:{job}");
     let mut skips = BTreeMap::new();
     for url in cluster.urls() {
-        let entries: Vec<(String, HashMap<String, String>)> =
-            common::redis_query(&url, &["XRANGE", &stream, "-", "+"]).unwrap();
-        for (_, mut fields) in entries {
+        for mut fields in history_entries(&url, prefix, job) {
             if fields["outcome"] == "skipped" {
                 let error = fields.remove("error").unwrap_or_default();
                 skips.insert(fields["slot_ms"].clone(), error);
@@ -199,13 +202,12 @@ fn skip_records(cluster: &RedisCluster, prefix: &str, job: &str) -> BTreeMap<Str
     skips
 }
 
+/// Each ended run of `job` in the history streams of every node, as (started_ms, finished_ms)
+/// by slot, sorted by start.
 fn run_intervals(cluster: &RedisCluster, prefix: &str, job: &str) -> Vec<(i64, i64)> {
-    let stream = format!("{prefix}:history:{job}");
     let mut runs: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for url in cluster.urls() {
-        let entries: Vec<(String, HashMap<String, String>)> =
-            common::redis_query(&url, &["XRANGE", &stream, "-", "+"]).unwrap();
-        for (_, fields) in entries {
+        for fields in history_entries(&url, prefix, job) {
             let (Some(started), Some(finished)) =
                 (fields.get("started_ms"), fields.get("finished_ms"))
             else {
@@ -237,13 +239,8 @@ fn overlapping_runs(runs: &[(i64, i64)]) -> Vec<((i64, i64), (i64, i64))> {
 
 /// The outcomes recorded in `job`'s history stream on one node, oldest first.
 fn recorded_outcomes(url: &str, prefix: &str, job: &str) -> Vec<String> {
-    let stream = format!("{prefix}:history:{job}");
-    let entries: Vec<(String, HashMap<String, String>)> =
-        common::redis_query(url, &["XRANGE", &stream, "-", "+"]).unwrap();
-    entries
-        .into_iter()
-        .map(|(_, fields)| fields["outcome"].clone())
-        .collect()
+    let entries = history_entries(url, prefix, job);
+    entries.into_iter().map(|f| f["outcome"].clone()).collect()
 }
 
 #[test]
